@@ -1,0 +1,64 @@
+"""mingru — parallel-scan minGRU sequence mixers for PyTorch, with optional Triton kernels.
+
+``import mingru`` never imports Triton; :func:`available` is the first call that may.
+
+Example:
+    >>> import torch, mingru
+    >>> mixer = mingru.MinGRU(input_size=8, hidden_size=16)
+    >>> mixer(torch.randn(2, 10, 8)).shape
+    torch.Size([2, 10, 16])
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# Public name -> defining module. Resolved on first attribute access so that importing the
+# package stays cheap and never pulls in optional backends.
+_EXPORTS: dict[str, str] = {
+    "available": "mingru.dispatch",
+    "use_backend": "mingru.dispatch",
+    "scan_mode": "mingru.dispatch",
+    "MinGRUFallbackWarning": "mingru.dispatch",
+    "parallel_scan_log": "mingru.scans",
+    "linear_scan": "mingru.scans",
+    "matrix_scan": "mingru.scans",
+    "matrix_affine_scan": "mingru.scans",
+    "MinGRU": "mingru.mixers.log",
+    "SignedMinGRU": "mingru.mixers.signed",
+    "RotationMinGRU": "mingru.mixers.rotation",
+    "GivensMinGRU": "mingru.mixers.givens",
+    "DeltaMinGRU": "mingru.mixers.delta",
+    "MinGRUBlock": "mingru.block",
+    "MinGRUStack": "mingru.stack",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mingru' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:  # static analysers see the real names
+    from mingru.block import MinGRUBlock
+    from mingru.dispatch import MinGRUFallbackWarning, available, scan_mode, use_backend
+    from mingru.mixers.delta import DeltaMinGRU
+    from mingru.mixers.givens import GivensMinGRU
+    from mingru.mixers.log import MinGRU
+    from mingru.mixers.rotation import RotationMinGRU
+    from mingru.mixers.signed import SignedMinGRU
+    from mingru.scans import linear_scan, matrix_affine_scan, matrix_scan, parallel_scan_log
+    from mingru.stack import MinGRUStack

@@ -1,0 +1,1 @@
+"""Eager (pure PyTorch) twins of every kernel op; they run on any device."""

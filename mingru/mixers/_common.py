@@ -1,0 +1,155 @@
+"""Pieces every mixer shares: the ``g`` activation, time decay, and argument checks.
+
+Conventions (SPEC §5.1) that ``mingru_jax`` mirrors exactly so weights and numbers carry over:
+
+* ``g(x) = x + 0.5`` for ``x ≥ 0``, ``σ(x)`` for ``x < 0``; ``log g`` takes the ``x ≥ 0``
+  branch at 0 so its gradient there is finite.
+* Δt sanitizing: NaN → 0, negative → 0, +inf → 1e10, then ``log1p`` if ``log1p_delta``.
+* Decay ``γ_t = exp(−λ f(Δt_t))`` scales only the transition; ``λ = decay_rate`` (fixed) or
+  ``softplus(ρ)`` per channel with ``ρ`` initialised so that ``softplus(ρ) = decay_rate``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mingru import _validate as V
+
+DECAY_MODES = (None, "fixed", "learnable")
+MAX_GAP = 1e10
+
+
+def g(x: torch.Tensor) -> torch.Tensor:
+    """Positive, continuous activation: ``x + 0.5`` for ``x ≥ 0``, ``sigmoid(x)`` below."""
+    return torch.where(x >= 0, x.clamp_min(0) + 0.5, torch.sigmoid(x))
+
+
+def log_g(x: torch.Tensor) -> torch.Tensor:
+    """``log g(x)``, finite with a finite gradient everywhere (``x ≥ 0`` branch at 0)."""
+    return torch.where(x >= 0, torch.log(x.clamp_min(0) + 0.5), -F.softplus(-x))
+
+
+def sanitize_delta_t(delta_t: torch.Tensor, log1p_delta: bool) -> torch.Tensor:
+    """NaN → 0, negative → 0, +inf → 1e10, then ``log1p`` if asked."""
+    dt = torch.nan_to_num(delta_t, nan=0.0, posinf=MAX_GAP, neginf=0.0).clamp(0.0, MAX_GAP)
+    return torch.log1p(dt) if log1p_delta else dt
+
+
+def inverse_softplus(y: float) -> float:
+    """``ρ`` with ``softplus(ρ) = y`` (``y > 0``)."""
+    return y + math.log(-math.expm1(-y))
+
+
+class TimeDecay(nn.Module):
+    """Per-token transition decay ``γ_t = exp(−λ f(Δt_t))``; inert when ``decay is None``.
+
+    Args:
+        decay: ``None``, ``"fixed"`` or ``"learnable"``.
+        decay_rate: ``λ`` (fixed) or the initial ``softplus(ρ)`` (learnable); ``> 0``.
+        log1p_delta: use ``f = log1p`` instead of the identity.
+        channels: number of independent learnable rates (hidden units, blocks or heads).
+
+    The learnable rate is initialised deterministically, so enabling decay never changes
+    the random initialisation of the mixer's other parameters.
+    """
+
+    def __init__(
+        self, decay: str | None, decay_rate: float, log1p_delta: bool, channels: int
+    ) -> None:
+        super().__init__()
+        if decay not in DECAY_MODES:
+            raise ValueError(f"decay must be None, 'fixed' or 'learnable'; got {decay!r}")
+        if not (isinstance(decay_rate, (int, float)) and math.isfinite(decay_rate) and decay_rate > 0):
+            raise ValueError(f"decay_rate must be a finite number > 0; got {decay_rate!r}")
+        self.mode = decay
+        self.decay_rate = float(decay_rate)
+        self.log1p_delta = bool(log1p_delta)
+        self.channels = channels
+        if decay == "learnable":
+            self.rho = nn.Parameter(torch.full((channels,), inverse_softplus(self.decay_rate)))
+        else:
+            self.register_parameter("rho", None)
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode is not None
+
+    def rate(self) -> torch.Tensor | float:
+        """``λ``: a float (fixed) or a ``(channels,)`` tensor (learnable)."""
+        return F.softplus(self.rho) if self.rho is not None else self.decay_rate
+
+    def log_gamma(
+        self, delta_t: torch.Tensor | None, batch: int, steps: int | None, like: torch.Tensor
+    ) -> torch.Tensor | None:
+        """``log γ`` for a sequence (``steps`` = T) or one step (``steps=None``).
+
+        Returns ``None`` when decay is off, else ``(B, T, C)`` / ``(B, C)`` with ``C`` =
+        ``channels`` (learnable) or 1 (fixed), in ``like``'s dtype and device.
+        """
+        where = "forward" if steps is not None else "step"
+        if not self.enabled:
+            if delta_t is not None:
+                raise ValueError(
+                    f"delta_t was given to {where}() but this mixer has decay=None; "
+                    "construct it with decay='fixed' or 'learnable'"
+                )
+            return None
+        if delta_t is None:
+            raise ValueError(
+                f"this mixer has decay={self.mode!r}, so {where}() needs delta_t "
+                f"({'(B, T) or (B, T, 1)' if steps is not None else '(B,) or (B, 1)'})"
+            )
+        if steps is not None:
+            shapes = [(batch, steps), (batch, steps, 1)]
+            shape_txt = f"(B, T) or (B, T, 1) = ({batch}, {steps})"
+        else:
+            shapes = [(batch,), (batch, 1)]
+            shape_txt = f"(B,) or (B, 1) = ({batch},)"
+        if not isinstance(delta_t, torch.Tensor):
+            raise TypeError(f"delta_t must be a torch.Tensor of shape {shape_txt}")
+        if tuple(delta_t.shape) not in shapes:
+            raise ValueError(f"delta_t must have shape {shape_txt}; got {tuple(delta_t.shape)}")
+        # Sanitize in at least fp32: the 1e10 cap would overflow fp16.
+        work = torch.promote_types(like.dtype, torch.float32)
+        dt = delta_t.to(device=like.device, dtype=work)
+        dt = dt.reshape(batch, steps, 1) if steps is not None else dt.reshape(batch, 1)
+        rate = self.rate()
+        rate = rate.to(work) if isinstance(rate, torch.Tensor) else rate
+        return (-(sanitize_delta_t(dt, self.log1p_delta) * rate)).to(like.dtype)
+
+    def extra_repr(self) -> str:
+        return f"mode={self.mode!r}, decay_rate={self.decay_rate}, log1p_delta={self.log1p_delta}"
+
+
+def check_sequence(x: object, input_size: int, name: str = "x") -> torch.Tensor:
+    """``x`` must be a floating ``(B, T, input_size)`` tensor with ``T ≥ 1``."""
+    V.float_tensor(x, name, 3, f"(B, T, {input_size})")
+    if x.shape[-1] != input_size or x.shape[1] < 1 or x.shape[0] < 1:
+        raise ValueError(f"{name} must have shape (B, T, {input_size}) with B, T ≥ 1; got {tuple(x.shape)}")
+    return x
+
+
+def check_token(x: object, input_size: int, name: str = "x_t") -> torch.Tensor:
+    """``x_t`` must be a floating ``(B, input_size)`` tensor."""
+    V.float_tensor(x, name, 2, f"(B, {input_size})")
+    if x.shape[-1] != input_size:
+        raise ValueError(f"{name} must have shape (B, {input_size}); got {tuple(x.shape)}")
+    return x
+
+
+def check_state(
+    h: object, batch: int, size: int, name: str, *, sequence: bool, like: torch.Tensor
+) -> torch.Tensor:
+    """A state: ``(B, 1, size)`` for ``forward`` (``sequence=True``) or ``(B, size)`` for ``step``."""
+    shape = (batch, 1, size) if sequence else (batch, size)
+    txt = f"(B, 1, {size})" if sequence else f"(B, {size})"
+    V.float_tensor(h, name, len(shape), txt)
+    if tuple(h.shape) != shape:
+        raise ValueError(f"{name} must have shape {txt} = {shape}; got {tuple(h.shape)}")
+    if h.device != like.device:
+        raise ValueError(f"{name} must be on {like.device}; got {h.device}")
+    return h.to(like.dtype)

@@ -1,0 +1,133 @@
+"""The four public scan primitives. Each validates its inputs, then hands the call to the
+dispatch seam, which runs the eager twin (``mingru._eager``) or the Triton launcher
+(``mingru._launch``).
+
+All solve an affine recurrence over dim 1 (time). The "zero-start solution" ``Z`` is the
+result for ``h_0 = 0``; with the running product ``P_t`` the full solution is
+``h_t = P_t h_0 + Z_t``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mingru import _validate as V
+from mingru._eager.affine_scan import matrix_affine_scan_eager
+from mingru._eager.linear_scan import linear_scan_eager
+from mingru._eager.log_scan import parallel_scan_log_eager
+from mingru.dispatch import call
+
+__all__ = ["linear_scan", "matrix_affine_scan", "matrix_scan", "parallel_scan_log"]
+
+
+def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
+    """Solve ``h_t = a_t h_{t-1} + b_t`` for positive ``a, b`` in log space (Heinsen 2023).
+
+    Args:
+        log_coeffs: ``(B, T, D)``, ``log a_t``.
+        log_values: ``(B, T+1, D)``; slot 0 is ``log h_0`` (``-inf`` for ``h_0 = 0``),
+            slots ``1..T`` are ``log b_t``.
+
+    Returns:
+        ``h`` ``(B, T, D)``, positive, in the input dtype. Stable for ``T ≥ 10⁵``: products
+        that underflow never produce NaN.
+
+    Example:
+        >>> import torch
+        >>> from mingru import parallel_scan_log
+        >>> h = parallel_scan_log(-torch.rand(2, 5, 3), torch.randn(2, 6, 3))
+        >>> h.shape
+        torch.Size([2, 5, 3])
+    """
+    V.float_tensor(log_coeffs, "log_coeffs", 3, "(B, T, D)")
+    V.float_tensor(log_values, "log_values", 3, "(B, T+1, D)")
+    V.same_kind([("log_coeffs", log_coeffs), ("log_values", log_values)])
+    V.nonempty_time(log_coeffs, "log_coeffs")
+    B, T, D = log_coeffs.shape
+    V.shape_is(log_values, "log_values", (B, T + 1, D), "(B, T+1, D)")
+    return call("parallel_scan_log", parallel_scan_log_eager, log_coeffs, log_values)
+
+
+def linear_scan(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Solve ``h_t = a_t h_{t-1} + b_t`` elementwise; ``a`` may be negative.
+
+    Args:
+        a: ``(B, T, D)`` transitions.
+        b: ``(B, T, D)`` inputs.
+
+    Returns:
+        ``(P, Z)``, both ``(B, T, D)``: ``P_t = a_t ⋯ a_1`` and the zero-start solution, so
+        ``h_t = P_t h_0 + Z_t``.
+
+    Example:
+        >>> import torch
+        >>> from mingru import linear_scan
+        >>> P, Z = linear_scan(torch.tanh(torch.randn(2, 7, 4)), torch.randn(2, 7, 4))
+        >>> h = P * torch.ones(2, 1, 4) + Z   # h_0 = 1
+    """
+    V.float_tensor(a, "a", 3, "(B, T, D)")
+    V.float_tensor(b, "b", 3, "(B, T, D)")
+    V.same_kind([("a", a), ("b", b)])
+    V.nonempty_time(a, "a")
+    V.shape_is(b, "b", a.shape, "(B, T, D) like a")
+    return call("linear_scan", linear_scan_eager, a, b)
+
+
+def matrix_affine_scan(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Solve ``H_t = A_t H_{t-1} + B_t`` for ``n`` independent ``k×k`` blocks, ``k×v`` states.
+
+    Args:
+        A: ``(B, T, n, k, k)`` transitions.
+        Bm: ``(B, T, n, k, v)`` inputs (``v = 1`` is a vector state).
+
+    Returns:
+        ``(P (B, T, n, k, k), Z (B, T, n, k, v))`` with ``P_t = A_t ⋯ A_1`` and
+        ``H_t = P_t H_0 + Z_t``.
+
+    Example:
+        >>> import torch
+        >>> from mingru import matrix_affine_scan
+        >>> P, Z = matrix_affine_scan(0.5 * torch.randn(1, 9, 3, 4, 4), torch.randn(1, 9, 3, 4, 2))
+        >>> Z.shape
+        torch.Size([1, 9, 3, 4, 2])
+    """
+    V.float_tensor(A, "A", 5, "(B, T, n, k, k)")
+    V.float_tensor(Bm, "Bm", 5, "(B, T, n, k, v)")
+    V.same_kind([("A", A), ("Bm", Bm)])
+    V.nonempty_time(A, "A")
+    B, T, n, k, k2 = A.shape
+    if k != k2 or k < 1:
+        raise ValueError(f"A must have square blocks (B, T, n, k, k); got {tuple(A.shape)}")
+    if tuple(Bm.shape[:4]) != (B, T, n, k) or Bm.shape[4] < 1:
+        raise ValueError(
+            f"Bm must have shape (B, T, n, k, v) = ({B}, {T}, {n}, {k}, v); got {tuple(Bm.shape)}"
+        )
+    return call("matrix_affine_scan", matrix_affine_scan_eager, A, Bm)
+
+
+def matrix_scan(M: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Solve ``h_t = M_t h_{t-1} + b_t`` for ``n`` independent 2×2 blocks (column vectors).
+
+    Equals :func:`matrix_affine_scan` with ``k = 2, v = 1``.
+
+    Args:
+        M: ``(B, T, n, 2, 2)`` transitions; products compose as ``M_t ⋯ M_1``.
+        b: ``(B, T, n, 2)`` inputs.
+
+    Returns:
+        ``(P (B, T, n, 2, 2), Z (B, T, n, 2))``.
+
+    Example:
+        >>> import torch
+        >>> from mingru import matrix_scan
+        >>> P, Z = matrix_scan(0.7 * torch.randn(2, 5, 3, 2, 2), torch.randn(2, 5, 3, 2))
+    """
+    V.float_tensor(M, "M", 5, "(B, T, n, 2, 2)")
+    V.float_tensor(b, "b", 4, "(B, T, n, 2)")
+    V.same_kind([("M", M), ("b", b)])
+    V.nonempty_time(M, "M")
+    if tuple(M.shape[3:]) != (2, 2):
+        raise ValueError(f"M must have shape (B, T, n, 2, 2); got {tuple(M.shape)}")
+    V.shape_is(b, "b", M.shape[:4], "(B, T, n, 2)")
+    P, Z = matrix_affine_scan(M, b.unsqueeze(-1))
+    return P, Z.squeeze(-1)
