@@ -19,7 +19,6 @@ Modes (``MINGRU_SCAN``, read at call time; unset or empty means ``auto``):
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import importlib
 import os
 import threading
@@ -43,10 +42,11 @@ __all__ = [
 
 MODES = ("auto", "eager", "triton")
 
-_override: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "mingru_scan_override", default=None
-)
+# Stack of use_backend() overrides. A plain list rather than a ContextVar: torch.compile
+# traces list reads but not ContextVar.get(), and the seam must trace without graph breaks.
+_override: list[str] = []
 _warned: set[str] = set()
+_loaded: dict[str, Any] = {}
 _warn_lock = threading.Lock()
 
 
@@ -65,9 +65,8 @@ def _check_mode(value: str, source: str) -> str:
 
 def scan_mode() -> str:
     """The backend mode in force now: the :func:`use_backend` override, else ``MINGRU_SCAN``."""
-    forced = _override.get()
-    if forced is not None:
-        return forced
+    if _override:
+        return _override[-1]
     value = os.environ.get("MINGRU_SCAN", "")
     return "auto" if value == "" else _check_mode(value, "MINGRU_SCAN")
 
@@ -81,11 +80,11 @@ def use_backend(mode: str) -> Iterator[None]:
         >>> with mingru.use_backend("eager"):
         ...     P, Z = mingru.linear_scan(torch.rand(1, 4, 2), torch.rand(1, 4, 2))
     """
-    token = _override.set(_check_mode(mode, "use_backend(mode)"))
+    _override.append(_check_mode(mode, "use_backend(mode)"))
     try:
         yield
     finally:
-        _override.reset(token)
+        _override.pop()
 
 
 def interpreter_mode() -> bool:
@@ -100,7 +99,19 @@ def available() -> bool | str:
     interpreter mode (``TRITON_INTERPRET=1``) when Triton imports. This is the first
     function of the library that may import Triton.
     """
-    if not interpreter_mode() and not torch.cuda.is_available():
+    interp = interpreter_mode()
+    if interp not in _status:
+        _status[interp] = _probe(interp)
+    return _status[interp]
+
+
+# Results of available(), keyed by interpreter mode: the answer cannot change within a process,
+# and caching it keeps the import out of code that torch.compile traces.
+_status: dict[bool, bool | str] = {}
+
+
+def _probe(interp: bool) -> bool | str:
+    if not interp and not torch.cuda.is_available():
         return "CUDA not available"
     try:
         import triton  # noqa: F401
@@ -122,8 +133,9 @@ def _warn_once(reason: str) -> None:
 
 
 def _first_tensor(args: tuple[Any, ...]) -> torch.Tensor | None:
+    # Duck-typed on ``is_cuda`` so tensor subclasses and test doubles route alike.
     for arg in args:
-        if isinstance(arg, torch.Tensor):
+        if hasattr(arg, "is_cuda") and hasattr(arg, "device"):
             return arg
     return None
 
@@ -136,7 +148,9 @@ def _launcher_or_reason(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]):
     module_name = LAUNCHERS.get(op)
     if module_name is None:
         return None, f"no Triton kernel is registered for {op}"
-    launcher = importlib.import_module(module_name)
+    launcher = _loaded.get(module_name)
+    if launcher is None:
+        launcher = _loaded[module_name] = importlib.import_module(module_name)
     why = launcher.unsupported_reason(*args, **kwargs)
     if why is not None:
         return None, f"{op}: {why}"

@@ -131,3 +131,60 @@ def matrix_scan(M: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.T
     V.shape_is(b, "b", M.shape[:4], "(B, T, n, 2)")
     P, Z = matrix_affine_scan(M, b.unsqueeze(-1))
     return P, Z.squeeze(-1)
+
+
+def givens_recurrence(
+    theta: torch.Tensor,
+    b: torch.Tensor,
+    h0: torch.Tensor,
+    scale: torch.Tensor | None = None,
+    log_gamma: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The fused rotation/Givens recurrence behind RotationMinGRU and GivensMinGRU (not public).
+
+    ``M_t = γ_t · G_{R-1} ⋯ G_0 · diag(scale_t)``, ``h_t = M_t h_{t-1} + b_t`` per block; round
+    ``r`` rotates planes ``i = (r % 2 + 2m) % k``, ``j = (i + 1) % k`` by ``theta[..., r, m]``.
+
+    Args:
+        theta: ``(B, T, n, R, k/2)`` angles (``R ≥ 1`` rounds, ``k`` even).
+        b: ``(B, T, n, k)`` inputs.
+        h0: ``(B, n, k)`` initial state.
+        scale: ``(B, T, n, k)`` diagonal applied before the rotations, or ``None``.
+        log_gamma: ``(B, T, n)`` log decay of the whole transition, or ``None``.
+
+    Returns:
+        ``h`` ``(B, T, n, k)`` in the input dtype.
+
+    Example:
+        >>> import torch
+        >>> from mingru.scans import givens_recurrence
+        >>> h = givens_recurrence(
+        ...     torch.randn(2, 5, 3, 1, 1), torch.randn(2, 5, 3, 2), torch.randn(2, 3, 2))
+        >>> h.shape
+        torch.Size([2, 5, 3, 2])
+    """
+    from mingru._eager.givens_recurrence import givens_recurrence_eager
+
+    V.float_tensor(theta, "theta", 5, "(B, T, n, R, k/2)")
+    V.float_tensor(b, "b", 4, "(B, T, n, k)")
+    V.float_tensor(h0, "h0", 3, "(B, n, k)")
+    named = [("theta", theta), ("b", b), ("h0", h0)]
+    V.nonempty_time(theta, "theta")
+    B, T, n, R, half = theta.shape
+    if R < 1 or half < 1:
+        raise ValueError(
+            f"theta must have shape (B, T, n, R, k/2) with R ≥ 1, k ≥ 2; got {tuple(theta.shape)}"
+        )
+    k = 2 * half
+    V.shape_is(b, "b", (B, T, n, k), "(B, T, n, k)")
+    V.shape_is(h0, "h0", (B, n, k), "(B, n, k)")
+    if scale is not None:
+        V.float_tensor(scale, "scale", 4, "(B, T, n, k)")
+        V.shape_is(scale, "scale", (B, T, n, k), "(B, T, n, k)")
+        named.append(("scale", scale))
+    if log_gamma is not None:
+        V.float_tensor(log_gamma, "log_gamma", 3, "(B, T, n)")
+        V.shape_is(log_gamma, "log_gamma", (B, T, n), "(B, T, n)")
+        named.append(("log_gamma", log_gamma))
+    V.same_kind(named)
+    return call("givens_recurrence", givens_recurrence_eager, theta, b, h0, scale, log_gamma)

@@ -12,4 +12,9 @@ Each launcher module provides:
 * ``run(*args, **kwargs)`` — the op, differentiable, registered as a ``torch.library`` op.
 """
 
-LAUNCHERS: dict[str, str] = {}
+LAUNCHERS: dict[str, str] = {
+    "matrix_affine_scan": "mingru._launch.matrix_affine_scan",
+    "givens_recurrence": "mingru._launch.givens_recurrence",
+    "linear_scan": "mingru._launch.linear_scan",
+    "parallel_scan_log": "mingru._launch.parallel_scan_log",
+}

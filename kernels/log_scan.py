@@ -1,0 +1,241 @@
+"""Fused Triton kernels for the log-space scan (Heinsen 2023) of ``h_t = a_t h_{t-1} + b_t``.
+
+Framework-free (``triton`` only); the PyTorch launcher is ``mingru._launch.parallel_scan_log``.
+
+``a, b > 0``. Inputs: ``log a (B, T, D)`` and ``log_values (B, T+1, D)`` (slot 0 =
+``log h_0``, which may be ``-inf``; slots 1..T = ``log b``). Output: ``h (B, T, D)`` in the
+input dtype.
+
+Forward: the scan runs on ``(log₂ a, log₂ b)`` pairs with the combine
+``(A1 + A2, logaddexp2(A2 + L1, L2))`` — every step adds at most one tile's worth of
+``log a`` (never a whole-sequence cumulative sum), so it stays accurate for ``T ≥ 10⁵`` in
+fp32 even where the products underflow. The carry (``log₂ h`` at the tile start) is folded
+into the tile's first row; ``h = 2^{log₂ h}`` is stored. Base 2 because ``exp2``/``log2`` are
+single hardware instructions and the kernel is close to the special-function throughput.
+
+Backward, in linear space (like ``mingru._eager.log_scan``): the adjoint
+``g_t = dh_t + a_{t+1} g_{t+1}`` is a reversed linear scan with ``a_{t+1} = exp(log a_{t+1})``;
+``d log b_t = g_t b_t``, ``d log a_t = g_t a_t h_{t-1}`` and ``d log h_0 = d log a_1``. It reads
+the saved OUTPUT ``h`` (no extra forward buffer, so the forward writes only ``h``) and forms
+``a_t h_{t-1} = 2^{log₂ a_t + log₂ h_{t-1}}`` so neither factor over/underflows alone. Where
+``h_{t-1}`` underflowed to 0 in the output dtype, its term ``g_t a_t h_{t-1}`` is that small too.
+
+Launch sequences (``cfg = plan(B, T, D)``; buffers fp32 ``(B, N, D)``):
+
+* walk: ``log_scan_fwd_kernel[grid](..., MODE=WALK)``;
+  ``log_scan_bwd_kernel[grid](..., MODE=WALK)``.
+* chunked forward: ``fwd[grid](la, lv, h, sA, sL, MODE=SUMMARY)``;
+  ``log_carry_kernel[carry_grid](sA, sL, lv, cL)``; ``fwd[grid](la, lv, h, -, cL, MODE=APPLY)``.
+* chunked backward: ``bwd[grid](..., sc, sg, MODE=SUMMARY)``;
+  ``linear_carry_kernel[carry_grid](sc, sg, -, -, cg, -, REVERSE=True, STORE_A=False,
+  HAS_Y=False)``; ``bwd[grid](..., -, cg, MODE=APPLY)``.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ._scan_common import (
+    APPLY,
+    K_APPLY,
+    K_SUMMARY,
+    K_WALK,
+    LOG2E,
+    SUMMARY,
+    WALK,
+    carry_grid,
+    grid,
+    linear_carry_kernel,
+    log_pair,
+    logaddexp2,
+    mul_add,
+    plan,
+    take_row,
+)
+
+__all__ = [
+    "APPLY",
+    "SUMMARY",
+    "WALK",
+    "carry_grid",
+    "grid",
+    "linear_carry_kernel",
+    "log_carry_kernel",
+    "log_scan_bwd_kernel",
+    "log_scan_fwd_kernel",
+    "plan",
+]
+
+
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
+def log_scan_fwd_kernel(
+    la_ptr,  # (B, T, D) log a
+    lv_ptr,  # (B, T+1, D) log h_0 | log b
+    h_ptr,  # (B, T, D) out, input dtype
+    sA_ptr, sL_ptr,  # (B, N, D) fp32 base 2: chunk maps out (SUMMARY); sL = carry-ins (APPLY)
+    T, D, chunk_len, n_chunks, n_dblk,
+    MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    pid_d = pid % n_dblk
+    rest = pid // n_dblk
+    pid_c = rest % n_chunks
+    pid_b = rest // n_chunks
+    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    col_ok = cols < D
+    rows = tl.arange(0, BLOCK_T)
+    intra = rows[:, None] * D + cols[None, :]
+    first = rows[:, None] == 0
+    t_start = pid_c * chunk_len
+    t_end = tl.minimum(T, t_start + chunk_len)
+    seq = pid_b.to(tl.int64) * T * D
+    vseq = pid_b.to(tl.int64) * (T + 1) * D
+    s_off = (pid_b.to(tl.int64) * n_chunks + pid_c) * D + cols
+
+    cA = tl.zeros([BLOCK_D], tl.float32)
+    if MODE == K_WALK:
+        cL = tl.load(lv_ptr + vseq + cols, mask=col_ok, other=0.0).to(tl.float32) * LOG2E
+    elif MODE == K_APPLY:
+        cL = tl.load(sL_ptr + s_off, mask=col_ok, other=0.0)
+    else:
+        cL = tl.full([BLOCK_D], float("-inf"), tl.float32)
+
+    for k in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
+        t0 = t_start + k * BLOCK_T
+        m = ((t0 + rows) < t_end)[:, None] & col_ok[None, :]
+        tile = seq + t0.to(tl.int64) * D
+        vtile = vseq + (t0 + 1).to(tl.int64) * D
+        # Padding rows load the identity map (log a, log b) = (0, -inf).
+        A = tl.load(la_ptr + tile + intra, mask=m, other=0.0).to(tl.float32) * LOG2E
+        L = tl.load(lv_ptr + vtile + intra, mask=m, other=float("-inf")).to(tl.float32) * LOG2E
+        if MODE == K_SUMMARY:
+            # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
+            # and take the last row (padding rows hold the identity).
+            _stA, _stL = tl.associative_scan((A, L), 0, log_pair)
+            tA = take_row(_stA, rows, BLOCK_T - 1)
+            tL = take_row(_stL, rows, BLOCK_T - 1)
+            cA, cL = log_pair(cA, cL, tA, tL)
+        else:
+            # Fold the carry into the first row only ([BLOCK_D] special-function work, not a
+            # tile's): L_0 <- log2(a_0 * 2^carry + b_0).
+            L0 = logaddexp2(take_row(A, rows, 0) + cL, take_row(L, rows, 0))
+            L = tl.where(first, L0[None, :], L)
+            _, L = tl.associative_scan((A, L), 0, log_pair)
+            tl.store(h_ptr + tile + intra, tl.exp2(L).to(h_ptr.dtype.element_ty), mask=m)
+            cL = take_row(L, rows, BLOCK_T - 1)
+
+    if MODE == K_SUMMARY:
+        tl.store(sA_ptr + s_off, cA, mask=col_ok)
+        tl.store(sL_ptr + s_off, cL, mask=col_ok)
+
+
+@triton.jit(do_not_specialize=["T", "n_chunks"])
+def log_carry_kernel(
+    sA_ptr, sL_ptr,  # (B, N, D) fp32 base-2 chunk maps from phase 1
+    lv_ptr,  # (B, T+1, D): slot 0 is log h_0
+    cL_ptr,  # (B, N, D) fp32 out: log2 h at each chunk's start
+    T, n_chunks, D, n_dblk,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """Phase 2 of the chunked log forward: scan the chunk maps from ``h_0``."""
+    pid = tl.program_id(0)
+    pid_d = pid % n_dblk
+    pid_b = pid // n_dblk
+    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    col_ok = cols < D
+    rows = tl.arange(0, BLOCK_N)
+    first = rows[:, None] == 0
+    base = pid_b.to(tl.int64) * n_chunks * D
+    cL = tl.load(lv_ptr + pid_b.to(tl.int64) * (T + 1) * D + cols, mask=col_ok, other=0.0)
+    cL = cL.to(tl.float32) * LOG2E
+    tl.store(cL_ptr + base + cols, cL, mask=col_ok)
+    for k in range(0, tl.cdiv(n_chunks, BLOCK_N)):
+        c = k * BLOCK_N + rows
+        m = (c < n_chunks)[:, None] & col_ok[None, :]
+        off = base + c[:, None] * D + cols[None, :]
+        A = tl.load(sA_ptr + off, mask=m, other=0.0)
+        L = tl.load(sL_ptr + off, mask=m, other=float("-inf"))
+        L0 = logaddexp2(take_row(A, rows, 0) + cL, take_row(L, rows, 0))
+        L = tl.where(first, L0[None, :], L)
+        _, L = tl.associative_scan((A, L), 0, log_pair)
+        # log h at the end of chunk c is the carry-in of chunk c + 1.
+        m_next = (c + 1 < n_chunks)[:, None] & col_ok[None, :]
+        tl.store(cL_ptr + off + D, L, mask=m_next)
+        cL = take_row(L, rows, BLOCK_N - 1)
+
+
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
+def log_scan_bwd_kernel(
+    la_ptr, lv_ptr,  # inputs: (B, T, D) log a; (B, T+1, D) log h_0 | log b
+    h_ptr, dh_ptr,  # (B, T, D) the saved output h and its gradient
+    dla_ptr, dlv_ptr,  # out: (B, T, D) and (B, T+1, D) gradients, input dtype
+    sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY)
+    T, D, chunk_len, n_chunks, n_dblk,
+    MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    pid_d = pid % n_dblk
+    rest = pid // n_dblk
+    pid_c = rest % n_chunks
+    pid_b = rest // n_chunks
+    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    col_ok = cols < D
+    rows = tl.arange(0, BLOCK_T)
+    # Row r of a tile is time t_hi - r: the adjoint runs backwards in time.
+    rev = cols[None, :] - rows[:, None] * D
+    first = rows[:, None] == 0
+    t_start = pid_c * chunk_len
+    t_end = tl.minimum(T, t_start + chunk_len)
+    seq = pid_b.to(tl.int64) * T * D
+    vseq = pid_b.to(tl.int64) * (T + 1) * D
+    s_off = (pid_b.to(tl.int64) * n_chunks + pid_c) * D + cols
+
+    cc = tl.full([BLOCK_D], 1.0, tl.float32)
+    if MODE == K_APPLY:
+        cg = tl.load(sg_ptr + s_off, mask=col_ok, other=0.0)
+    else:
+        cg = tl.zeros([BLOCK_D], tl.float32)
+    if MODE != K_SUMMARY:
+        log2_h0 = tl.load(lv_ptr + vseq + cols, mask=col_ok, other=0.0).to(tl.float32) * LOG2E
+
+    for k in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
+        t_hi = t_end - 1 - k * BLOCK_T
+        t = t_hi - rows
+        ok = t >= t_start
+        m = ok[:, None] & col_ok[None, :]
+        tile = seq + t_hi.to(tl.int64) * D
+        vtile = vseq + (t_hi + 1).to(tl.int64) * D  # log b_t sits in slot t + 1
+        # Coefficient of step t is a_{t+1} (0 past the end); padding rows are the identity.
+        la_next = tl.load(la_ptr + tile + D + rev, mask=m & (t + 1 < T)[:, None],
+                          other=float("-inf"))
+        coef = tl.where(ok[:, None], tl.exp2(la_next.to(tl.float32) * LOG2E), 1.0)
+        g = tl.load(dh_ptr + tile + rev, mask=m, other=0.0).to(tl.float32)
+        if MODE == K_SUMMARY:
+            # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
+            # and take the last row (padding rows hold the identity).
+            _stc, _stg = tl.associative_scan((coef, g), 0, mul_add)
+            tc = take_row(_stc, rows, BLOCK_T - 1)
+            tg = take_row(_stg, rows, BLOCK_T - 1)
+            cc, cg = mul_add(cc, cg, tc, tg)
+        else:
+            g = tl.where(first, coef * cg[None, :] + g, g)
+            _, G = tl.associative_scan((coef, g), 0, mul_add)
+            lb = tl.load(lv_ptr + vtile + rev, mask=m, other=float("-inf")).to(tl.float32)
+            la = tl.load(la_ptr + tile + rev, mask=m, other=0.0).to(tl.float32)
+            h_prev = tl.load(h_ptr + tile - D + rev, mask=m & (t >= 1)[:, None], other=1.0)
+            log2_h_prev = tl.where((t == 0)[:, None], log2_h0[None, :],
+                                   tl.log2(h_prev.to(tl.float32)))
+            d_la = G * tl.exp2(la * LOG2E + log2_h_prev)
+            d_lb = G * tl.exp2(lb * LOG2E)
+            tl.store(dla_ptr + tile + rev, d_la.to(dla_ptr.dtype.element_ty), mask=m)
+            tl.store(dlv_ptr + vtile + rev, d_lb.to(dlv_ptr.dtype.element_ty), mask=m)
+            if t_hi < BLOCK_T:
+                # This tile may hold t = 0 (the mask checks): d log h_0 = d log a_0 goes to slot 0.
+                tl.store(dlv_ptr + vseq + cols[None, :] + 0 * rows[:, None],
+                         d_la.to(dlv_ptr.dtype.element_ty), mask=m & (t == 0)[:, None])
+            cg = take_row(G, rows, BLOCK_T - 1)
+
+    if MODE == K_SUMMARY:
+        tl.store(sc_ptr + s_off, cc, mask=col_ok)
+        tl.store(sg_ptr + s_off, cg, mask=col_ok)

@@ -1,0 +1,137 @@
+"""Eager delta rule (DeltaNet / DeltaProduct) in the chunked WY / UT-transform form.
+
+Op ``delta_rule(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64) -> (o, h_T)``:
+
+* ``q (B, T, H, d_k)`` queries (not normalized);
+* ``k (B, T, nh, H, d_k)`` keys (the mixer L2-normalizes them; the op does not require it);
+* ``v (B, T, nh, H, d_v)`` values; ``beta (B, T, nh, H)`` step sizes in ``(0, 2)``;
+* ``log_gamma (B, T, H)`` or ``None`` — per-token decay ``γ_t = exp(log_gamma)``;
+* ``h0 (B, H, d_k, d_v)`` or ``None`` (zeros).
+
+Per token ``t``: ``S ← γ_t S``; then for ``j = 0..nh-1``:
+``S ← (I − β_j k_j k_jᵀ) S + β_j k_j v_jᵀ``; then ``o_t = Sᵀ q_t``. Returns
+``o (B, T, H, d_v)`` and the final state ``(B, H, d_k, d_v)``, in the input dtype.
+
+Method (Yang et al. 2024, arXiv:2406.06484; DeltaProduct: Siems et al. 2025,
+arXiv:2502.10297). The ``nh`` micro-steps make ``T·nh`` rank-1 updates, ``γ`` only on each
+token's first one. Inside a chunk of ``L`` micro-steps with start state ``S_0``,
+``S_i = Γ_i S_0 + Σ_{j≤i} D_ij k_j w_jᵀ`` where ``D_ij = Γ_i/Γ_j`` and ``W`` solves the unit
+lower-triangular system ``(I + A) W = diag(β)(V − diag(Γ) K S_0)``,
+``A_ij = β_i D_ij k_iᵀ k_j`` (``j < i``). Splitting ``W = U − W_k S_0`` makes every chunk's
+``A``, triangular solve, ``U`` and ``W_k`` independent of ``S_0``, so they are computed for all
+chunks at once; only the ``d_k × d_k`` affine map ``S_0 ↦ S_L`` is applied chunk after chunk.
+
+Numerics: ``D_ij`` is never a ratio of cumulative products nor ``exp`` of a difference of
+chunk-wide cumulative sums (a gap of ``Δt = 1e10`` would make that ``inf/inf`` or cancel);
+it is ``exp`` of the segment sum ``Σ_{j<l≤i} log γ_l`` built by a masked cumulative sum. The
+masking uses ``torch.where`` because ``log γ`` may be huge and negative (``0 · −inf`` is NaN).
+With ``log_gamma=None`` the same arithmetic runs on exact zeros, so ``γ = 1`` reproduces it
+bit for bit. Half-precision inputs run the triangular solve in float32 (PyTorch has no
+half-precision triangular solve); everything else stays in the input dtype. Differentiable
+by autograd.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _pad_time(x: torch.Tensor, total: int) -> torch.Tensor:
+    """Zero-pad dim 1 to ``total``; padded tokens then act as identity steps (β = 0, γ = 1)."""
+    extra = total - x.shape[1]
+    if extra == 0:
+        return x
+    pad = [0, 0] * (x.ndim - 2) + [0, extra]
+    return F.pad(x, pad)
+
+
+def delta_rule_eager(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    log_gamma: torch.Tensor | None = None,
+    h0: torch.Tensor | None = None,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The delta rule by the chunked WY form; see the module docstring for shapes and math.
+
+    Example:
+        >>> import torch, torch.nn.functional as F
+        >>> B, T, nh, H, dk, dv = 2, 9, 2, 3, 4, 5
+        >>> q = torch.randn(B, T, H, dk)
+        >>> k = F.normalize(torch.randn(B, T, nh, H, dk), dim=-1)
+        >>> v, beta = torch.randn(B, T, nh, H, dv), 2 * torch.rand(B, T, nh, H)
+        >>> o, hT = delta_rule_eager(q, k, v, beta, chunk_size=4)
+        >>> o.shape, hT.shape
+        (torch.Size([2, 9, 3, 5]), torch.Size([2, 3, 4, 5]))
+    """
+    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be an int >= 1; got {chunk_size!r}")
+    B, T, nh, H, dk = k.shape
+    dv = v.shape[-1]
+    dtype, device = q.dtype, q.device
+    if log_gamma is None:
+        log_gamma = torch.zeros(B, T, H, dtype=dtype, device=device)
+    if h0 is None:
+        h0 = torch.zeros(B, H, dk, dv, dtype=dtype, device=device)
+
+    C = min(chunk_size, T)  # tokens per chunk; a chunk longer than T changes nothing
+    n_chunks = -(-T // C)
+    Tp = n_chunks * C
+    L = C * nh  # micro-steps per chunk
+
+    # γ applies on a token's first micro-step only: exact zeros elsewhere.
+    lg = torch.cat([log_gamma.unsqueeze(2), log_gamma.new_zeros(B, T, nh - 1, H)], dim=2)
+
+    # (B, H, n_chunks, L, ·) with micro-step index i = token * nh + j inside a chunk.
+    def micro(x: torch.Tensor) -> torch.Tensor:
+        x = _pad_time(x, Tp).reshape(B, n_chunks, L, H, -1)
+        return x.permute(0, 3, 1, 2, 4)
+
+    kc = micro(k)
+    vc = micro(v)
+    bc = micro(beta.unsqueeze(-1)).squeeze(-1)
+    gc = micro(lg.unsqueeze(-1)).squeeze(-1)
+    qc = _pad_time(q, Tp).reshape(B, n_chunks, C, H, dk).permute(0, 3, 1, 2, 4)
+
+    idx = torch.arange(L, device=device)
+    strict = idx[:, None] > idx[None, :]  # [i, j]: j < i
+    causal = idx[:, None] >= idx[None, :]
+    # seg[i, j] = Σ_{j<l≤i} log γ_l: masked cumsum down the rows of column j.
+    masked = torch.where(strict, gc.unsqueeze(-1), gc.new_zeros(()))
+    seg = masked.cumsum(dim=-2)
+    D = torch.where(causal, seg.exp(), seg.new_zeros(()))  # Γ_i / Γ_j for j ≤ i
+    Gam = gc.cumsum(dim=-1).exp()  # Γ_i from the chunk start, inclusive
+
+    kk = kc @ kc.transpose(-1, -2)
+    A = torch.where(strict, bc.unsqueeze(-1) * D * kk, kk.new_zeros(()))
+    rhs = torch.cat([bc.unsqueeze(-1) * vc, (bc * Gam).unsqueeze(-1) * kc], dim=-1)
+    eye = torch.eye(L, dtype=dtype, device=device)
+    solve_dtype = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    sol = torch.linalg.solve_triangular(
+        (A + eye).to(solve_dtype), rhs.to(solve_dtype), upper=False, unitriangular=True
+    ).to(dtype)
+    U, Wk = sol[..., :dv], sol[..., dv:]  # W = U − Wk S_0
+
+    # Outputs only after each token's last micro-step.
+    D_out = D[..., nh - 1 :: nh, :]  # (…, C, L)
+    P_qk = D_out * (qc @ kc.transpose(-1, -2))
+    q_eff = Gam[..., nh - 1 :: nh].unsqueeze(-1) * qc - P_qk @ Wk  # o = q_eff S_0 + o_u
+    o_u = P_qk @ U
+
+    # Chunk map S_L = M S_0 + N with M = Γ_L I − Kᵀ diag(D_L) Wk, N = Kᵀ diag(D_L) U.
+    kd = (D[..., L - 1, :].unsqueeze(-1) * kc).transpose(-1, -2)
+    eye_k = torch.eye(dk, dtype=dtype, device=device)
+    M = Gam[..., L - 1, None, None] * eye_k - kd @ Wk
+    N = kd @ U
+
+    S = h0.to(dtype)
+    outs = []
+    for c in range(n_chunks):
+        outs.append(q_eff[:, :, c] @ S + o_u[:, :, c])
+        S = M[:, :, c] @ S + N[:, :, c]
+    o = torch.stack(outs, dim=2)  # (B, H, n_chunks, C, dv)
+    o = o.permute(0, 2, 3, 1, 4).reshape(B, Tp, H, dv)[:, :T]
+    return o, S

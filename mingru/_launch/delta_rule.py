@@ -1,0 +1,288 @@
+"""Triton launcher for the delta rule (op ``"delta_rule"``; kernels in ``mingru_kernels.delta_rule``).
+
+Registers two ``torch.library`` custom ops so ``torch.compile(fullgraph=True)`` traces the
+call as opaque nodes:
+
+* ``mingru::delta_rule_fwd(q, k, v, beta, log_gamma?, h0?, micro_chunk)`` →
+  ``(o, h_T, states, M, Qeff)`` — the last three are float32 scratch kept for the backward
+  (chunk start states ``(B·H, NC+1, BK, BV)``, chunk maps ``(B·H, NC, BK, BK)`` and effective
+  queries ``(B·H, NC, CP, BK)``), marked non-differentiable;
+* ``mingru::delta_rule_bwd(...)`` → ``(dq, dk, dv, dbeta, dlog_gamma, dh0)`` (an empty
+  tensor stands for ``None``), wired in with ``register_autograd``.
+
+``chunk_size`` is the eager twin's speed hint; the kernels use their own chunk of
+``LP = launch_config(nh, ...)["LP"]`` micro-steps (a power of two, 32 by default) holding
+``LP // nh`` whole tokens, and ignore ``chunk_size`` after validating it — the result never
+depends on either.
+"""
+
+import math
+
+import torch
+from mingru_kernels import delta_rule as K
+
+__all__ = ["prefer_over_eager", "run", "unsupported_reason"]
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+_POISON = False
+"""Tests set this to fill every output and scratch buffer with NaN before the kernels run,
+so an element a kernel forgets to write shows up as NaN."""
+
+
+def _empty(shape, dtype, device) -> torch.Tensor:
+    out = torch.empty(shape, dtype=dtype, device=device)
+    if _POISON:
+        out.fill_(math.nan)
+    return out
+
+
+# --- argument checks -----------------------------------------------------------------------
+
+
+def _shape_error(name: str, t: torch.Tensor, expected: str) -> ValueError:
+    return ValueError(f"delta_rule: {name} must have shape {expected}; got {tuple(t.shape)}")
+
+
+def check_args(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64) -> None:
+    """Raise ``TypeError``/``ValueError`` naming the argument when the call is malformed."""
+    named = [("q", q), ("k", k), ("v", v), ("beta", beta)]
+    named += [(n, t) for n, t in (("log_gamma", log_gamma), ("h0", h0)) if t is not None]
+    for name, t in named:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"delta_rule: {name} must be a torch.Tensor; got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"delta_rule: {name} must be a floating tensor; got {t.dtype}")
+    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be an int >= 1; got {chunk_size!r}")
+    if k.ndim != 5:
+        raise _shape_error("k", k, "(B, T, nh, H, d_k)")
+    B, T, nh, H, dk = k.shape
+    if q.shape != (B, T, H, dk):
+        raise _shape_error("q", q, f"(B, T, H, d_k) = {(B, T, H, dk)}")
+    if v.ndim != 5 or v.shape[:4] != (B, T, nh, H):
+        raise _shape_error("v", v, f"(B, T, nh, H, d_v) with (B, T, nh, H) = {(B, T, nh, H)}")
+    dv = v.shape[4]
+    if beta.shape != (B, T, nh, H):
+        raise _shape_error("beta", beta, f"(B, T, nh, H) = {(B, T, nh, H)}")
+    if log_gamma is not None and log_gamma.shape != (B, T, H):
+        raise _shape_error("log_gamma", log_gamma, f"(B, T, H) = {(B, T, H)}")
+    if h0 is not None and h0.shape != (B, H, dk, dv):
+        raise _shape_error("h0", h0, f"(B, H, d_k, d_v) = {(B, H, dk, dv)}")
+    devices = {t.device for _, t in named}
+    if len(devices) > 1:
+        raise ValueError(f"delta_rule: all tensors must be on one device; got {sorted(map(str, devices))}")
+
+
+# --- launcher protocol ---------------------------------------------------------------------
+
+
+def unsupported_reason(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64) -> str | None:
+    """Why the Triton kernels cannot run this (well-formed) call, or ``None``."""
+    check_args(q, k, v, beta, log_gamma, h0, chunk_size)
+    for name, t in (("q", q), ("k", k), ("v", v), ("beta", beta), ("log_gamma", log_gamma),
+                    ("h0", h0)):
+        if t is not None and t.dtype not in _DTYPES:
+            return f"{name} has dtype {t.dtype}; the kernels take float32, bfloat16 or float16"
+    B, T, nh, H, dk = k.shape
+    dv = v.shape[-1]
+    if T == 0 or B == 0 or H == 0:
+        return "empty input (B, T or H is 0)"
+    if nh > K.MAX_NH:
+        return f"nh = {nh} > {K.MAX_NH} micro-steps per token"
+    if max(dk, dv) > K.MAX_HEAD_DIM:
+        return f"d_k = {dk}, d_v = {dv}: head sizes above {K.MAX_HEAD_DIM} are not served"
+    return None
+
+
+def prefer_over_eager(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64) -> bool:
+    """Whether ``auto`` should take the kernels for this shape class (to be tuned on GPU)."""
+    return True
+
+
+def run(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64):
+    """The delta rule on the Triton kernels: ``(o (B,T,H,d_v), h_T (B,H,d_k,d_v))`` in
+    ``q``'s dtype, differentiable in every tensor argument.
+
+    Example:
+        >>> import torch, torch.nn.functional as F  # doctest: +SKIP
+        >>> B, T, nh, H, d = 2, 9, 2, 3, 16
+        >>> q = torch.randn(B, T, H, d, device="cuda")
+        >>> k = F.normalize(torch.randn(B, T, nh, H, d, device="cuda"), dim=-1)
+        >>> v, beta = torch.randn(B, T, nh, H, d, device="cuda"), torch.rand(B, T, nh, H, device="cuda")
+        >>> o, h_T = run(q, k, v, beta)
+    """
+    check_args(q, k, v, beta, log_gamma, h0, chunk_size)
+    return _run(q, k, v, beta, log_gamma, h0, 0)
+
+
+def _run(q, k, v, beta, log_gamma, h0, micro_chunk: int):
+    o, h_T, _, _, _ = torch.ops.mingru.delta_rule_fwd(q, k, v, beta, log_gamma, h0, micro_chunk)
+    return o, h_T
+
+
+# --- custom ops ----------------------------------------------------------------------------
+
+
+def _config(k: torch.Tensor, v: torch.Tensor, micro_chunk: int):
+    _, _, nh, _, dk = k.shape
+    return K.launch_config(nh, dk, v.shape[-1], micro_chunk)
+
+
+def _consts(cfg, *names):
+    return {n: cfg[n] for n in names}
+
+
+@torch.library.custom_op("mingru::delta_rule_fwd", mutates_args=())
+def delta_rule_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    log_gamma: torch.Tensor | None,
+    h0: torch.Tensor | None,
+    micro_chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    B, T, nh, H, dk = k.shape
+    dv = v.shape[-1]
+    cfg = _config(k, v, micro_chunk)
+    dev = q.device
+    q, k, v, beta = q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous()
+    has_decay = log_gamma is not None
+    has_h0 = h0 is not None
+    lg = log_gamma.contiguous() if has_decay else q  # placeholder pointer, never read
+    h0c = h0.contiguous() if has_h0 else q
+    BH = B * H
+    nc = K.n_chunks(T, cfg)
+    shp = K.scratch_shapes(BH, T, cfg)
+    f32 = torch.float32
+    states = _empty(shp["states"], f32, dev)
+    M = _empty(shp["M"], f32, dev)
+    N = _empty(shp["N"], f32, dev)
+    qeff = _empty(shp["Qeff"], f32, dev)
+    ou = _empty(shp["Ou"], f32, dev)
+    o = _empty((B, T, H, dv), q.dtype, dev)
+    h_T = _empty((B, H, dk, dv), q.dtype, dev)
+    warps = cfg["num_warps"]
+    K.delta_fwd_prep_kernel[K.grid_chunks(T, BH, cfg)](
+        q, k, v, beta, lg, M, N, qeff, ou, T, H, dk, dv, nc,
+        HAS_DECAY=has_decay, num_warps=warps,
+        **_consts(cfg, "NH", "C", "LP", "CP", "BK", "BV", "SUB", "BLOCKED", "PREC"),
+    )
+    K.delta_fwd_state_kernel[K.grid_rows(BH)](
+        h0c, M, N, states, h_T, dk, dv, nc,
+        HAS_H0=has_h0, num_warps=warps, **_consts(cfg, "BK", "BV", "PREC"),
+    )
+    K.delta_fwd_out_kernel[K.grid_chunks(T, BH, cfg)](
+        qeff, ou, states, o, T, H, dv, nc,
+        num_warps=warps, **_consts(cfg, "C", "CP", "BK", "BV", "PREC"),
+    )
+    return o, h_T, states, M, qeff
+
+
+@delta_rule_fwd.register_fake
+def _(q, k, v, beta, log_gamma, h0, micro_chunk):
+    B, T, nh, H, dk = k.shape
+    dv = v.shape[-1]
+    cfg = _config(k, v, micro_chunk)
+    shp = K.scratch_shapes(B * H, T, cfg)
+    f32 = torch.float32
+    return (
+        q.new_empty((B, T, H, dv)),
+        q.new_empty((B, H, dk, dv)),
+        q.new_empty(shp["states"], dtype=f32),
+        q.new_empty(shp["M"], dtype=f32),
+        q.new_empty(shp["Qeff"], dtype=f32),
+    )
+
+
+@torch.library.custom_op("mingru::delta_rule_bwd", mutates_args=())
+def delta_rule_bwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    log_gamma: torch.Tensor | None,
+    h0: torch.Tensor | None,
+    states: torch.Tensor,
+    M: torch.Tensor,
+    qeff: torch.Tensor,
+    do: torch.Tensor,
+    dh_T: torch.Tensor | None,
+    micro_chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    B, T, nh, H, dk = k.shape
+    dv = v.shape[-1]
+    cfg = _config(k, v, micro_chunk)
+    dev = q.device
+    q, k, v, beta, do = (t.contiguous() for t in (q, k, v, beta, do))
+    has_decay = log_gamma is not None
+    has_h0 = h0 is not None
+    has_dht = dh_T is not None
+    lg = log_gamma.contiguous() if has_decay else q
+    dht = dh_T.contiguous() if has_dht else q
+    BH = B * H
+    nc = K.n_chunks(T, cfg)
+    dstates = _empty(K.scratch_shapes(BH, T, cfg)["N"], torch.float32, dev)
+    dq = _empty(q.shape, q.dtype, dev)
+    dk_ = _empty(k.shape, k.dtype, dev)
+    dv_ = _empty(v.shape, v.dtype, dev)
+    dbeta = _empty(beta.shape, beta.dtype, dev)
+    dlg = _empty(log_gamma.shape, log_gamma.dtype, dev) if has_decay else q.new_empty(0)
+    dh0 = _empty(h0.shape, h0.dtype, dev) if has_h0 else q.new_empty(0)
+    warps = cfg["num_warps"]
+    K.delta_bwd_state_kernel[K.grid_rows(BH)](
+        dht, do, M, qeff, dstates, dh0 if has_h0 else q, T, H, dk, dv, nc,
+        HAS_DHT=has_dht, HAS_H0=has_h0, num_warps=warps,
+        **_consts(cfg, "C", "CP", "BK", "BV", "PREC"),
+    )
+    K.delta_bwd_grads_kernel[K.grid_chunks(T, BH, cfg)](
+        q, k, v, beta, lg, states, dstates, do, dq, dk_, dv_, dbeta,
+        dlg if has_decay else q, T, H, dk, dv, nc,
+        HAS_DECAY=has_decay, num_warps=warps,
+        **_consts(cfg, "NH", "C", "LP", "CP", "BK", "BV", "SUB", "BLOCKED", "PREC"),
+    )
+    return dq, dk_, dv_, dbeta, dlg, dh0
+
+
+@delta_rule_bwd.register_fake
+def _(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, micro_chunk):
+    return (
+        torch.empty_like(q, memory_format=torch.contiguous_format),
+        torch.empty_like(k, memory_format=torch.contiguous_format),
+        torch.empty_like(v, memory_format=torch.contiguous_format),
+        torch.empty_like(beta, memory_format=torch.contiguous_format),
+        torch.empty_like(log_gamma, memory_format=torch.contiguous_format)
+        if log_gamma is not None else q.new_empty(0),
+        torch.empty_like(h0, memory_format=torch.contiguous_format)
+        if h0 is not None else q.new_empty(0),
+    )
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, beta, log_gamma, h0, micro_chunk = inputs
+    _, _, states, M, qeff = output
+    ctx.mark_non_differentiable(states, M, qeff)
+    ctx.has_decay = log_gamma is not None
+    ctx.has_h0 = h0 is not None
+    ctx.micro_chunk = micro_chunk
+    ctx.save_for_backward(q, k, v, beta, log_gamma, h0, states, M, qeff)
+
+
+def _backward(ctx, do, dh_T, _d_states, _d_M, _d_qeff):
+    q, k, v, beta, log_gamma, h0, states, M, qeff = ctx.saved_tensors
+    if do is None:
+        B, T, _, H, _ = k.shape
+        do = q.new_zeros((B, T, H, v.shape[-1]))
+    dq, dk, dv, dbeta, dlg, dh0 = torch.ops.mingru.delta_rule_bwd(
+        q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, ctx.micro_chunk
+    )
+    return (
+        dq, dk, dv, dbeta,
+        dlg if ctx.has_decay else None,
+        dh0 if ctx.has_h0 else None,
+        None,
+    )
+
+
+delta_rule_fwd.register_autograd(_backward, setup_context=_setup_context)

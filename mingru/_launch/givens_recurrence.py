@@ -1,0 +1,217 @@
+"""Triton launcher for the fused rotation/Givens recurrence (dispatch op ``givens_recurrence``).
+
+``h_t = γ_t G_{R-1} ⋯ G_0 diag(scale_t) h_{t-1} + b_t`` per block, with the rotations applied to
+the state vector in-kernel (:mod:`mingru_kernels.givens_scan`). Forward and backward are
+``torch.library`` custom ops (``mingru::givens_recurrence`` and ``_bwd``) with fake
+implementations, so ``torch.compile(fullgraph=True)`` traces them. Saved for backward: the
+inputs and the output ``h`` (the backward reads ``h_{t-1}`` from it); no per-token matrices.
+
+Imported only by :mod:`mingru.dispatch`, after :func:`mingru.available` returned ``True``.
+"""
+
+import contextlib
+
+import torch
+from mingru_kernels import givens_scan as kern
+
+from mingru.dispatch import interpreter_mode
+
+__all__ = ["prefer_over_eager", "run", "unsupported_reason"]
+
+KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+SUPPORTED_K = (2, 4, 8, 16)
+
+SEG_LEN: int | None = None
+"""Force the segment length (tests use it to run the carry path on tiny ``T``)."""
+
+POISON_OUTPUTS = False
+"""Fill outputs and scratch with NaN before the kernels run (tests: unwritten slots fail)."""
+
+
+def unsupported_reason(
+    theta: torch.Tensor,
+    b: torch.Tensor,
+    h0: torch.Tensor,
+    scale: torch.Tensor | None = None,
+    log_gamma: torch.Tensor | None = None,
+) -> str | None:
+    """Why the kernel cannot run this call, or ``None``."""
+    k = b.shape[-1]
+    if theta.dtype not in KERNEL_DTYPES:
+        return f"{theta.dtype} runs eager (kernels take float32, bfloat16, float16)"
+    if k not in SUPPORTED_K:
+        return f"k={k} not in {{2, 4, 8, 16}}"
+    if not theta.is_cuda and not interpreter_mode():
+        return f"inputs on {theta.device} (the kernels need CUDA, or TRITON_INTERPRET=1)"
+    return None
+
+
+def prefer_over_eager(*args, **kwargs) -> bool:
+    """The fused kernel beats the eager matrix path on every supported shape class."""
+    return True
+
+
+def run(
+    theta: torch.Tensor,
+    b: torch.Tensor,
+    h0: torch.Tensor,
+    scale: torch.Tensor | None = None,
+    log_gamma: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``h (B, T, n, k)``; differentiable in every input."""
+    return givens_recurrence_op(theta, b, h0, scale, log_gamma)
+
+
+# ----------------------------------------------------------------------------- plumbing
+
+
+def _empty(shape, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    dtype = like.dtype if dtype is None else dtype
+    if POISON_OUTPUTS:
+        return torch.full(shape, float("nan"), dtype=dtype, device=like.device)
+    return torch.empty(shape, dtype=dtype, device=like.device)
+
+
+def _device_ctx(x: torch.Tensor):
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _contig(x: torch.Tensor | None) -> torch.Tensor | None:
+    return None if x is None else x.contiguous()
+
+
+def _forward(theta, b, h0, scale, log_gamma) -> torch.Tensor:
+    theta, b, h0 = theta.contiguous(), b.contiguous(), h0.contiguous()
+    scale, log_gamma = _contig(scale), _contig(log_gamma)
+    B, T, n, R, k2 = theta.shape
+    k = 2 * k2
+    h = _empty(b.shape, b)
+    npair = B * n
+    if npair == 0:
+        return h
+    cfg = kern.givens_config(k, R)
+    seg_len, nseg = kern.segment_plan(T, SEG_LEN)
+    consts = dict(K2=k2, R=R, RP=cfg["RP"], HAS_SCALE=scale is not None,
+                  HAS_GAMMA=log_gamma is not None)
+    s_arg = b if scale is None else scale  # dummy pointers when absent
+    g_arg = b if log_gamma is None else log_gamma
+    with _device_ctx(b):
+        m, c = b, b  # unread when nseg == 1
+        if nseg > 1:
+            m = _empty((npair, nseg, k, k), b, torch.float32)
+            c = _empty((npair, nseg, k), b, torch.float32)
+            kern.givens_fwd_kernel[(_cdiv(npair, cfg["LP_COMP"]), nseg)](
+                theta, b, s_arg, g_arg, h0, h, m, c, npair, n, T, seg_len, nseg,
+                LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **consts,
+            )
+        kern.givens_fwd_kernel[(_cdiv(npair, cfg["LP"]), nseg)](
+            theta, b, s_arg, g_arg, h0, h, m, c, npair, n, T, seg_len, nseg,
+            LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
+        )
+    return h
+
+
+def _backward(theta, h0, scale, log_gamma, h, dh):
+    theta, h0, h, dh = theta.contiguous(), h0.contiguous(), h.contiguous(), dh.contiguous()
+    scale, log_gamma = _contig(scale), _contig(log_gamma)
+    B, T, n, R, k2 = theta.shape
+    k = 2 * k2
+    dtheta, db, dh0 = _empty(theta.shape, theta), _empty(h.shape, h), _empty(h0.shape, h0)
+    dscale = None if scale is None else _empty(scale.shape, scale)
+    dlog_gamma = None if log_gamma is None else _empty(log_gamma.shape, log_gamma)
+    npair = B * n
+    if npair == 0:
+        return dtheta, db, dh0, dscale, dlog_gamma
+    cfg = kern.givens_config(k, R)
+    seg_len, nseg = kern.segment_plan(T, SEG_LEN)
+    consts = dict(K2=k2, R=R, RP=cfg["RP"], HAS_SCALE=scale is not None,
+                  HAS_GAMMA=log_gamma is not None)
+    s_arg = h if scale is None else scale  # dummy pointers when absent
+    g_arg = h if log_gamma is None else log_gamma
+    ds_arg = db if dscale is None else dscale
+    dg_arg = db if dlog_gamma is None else dlog_gamma
+    args = (theta, s_arg, g_arg, h, h0, dh, dtheta, db, ds_arg, dg_arg, dh0)
+    with _device_ctx(h):
+        m, c = h, h  # unread when nseg == 1
+        if nseg > 1:
+            m = _empty((npair, nseg, k, k), h, torch.float32)
+            c = _empty((npair, nseg, k), h, torch.float32)
+            kern.givens_bwd_kernel[(_cdiv(npair, cfg["LP_COMP"]), nseg)](
+                *args, m, c, npair, n, T, seg_len, nseg,
+                LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **consts,
+            )
+        kern.givens_bwd_kernel[(_cdiv(npair, cfg["LP"]), nseg)](
+            *args, m, c, npair, n, T, seg_len, nseg,
+            LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
+        )
+    return dtheta, db, dh0, dscale, dlog_gamma
+
+
+# ----------------------------------------------------------------------------- custom ops
+
+
+@torch.library.custom_op("mingru::givens_recurrence", mutates_args=())
+def givens_recurrence_op(
+    theta: torch.Tensor,
+    b: torch.Tensor,
+    h0: torch.Tensor,
+    scale: torch.Tensor | None,
+    log_gamma: torch.Tensor | None,
+) -> torch.Tensor:
+    """``h`` of the fused Givens recurrence on the Triton kernels."""
+    return _forward(theta, b, h0, scale, log_gamma)
+
+
+@givens_recurrence_op.register_fake
+def _(theta, b, h0, scale, log_gamma):
+    return b.new_empty(b.shape)
+
+
+@torch.library.custom_op("mingru::givens_recurrence_bwd", mutates_args=())
+def givens_recurrence_bwd_op(
+    theta: torch.Tensor,
+    h0: torch.Tensor,
+    scale: torch.Tensor | None,
+    log_gamma: torch.Tensor | None,
+    h: torch.Tensor,
+    dh: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dtheta, db, dh0, dscale, dlog_gamma)`` from the saved inputs, ``h`` and ``dh``;
+    an absent ``scale`` / ``log_gamma`` gets an empty placeholder gradient."""
+    grads = _backward(theta, h0, scale, log_gamma, h, dh)
+    return tuple(theta.new_empty(0) if g is None else g for g in grads)
+
+
+@givens_recurrence_bwd_op.register_fake
+def _(theta, h0, scale, log_gamma, h, dh):
+    return (
+        theta.new_empty(theta.shape),
+        h.new_empty(h.shape),
+        h0.new_empty(h0.shape),
+        theta.new_empty(0) if scale is None else scale.new_empty(scale.shape),
+        theta.new_empty(0) if log_gamma is None else log_gamma.new_empty(log_gamma.shape),
+    )
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    theta, _, h0, scale, log_gamma = inputs
+    ctx.has_scale = scale is not None
+    ctx.has_gamma = log_gamma is not None
+    ctx.save_for_backward(theta, h0, scale, log_gamma, output)
+
+
+def _autograd_backward(ctx, dh):
+    theta, h0, scale, log_gamma, h = ctx.saved_tensors
+    if dh is None:
+        return None, None, None, None, None
+    dtheta, db, dh0, dscale, dlog_gamma = givens_recurrence_bwd_op(
+        theta, h0, scale, log_gamma, h, dh)
+    return (dtheta, db, dh0, dscale if ctx.has_scale else None,
+            dlog_gamma if ctx.has_gamma else None)
+
+
+givens_recurrence_op.register_autograd(_autograd_backward, setup_context=_setup_context)

@@ -1,0 +1,138 @@
+"""Triton launcher for :func:`mingru.linear_scan`: the custom ops ``mingru::linear_scan_fwd``
+and ``mingru::linear_scan_bwd`` (kernels in :mod:`mingru_kernels.linear_scan`).
+
+Registered with ``torch.library`` (fake + autograd) so ``torch.compile(fullgraph=True)``
+traces them. Backward saves ``a`` and the outputs ``P, Z`` only.
+"""
+
+from __future__ import annotations
+
+import torch
+from mingru_kernels import linear_scan as K
+
+from mingru._launch import _elementwise as E
+
+__all__ = ["prefer_over_eager", "run", "unsupported_reason"]
+
+
+def unsupported_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:
+    """Why the kernel cannot run ``linear_scan(a, b)``, or ``None``."""
+    return E.unsupported_reason(a)
+
+
+def prefer_over_eager(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``auto`` should pick the kernel (set from GPU benchmarks)."""
+    return True
+
+
+def run(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(P, Z)`` for ``a, b (B, T, D)`` on the Triton kernels; differentiable."""
+    return linear_scan_fwd(a, b)
+
+
+def _forward(a, b, P, Z, cfg) -> None:
+    B, T, D = a.shape
+    n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
+    grid, kw = K.grid(cfg, B), E.launch_kwargs(cfg)
+    dims = (T, D, int(cfg["chunk_len"]), n_chunks, n_dblk)
+    with E.device_guard(a):
+        if cfg["strategy"] == "walk":
+            K.linear_scan_fwd_kernel[grid](a, b, P, Z, P, Z, *dims, MODE=K.WALK, **kw)
+            return
+        sa, sb = E.scratch(B, cfg, D, a.device), E.scratch(B, cfg, D, a.device)
+        ca, cb = E.scratch(B, cfg, D, a.device), E.scratch(B, cfg, D, a.device)
+        K.linear_scan_fwd_kernel[grid](a, b, P, Z, sa, sb, *dims, MODE=K.SUMMARY, **kw)
+        K.linear_carry_kernel[K.carry_grid(cfg, B)](
+            sa, sb, sb, ca, cb, cb, n_chunks, D, n_dblk,
+            REVERSE=False, STORE_A=True, HAS_Y=False, **E.carry_kwargs(cfg),
+        )
+        K.linear_scan_fwd_kernel[grid](a, b, P, Z, ca, cb, *dims, MODE=K.APPLY, **kw)
+
+
+def _backward(a, P, Z, dP, dZ, da, db, cfg) -> None:
+    B, T, D = a.shape
+    n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
+    grid, kw = K.grid(cfg, B), E.launch_kwargs(cfg)
+    dims = (T, D, int(cfg["chunk_len"]), n_chunks, n_dblk)
+    has_dp = dP is not None
+    dP = dZ if dP is None else dP  # a placeholder pointer when HAS_DP is False
+    with E.device_guard(a):
+        if cfg["strategy"] == "walk":
+            K.linear_scan_bwd_kernel[grid](
+                a, P, Z, dP, dZ, da, db, da, da, da, *dims, MODE=K.WALK, HAS_DP=has_dp, **kw
+            )
+            return
+        sc, sg, sgp = (E.scratch(B, cfg, D, a.device) for _ in range(3))
+        cg, cgp = E.scratch(B, cfg, D, a.device), E.scratch(B, cfg, D, a.device)
+        K.linear_scan_bwd_kernel[grid](
+            a, P, Z, dP, dZ, da, db, sc, sg, sgp, *dims, MODE=K.SUMMARY, HAS_DP=has_dp, **kw
+        )
+        K.linear_carry_kernel[K.carry_grid(cfg, B)](
+            sc, sg, sgp, sc, cg, cgp, n_chunks, D, n_dblk,
+            REVERSE=True, STORE_A=False, HAS_Y=has_dp, **E.carry_kwargs(cfg),
+        )
+        K.linear_scan_bwd_kernel[grid](
+            a, P, Z, dP, dZ, da, db, sc, cg, cgp, *dims, MODE=K.APPLY, HAS_DP=has_dp, **kw
+        )
+
+
+@torch.library.custom_op("mingru::linear_scan_fwd", mutates_args=())
+def linear_scan_fwd(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward op: ``(P, Z)`` for ``a, b (B, T, D)``."""
+    a, b = a.contiguous(), b.contiguous()
+    cfg = E.make_plan(a)
+    P = E.new_tensor(a.shape, a.dtype, a.device)
+    Z = E.new_tensor(a.shape, a.dtype, a.device)
+    _forward(a, b, P, Z, cfg)
+    return P, Z
+
+
+@linear_scan_fwd.register_fake
+def _(a, b):
+    return torch.empty_like(a, memory_format=torch.contiguous_format), torch.empty_like(
+        a, memory_format=torch.contiguous_format
+    )
+
+
+@torch.library.custom_op("mingru::linear_scan_bwd", mutates_args=())
+def linear_scan_bwd(
+    a: torch.Tensor,
+    P: torch.Tensor,
+    Z: torch.Tensor,
+    dP: torch.Tensor | None,
+    dZ: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Backward op: ``(da, db)`` from the saved ``a, P, Z`` and the output gradients."""
+    a = a.contiguous()
+    cfg = E.make_plan(a)
+    dZ = torch.zeros_like(Z) if dZ is None else dZ.contiguous()
+    dP = None if dP is None else dP.contiguous()
+    da = E.new_tensor(a.shape, a.dtype, a.device)
+    db = E.new_tensor(a.shape, a.dtype, a.device)
+    _backward(a, P.contiguous(), Z.contiguous(), dP, dZ, da, db, cfg)
+    return da, db
+
+
+@linear_scan_bwd.register_fake
+def _(a, P, Z, dP, dZ):
+    return torch.empty_like(a, memory_format=torch.contiguous_format), torch.empty_like(
+        a, memory_format=torch.contiguous_format
+    )
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    a, _ = inputs
+    P, Z = output
+    ctx.save_for_backward(a, P, Z)
+    # Unused outputs arrive as None (in eager), which skips the dP scan entirely.
+    ctx.set_materialize_grads(False)
+
+
+def _backward_formula(ctx, dP, dZ):
+    if dP is None and dZ is None:
+        return None, None
+    a, P, Z = ctx.saved_tensors
+    return linear_scan_bwd(a, P, Z, dP, dZ)
+
+
+linear_scan_fwd.register_autograd(_backward_formula, setup_context=_setup_context)

@@ -1,0 +1,172 @@
+"""Triton launcher for ``matrix_affine_scan`` (and ``matrix_scan``, which is its ``k=2, v=1``).
+
+Thin: shapes, buffers, grids and the autograd/compile registration. The kernels and their
+launch metadata live in :mod:`mingru_kernels.affine_scan`. The forward and backward are
+``torch.library`` custom ops (``mingru::matrix_affine_scan`` and its ``_bwd``) with fake
+implementations, so ``torch.compile(fullgraph=True)`` traces them without graph breaks.
+Saved for backward: ``A`` and the outputs ``P, Z`` only.
+
+Imported only by :mod:`mingru.dispatch`, after :func:`mingru.available` returned ``True``.
+"""
+
+import contextlib
+
+import torch
+from mingru_kernels import affine_scan as kern
+
+from mingru.dispatch import interpreter_mode
+
+__all__ = ["prefer_over_eager", "run", "unsupported_reason"]
+
+KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+SEG_LEN: int | None = None
+"""Force the segment length (tests use it to run the carry path on tiny ``T``)."""
+
+POISON_OUTPUTS = False
+"""Fill outputs and scratch with NaN before the kernels run (tests: unwritten slots fail)."""
+
+
+def unsupported_reason(A: torch.Tensor, Bm: torch.Tensor) -> str | None:
+    """Why the kernel cannot run ``matrix_affine_scan(A, Bm)``, or ``None``."""
+    k, v = A.shape[-1], Bm.shape[-1]
+    if A.dtype not in KERNEL_DTYPES:
+        return f"{A.dtype} runs eager (kernels take float32, bfloat16, float16)"
+    if k not in kern.SUPPORTED_SIZES:
+        return f"k={k} not in {{1, 2, 4, 8, 16}}"
+    if v not in kern.SUPPORTED_SIZES:
+        return f"v={v} not in {{1, 2, 4, 8, 16}}"
+    if not A.is_cuda and not interpreter_mode():
+        return f"inputs on {A.device} (the kernels need CUDA, or TRITON_INTERPRET=1)"
+    return None
+
+
+def prefer_over_eager(A: torch.Tensor, Bm: torch.Tensor) -> bool:
+    """The kernel beats eager on every supported shape class."""
+    return True
+
+
+def run(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(P, Z)`` for ``H_t = A_t H_{t-1} + B_t``; differentiable in ``A`` and ``Bm``."""
+    return matrix_affine_scan_op(A, Bm)
+
+
+# ----------------------------------------------------------------------------- plumbing
+
+
+def _empty(shape, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    dtype = like.dtype if dtype is None else dtype
+    if POISON_OUTPUTS:
+        return torch.full(shape, float("nan"), dtype=dtype, device=like.device)
+    return torch.empty(shape, dtype=dtype, device=like.device)
+
+
+def _device_ctx(x: torch.Tensor):
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _forward(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    A, Bm = A.contiguous(), Bm.contiguous()
+    B, T, n, k, _ = A.shape
+    v = Bm.shape[-1]
+    P, Z = _empty(A.shape, A), _empty(Bm.shape, Bm)
+    npair = B * n
+    if npair == 0:
+        return P, Z
+    cfg = kern.affine_config(k, v)
+    seg_len, nseg = kern.segment_plan(T, SEG_LEN)
+    grid = (_cdiv(npair, cfg["LP"]), nseg)
+    consts = dict(K=k, V=v, LP=cfg["LP"], num_warps=cfg["num_warps"])
+    with _device_ctx(A):
+        m, c = A, Bm  # unread when nseg == 1
+        if nseg > 1:
+            m = _empty((npair, nseg, k, k), A, torch.float32)
+            c = _empty((npair, nseg, k, v), A, torch.float32)
+            kern.affine_fwd_kernel[grid](
+                A, Bm, P, Z, m, c, npair, n, T, seg_len, nseg, COMPOSITE=True, **consts
+            )
+        kern.affine_fwd_kernel[grid](
+            A, Bm, P, Z, m, c, npair, n, T, seg_len, nseg, COMPOSITE=False, **consts
+        )
+    return P, Z
+
+
+def _backward(
+    A: torch.Tensor, P: torch.Tensor, Z: torch.Tensor,
+    dP: torch.Tensor | None, dZ: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    A, P, Z, dZ = A.contiguous(), P.contiguous(), Z.contiguous(), dZ.contiguous()
+    has_dp = dP is not None
+    dP = dP.contiguous() if has_dp else dZ  # dummy pointer when absent
+    B, T, n, k, _ = A.shape
+    v = Z.shape[-1]
+    dA, dB = _empty(A.shape, A), _empty(Z.shape, Z)
+    npair = B * n
+    if npair == 0:
+        return dA, dB
+    cfg = kern.affine_config(k, v)
+    seg_len, nseg = kern.segment_plan(T, SEG_LEN)
+    grid = (_cdiv(npair, cfg["LP"]), nseg)
+    consts = dict(K=k, V=v, LP=cfg["LP"], HAS_DP=has_dp, num_warps=cfg["num_warps"])
+    with _device_ctx(A):
+        m, c = A, Z  # unread when nseg == 1
+        if nseg > 1:
+            m = _empty((npair, nseg, k, k), A, torch.float32)
+            c = _empty((npair, nseg, k, v + k), A, torch.float32)
+            kern.affine_bwd_kernel[grid](
+                A, P, Z, dP, dZ, dA, dB, m, c, npair, n, T, seg_len, nseg,
+                COMPOSITE=True, **consts,
+            )
+        kern.affine_bwd_kernel[grid](
+            A, P, Z, dP, dZ, dA, dB, m, c, npair, n, T, seg_len, nseg,
+            COMPOSITE=False, **consts,
+        )
+    return dA, dB
+
+
+# ----------------------------------------------------------------------------- custom ops
+
+
+@torch.library.custom_op("mingru::matrix_affine_scan", mutates_args=())
+def matrix_affine_scan_op(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(P, Z)`` of the block affine scan on the Triton kernels."""
+    return _forward(A, Bm)
+
+
+@matrix_affine_scan_op.register_fake
+def _(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return A.new_empty(A.shape), Bm.new_empty(Bm.shape)
+
+
+@torch.library.custom_op("mingru::matrix_affine_scan_bwd", mutates_args=())
+def matrix_affine_scan_bwd_op(
+    A: torch.Tensor, P: torch.Tensor, Z: torch.Tensor,
+    dP: torch.Tensor | None, dZ: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dA, dBm)`` from the saved ``A, P, Z`` and the output gradients."""
+    return _backward(A, P, Z, dP, dZ)
+
+
+@matrix_affine_scan_bwd_op.register_fake
+def _(A, P, Z, dP, dZ):
+    return A.new_empty(A.shape), Z.new_empty(Z.shape)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    A, _ = inputs
+    P, Z = output
+    ctx.save_for_backward(A, P, Z)
+
+
+def _autograd_backward(ctx, dP, dZ):
+    A, P, Z = ctx.saved_tensors
+    if dZ is None:
+        dZ = torch.zeros_like(Z)
+    return matrix_affine_scan_bwd_op(A, P, Z, dP, dZ)
+
+
+matrix_affine_scan_op.register_autograd(_autograd_backward, setup_context=_setup_context)

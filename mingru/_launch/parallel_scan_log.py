@@ -1,0 +1,122 @@
+"""Triton launcher for :func:`mingru.parallel_scan_log`: the custom ops
+``mingru::parallel_scan_log_fwd`` and ``mingru::parallel_scan_log_bwd`` (kernels in
+:mod:`mingru_kernels.log_scan`).
+
+Registered with ``torch.library`` (fake + autograd) so ``torch.compile(fullgraph=True)``
+traces them. Backward saves the inputs and the output ``h`` (not ``log h``: the forward then
+writes ``h`` only, the bandwidth floor; the backward takes ``log₂ h`` itself).
+"""
+
+from __future__ import annotations
+
+import torch
+from mingru_kernels import log_scan as K
+
+from mingru._launch import _elementwise as E
+
+__all__ = ["prefer_over_eager", "run", "unsupported_reason"]
+
+
+def unsupported_reason(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> str | None:
+    """Why the kernel cannot run ``parallel_scan_log(log_coeffs, log_values)``, or ``None``."""
+    return E.unsupported_reason(log_coeffs)
+
+
+def prefer_over_eager(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> bool:
+    """Whether ``auto`` should pick the kernel (set from GPU benchmarks)."""
+    return True
+
+
+def run(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
+    """``h (B, T, D)`` on the Triton kernels; differentiable in both inputs."""
+    return parallel_scan_log_fwd(log_coeffs, log_values)
+
+
+def _forward(la, lv, h, cfg) -> None:
+    B, T, D = la.shape
+    n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
+    grid, kw = K.grid(cfg, B), E.launch_kwargs(cfg)
+    dims = (T, D, int(cfg["chunk_len"]), n_chunks, n_dblk)
+    with E.device_guard(la):
+        if cfg["strategy"] == "walk":
+            K.log_scan_fwd_kernel[grid](la, lv, h, h, h, *dims, MODE=K.WALK, **kw)
+            return
+        sA, sL, cL = (E.scratch(B, cfg, D, la.device) for _ in range(3))
+        K.log_scan_fwd_kernel[grid](la, lv, h, sA, sL, *dims, MODE=K.SUMMARY, **kw)
+        K.log_carry_kernel[K.carry_grid(cfg, B)](
+            sA, sL, lv, cL, T, n_chunks, D, n_dblk, **E.carry_kwargs(cfg)
+        )
+        K.log_scan_fwd_kernel[grid](la, lv, h, sA, cL, *dims, MODE=K.APPLY, **kw)
+
+
+def _backward(la, lv, h, dh, dla, dlv, cfg) -> None:
+    B, T, D = la.shape
+    n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
+    grid, kw = K.grid(cfg, B), E.launch_kwargs(cfg)
+    dims = (T, D, int(cfg["chunk_len"]), n_chunks, n_dblk)
+    with E.device_guard(la):
+        if cfg["strategy"] == "walk":
+            K.log_scan_bwd_kernel[grid](la, lv, h, dh, dla, dlv, dla, dla, *dims,
+                                        MODE=K.WALK, **kw)
+            return
+        sc, sg, cg = (E.scratch(B, cfg, D, la.device) for _ in range(3))
+        K.log_scan_bwd_kernel[grid](la, lv, h, dh, dla, dlv, sc, sg, *dims,
+                                    MODE=K.SUMMARY, **kw)
+        K.linear_carry_kernel[K.carry_grid(cfg, B)](
+            sc, sg, sg, sc, cg, cg, n_chunks, D, n_dblk,
+            REVERSE=True, STORE_A=False, HAS_Y=False, **E.carry_kwargs(cfg),
+        )
+        K.log_scan_bwd_kernel[grid](la, lv, h, dh, dla, dlv, sc, cg, *dims,
+                                    MODE=K.APPLY, **kw)
+
+
+@torch.library.custom_op("mingru::parallel_scan_log_fwd", mutates_args=())
+def parallel_scan_log_fwd(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
+    """Forward op: ``h (B, T, D)``."""
+    la, lv = log_coeffs.contiguous(), log_values.contiguous()
+    cfg = E.make_plan(la)
+    h = E.new_tensor(la.shape, la.dtype, la.device)
+    _forward(la, lv, h, cfg)
+    return h
+
+
+@parallel_scan_log_fwd.register_fake
+def _(log_coeffs, log_values):
+    return torch.empty_like(log_coeffs, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("mingru::parallel_scan_log_bwd", mutates_args=())
+def parallel_scan_log_bwd(
+    log_coeffs: torch.Tensor,
+    log_values: torch.Tensor,
+    h: torch.Tensor,
+    dh: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Backward op: ``(d log_coeffs, d log_values)`` from the inputs, ``h`` and ``dh``."""
+    la, lv = log_coeffs.contiguous(), log_values.contiguous()
+    cfg = E.make_plan(la)
+    dla = E.new_tensor(la.shape, la.dtype, la.device)
+    dlv = E.new_tensor(lv.shape, lv.dtype, lv.device)
+    _backward(la, lv, h.contiguous(), dh.contiguous(), dla, dlv, cfg)
+    return dla, dlv
+
+
+@parallel_scan_log_bwd.register_fake
+def _(log_coeffs, log_values, h, dh):
+    return (
+        torch.empty_like(log_coeffs, memory_format=torch.contiguous_format),
+        torch.empty_like(log_values, memory_format=torch.contiguous_format),
+    )
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    log_coeffs, log_values = inputs
+    ctx.save_for_backward(log_coeffs, log_values, output)
+
+
+def _backward_formula(ctx, dh):
+    log_coeffs, log_values, h = ctx.saved_tensors
+    return parallel_scan_log_bwd(log_coeffs, log_values, h, dh)
+
+
+parallel_scan_log_fwd.register_autograd(_backward_formula, setup_context=_setup_context)

@@ -1,0 +1,452 @@
+"""``mingru bench``: time the scans and mixers on every backend that can run here.
+
+Backends: ``loop`` (a plain sequential PyTorch loop, the baseline), ``eager`` (the library's
+parallel scans in PyTorch), ``compile`` (``torch.compile`` of the eager code), ``triton``
+(the fused kernels, CUDA or ``TRITON_INTERPRET=1``), ``jax`` and ``jax-triton`` (the
+``mingru_jax`` twins, when JAX is installed), and peer kernels (``accelerated_scan``,
+``fla``) when they are installed and CUDA is present.
+
+Each timing is the median of repeated calls after warm-up: ``triton.testing.do_bench`` on CUDA
+(CUDA events when Triton is missing), ``time.perf_counter`` on CPU. ``fwd`` runs under
+``no_grad``; ``fwd+bwd`` is forward then ``.float().sum().backward()`` over every output.
+Ratios in the tables are always between timings taken in the same run.
+
+Example:
+    $ mingru bench --device cpu --quick --out bench-out
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mingru import bench_cases as C
+from mingru.bench_plans import Plan, make_plan
+
+__all__ = ["add_arguments", "run", "run_from_args", "time_call", "to_markdown"]
+
+PEERS = ("accelerated_scan", "fla")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``mingru bench`` flags."""
+    p.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                   help="where to run (default: cuda if available, else cpu)")
+    p.add_argument("--quick", action="store_true",
+                   help="small shapes, few repeats, no torch.compile (a smoke run)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    p.add_argument("--groups", default=None,
+                   help="comma-separated groups to run (default: all for the device); "
+                        "cpu: cpu-mixers,cpu-scans; cuda: gpu-scans,gpu-huge,gpu-fused,"
+                        "gpu-mixers,gpu-memory")
+    p.add_argument("--backends", default=None,
+                   help="comma-separated backends (default: all that can run): "
+                        "loop,eager,compile,triton,jax,jax-triton,accelerated_scan,fla")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats on CPU (median)")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up calls on CPU")
+    p.add_argument("--out", default="mingru-bench",
+                   help="directory for bench.json, bench.md and bench.png (default ./mingru-bench)")
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda was asked for but CUDA is not available")
+    plan = make_plan(
+        device, quick=args.quick, dtype=getattr(torch, args.dtype),
+        groups=_split(args.groups), backends=_split(args.backends),
+        repeats=args.repeats, warmup=args.warmup,
+    )
+    result = run(plan, command=getattr(args, "command_line", None))
+    md = to_markdown(result)
+    print(md)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    (out / "bench.md").write_text(md + "\n")
+    written = [out / "bench.json", out / "bench.md"]
+    if save_plot(result, out / "bench.png"):
+        written.append(out / "bench.png")
+    print("wrote " + ", ".join(str(w) for w in written), file=sys.stderr)
+    return 0
+
+
+def _split(text: str | None) -> list[str] | None:
+    return [t.strip() for t in text.split(",") if t.strip()] if text else None
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_call(fn: Callable[[], Any], device: str, warmup: int, repeats: int,
+              wall: bool = False) -> float:
+    """Median milliseconds of ``fn()`` after ``warmup`` calls.
+
+    On CUDA this uses ``triton.testing.do_bench`` (median mode; it also clears the L2 cache
+    between calls) or CUDA events; ``wall=True`` forces ``perf_counter`` with a device sync
+    (used for JAX, whose calls ``fn`` itself blocks on).
+    """
+    if device == "cuda" and not wall:
+        try:
+            from triton.testing import do_bench
+        except ImportError:
+            do_bench = None
+        if do_bench is not None:
+            return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+        for _ in range(max(1, warmup)):
+            fn()
+        times = []
+        for _ in range(max(1, repeats)):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        return statistics.median(times)
+    for _ in range(max(1, warmup)):
+        fn()
+    _sync(device)
+    times = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def copy_bandwidth(device: str, repeats: int = 5) -> float:
+    """Measured device copy bandwidth in bytes/s: a large ``clone`` (read + write)."""
+    n = (1 << 28) if device == "cuda" else (1 << 24)
+    x = torch.empty(n, dtype=torch.float32, device=device).fill_(1.0)
+    ms = time_call(lambda: x.clone(), device, warmup=2, repeats=repeats)
+    del x
+    return 2 * n * 4 / (ms * 1e-3)
+
+
+def _nbytes(ts: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in C.all_outputs(ts))
+
+
+def _fwd_bwd(run: Callable[..., Any], xs: C.Tensors, module: torch.nn.Module | None) -> Callable[[], None]:
+    params = list(module.parameters()) if module is not None else []
+
+    def call() -> None:
+        for t in (*xs, *params):
+            t.grad = None
+        outs = C.all_outputs(run(*xs))
+        loss = outs[0].float().sum()
+        for o in outs[1:]:
+            loss = loss + o.float().sum()
+        loss.backward()
+
+    return call
+
+
+def _fwd(run: Callable[..., Any], xs: C.Tensors) -> Callable[[], Any]:
+    def call() -> Any:
+        with torch.no_grad():
+            return run(*xs)
+
+    return call
+
+
+def _peak_mb(call: Callable[[], Any]) -> float | None:
+    """Peak CUDA memory of one call above what was allocated before it, in MB."""
+    if not torch.cuda.is_available():
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    call()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 1e6
+
+
+def _max_diff(a: Any, b: Any) -> float | None:
+    try:
+        outs_a, outs_b = C.all_outputs(a), C.all_outputs(b)
+        return max(float((x.float() - y.float()).abs().max().cpu()) for x, y in zip(outs_a, outs_b))
+    except Exception:
+        return None
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _run_case(case: C.Case, plan: Plan, bandwidth: float | None) -> list[dict[str, Any]]:
+    rows = []
+    for mode in case.modes:
+        ref_out = None
+        for backend, runner in case.runners.items():
+            row: dict[str, Any] = {"group": case.group, "op": case.op, "shape": case.shape,
+                                   "mode": mode, "backend": backend}
+            try:
+                row.update(_time_backend(case, plan, mode, backend, runner, ref_out))
+                if backend == "eager" and mode == "fwd":
+                    ref_out = row.pop("_out", None)
+                row.pop("_out", None)
+            except Exception as exc:  # a backend that cannot run this case is recorded, not fatal
+                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            if mode == "fwd" and bandwidth and "io_bytes" in row:
+                row["floor_ms"] = row["io_bytes"] / bandwidth * 1e3
+            rows.append(row)
+            shown = f"{row['ms']:.4g} ms" if "ms" in row else row.get("error", "")
+            mem = f", peak {row['peak_mb']:.1f} MB" if row.get("peak_mb") is not None else ""
+            _log(f"  {case.group:11s} {case.op:19s} {case.shape:22s} {mode:7s} {backend:16s} {shown}{mem}")
+        for backend, why in case.skip.items():
+            rows.append({"group": case.group, "op": case.op, "shape": case.shape, "mode": mode,
+                         "backend": backend, "skipped": why})
+    return rows
+
+
+def _time_backend(case: C.Case, plan: Plan, mode: str, backend: str, runner: Any,
+                  ref_out: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if backend.startswith("jax"):
+        import jax
+
+        make, factory = runner
+        xs = make(mode != "fwd")
+        f = factory(mode)
+        call = lambda: jax.block_until_ready(f(*xs))
+        call()  # trace + compile outside the timing
+        out["ms"] = time_call(call, plan.device, plan.warmup, plan.repeats, wall=True)
+        return out
+    if isinstance(runner, tuple):  # peers bring their own input layout
+        make, run = runner
+    else:
+        make, run = case.make, runner
+    xs = make(mode != "fwd")
+    if mode == "fwd":
+        call = _fwd(run, xs)
+        first = call()
+        out["io_bytes"] = _nbytes(xs) + _nbytes(first)
+        if backend == "eager":
+            out["_out"] = first
+        elif ref_out is not None and not isinstance(runner, tuple):
+            out["max_abs_diff_vs_eager"] = _max_diff(first, ref_out)
+        del first
+    else:
+        call = _fwd_bwd(run, xs, case.module)
+        call()
+    _sync(plan.device)
+    out["ms"] = time_call(call, plan.device, plan.warmup, plan.repeats)
+    if plan.device == "cuda" and case.group in plan.memory_groups:
+        out["peak_mb"] = _peak_mb(call)
+    return out
+
+
+def environment(device: str) -> dict[str, Any]:
+    import mingru
+
+    env: dict[str, Any] = {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": platform.python_version(), "torch": torch.__version__,
+        "mingru": mingru.__version__, "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "device": device,
+        "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
+        "MINGRU_SCAN": os.environ.get("MINGRU_SCAN", ""),
+        "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", ""),
+    }
+    for mod in ("triton", "jax", "flax", "accelerated_scan", "fla"):
+        try:
+            env[mod] = getattr(__import__(mod), "__version__", "?")
+        except Exception:
+            env[mod] = None
+    try:
+        env["commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip() or None
+    except Exception:
+        env["commit"] = None
+    return env
+
+
+def run(plan: Plan, command: str | None = None) -> dict[str, Any]:
+    """Run every case of ``plan``; returns the JSON-ready result."""
+    env = environment(plan.device)
+    _log(f"mingru bench on {env['gpu'] or env['processor']} ({plan.device}, {plan.dtype}), "
+         f"groups {', '.join(plan.groups)}")
+    bandwidth = copy_bandwidth(plan.device) if plan.bandwidth else None
+    rows: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    for case in plan.cases():
+        rows += _run_case(case, plan, bandwidth)
+    return {
+        "command": command, "environment": env,
+        "settings": {"device": plan.device, "dtype": str(plan.dtype).replace("torch.", ""),
+                     "quick": plan.quick, "warmup": plan.warmup, "repeats": plan.repeats,
+                     "groups": plan.groups, "backends": plan.backends,
+                     "timer": "triton.testing.do_bench (median)" if plan.device == "cuda"
+                     else "time.perf_counter (median)"},
+        "copy_bandwidth_GBps": bandwidth / 1e9 if bandwidth else None,
+        "seconds": round(time.perf_counter() - started, 1),
+        "group_notes": {g: plan.notes.get(g, "") for g in plan.groups},
+        "rows": rows,
+    }
+
+
+# --------------------------------------------------------------------------- reporting
+
+ORDER = ("loop", "eager", "compile", "triton", "jax", "jax-triton", "accelerated_scan", "fla")
+
+
+def _fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "—"
+    return f"{ms:.3g}" if ms < 100 else f"{ms:.0f}"
+
+
+def _ratio(num: float | None, den: float | None) -> str:
+    if not num or not den:
+        return "—"
+    return f"{num / den:.2f}×"
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    """One table per group: median ms per backend, then ratios from the same run."""
+    env = result["environment"]
+    lines = [
+        f"Device: {env['gpu'] or env['processor']} ({env['device']}, {env['cpu_count']} CPU cores); "
+        f"python {env['python']}, torch {env['torch']}, triton {env['triton']}, jax {env['jax']}; "
+        f"commit {env['commit']}; {env['date']}.",
+        f"Timer: {result['settings']['timer']}; dtype {result['settings']['dtype']}"
+        + (f"; copy bandwidth {result['copy_bandwidth_GBps']:.0f} GB/s"
+           if result.get("copy_bandwidth_GBps") else "") + ".",
+        "",
+    ]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in result["rows"]:
+        groups.setdefault(row["group"], []).append(row)
+    for group, rows in groups.items():
+        lines += _group_table(group, rows, result["group_notes"].get(group, ""))
+    return "\n".join(lines).rstrip()
+
+
+def _group_table(group: str, rows: list[dict[str, Any]], note: str) -> list[str]:
+    backends = [b for b in ORDER if any(r["backend"] == b and "ms" in r for r in rows)]
+    has_floor = any("floor_ms" in r for r in rows)
+    has_mem = any(r.get("peak_mb") is not None for r in rows)
+    ratios = []
+    if "loop" in backends and "eager" in backends:
+        ratios.append(("eager vs loop", "loop", "eager"))
+    fast = "triton" if "triton" in backends else ("compile" if "compile" in backends else None)
+    if fast == "triton":
+        ratios.append(("triton vs eager", "eager", "triton"))
+        for other in ("compile", "accelerated_scan", "fla", "jax"):
+            if other in backends:
+                ratios.append((f"triton vs {other}", other, "triton"))
+    elif fast == "compile":
+        ratios.append(("compile vs eager", "eager", "compile"))
+    if "jax-triton" in backends and "jax" in backends:
+        ratios.append(("jax-triton vs jax", "jax", "jax-triton"))
+    header = ["op", "shape", "mode", *[f"{b} ms" for b in backends]]
+    if has_floor:
+        header.append("bw floor ms")
+    header += [r[0] for r in ratios]
+    if has_mem:
+        header += [f"{b} peak MB" for b in backends if any(
+            r["backend"] == b and r.get("peak_mb") is not None for r in rows)]
+    out = [f"### {group}", ""]
+    if note:
+        out += [note, ""]
+    out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    keys: list[tuple[str, str, str]] = []
+    for r in rows:
+        key = (r["op"], r["shape"], r["mode"])
+        if key not in keys:
+            keys.append(key)
+    errors = []
+    for key in keys:
+        cell = {r["backend"]: r for r in rows if (r["op"], r["shape"], r["mode"]) == key}
+        ms = {b: cell[b].get("ms") for b in backends if b in cell}
+        line = [*key, *[_fmt_ms(ms.get(b)) for b in backends]]
+        if has_floor:
+            floors = [c["floor_ms"] for c in cell.values() if "floor_ms" in c]
+            line.append(_fmt_ms(min(floors)) if floors else "—")
+        line += [_ratio(ms.get(num), ms.get(den)) for _, num, den in ratios]
+        if has_mem:
+            for b in backends:
+                if any(r["backend"] == b and r.get("peak_mb") is not None for r in rows):
+                    pm = cell.get(b, {}).get("peak_mb")
+                    line.append(f"{pm:.1f}" if pm is not None else "—")
+        out.append("| " + " | ".join(line) + " |")
+        for b, c in cell.items():
+            if "error" in c:
+                errors.append(f"{key[0]} {key[1]} {key[2]} {b}: {c['error']}")
+    skipped = sorted({f"{r['backend']}: {r['skipped']}" for r in rows if "skipped" in r})
+    out.append("")
+    if errors:
+        out += ["Errors (backend could not run the case):", ""]
+        out += [f"- {e}" for e in errors] + [""]
+    if skipped:
+        out += ["Not run here: " + "; ".join(skipped) + ".", ""]
+    return out
+
+
+def save_plot(result: dict[str, Any], path: Path) -> bool:
+    """Grouped bars of median time per backend (log scale), one panel per group."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in result["rows"]:
+        if "ms" in row:
+            groups.setdefault(row["group"], []).append(row)
+    if not groups:
+        return False
+    fig, axes = plt.subplots(len(groups), 1, figsize=(11, 3.6 * len(groups)), dpi=100,
+                             squeeze=False)
+    for ax, (group, rows) in zip(axes[:, 0], groups.items()):
+        keys: list[tuple[str, str, str]] = []
+        for r in rows:
+            key = (r["op"], r["shape"], r["mode"])
+            if key not in keys:
+                keys.append(key)
+        backends = [b for b in ORDER if any(r["backend"] == b for r in rows)]
+        width = 0.8 / max(1, len(backends))
+        for i, b in enumerate(backends):
+            ys = [next((r["ms"] for r in rows if r["backend"] == b
+                        and (r["op"], r["shape"], r["mode"]) == k), 0.0) for k in keys]
+            ax.bar([j + i * width for j in range(len(keys))], ys, width, label=b)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(keys))])
+        ax.set_xticklabels([f"{k[0]}\n{k[1]}\n{k[2]}" for k in keys], fontsize=6)
+        ax.set_yscale("log")
+        ax.set_ylabel("median ms (log)")
+        ax.set_title(group)
+        ax.legend(fontsize=7, ncol=len(backends))
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True

@@ -1,0 +1,405 @@
+"""Benchmark cases for ``mingru bench``: input builders, the plain sequential-loop baselines,
+and the per-backend callables (eager, Triton, torch.compile, JAX, peer kernels).
+
+A :class:`Case` is one (op, shape) pair. ``make()`` builds fresh inputs; ``runners`` maps a
+backend name to a function of those inputs returning a tensor or a tuple of tensors. The
+harness in :mod:`mingru.bench` times ``fwd`` (under ``no_grad``) and ``fwd+bwd`` (forward,
+then ``.float().sum().backward()`` over every output) for each backend.
+
+The sequential loops are deliberately naive — one PyTorch op per time step — and written
+independently of the library, so a ratio against them measures what the parallel scan buys
+over the obvious implementation.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+Tensors = tuple[torch.Tensor, ...]
+Runner = Callable[..., Any]
+
+SCAN_OPS = ("parallel_scan_log", "linear_scan", "matrix_scan", "matrix_affine_scan")
+MIXERS = ("log", "signed", "rotation", "givens", "delta")
+
+
+@dataclass
+class Case:
+    """One benchmark row group: an op at one shape, with a runner per backend."""
+
+    group: str
+    op: str
+    shape: str
+    make: Callable[[bool], Tensors]  # requires_grad -> inputs
+    runners: dict[str, Runner] = field(default_factory=dict)
+    modes: tuple[str, ...] = ("fwd", "fwd+bwd")
+    module: torch.nn.Module | None = None  # mixers: parameters also need grads cleared
+    skip: dict[str, str] = field(default_factory=dict)  # backend -> why it did not run
+
+
+# --------------------------------------------------------------------------- loop baselines
+
+
+def loop_log_scan(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
+    """``h_t = a_t h_{t-1} + b_t`` one step at a time, from the log-space inputs."""
+    a, b = log_coeffs.exp(), log_values.exp()
+    h = b[:, 0]
+    out = []
+    for t in range(a.shape[1]):
+        h = a[:, t] * h + b[:, t + 1]
+        out.append(h)
+    return torch.stack(out, 1)
+
+
+def loop_linear_scan(a: torch.Tensor, b: torch.Tensor) -> Tensors:
+    """Running product ``P`` and zero-start state ``Z``, one step at a time."""
+    p = torch.ones_like(a[:, 0])
+    z = torch.zeros_like(b[:, 0])
+    ps, zs = [], []
+    for t in range(a.shape[1]):
+        p = a[:, t] * p
+        z = a[:, t] * z + b[:, t]
+        ps.append(p)
+        zs.append(z)
+    return torch.stack(ps, 1), torch.stack(zs, 1)
+
+
+def loop_matrix_scan(A: torch.Tensor, Bm: torch.Tensor) -> Tensors:
+    """``P_t = A_t P_{t-1}``, ``Z_t = A_t Z_{t-1} + B_t`` with batched matmuls, step by step."""
+    k = A.shape[-1]
+    p = torch.eye(k, dtype=A.dtype, device=A.device).expand_as(A[:, 0])
+    z = torch.zeros_like(Bm[:, 0])
+    ps, zs = [], []
+    for t in range(A.shape[1]):
+        p = A[:, t] @ p
+        z = A[:, t] @ z + Bm[:, t]
+        ps.append(p)
+        zs.append(z)
+    return torch.stack(ps, 1), torch.stack(zs, 1)
+
+
+def loop_matrix_scan_2x2(M: torch.Tensor, b: torch.Tensor) -> Tensors:
+    P, Z = loop_matrix_scan(M, b.unsqueeze(-1))
+    return P, Z.squeeze(-1)
+
+
+def loop_mixer(mixer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The mixer run token by token through its ``step`` method (the O(1) recurrent form)."""
+    h = None
+    outs = []
+    for t in range(x.shape[1]):
+        out = mixer.step(x[:, t], h)
+        if isinstance(out, tuple):  # DeltaMinGRU.step returns (y_t, h_t)
+            y, h = out
+        else:
+            y = h = out
+        outs.append(y)
+    return torch.stack(outs, 1)
+
+
+LOOPS: dict[str, Runner] = {
+    "parallel_scan_log": loop_log_scan,
+    "linear_scan": loop_linear_scan,
+    "matrix_scan": loop_matrix_scan_2x2,
+    "matrix_affine_scan": loop_matrix_scan,
+}
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def scan_inputs(op: str, B: int, T: int, D: int, device: str, dtype: torch.dtype,
+                seed: int = 0) -> Callable[[bool], Tensors]:
+    """A builder of well-conditioned inputs for ``op`` at width ``D`` (blocks: ``D/k``).
+
+    ``matrix_scan`` uses ``n = D/2`` 2×2 blocks; ``matrix_affine_scan`` uses ``n = D/8``
+    8×8 blocks with ``v = 1``. Transitions are contractive so long products stay finite.
+    """
+
+    def make(requires_grad: bool) -> Tensors:
+        g = torch.Generator(device="cpu").manual_seed(seed)
+
+        def rnd(*shape: int) -> torch.Tensor:
+            return torch.randn(*shape, generator=g)
+
+        if op == "parallel_scan_log":
+            xs = (-torch.nn.functional.softplus(rnd(B, T, D)), 0.5 * rnd(B, T + 1, D))
+        elif op == "linear_scan":
+            xs = (0.5 + 0.5 * torch.rand(B, T, D, generator=g), rnd(B, T, D))
+        elif op == "matrix_scan":
+            n = max(1, D // 2)
+            ang = rnd(B, T, n)
+            r = 0.9 + 0.1 * torch.rand(B, T, n, generator=g)
+            c, s = r * ang.cos(), r * ang.sin()
+            M = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)
+            xs = (M, rnd(B, T, n, 2))
+        elif op == "matrix_affine_scan":
+            n, k = max(1, D // 8), 8
+            xs = (rnd(B, T, n, k, k) * (0.5 / k**0.5), rnd(B, T, n, k, 1))
+        else:  # pragma: no cover - programming error
+            raise ValueError(f"unknown scan op {op!r}")
+        return tuple(x.to(device=device, dtype=dtype).requires_grad_(requires_grad) for x in xs)
+
+    return make
+
+
+FUSED_OPS = ("givens_recurrence", "delta_rule")
+
+
+def fused_inputs(op: str, B: int, T: int, D: int, device: str, dtype: torch.dtype,
+                 seed: int = 0) -> Callable[[bool], Tensors]:
+    """Inputs of the fused mixer recurrences at width ``D``.
+
+    ``givens_recurrence``: ``n = D/8`` blocks of ``k = 8``, 3 rounds (GivensMinGRU's default).
+    ``delta_rule``: 4 heads of ``d_k = d_v = D/4``, one micro-step, unit-norm keys.
+    """
+
+    def make(requires_grad: bool) -> Tensors:
+        g = torch.Generator(device="cpu").manual_seed(seed)
+
+        def rnd(*shape: int) -> torch.Tensor:
+            return torch.randn(*shape, generator=g)
+
+        if op == "givens_recurrence":
+            n = max(1, D // 8)
+            xs = (0.3 * rnd(B, T, n, 3, 4), rnd(B, T, n, 8), rnd(B, n, 8))
+        elif op == "delta_rule":
+            H, dk = 4, max(1, D // 4)
+            k = torch.nn.functional.normalize(rnd(B, T, 1, H, dk), dim=-1)
+            beta = 2 * torch.sigmoid(rnd(B, T, 1, H))
+            xs = (rnd(B, T, H, dk) / dk**0.5, k, rnd(B, T, 1, H, dk), beta)
+        else:  # pragma: no cover - programming error
+            raise ValueError(f"unknown fused op {op!r}")
+        return tuple(x.to(device=device, dtype=dtype).requires_grad_(requires_grad) for x in xs)
+
+    return make
+
+
+def fused_eager(op: str) -> Runner:
+    """The library's eager twin of a fused op, called directly (no dispatch)."""
+    if op == "givens_recurrence":
+        from mingru._eager.givens_recurrence import givens_recurrence_eager
+
+        return lambda theta, b, h0: givens_recurrence_eager(theta, b, h0, None, None)
+    from mingru._eager.delta_rule import delta_rule_eager
+
+    return lambda q, k, v, beta: delta_rule_eager(q, k, v, beta, None, None, 64)
+
+
+def fused_public(op: str) -> Runner:
+    """The fused op through the dispatch seam (so ``use_backend`` picks eager or Triton)."""
+    if op == "givens_recurrence":
+        from mingru.scans import givens_recurrence
+
+        return lambda theta, b, h0: givens_recurrence(theta, b, h0)
+    from mingru._eager.delta_rule import delta_rule_eager
+    from mingru.dispatch import call
+
+    return lambda q, k, v, beta: call("delta_rule", delta_rule_eager, q, k, v, beta, None, None, 64)
+
+
+def _fla_delta(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor) -> Tensors:
+    from fla.ops.delta_rule import chunk_delta_rule
+
+    o, _ = chunk_delta_rule(q, k, v, beta, scale=1.0)
+    return (o,)
+
+
+def peer_delta_runners(make: Callable[[bool], Tensors]) -> dict[str, tuple[Callable, Runner]]:
+    """fla's chunked delta rule on the same inputs (one micro-step: drop the ``nh`` axis)."""
+
+    def fla_make(rg: bool) -> Tensors:
+        q, k, v, beta = make(False)
+        return tuple(x.contiguous().requires_grad_(rg) for x in (q, k[:, :, 0], v[:, :, 0], beta[:, :, 0]))
+
+    return {"fla": (fla_make, _fla_delta)}
+
+
+def build_mixer(name: str, d: int, device: str, dtype: torch.dtype) -> torch.nn.Module:
+    """A mixer with ``input_size = hidden_size = d`` and the library defaults
+    (Givens: block 8, 3 rounds; Delta: 4 heads)."""
+    import mingru
+
+    cls = {"log": mingru.MinGRU, "signed": mingru.SignedMinGRU, "rotation": mingru.RotationMinGRU,
+           "givens": mingru.GivensMinGRU, "delta": mingru.DeltaMinGRU}[name]
+    torch.manual_seed(0)
+    return cls(d, d).to(device=device, dtype=dtype)
+
+
+# --------------------------------------------------------------------------- backends
+
+
+@contextmanager
+def _env(name: str, value: str):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def _with_backend(mode: str, fn: Runner) -> Runner:
+    import mingru
+
+    def run(*xs: Any) -> Any:
+        with mingru.use_backend(mode):
+            return fn(*xs)
+
+    return run
+
+
+_EAGER_MODULES = {"parallel_scan_log": "log_scan", "linear_scan": "linear_scan",
+                  "matrix_affine_scan": "affine_scan"}
+
+
+def _eager_twin(op: str) -> Runner:
+    """The library's eager implementation of ``op``, bypassing dispatch (for torch.compile)."""
+    if op == "matrix_scan":
+        affine = _eager_twin("matrix_affine_scan")
+
+        def matrix_scan_eager(M: torch.Tensor, b: torch.Tensor) -> Tensors:
+            P, Z = affine(M, b.unsqueeze(-1))
+            return P, Z.squeeze(-1)
+
+        return matrix_scan_eager
+    module = importlib.import_module(f"mingru._eager.{_EAGER_MODULES[op]}")
+    return getattr(module, f"{op}_eager")
+
+
+def compiled(fn: Runner) -> Runner:
+    """``torch.compile`` of ``fn``; each benchmark case gets a fresh dynamo cache."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    for knob in ("cache_size_limit", "recompile_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 64)
+    return torch.compile(fn, dynamic=False)
+
+
+def triton_status(device: str) -> str | None:
+    """``None`` when the Triton backend can run on ``device``, else why not."""
+    import mingru
+
+    status = mingru.available()
+    if status is not True:
+        return str(status)
+    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        return "CPU inputs (set TRITON_INTERPRET=1 to run the interpreter)"
+    return None
+
+
+def peer_status(module: str) -> str | None:
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        return f"{module} not importable: {type(exc).__name__}: {exc}"
+    return None
+
+
+def _accelerated_scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    # accelerated-scan wants (B, C, T) contiguous; its inputs are built in that layout below,
+    # so the timing covers the kernel only.
+    from accelerated_scan.scalar import scan
+
+    return scan(a, b)
+
+
+def _fla_hgrn(log_a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    from fla.ops.hgrn import chunk_hgrn
+
+    return chunk_hgrn(b, log_a)[0]
+
+
+def peer_linear_scan_runners(make: Callable[[bool], Tensors]) -> dict[str, tuple[Callable, Runner]]:
+    """Peer kernels for the diagonal recurrence (positive ``a``), each with its own input layout.
+
+    Returns ``{backend: (make_inputs, run)}``; inputs are derived from the same tensors as the
+    library's case so every backend solves the same recurrence.
+    """
+
+    def acc_make(rg: bool) -> Tensors:
+        a, b = make(False)
+        return tuple(x.transpose(1, 2).contiguous().requires_grad_(rg) for x in (a, b))
+
+    def fla_make(rg: bool) -> Tensors:
+        a, b = make(False)
+        return a.log().contiguous().requires_grad_(rg), b.contiguous().requires_grad_(rg)
+
+    return {"accelerated_scan": (acc_make, _accelerated_scan), "fla": (fla_make, _fla_hgrn)}
+
+
+def jax_scan_runners(op: str, make: Callable[[bool], Tensors]) -> dict[str, tuple[Callable, Runner]]:
+    """JAX twins of a scan op (``jax`` eager = ``lax.associative_scan``; ``jax-triton``).
+
+    Each entry is ``(make_inputs, run)`` where ``run(mode, *xs)`` returns a compiled function
+    of the JAX arrays; the harness calls it once per timing mode.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    mingru_jax = importlib.import_module("mingru_jax")
+    fn = getattr(mingru_jax, op)
+
+    def to_jax(rg: bool) -> tuple[Any, ...]:
+        xs = make(False)
+        return tuple(jnp.asarray(np.asarray(x.detach().cpu().float().numpy()), dtype=_jax_dtype(x))
+                     for x in xs)
+
+    def builder(backend_mode: str) -> Runner:
+        def factory(timing_mode: str) -> Runner:
+            with _env("MINGRU_SCAN", backend_mode):  # read at trace time
+                if timing_mode == "fwd":
+                    f = jax.jit(lambda *xs: fn(*xs))
+                else:
+                    def loss(*xs: Any) -> Any:
+                        out = fn(*xs)
+                        outs = out if isinstance(out, tuple) else (out,)
+                        return sum(jnp.sum(o.astype(jnp.float32)) for o in outs)
+
+                    f = jax.jit(jax.grad(loss, argnums=tuple(range(len(make(False))))))
+                return f
+
+        return factory
+
+    out: dict[str, tuple[Callable, Runner]] = {"jax": (to_jax, builder("eager"))}
+    status = mingru_jax.available()
+    if status is True:
+        out["jax-triton"] = (to_jax, builder("triton"))
+    return out
+
+
+def _jax_dtype(x: torch.Tensor) -> Any:
+    import jax.numpy as jnp
+
+    return {torch.float32: jnp.float32, torch.bfloat16: jnp.bfloat16,
+            torch.float16: jnp.float16}[x.dtype]
+
+
+def jax_status() -> str | None:
+    try:
+        import jax  # noqa: F401
+
+        mingru_jax = importlib.import_module("mingru_jax")
+    except Exception as exc:
+        return f"jax / mingru_jax not importable: {exc}"
+    if not all(hasattr(mingru_jax, op) for op in SCAN_OPS):
+        return "mingru_jax does not export the scan ops"
+    return None
+
+
+def all_outputs(out: Any) -> Sequence[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return (out,)
+    return tuple(o for o in out if isinstance(o, torch.Tensor))

@@ -1,0 +1,161 @@
+"""MinGRUBlock: a pre-norm residual block around any of the five sequence mixers.
+
+    y   = x + Dropout(mixer(LayerNorm(x)))
+    out = y + Dropout(MLP(LayerNorm(y)))          (MLP: Linear d→e·d, GELU, Linear e·d→d)
+
+The mixer is chosen by name (``"log"``, ``"signed"``, ``"rotation"``, ``"givens"``,
+``"delta"``) and imported on first use, so a block never imports mixers it does not use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+from torch import nn
+
+from mingru.mixers._common import check_sequence, check_token
+from mingru.mixers.log import check_size
+
+__all__ = ["DECAY_KWARGS", "MIXERS", "MinGRUBlock", "mixer_class"]
+
+# name -> (module, class). Module names match the names so the registry reads like the tree.
+MIXERS: dict[str, tuple[str, str]] = {
+    "log": ("mingru.mixers.log", "MinGRU"),
+    "signed": ("mingru.mixers.signed", "SignedMinGRU"),
+    "rotation": ("mingru.mixers.rotation", "RotationMinGRU"),
+    "givens": ("mingru.mixers.givens", "GivensMinGRU"),
+    "delta": ("mingru.mixers.delta", "DeltaMinGRU"),
+}
+TAKES_LEARNABLE_H0 = frozenset({"log", "signed"})
+DECAY_KWARGS = ("decay", "decay_rate", "log1p_delta")
+_SET_BY_BLOCK = ("input_size", "hidden_size", "learnable_h0")
+
+
+def check_mixer_name(name: object, what: str = "mixer") -> str:
+    if not isinstance(name, str) or name not in MIXERS:
+        raise ValueError(f"{what} must be one of {', '.join(map(repr, MIXERS))}; got {name!r}")
+    return name
+
+
+def mixer_class(name: str) -> type[nn.Module]:
+    """The mixer class registered under ``name``."""
+    module, cls = MIXERS[check_mixer_name(name)]
+    return getattr(importlib.import_module(module), cls)
+
+
+class MinGRUBlock(nn.Module):
+    """Pre-norm residual block: ``x + mixer(LN(x))``, then ``x + MLP(LN(x))``.
+
+    Args:
+        d_model: features in and out (the mixer gets ``input_size = hidden_size = d_model``).
+        mlp_expansion: hidden width factor ``e`` of the MLP; ``0`` drops the MLP.
+        dropout: dropout probability on the mixer and MLP branch outputs.
+        learnable_h0: forwarded to the mixers that take it (``"log"``, ``"signed"``).
+        mixer: mixer name: ``"log"``, ``"signed"``, ``"rotation"``, ``"givens"`` or ``"delta"``.
+        mixer_kwargs: extra keyword arguments of the mixer (e.g. ``block_size``, ``decay``).
+
+    Shapes: ``forward(x (B, T, d_model), h_0=None, delta_t=None) -> (out (B, T, d_model),
+    state (B, 1, S))`` and ``step(x_t (B, d_model), h_prev=None, delta_t=None) -> (out_t
+    (B, d_model), state (B, S))``, where the state is the mixer's last state (``S = d_model``
+    for the four state-output mixers; ``n_heads·d_k·d_v`` for ``"delta"``).
+
+    Example:
+        >>> import torch
+        >>> from mingru import MinGRUBlock
+        >>> block = MinGRUBlock(16, mixer="givens", mixer_kwargs={"block_size": 4})
+        >>> out, state = block(torch.randn(2, 10, 16))
+        >>> out.shape, state.shape
+        (torch.Size([2, 10, 16]), torch.Size([2, 1, 16]))
+        >>> out_t, state_t = block.step(torch.randn(2, 16), state[:, 0])
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        mlp_expansion: int = 4,
+        dropout: float = 0.0,
+        learnable_h0: bool = False,
+        mixer: str = "log",
+        mixer_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.d_model = check_size(d_model, "d_model")
+        if isinstance(mlp_expansion, bool) or not isinstance(mlp_expansion, int) \
+                or mlp_expansion < 0:
+            raise ValueError(f"mlp_expansion must be an int ≥ 0; got {mlp_expansion!r}")
+        if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a number in [0, 1); got {dropout!r}")
+        self.mixer_name = check_mixer_name(mixer)
+        if not isinstance(mixer_kwargs, (dict, type(None))):
+            raise ValueError(
+                f"mixer_kwargs must be a dict or None; got {type(mixer_kwargs).__name__}"
+            )
+        kwargs = dict(mixer_kwargs or {})
+        clash = [key for key in _SET_BY_BLOCK if key in kwargs]
+        if clash:
+            raise ValueError(
+                f"mixer_kwargs must not contain {clash}: the block sets input_size and "
+                "hidden_size to d_model and takes learnable_h0 as its own argument"
+            )
+        if self.mixer_name in TAKES_LEARNABLE_H0:
+            kwargs["learnable_h0"] = learnable_h0
+        self.norm1 = nn.LayerNorm(d_model, eps=1e-5)
+        self.mixer = mixer_class(self.mixer_name)(d_model, d_model, **kwargs)
+        self.norm2 = nn.LayerNorm(d_model, eps=1e-5)
+        if mlp_expansion > 0:
+            self.mlp: nn.Module | None = nn.Sequential(
+                nn.Linear(d_model, mlp_expansion * d_model),
+                nn.GELU(),
+                nn.Linear(mlp_expansion * d_model, d_model),
+            )
+        else:
+            self.mlp = None
+        self.dropout = nn.Dropout(dropout)
+
+    @property
+    def decay_enabled(self) -> bool:
+        """Whether the mixer has time decay (and so needs ``delta_t``)."""
+        decay = getattr(self.mixer, "decay", None)
+        return bool(decay is not None and decay.enabled)
+
+    def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mlp is None:
+            return x
+        return x + self.dropout(self.mlp(self.norm2(x)))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        h_0: torch.Tensor | None = None,
+        delta_t: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(out (B, T, d_model), state (B, 1, S))`` for ``x (B, T, d_model)``; ``h_0`` is
+        a previous ``state`` (``None``: the mixer's default)."""
+        check_sequence(x, self.d_model)
+        u = self.norm1(x)
+        if self.mixer_name == "delta":
+            y, state = self.mixer(u, h_0=h_0, delta_t=delta_t, return_state=True)
+        else:
+            y = self.mixer(u, h_0=h_0, delta_t=delta_t)
+            state = y[:, -1:]
+        return self._feed_forward(x + self.dropout(y)), state
+
+    def step(
+        self,
+        x_t: torch.Tensor,
+        h_prev: torch.Tensor | None = None,
+        delta_t: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(out_t (B, d_model), state (B, S))`` for one token ``x_t (B, d_model)``."""
+        check_token(x_t, self.d_model)
+        u = self.norm1(x_t)
+        if self.mixer_name == "delta":
+            y, state = self.mixer.step(u, h_prev=h_prev, delta_t=delta_t)
+        else:
+            y = state = self.mixer.step(u, h_prev=h_prev, delta_t=delta_t)
+        return self._feed_forward(x_t + self.dropout(y)), state
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, mixer={self.mixer_name!r}"

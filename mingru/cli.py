@@ -1,0 +1,269 @@
+"""The ``mingru`` command line (also ``python -m mingru``).
+
+Commands:
+
+* ``mingru info``  — backend status of both frontends (``mingru``, ``mingru_jax``), versions,
+  GPU, and the ``MINGRU_SCAN`` mode in force.
+* ``mingru train`` — train small models on synthetic state-tracking tasks and print accuracy
+  per evaluation length (see :mod:`mingru.train`).
+* ``mingru bench`` — the scan / mixer benchmark (see :mod:`mingru.bench`).
+
+Example:
+    >>> from mingru.cli import main
+    >>> main(["info"])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import shlex
+import sys
+from typing import Any
+
+__all__ = ["build_parser", "info", "main"]
+
+
+def _module_version(name: str) -> str | None:
+    """The version of an importable module, or ``None`` when it is not installed."""
+    try:
+        mod = importlib.import_module(name)
+    except Exception:
+        return None
+    return str(getattr(mod, "__version__", "unknown"))
+
+
+def info() -> dict[str, Any]:
+    """Collect what ``mingru info`` prints: versions, devices, backend status, dispatch mode."""
+    import torch
+
+    import mingru
+
+    data: dict[str, Any] = {
+        "mingru": mingru.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "triton": _module_version("triton"),
+        "jax": _module_version("jax"),
+        "flax": _module_version("flax"),
+        "cuda_available": torch.cuda.is_available(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "cpu_count": os.cpu_count(),
+        "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", ""),
+    }
+    try:
+        data["MINGRU_SCAN"] = mingru.scan_mode()
+    except ValueError as exc:  # a bad MINGRU_SCAN value: report it rather than crash
+        data["MINGRU_SCAN"] = f"invalid: {exc}"
+    status = mingru.available()
+    data["mingru.available"] = status
+    data["mingru_jax.available"] = _jax_status()
+    if data["jax"] is not None:
+        try:
+            import jax
+
+            data["jax_devices"] = [str(d) for d in jax.devices()]
+        except Exception as exc:  # pragma: no cover - broken jax install
+            data["jax_devices"] = f"error: {exc}"
+    return data
+
+
+def _jax_status() -> bool | str:
+    """``mingru_jax.available()``, or why it cannot be asked."""
+    if _module_version("jax") is None:
+        return "jax is not installed (pip install 'mingru-scans[jax]')"
+    try:
+        mingru_jax = importlib.import_module("mingru_jax")
+        available = mingru_jax.available
+    except Exception as exc:
+        return f"mingru_jax not importable: {exc}"
+    try:
+        return available()
+    except Exception as exc:  # report, never crash `info`
+        return f"mingru_jax.available() raised: {exc}"
+
+
+def _print_info(data: dict[str, Any]) -> None:
+    def show(status: bool | str) -> str:
+        return "available (Triton kernels can serve)" if status is True else f"eager only — {status}"
+
+    rows = [
+        ("mingru", data["mingru"]),
+        ("python", data["python"]),
+        ("platform", data["platform"]),
+        ("torch", data["torch"]),
+        ("triton", data["triton"] or "not installed"),
+        ("jax", data["jax"] or "not installed"),
+        ("flax", data["flax"] or "not installed"),
+        ("GPU", data["gpu"] or "none (CUDA not available)"),
+        ("CPU cores", data["cpu_count"]),
+        ("MINGRU_SCAN", data["MINGRU_SCAN"]),
+        ("TRITON_INTERPRET", data["TRITON_INTERPRET"] or "unset"),
+        ("mingru (PyTorch)", show(data["mingru.available"])),
+        ("mingru_jax (Flax)", show(data["mingru_jax.available"])),
+    ]
+    if "jax_devices" in data:
+        rows.append(("jax devices", ", ".join(data["jax_devices"])
+                     if isinstance(data["jax_devices"], list) else data["jax_devices"]))
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key.ljust(width)}  {value}")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _json_dict(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    from mingru.tasks import TASKS
+    from mingru.train import MIXER_NAMES, TASK_DEFAULTS, TrainConfig
+
+    d = TrainConfig()
+    defaults = ", ".join(f"{t}: {' vs '.join(v['mixers'])}" for t, v in TASK_DEFAULTS.items())
+    p = sub.add_parser(
+        "train",
+        help="train on a synthetic state-tracking task and report accuracy per length",
+        description=(
+            "Train embedding → MinGRUStack → linear head on a synthetic task at --train-len and "
+            "evaluate at --eval-lens. Each --mixer trains its own model on the same data. "
+            f"Default mixers per task: {defaults}."
+        ),
+    )
+    p.add_argument("--task", choices=TASKS, default=d.task, help="task (default: parity)")
+    p.add_argument("--mixer", action="append", dest="mixers", metavar="SPEC",
+                   help=f"mixer name ({'|'.join(MIXER_NAMES)}) or a comma-separated list, one "
+                        "per layer (e.g. signed,givens); repeat to compare several models")
+    p.add_argument("--framework", choices=("torch", "jax"), default=d.framework)
+    p.add_argument("--layers", type=int, default=None,
+                   help="layers per model (default 1; 2 for mqar)")
+    p.add_argument("--d-model", type=int, default=d.d_model)
+    p.add_argument("--mlp-expansion", type=int, default=d.mlp_expansion,
+                   help="MLP width factor in each block (0 = no MLP)")
+    p.add_argument("--mixer-kwargs", type=_json_dict, default={},
+                   help='JSON mixer arguments, e.g. \'{"block_size": 4}\' (keyed by mixer name '
+                        "for a per-layer list)")
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--batch-size", type=int, default=d.batch_size)
+    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (AdamW)")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--train-len", type=int, default=d.train_len)
+    p.add_argument("--eval-lens", type=_int_list, default=d.eval_lens,
+                   help="comma-separated evaluation lengths (default 64,256,1024)")
+    p.add_argument("--val-len", type=int, default=d.val_len,
+                   help="keep the checkpoint with the best accuracy at this length "
+                        "(default 128; 0 = keep the final weights)")
+    p.add_argument("--eval-every", type=int, default=None,
+                   help="validation interval in steps (default steps/20)")
+    p.add_argument("--eval-size", type=int, default=d.eval_size,
+                   help="sequences per evaluation length")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--device", default=None, help="torch device (default cuda if available)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads for torch (default 1: fastest for these small models; "
+                        "0 = torch's default)")
+    p.add_argument("--mqar-pairs", type=int, default=d.mqar_pairs)
+    p.add_argument("--mqar-keys", type=int, default=d.mqar_keys)
+    p.add_argument("--mqar-values", type=int, default=d.mqar_values)
+    p.add_argument("--out", default=None, help="directory for train_results.json and a PNG plot")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=_cmd_train)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from mingru.train import TrainConfig, run
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    cfg = TrainConfig(
+        task=args.task, mixers=args.mixers, framework=args.framework, layers=args.layers,
+        d_model=args.d_model, mlp_expansion=args.mlp_expansion, mixer_kwargs=args.mixer_kwargs,
+        steps=args.steps, batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
+        train_len=args.train_len, eval_lens=args.eval_lens,
+        val_len=args.val_len or None, eval_every=args.eval_every, eval_size=args.eval_size,
+        seed=args.seed, device=device, threads=args.threads or None, out=args.out, progress=not args.no_progress,
+        mqar_pairs=args.mqar_pairs, mqar_keys=args.mqar_keys, mqar_values=args.mqar_values,
+    )
+    run(cfg, command=args.command_line)
+    return 0
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    from mingru.bench import add_arguments
+
+    p = sub.add_parser(
+        "bench",
+        help="benchmark scans and mixers across backends (JSON + markdown + PNG)",
+        description="Time the scans and mixers on every backend that can run here: eager, "
+                    "Triton, torch.compile, JAX, peer kernels, and a sequential-loop baseline.",
+    )
+    add_arguments(p)
+    p.set_defaults(func=_cmd_bench)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from mingru.bench import run_from_args
+
+    return run_from_args(args)
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    data = info()
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        _print_info(data)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``mingru`` argument parser (subcommands ``info``, ``train``, ``bench``)."""
+    import mingru
+
+    parser = argparse.ArgumentParser(
+        prog="mingru", description="mingru-scans: parallel-scan minGRU mixers (PyTorch + Flax)."
+    )
+    parser.add_argument("--version", action="version", version=f"mingru-scans {mingru.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    p_info = sub.add_parser("info", help="backend status, versions, GPU, MINGRU_SCAN")
+    p_info.add_argument("--json", action="store_true", help="print as JSON")
+    p_info.set_defaults(func=_cmd_info)
+    _add_train(sub)
+    _add_bench(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``mingru`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    args.command_line = "mingru " + shlex.join(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, TypeError, RuntimeError) as exc:
+        print(f"mingru {args.command}: error: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,201 @@
+"""DeltaMinGRU: a matrix-state mixer on the delta rule (DeltaNet / DeltaProduct).
+
+DeltaNet: Yang, Wang, Zhang, Shen & Kim 2024, "Parallelizing Linear Transformers with the
+Delta Rule over Sequence Length", arXiv:2406.06484 (the chunked WY / UT-transform form).
+DeltaProduct (``nh > 1`` micro-steps per token): Siems, Carstensen, Zela, Hutter, Pontil &
+Grazzi 2025, "DeltaProduct: Improving State-Tracking in Linear RNNs via Householder
+Products", arXiv:2502.10297.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mingru._eager.delta_rule import delta_rule_eager
+from mingru.dispatch import call
+from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token
+
+__all__ = ["KEY_NORM_EPS", "DeltaMinGRU"]
+
+# Keys are k / max(‖k‖₂, eps); the Flax twin uses the same eps so numbers carry across.
+KEY_NORM_EPS = 1e-6
+
+
+def _positive_int(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1; got {value!r}")
+    return value
+
+
+class DeltaMinGRU(nn.Module):
+    """Delta-rule mixer with ``n_heads`` matrix states ``S (d_k × d_v)`` per sequence.
+
+    For each token ``t``: ``S ← γ_t S`` (only with decay), then for each micro-step
+    ``j = 0..nh-1``: ``S ← (I − β_j k_j k_jᵀ) S + β_j k_j v_jᵀ``, with
+    ``k_j = normalize(W_k[j] x_t)`` (L2 per head), ``v_j = W_v[j] x_t``,
+    ``β_j = 2σ(W_β[j] x_t) ∈ (0, 2)`` (negative eigenvalues ``1 − β`` allow state tracking);
+    then ``y_t = out_proj(concat_heads(Sᵀ q_t))`` with ``q_t = W_q x_t`` (not normalized).
+    ``nh = 1`` is DeltaNet, ``nh > 1`` DeltaProduct. The output is NOT the state.
+
+    Args:
+        input_size: features of ``x``.
+        hidden_size: features of the output ``y``.
+        bias: biases in every projection, ``out_proj`` included.
+        n_heads: number of heads ``H``.
+        nh: micro-steps (Householder factors) per token, ``>= 1``.
+        d_k: key size per head; defaults to ``hidden_size / n_heads`` (must divide then).
+        d_v: value size per head; defaults to ``d_k``.
+        chunk_size: tokens per chunk of the parallel (chunked WY) forward; changes speed,
+            never the result.
+        decay: ``None``, ``"fixed"`` or ``"learnable"`` (one rate per head) time decay
+            ``γ_t = exp(−λ f(Δt_t))``.
+        decay_rate: ``λ`` (fixed) or its initial value (learnable), ``> 0``.
+        log1p_delta: use ``f = log1p`` instead of the identity.
+
+    Shapes (any float dtype; state size ``Z = n_heads · d_k · d_v``, row-major from
+    ``(n_heads, d_k, d_v)``):
+
+    * ``forward(x (B, T, input_size), h_0=None (B, 1, Z), delta_t=None (B, T) | (B, T, 1),
+      return_state=False) -> y (B, T, hidden_size)`` or ``(y, state (B, 1, Z))``;
+    * ``step(x_t (B, input_size), h_prev=None (B, Z), delta_t=None (B,) | (B, 1))
+      -> (y_t (B, hidden_size), h_t (B, Z))``.
+
+    Example:
+        >>> import torch
+        >>> from mingru.mixers.delta import DeltaMinGRU
+        >>> mixer = DeltaMinGRU(8, 16, n_heads=2, nh=2, chunk_size=4)
+        >>> x = torch.randn(3, 10, 8)
+        >>> y, state = mixer(x, return_state=True)
+        >>> y.shape, state.shape
+        (torch.Size([3, 10, 16]), torch.Size([3, 1, 128]))
+        >>> y_t, h = mixer.step(x[:, 0])
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        n_heads: int = 4,
+        nh: int = 1,
+        d_k: int | None = None,
+        d_v: int | None = None,
+        chunk_size: int = 64,
+        decay: str | None = None,
+        decay_rate: float = 1.0,
+        log1p_delta: bool = False,
+    ) -> None:
+        super().__init__()
+        input_size = _positive_int(input_size, "input_size")
+        hidden_size = _positive_int(hidden_size, "hidden_size")
+        n_heads = _positive_int(n_heads, "n_heads")
+        nh = _positive_int(nh, "nh")
+        chunk_size = _positive_int(chunk_size, "chunk_size")
+        if d_k is None:
+            if hidden_size % n_heads != 0:
+                raise ValueError(
+                    f"n_heads ({n_heads}) must divide hidden_size ({hidden_size}) when d_k "
+                    "is not given; pass d_k (and optionally d_v) explicitly"
+                )
+            d_k = hidden_size // n_heads
+        d_k = _positive_int(d_k, "d_k")
+        d_v = d_k if d_v is None else _positive_int(d_v, "d_v")
+
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.n_heads = n_heads
+        self.nh = nh
+        self.d_k = d_k
+        self.d_v = d_v
+        self.chunk_size = chunk_size
+        self.state_size = n_heads * d_k * d_v
+
+        # Creation order is part of the interface (weights convert to the Flax twin).
+        self.linear_q = nn.Linear(input_size, n_heads * d_k, bias=bias)
+        self.linear_k = nn.ModuleList(
+            nn.Linear(input_size, n_heads * d_k, bias=bias) for _ in range(nh)
+        )
+        self.linear_v = nn.ModuleList(
+            nn.Linear(input_size, n_heads * d_v, bias=bias) for _ in range(nh)
+        )
+        self.linear_beta = nn.ModuleList(
+            nn.Linear(input_size, n_heads, bias=bias) for _ in range(nh)
+        )
+        self.out_proj = nn.Linear(n_heads * d_v, hidden_size, bias=bias)
+        self.decay = TimeDecay(decay, decay_rate, log1p_delta, channels=n_heads)
+
+    def _project(self, x: torch.Tensor):
+        """``q (…, H, d_k)``, ``k (…, nh, H, d_k)``, ``v (…, nh, H, d_v)``, ``β (…, nh, H)``."""
+        lead = x.shape[:-1]
+        H, dk, dv = self.n_heads, self.d_k, self.d_v
+        q = self.linear_q(x).reshape(*lead, H, dk)
+        k = torch.stack(
+            [
+                F.normalize(lin(x).reshape(*lead, H, dk), dim=-1, eps=KEY_NORM_EPS)
+                for lin in self.linear_k
+            ],
+            dim=-3,
+        )
+        v = torch.stack([lin(x).reshape(*lead, H, dv) for lin in self.linear_v], dim=-3)
+        beta = 2.0 * torch.sigmoid(torch.stack([lin(x) for lin in self.linear_beta], dim=-2))
+        return q, k, v, beta
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        h_0: torch.Tensor | None = None,
+        delta_t: torch.Tensor | None = None,
+        return_state: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Parallel (chunked WY) forward; see the class docstring for shapes."""
+        x = check_sequence(x, self.input_size)
+        B, T, _ = x.shape
+        H, dk, dv = self.n_heads, self.d_k, self.d_v
+        h0 = None
+        if h_0 is not None:
+            h0 = check_state(h_0, B, self.state_size, "h_0", sequence=True, like=x)
+            h0 = h0.reshape(B, H, dk, dv)
+        log_gamma = self.decay.log_gamma(delta_t, B, T, like=x)
+        if log_gamma is not None:
+            log_gamma = log_gamma.expand(B, T, H).contiguous()  # fixed rate: one channel
+        q, k, v, beta = self._project(x)
+        o, h_T = call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, self.chunk_size)
+        y = self.out_proj(o.reshape(B, T, H * dv))
+        if return_state:
+            return y, h_T.reshape(B, 1, self.state_size)
+        return y
+
+    def step(
+        self,
+        x_t: torch.Tensor,
+        h_prev: torch.Tensor | None = None,
+        delta_t: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token, ``O(1)`` in ``T``: ``(y_t (B, hidden_size), h_t (B, Z))``."""
+        x_t = check_token(x_t, self.input_size)
+        B = x_t.shape[0]
+        H, dk, dv = self.n_heads, self.d_k, self.d_v
+        if h_prev is None:
+            S = x_t.new_zeros(B, H, dk, dv)
+        else:
+            S = check_state(h_prev, B, self.state_size, "h_prev", sequence=False, like=x_t)
+            S = S.reshape(B, H, dk, dv)
+        log_gamma = self.decay.log_gamma(delta_t, B, None, like=x_t)
+        if log_gamma is not None:
+            S = log_gamma.expand(B, H).exp()[..., None, None] * S
+        q, k, v, beta = self._project(x_t)
+        for j in range(self.nh):
+            kj = k[:, j]
+            err = v[:, j] - torch.einsum("bhk,bhkv->bhv", kj, S)  # v − Sᵀk
+            S = S + beta[:, j, :, None, None] * kj.unsqueeze(-1) * err.unsqueeze(-2)
+        o = torch.einsum("bhk,bhkv->bhv", q, S)
+        return self.out_proj(o.reshape(B, H * dv)), S.reshape(B, self.state_size)
+
+    def extra_repr(self) -> str:
+        return (
+            f"input_size={self.input_size}, hidden_size={self.hidden_size}, "
+            f"n_heads={self.n_heads}, nh={self.nh}, d_k={self.d_k}, d_v={self.d_v}, "
+            f"chunk_size={self.chunk_size}"
+        )

@@ -1,0 +1,175 @@
+"""GivensMinGRU: block-orthogonal transitions built from brick-wall Givens rotations.
+
+Per block of ``k = block_size`` channels, the transition of token t is
+
+    M_t = γ_t · G_{R−1} ⋯ G_0 ∈ SO(k),   h_t = M_t h_{t−1} + σ(W_z x_t) ⊙ (W_h x_t),
+
+where round r rotates the planes (0,1),(2,3),… (r even) or (1,2),…,(k−1,0) (r odd), each by
+its own input-dependent angle — the rectangular mesh of Clements et al. 2016 (Optica 3, 1460)
+as used by EUNN (Jing et al. 2017, arXiv:1612.05231); Givens rotations after Golub & Van Loan.
+Orthogonal transitions never blow up or vanish the state, and non-commuting rotations give
+the state-tracking power of non-abelian groups. :class:`BlockRotationBase` holds what
+this mixer shares with :class:`~mingru.mixers.rotation.RotationMinGRU`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from mingru._eager.givens_recurrence import givens_step
+from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token
+from mingru.mixers.log import check_size
+from mingru.scans import givens_recurrence
+
+__all__ = ["BlockRotationBase", "GivensMinGRU"]
+
+
+def _cast(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
+    return None if t is None else t.to(like.dtype)
+
+
+class BlockRotationBase(nn.Module):
+    """Shared forward/step of the rotation-family mixers (``n`` blocks of ``k`` channels).
+
+    Subclasses create ``linear_z``, ``linear_h``, ``h0`` and ``decay`` and implement
+    :meth:`transition` (angles ``(..., n, R, k/2)`` and an optional pre-rotation scale).
+    """
+
+    input_size: int
+    hidden_size: int
+    n_blocks: int
+    block_size: int
+    h0: nn.Parameter
+    decay: TimeDecay
+
+    def transition(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        raise NotImplementedError
+
+    def _input_term(self, x: torch.Tensor) -> torch.Tensor:
+        b = torch.sigmoid(self.linear_z(x)) * self.linear_h(x)
+        return b.reshape(*x.shape[:-1], self.n_blocks, self.block_size)
+
+    def _log_gamma(self, delta_t, batch: int, steps: int | None, like: torch.Tensor):
+        lg = self.decay.log_gamma(delta_t, batch, steps, like=like)
+        if lg is None:
+            return None
+        shape = (batch, self.n_blocks) if steps is None else (batch, steps, self.n_blocks)
+        return lg.expand(shape).contiguous()  # fixed decay gives one channel: one per block
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        h_0: torch.Tensor | None = None,
+        delta_t: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; ``h_0 (B, 1, hidden)``
+        overrides the learned initial state; ``delta_t (B, T)`` or ``(B, T, 1)`` with decay."""
+        check_sequence(x, self.input_size)
+        B, T, _ = x.shape
+        n, k = self.n_blocks, self.block_size
+        b = self._input_term(x)  # its dtype (not x's, which autocast may differ from) rules
+        theta, scale = self.transition(x)
+        if h_0 is None:
+            h0 = self.h0.to(b.dtype).reshape(1, n, k).expand(B, n, k).contiguous()
+        else:
+            h0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, like=b)
+            h0 = h0.reshape(B, n, k)
+        log_gamma = self._log_gamma(delta_t, B, T, b)
+        h = givens_recurrence(theta.to(b.dtype), b, h0, _cast(scale, b), log_gamma)
+        return h.reshape(B, T, self.hidden_size)
+
+    def step(
+        self,
+        x_t: torch.Tensor,
+        h_prev: torch.Tensor | None = None,
+        delta_t: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """One token: ``h_t (B, hidden)`` from ``x_t (B, input_size)`` and ``h_prev (B, hidden)``
+        (default: the learned ``h0``); rotates the state vector, never forms a matrix."""
+        check_token(x_t, self.input_size)
+        B = x_t.shape[0]
+        n, k = self.n_blocks, self.block_size
+        b = self._input_term(x_t)
+        theta, scale = self.transition(x_t)
+        if h_prev is None:
+            h = self.h0.to(b.dtype).reshape(1, n, k).expand(B, n, k)
+        else:
+            h = check_state(h_prev, B, self.hidden_size, "h_prev", sequence=False, like=b)
+            h = h.reshape(B, n, k)
+        log_gamma = self._log_gamma(delta_t, B, None, b)
+        h = givens_step(h, theta.to(b.dtype), b, _cast(scale, b), log_gamma)
+        return h.reshape(B, self.hidden_size)
+
+
+class GivensMinGRU(BlockRotationBase):
+    """MinGRU with block transitions in SO(k) from ``rounds`` layers of Givens rotations
+    (Clements et al. 2016; EUNN, Jing et al. 2017).
+
+    Args:
+        input_size: features of ``x``.
+        hidden_size: features of the state; a multiple of ``block_size``.
+        bias: bias in the linear layers.
+        block_size: ``k``, even; the state is ``n = hidden/k`` independent blocks.
+        rounds: ``R ≥ 1`` brick-wall layers; ``W_θ x`` gives ``n·R·k/2`` angles, reshaped
+            ``(…, n, R, k/2)``: angle ``[b, r, m]`` rotates plane ``m`` of round ``r`` of block
+            ``b``; round 0 acts first.
+        decay: ``None``, ``"fixed"`` or ``"learnable"`` time decay (one rate per block).
+        decay_rate: ``λ`` (fixed) or its initial value (learnable); ``> 0``.
+        log1p_delta: use ``f = log1p`` on the time gaps.
+
+    Shapes: ``forward(x (B, T, input_size), h_0=None (B, 1, hidden), delta_t=None) ->
+    h (B, T, hidden)``; ``step(x_t (B, input_size), h_prev=None (B, hidden), delta_t=None) ->
+    h_t (B, hidden)``. The initial state is the parameter ``h0 ~ N(0, 0.5²)`` unless given.
+
+    Example:
+        >>> import torch
+        >>> from mingru import GivensMinGRU
+        >>> m = GivensMinGRU(8, 16, block_size=4, rounds=2)
+        >>> h = m(torch.randn(2, 10, 8))
+        >>> m.step(torch.randn(2, 8), h[:, -1]).shape
+        torch.Size([2, 16])
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        block_size: int = 8,
+        rounds: int = 3,
+        decay: str | None = None,
+        decay_rate: float = 1.0,
+        log1p_delta: bool = False,
+    ) -> None:
+        super().__init__()
+        self.input_size = check_size(input_size, "input_size")
+        self.hidden_size = check_size(hidden_size, "hidden_size")
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 2 \
+                or block_size % 2 or hidden_size % block_size:
+            raise ValueError(
+                f"block_size must be an even int ≥ 2 that divides hidden_size={hidden_size}; "
+                f"got {block_size!r}"
+            )
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+            raise ValueError(f"rounds must be an int ≥ 1; got {rounds!r}")
+        self.block_size = block_size
+        self.rounds = rounds
+        self.n_blocks = hidden_size // block_size
+        n_angles = self.n_blocks * rounds * (block_size // 2)
+        self.linear_theta = nn.Linear(input_size, n_angles, bias=bias)
+        self.linear_z = nn.Linear(input_size, hidden_size, bias=bias)
+        self.linear_h = nn.Linear(input_size, hidden_size, bias=bias)
+        self.h0 = nn.Parameter(torch.randn(hidden_size) * 0.5)
+        self.decay = TimeDecay(decay, decay_rate, log1p_delta, channels=self.n_blocks)
+
+    def transition(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """Angles ``(..., n, rounds, k/2)`` for ``x (..., input_size)``; no scale."""
+        theta = self.linear_theta(x)
+        return theta.reshape(*x.shape[:-1], self.n_blocks, self.rounds, self.block_size // 2), None
+
+    def extra_repr(self) -> str:
+        return (
+            f"input_size={self.input_size}, hidden_size={self.hidden_size}, "
+            f"block_size={self.block_size}, rounds={self.rounds}"
+        )

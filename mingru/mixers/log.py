@@ -1,0 +1,158 @@
+"""MinGRU: the minimal GRU of Feng et al. 2024 ("Were RNNs All We Needed?", arXiv:2410.01201),
+solved by the log-space parallel scan (Heinsen 2023, arXiv:2311.06281).
+
+    z_t = σ(W_z x_t),   h̃_t = g(W_h x_t),   h_t = γ_t (1 − z_t) ⊙ h_{t−1} + z_t ⊙ h̃_t
+
+with ``g(x) = x + 0.5`` (x ≥ 0), ``σ(x)`` (x < 0), so every state is positive and the scan runs
+on ``log a = −softplus(W_z x) + log γ`` and ``log b = −softplus(−W_z x) + log g(W_h x)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mingru.mixers._common import (
+    TimeDecay,
+    check_sequence,
+    check_state,
+    check_token,
+    g,
+    log_g,
+)
+from mingru.scans import parallel_scan_log
+
+__all__ = ["MinGRU", "check_non_negative", "check_size"]
+
+
+def check_size(value: object, name: str) -> int:
+    """``value`` must be a positive ``int`` (not a bool); returns it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int; got {value!r}")
+    return value
+
+
+class MinGRU(nn.Module):
+    """Minimal GRU (Feng et al. 2024) with positive states, on the log-space scan.
+
+    Args:
+        input_size: features of ``x``.
+        hidden_size: features of the state ``h``.
+        bias: bias in ``linear_z`` and ``linear_h``.
+        learnable_h0: learn the initial state as ``g(h0)`` with the parameter ``h0`` starting
+            at 0 (so ``h_0 = 0.5`` at init); otherwise the default ``h_0`` is ``0.5 = g(0)``.
+        decay: ``None``, ``"fixed"`` or ``"learnable"`` time decay ``γ_t = exp(−λ f(Δt_t))``
+            of the transition (one rate per hidden unit when learnable).
+        decay_rate: ``λ`` (fixed) or its initial value (learnable); ``> 0``.
+        log1p_delta: use ``f = log1p`` on the time gaps.
+
+    Shapes: ``forward(x (B, T, input_size), h_0=None (B, 1, hidden), delta_t=None (B, T) or
+    (B, T, 1)) -> h (B, T, hidden)``, the states ``h_1 … h_T``; ``step(x_t (B, input_size),
+    h_prev=None (B, hidden), delta_t=None (B,) or (B, 1)) -> h_t (B, hidden)``. A given state
+    must be non-negative (it enters the scan as ``log h_0``, so a zero entry is a valid start
+    but has no gradient; states this module returns are always positive). Computes in the
+    dtype of the projections (the input dtype, or the autocast dtype).
+
+    Example:
+        >>> import torch
+        >>> from mingru import MinGRU
+        >>> m = MinGRU(8, 16)
+        >>> h = m(torch.randn(2, 10, 8))
+        >>> h.shape, bool((h > 0).all())
+        (torch.Size([2, 10, 16]), True)
+        >>> h2 = m(torch.randn(2, 5, 8), h_0=h[:, -1:])   # continue the sequence
+        >>> m.step(torch.randn(2, 8), h2[:, -1]).shape
+        torch.Size([2, 16])
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        learnable_h0: bool = False,
+        decay: str | None = None,
+        decay_rate: float = 1.0,
+        log1p_delta: bool = False,
+    ) -> None:
+        super().__init__()
+        self.input_size = check_size(input_size, "input_size")
+        self.hidden_size = check_size(hidden_size, "hidden_size")
+        self.linear_z = nn.Linear(input_size, hidden_size, bias=bias)
+        self.linear_h = nn.Linear(input_size, hidden_size, bias=bias)
+        if learnable_h0:
+            self.h0 = nn.Parameter(torch.zeros(hidden_size))
+        else:
+            self.register_parameter("h0", None)
+        self.decay = TimeDecay(decay, decay_rate, log1p_delta, channels=hidden_size)
+
+    def _log_h0(self, h_0: torch.Tensor | None, batch: int, like: torch.Tensor) -> torch.Tensor:
+        """``log h_0`` as ``(B, 1, hidden)``."""
+        H = self.hidden_size
+        if h_0 is None:
+            if self.h0 is not None:
+                return log_g(self.h0.to(like.dtype)).expand(batch, 1, H)
+            return like.new_full((batch, 1, H), math.log(0.5))
+        h_0 = check_state(h_0, batch, H, "h_0", sequence=True, like=like)
+        check_non_negative(h_0, "h_0")
+        return torch.log(h_0)  # log 0 = -inf is a valid start for the log scan
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        h_0: torch.Tensor | None = None,
+        delta_t: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring."""
+        check_sequence(x, self.input_size)
+        B, T, _ = x.shape
+        k_z = self.linear_z(x)  # its dtype (not x's, which autocast may differ from) rules
+        log_a = -F.softplus(k_z)
+        log_b = -F.softplus(-k_z) + log_g(self.linear_h(x))
+        log_gamma = self.decay.log_gamma(delta_t, B, T, like=k_z)
+        if log_gamma is not None:
+            log_a = log_a + log_gamma
+        log_values = torch.cat([self._log_h0(h_0, B, k_z), log_b], dim=1)
+        return parallel_scan_log(log_a, log_values)
+
+    def step(
+        self,
+        x_t: torch.Tensor,
+        h_prev: torch.Tensor | None = None,
+        delta_t: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """One token: ``h_t (B, hidden)`` from ``x_t (B, input_size)``, ``h_prev (B, hidden)``."""
+        check_token(x_t, self.input_size)
+        B = x_t.shape[0]
+        k_z = self.linear_z(x_t)
+        if h_prev is None:
+            h_prev = self._log_h0(None, B, k_z).squeeze(1).exp()
+        else:
+            h_prev = check_state(h_prev, B, self.hidden_size, "h_prev", sequence=False, like=k_z)
+            check_non_negative(h_prev, "h_prev")
+        log_a = -F.softplus(k_z)
+        log_gamma = self.decay.log_gamma(delta_t, B, None, like=k_z)
+        if log_gamma is not None:
+            log_a = log_a + log_gamma
+        return log_a.exp() * h_prev + (-F.softplus(-k_z)).exp() * g(self.linear_h(x_t))
+
+    def extra_repr(self) -> str:
+        return (
+            f"input_size={self.input_size}, hidden_size={self.hidden_size}, "
+            f"learnable_h0={self.h0 is not None}"
+        )
+
+
+def check_non_negative(h: torch.Tensor, name: str) -> None:
+    """Reject negative MinGRU states. Skipped while torch.compile traces (a data-dependent
+    branch would break the graph); eager calls always check."""
+    if torch.compiler.is_compiling():
+        return
+    if bool((h < 0).any()):
+        raise ValueError(
+            f"{name} must be a non-negative MinGRU state (not a pre-activation); "
+            f"got a minimum of {h.min().item():.4g}"
+        )

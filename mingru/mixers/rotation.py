@@ -1,0 +1,116 @@
+"""RotationMinGRU: 2×2 block transitions ``M_t = R(θ_t) · diag(1, tanh(u_t))``.
+
+A rotation by ``2π/K`` generates the cyclic group ``Z_K``, so snapping the input-dependent
+angle to multiples of ``2π/K`` lets a linear RNN count modulo K exactly over any length
+(the state-tracking argument of Merrill, Petty & Sabharwal 2024 and Grazzi et al. 2025, with
+the rotation view of unitary/orthogonal RNNs, Jing et al. 2017). The ``tanh(u)`` scale on the
+second channel lets each block also forget.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from mingru.mixers._common import TimeDecay
+from mingru.mixers.givens import BlockRotationBase
+from mingru.mixers.log import check_size
+
+__all__ = ["RotationMinGRU"]
+
+
+def _check_snap(snap: object) -> tuple[int, ...] | None:
+    if snap is None:
+        return None
+    bad = not isinstance(snap, Sequence) or isinstance(snap, str) or len(snap) == 0
+    if not bad:
+        bad = any(isinstance(K, bool) or not isinstance(K, int) or K < 1 for K in snap)
+    if bad:
+        raise ValueError(f"snap must be None or a non-empty sequence of ints ≥ 1; got {snap!r}")
+    return tuple(snap)
+
+
+class RotationMinGRU(BlockRotationBase):
+    """MinGRU with 2×2 rotation-and-scale blocks (Merrill et al. 2024; Grazzi et al. 2025).
+
+    Block j (channels ``2j, 2j+1``) has ``M_t = γ_t R(θ_t) diag(1, tanh(u_t))`` with
+    ``θ = W_θ x`` and ``u = W_u x`` (one each per block) and input ``σ(W_z x) ⊙ (W_h x)``.
+
+    Args:
+        input_size: features of ``x``.
+        hidden_size: features of the state; even (``n = hidden/2`` blocks).
+        bias: bias in the linear layers.
+        snap: angles are rounded (half to even) to multiples of ``2π/K_j`` with
+            ``K_j = snap[j % len(snap)]`` and a straight-through gradient; ``None`` disables.
+        decay: ``None``, ``"fixed"`` or ``"learnable"`` time decay (one rate per block).
+        decay_rate: ``λ`` (fixed) or its initial value (learnable); ``> 0``.
+        log1p_delta: use ``f = log1p`` on the time gaps.
+
+    Shapes: ``forward(x (B, T, input_size), h_0=None (B, 1, hidden), delta_t=None) ->
+    h (B, T, hidden)``; ``step(x_t (B, input_size), h_prev=None (B, hidden), delta_t=None) ->
+    h_t (B, hidden)``. The initial state is the parameter ``h0 ~ N(0, 0.5²)`` unless given.
+
+    Example:
+        >>> import torch
+        >>> from mingru import RotationMinGRU
+        >>> m = RotationMinGRU(8, 16, snap=(2, 3))
+        >>> h = m(torch.randn(2, 10, 8))
+        >>> m.step(torch.randn(2, 8), h[:, -1]).shape
+        torch.Size([2, 16])
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        snap: Sequence[int] | None = (2, 3, 4, 6),
+        decay: str | None = None,
+        decay_rate: float = 1.0,
+        log1p_delta: bool = False,
+    ) -> None:
+        super().__init__()
+        self.input_size = check_size(input_size, "input_size")
+        self.hidden_size = check_size(hidden_size, "hidden_size")
+        if hidden_size % 2:
+            raise ValueError(f"hidden_size must be even for RotationMinGRU; got {hidden_size}")
+        self.snap = _check_snap(snap)
+        self.block_size = 2
+        self.n_blocks = n = hidden_size // 2
+        self.linear_theta = nn.Linear(input_size, n, bias=bias)
+        self.linear_u = nn.Linear(input_size, n, bias=bias)
+        self.linear_z = nn.Linear(input_size, hidden_size, bias=bias)
+        self.linear_h = nn.Linear(input_size, hidden_size, bias=bias)
+        self.h0 = nn.Parameter(torch.randn(hidden_size) * 0.5)
+        self.decay = TimeDecay(decay, decay_rate, log1p_delta, channels=n)
+        if self.snap is not None:
+            K = [float(self.snap[j % len(self.snap)]) for j in range(n)]
+            # Not persistent: derived from the constructor, so state_dicts stay framework-neutral.
+            self.register_buffer("snap_k", torch.tensor(K), persistent=False)
+        else:
+            self.register_buffer("snap_k", None, persistent=False)
+
+    def snap_angles(self, theta: torch.Tensor) -> torch.Tensor:
+        """Round ``theta (..., n)`` to multiples of ``2π/K_j`` (half to even), straight-through.
+
+        The value is exactly ``round(θ / (2π/K)) · (2π/K)``; the gradient is the identity.
+        """
+        if self.snap_k is None:
+            return theta
+        unit = (2 * math.pi) / self.snap_k.to(theta.dtype)
+        snapped = torch.round(theta / unit) * unit
+        # theta - theta.detach() is exactly 0, so the value stays exactly `snapped`.
+        return snapped.detach() + (theta - theta.detach())
+
+    def transition(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Angles ``(..., n, 1, 1)`` and the scale ``[1, tanh(u)]`` ``(..., n, 2)``."""
+        theta = self.snap_angles(self.linear_theta(x))
+        s = torch.tanh(self.linear_u(x))
+        scale = torch.stack([torch.ones_like(s), s], dim=-1)
+        return theta[..., None, None], scale
+
+    def extra_repr(self) -> str:
+        return f"input_size={self.input_size}, hidden_size={self.hidden_size}, snap={self.snap}"

@@ -1,0 +1,127 @@
+"""SignedMinGRU: a minGRU whose transition may be negative, on the linear scan.
+
+    z_t = σ(W_z x_t),   s_t = tanh(W_s x_t),   a_t = γ_t s_t  (or γ_t (1 − z_t) s_t when coupled),
+    h_t = a_t ⊙ h_{t−1} + z_t ⊙ (W_h x_t).
+
+Negative eigenvalues of the transition let a diagonal linear RNN track state such as parity,
+which a positive-transition minGRU cannot (Merrill, Petty & Sabharwal 2024, arXiv:2404.08819;
+Grazzi et al. 2025, arXiv:2411.12537).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token
+from mingru.mixers.log import check_size
+from mingru.scans import linear_scan
+
+__all__ = ["SignedMinGRU"]
+
+
+class SignedMinGRU(nn.Module):
+    """MinGRU with a signed transition ``a = tanh(W_s x)`` (Merrill et al. 2024; Grazzi et al.
+    2025).
+
+    Args:
+        input_size: features of ``x``.
+        hidden_size: features of the state ``h``.
+        bias: bias in ``linear_z``, ``linear_s`` and ``linear_h``.
+        learnable_h0: learn the initial state (parameter ``h0`` starting at 0); otherwise the
+            default ``h_0`` is 0.
+        coupled: use ``a = (1 − z) ⊙ tanh(W_s x)`` instead of ``tanh(W_s x)``.
+        decay: ``None``, ``"fixed"`` or ``"learnable"`` time decay of the transition
+            (one rate per hidden unit when learnable).
+        decay_rate: ``λ`` (fixed) or its initial value (learnable); ``> 0``.
+        log1p_delta: use ``f = log1p`` on the time gaps.
+
+    Shapes: ``forward(x (B, T, input_size), h_0=None (B, 1, hidden), delta_t=None (B, T) or
+    (B, T, 1)) -> h (B, T, hidden)``; ``step(x_t (B, input_size), h_prev=None (B, hidden),
+    delta_t=None (B,) or (B, 1)) -> h_t (B, hidden)``. Computes in the input dtype.
+
+    Example:
+        >>> import torch
+        >>> from mingru import SignedMinGRU
+        >>> m = SignedMinGRU(8, 16, coupled=True)
+        >>> h = m(torch.randn(2, 10, 8))
+        >>> m.step(torch.randn(2, 8), h[:, -1]).shape
+        torch.Size([2, 16])
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        learnable_h0: bool = False,
+        coupled: bool = False,
+        decay: str | None = None,
+        decay_rate: float = 1.0,
+        log1p_delta: bool = False,
+    ) -> None:
+        super().__init__()
+        self.input_size = check_size(input_size, "input_size")
+        self.hidden_size = check_size(hidden_size, "hidden_size")
+        self.coupled = bool(coupled)
+        self.linear_z = nn.Linear(input_size, hidden_size, bias=bias)
+        self.linear_s = nn.Linear(input_size, hidden_size, bias=bias)
+        self.linear_h = nn.Linear(input_size, hidden_size, bias=bias)
+        if learnable_h0:
+            self.h0 = nn.Parameter(torch.zeros(hidden_size))
+        else:
+            self.register_parameter("h0", None)
+        self.decay = TimeDecay(decay, decay_rate, log1p_delta, channels=hidden_size)
+
+    def _gates(
+        self, x: torch.Tensor, delta_t: torch.Tensor | None, steps: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Transition ``a`` and input ``b``, both shaped like ``x`` with ``hidden`` features."""
+        k_z = self.linear_z(x)  # its dtype (not x's, which autocast may differ from) rules
+        z = torch.sigmoid(k_z)
+        a = torch.tanh(self.linear_s(x))
+        if self.coupled:
+            a = (1 - z) * a
+        log_gamma = self.decay.log_gamma(delta_t, x.shape[0], steps, like=k_z)
+        if log_gamma is not None:
+            a = a * log_gamma.exp()
+        return a, z * self.linear_h(x)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        h_0: torch.Tensor | None = None,
+        delta_t: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring."""
+        check_sequence(x, self.input_size)
+        B, T, _ = x.shape
+        a, b = self._gates(x, delta_t, T)
+        if h_0 is not None:
+            h_0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, like=b)
+        elif self.h0 is not None:
+            h_0 = self.h0.to(b.dtype)
+        P, Z = linear_scan(a, b)
+        return Z if h_0 is None else P * h_0 + Z
+
+    def step(
+        self,
+        x_t: torch.Tensor,
+        h_prev: torch.Tensor | None = None,
+        delta_t: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """One token: ``h_t (B, hidden)`` from ``x_t (B, input_size)``, ``h_prev (B, hidden)``."""
+        check_token(x_t, self.input_size)
+        B = x_t.shape[0]
+        a, b = self._gates(x_t, delta_t, None)
+        if h_prev is not None:
+            h_prev = check_state(h_prev, B, self.hidden_size, "h_prev", sequence=False, like=b)
+        elif self.h0 is not None:
+            h_prev = self.h0.to(b.dtype)
+        return b if h_prev is None else a * h_prev + b
+
+    def extra_repr(self) -> str:
+        return (
+            f"input_size={self.input_size}, hidden_size={self.hidden_size}, "
+            f"learnable_h0={self.h0 is not None}, coupled={self.coupled}"
+        )

@@ -1,0 +1,188 @@
+"""Synthetic sequence tasks for the ``mingru train`` demo, generated on the fly.
+
+Every task produces integer token sequences and a label per position, plus a mask saying
+which positions are scored:
+
+* ``parity`` — a bit stream; the label at ``t`` is the parity of bits ``1..t``. Needs a
+  transition that can flip sign (a negative eigenvalue); a diagonal positive recurrence such
+  as MinGRU's cannot track it at lengths beyond training.
+* ``s3`` / ``s5`` — word problems on the symmetric groups S3 (6 elements, non-abelian) and
+  S5 (120 elements, non-solvable): tokens are group elements, the label at ``t`` is the
+  running product ``x_t ∘ ⋯ ∘ x_1``. Needs rotation-like (orthogonal) transitions.
+* ``mqar`` — multi-query associative recall: ``n_pairs`` key–value pairs, then filler with
+  the keys asked again at random positions; the label at a query is the value stored with
+  that key. Needs a matrix-valued (associative) memory such as the delta rule.
+
+Example:
+    >>> import torch
+    >>> from mingru.tasks import make_task
+    >>> task = make_task("parity")
+    >>> batch = task.sample(4, 16, torch.Generator().manual_seed(0))
+    >>> batch.tokens.shape, batch.labels.shape, batch.mask.shape
+    (torch.Size([4, 16]), torch.Size([4, 16]), torch.Size([4, 16]))
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "TASKS",
+    "Batch",
+    "GroupWordTask",
+    "MQARTask",
+    "ParityTask",
+    "Task",
+    "make_task",
+    "permutation_table",
+]
+
+
+@dataclass
+class Batch:
+    """One batch: ``tokens (B, T)`` int64 inputs, ``labels (B, T)`` int64 targets (``-100``
+    where unscored), ``mask (B, T)`` bool — the positions that count for loss and accuracy."""
+
+    tokens: torch.Tensor
+    labels: torch.Tensor
+    mask: torch.Tensor
+
+
+class Task:
+    """A sequence labelling task: ``vocab_size`` input tokens, ``n_classes`` output classes."""
+
+    name: str = ""
+    vocab_size: int = 0
+    n_classes: int = 0
+    min_length: int = 1
+
+    def sample(self, batch: int, length: int, generator: torch.Generator) -> Batch:
+        """Draw ``batch`` sequences of ``length`` tokens using ``generator`` (CPU)."""
+        raise NotImplementedError
+
+    def check_length(self, length: int) -> None:
+        if not isinstance(length, int) or length < self.min_length:
+            raise ValueError(
+                f"length for task {self.name!r} must be an int ≥ {self.min_length}; got {length!r}"
+            )
+
+    def describe(self) -> str:
+        return self.name
+
+
+class ParityTask(Task):
+    """Running parity of a bit stream; every position is scored (chance = 0.5)."""
+
+    name = "parity"
+    vocab_size = 2
+    n_classes = 2
+
+    def sample(self, batch: int, length: int, generator: torch.Generator) -> Batch:
+        self.check_length(length)
+        bits = torch.randint(0, 2, (batch, length), generator=generator)
+        labels = torch.cumsum(bits, dim=1) % 2
+        return Batch(bits, labels, torch.ones_like(bits, dtype=torch.bool))
+
+
+def permutation_table(n: int) -> tuple[list[tuple[int, ...]], torch.Tensor]:
+    """The elements of the symmetric group S_n (lexicographic order; index 0 is the identity)
+    and the composition table ``table[i, j]`` = index of ``p_i ∘ p_j`` (apply ``p_j`` first)."""
+    perms = list(itertools.permutations(range(n)))
+    index = {p: i for i, p in enumerate(perms)}
+    table = torch.empty(len(perms), len(perms), dtype=torch.long)
+    for i, p in enumerate(perms):
+        for j, q in enumerate(perms):
+            table[i, j] = index[tuple(p[q[m]] for m in range(n))]
+    return perms, table
+
+
+class GroupWordTask(Task):
+    """Word problem on S_n: the label at ``t`` is the index of ``x_t ∘ x_{t-1} ∘ ⋯ ∘ x_1``.
+
+    Every position is scored (chance = ``1 / n!``).
+    """
+
+    def __init__(self, n: int) -> None:
+        if n not in (3, 4, 5):
+            raise ValueError(f"group size n must be 3, 4 or 5; got {n!r}")
+        self.n = n
+        self.name = f"s{n}"
+        self.elements, self.table = permutation_table(n)
+        self.vocab_size = self.n_classes = len(self.elements)
+
+    def sample(self, batch: int, length: int, generator: torch.Generator) -> Batch:
+        self.check_length(length)
+        tokens = torch.randint(0, self.vocab_size, (batch, length), generator=generator)
+        labels = torch.empty_like(tokens)
+        state = torch.zeros(batch, dtype=torch.long)  # the identity
+        for t in range(length):
+            # A sequential left-multiplication: a table lookup per step is cheap and exact.
+            state = self.table[tokens[:, t], state]
+            labels[:, t] = state
+        return Batch(tokens, labels, torch.ones_like(tokens, dtype=torch.bool))
+
+
+class MQARTask(Task):
+    """Multi-query associative recall.
+
+    Layout of one sequence of length ``T``: ``n_pairs`` key–value pairs ``k₁ v₁ … k_N v_N``
+    (distinct keys, values drawn independently), then ``T − 2N`` positions of a filler token
+    among which every key is asked once more, in random order, at random positions. The label
+    at a query is its value's class; only query positions are scored (chance = ``1 / n_values``).
+    Longer sequences keep the same pairs and queries and add filler, so length generalization
+    means holding the memory over longer gaps.
+
+    Token ids: 0 = filler, ``1 … n_keys`` = keys, ``n_keys+1 … n_keys+n_values`` = values.
+    """
+
+    name = "mqar"
+
+    def __init__(self, n_pairs: int = 8, n_keys: int = 32, n_values: int = 32) -> None:
+        if n_pairs < 1 or n_keys < n_pairs or n_values < 2:
+            raise ValueError(
+                "mqar needs n_pairs ≥ 1, n_keys ≥ n_pairs and n_values ≥ 2; got "
+                f"n_pairs={n_pairs}, n_keys={n_keys}, n_values={n_values}"
+            )
+        self.n_pairs, self.n_keys, self.n_values = n_pairs, n_keys, n_values
+        self.vocab_size = 1 + n_keys + n_values
+        self.n_classes = n_values
+        self.min_length = 3 * n_pairs
+
+    def describe(self) -> str:
+        return f"mqar(n_pairs={self.n_pairs}, n_keys={self.n_keys}, n_values={self.n_values})"
+
+    def sample(self, batch: int, length: int, generator: torch.Generator) -> Batch:
+        self.check_length(length)
+        N = self.n_pairs
+        keys = torch.argsort(torch.rand(batch, self.n_keys, generator=generator), dim=1)[:, :N]
+        values = torch.randint(0, self.n_values, (batch, N), generator=generator)
+        tokens = torch.zeros(batch, length, dtype=torch.long)
+        labels = torch.full((batch, length), -100, dtype=torch.long)
+        tokens[:, 0 : 2 * N : 2] = keys + 1
+        tokens[:, 1 : 2 * N : 2] = values + 1 + self.n_keys
+        # Query slots: N distinct positions in the tail, sorted; pair j asked in random order.
+        tail = length - 2 * N
+        slots = torch.argsort(torch.rand(batch, tail, generator=generator), dim=1)[:, :N]
+        slots = torch.sort(slots, dim=1).values + 2 * N
+        order = torch.argsort(torch.rand(batch, N, generator=generator), dim=1)
+        rows = torch.arange(batch).unsqueeze(1)
+        tokens[rows, slots] = torch.gather(keys, 1, order) + 1
+        labels[rows, slots] = torch.gather(values, 1, order)
+        return Batch(tokens, labels, labels >= 0)
+
+
+TASKS = ("parity", "s3", "s5", "mqar")
+
+
+def make_task(name: str, **kwargs: int) -> Task:
+    """Build a task by name: ``parity``, ``s3``, ``s5`` or ``mqar`` (kwargs go to MQAR)."""
+    if name == "parity":
+        return ParityTask()
+    if name in ("s3", "s4", "s5"):
+        return GroupWordTask(int(name[1]))
+    if name == "mqar":
+        return MQARTask(**kwargs)
+    raise ValueError(f"task must be one of {', '.join(TASKS)}; got {name!r}")

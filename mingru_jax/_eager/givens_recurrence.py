@@ -1,0 +1,117 @@
+"""Eager twin of the fused rotation/Givens recurrence (dispatch op ``"givens_recurrence"``).
+
+The twin of :mod:`mingru._eager.givens_recurrence`. Per token ``t`` and block,
+
+    M_t = γ_t · G_{R-1} ⋯ G_0 · diag(scale_t),      h_t = M_t h_{t-1} + b_t,
+
+where round ``r`` rotates the disjoint planes ``(i, j)``, ``i = (r % 2 + 2m) % k``,
+``j = (i + 1) % k`` (``m = 0 … k/2-1``), by ``θ = theta[..., r, m]``:
+``(v_i, v_j) ← (cos θ·v_i − sin θ·v_j, sin θ·v_i + cos θ·v_j)`` (Givens rotations, Golub &
+Van Loan; brick-wall layout of Clements et al. 2016 / EUNN, Jing et al. 2017).
+
+The eager path materializes the ``k×k`` transitions and runs the block matrix scan;
+:func:`givens_step` is the one-token form that rotates the state vector directly.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mingru_jax._eager.affine_scan import matrix_affine_scan_eager
+
+__all__ = ["givens_recurrence_eager", "givens_step", "givens_transitions", "rotate_rows"]
+
+
+@cache
+def _round_plan(k: int, parity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row indices ``I``, ``J`` of the planes of a round, and the inverse of ``I ++ J``."""
+    rows_i = np.array([(parity + 2 * m) % k for m in range(k // 2)])
+    rows_j = (rows_i + 1) % k
+    # A permutation of 0..k-1 because the planes of one round are disjoint.
+    inverse = np.argsort(np.concatenate([rows_i, rows_j]))
+    return rows_i, rows_j, inverse
+
+
+def rotate_rows(X: jax.Array, theta: jax.Array) -> jax.Array:
+    """Left-multiply ``X (..., k, c)`` by ``G_{R-1} ⋯ G_0`` built from ``theta (..., R, k/2)``.
+
+    Each round gathers the ``I`` and ``J`` rows, rotates them, and puts them back with one
+    static inverse permutation (no scatter).
+    """
+    k = X.shape[-2]
+    for r in range(theta.shape[-2]):
+        rows_i, rows_j, inverse = _round_plan(k, r % 2)
+        ang = theta[..., r, :, None]  # (..., k/2, 1)
+        c, s = jnp.cos(ang), jnp.sin(ang)
+        Xi, Xj = X[..., rows_i, :], X[..., rows_j, :]
+        X = jnp.concatenate([c * Xi - s * Xj, s * Xi + c * Xj], axis=-2)[..., inverse, :]
+    return X
+
+
+def givens_transitions(
+    theta: jax.Array, scale: jax.Array | None = None, log_gamma: jax.Array | None = None
+) -> jax.Array:
+    """The transitions ``M (B, T, n, k, k)``.
+
+    Args:
+        theta: ``(B, T, n, R, k/2)`` angles.
+        scale: ``(B, T, n, k)`` diagonal applied before the rotations, or ``None``.
+        log_gamma: ``(B, T, n)`` log decay on the whole transition, or ``None``.
+    """
+    *lead, _, half = theta.shape
+    k = 2 * half
+    if scale is None:
+        M0 = jnp.broadcast_to(jnp.eye(k, dtype=theta.dtype), (*lead[:-1], lead[-1], k, k))
+    else:
+        M0 = scale[..., :, None] * jnp.eye(k, dtype=scale.dtype)
+    M = rotate_rows(M0, theta)
+    if log_gamma is not None:
+        M = M * jnp.exp(log_gamma)[..., None, None]
+    return M
+
+
+def givens_recurrence_eager(
+    theta: jax.Array,
+    b: jax.Array,
+    h0: jax.Array,
+    scale: jax.Array | None = None,
+    log_gamma: jax.Array | None = None,
+) -> jax.Array:
+    """``h (B, T, n, k)`` for ``h_t = M_t h_{t-1} + b_t`` started at ``h0 (B, n, k)``.
+
+    Shapes: ``theta (B, T, n, R, k/2)``, ``b (B, T, n, k)``, ``scale (B, T, n, k)`` or
+    ``None``, ``log_gamma (B, T, n)`` or ``None``; all one float dtype.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> h = givens_recurrence_eager(
+        ...     jnp.ones((2, 5, 3, 2, 2)), jnp.ones((2, 5, 3, 4)), jnp.ones((2, 3, 4)))
+        >>> h.shape
+        (2, 5, 3, 4)
+    """
+    M = givens_transitions(theta, scale, log_gamma)
+    P, Z = matrix_affine_scan_eager(M, b[..., None])
+    return (P @ h0[:, None, :, :, None])[..., 0] + Z[..., 0]
+
+
+def givens_step(
+    h_prev: jax.Array,
+    theta: jax.Array,
+    b: jax.Array,
+    scale: jax.Array | None = None,
+    log_gamma: jax.Array | None = None,
+) -> jax.Array:
+    """One token: ``h (B, n, k)`` from ``h_prev (B, n, k)``, ``theta (B, n, R, k/2)``,
+    ``b (B, n, k)``, ``scale (B, n, k)`` or ``None``, ``log_gamma (B, n)`` or ``None``.
+
+    Rotates the state vector directly (no ``k×k`` matrix).
+    """
+    v = h_prev if scale is None else h_prev * scale
+    v = rotate_rows(v[..., None], theta)[..., 0]
+    if log_gamma is not None:
+        v = v * jnp.exp(log_gamma)[..., None]
+    return v + b

@@ -1,0 +1,19 @@
+"""Thin jax-triton launchers, one module per op, imported only by :mod:`mingru_jax.dispatch`.
+
+``LAUNCHERS`` maps an op name (``"parallel_scan_log"``, ``"linear_scan"``,
+``"matrix_affine_scan"``, ``"givens_recurrence"``, ``"delta_rule"``) to the module that
+launches its kernel from ``mingru_kernels``. Importing this package never imports Triton or
+jax-triton; a launcher module is imported only when dispatch routes a call to it. The
+registry is empty until the jax-triton launchers land: until then every call runs eagerly.
+
+Each launcher module provides (the same protocol as ``mingru._launch``):
+
+* ``unsupported_reason(*args, **kwargs) -> str | None`` — why the kernel cannot run this call
+  (dtype, block size, ...), or ``None``;
+* ``prefer_over_eager(*args, **kwargs) -> bool`` (optional) — whether ``auto`` should pick
+  the kernel for this shape class (``False`` where it measured slower than eager);
+* ``run(*args, **kwargs)`` — the op with the eager twin's outputs; jit-, grad- (a
+  ``jax.custom_vjp`` over the backward kernel) and vmap-compatible.
+"""
+
+LAUNCHERS: dict[str, str] = {}

@@ -1,0 +1,177 @@
+"""MinGRUBlock (Flax NNX): a pre-norm residual block around any of the five mixers.
+The twin of :mod:`mingru.block`.
+
+    y   = x + Dropout(mixer(LayerNorm(x)))
+    out = y + Dropout(MLP(LayerNorm(y)))          (MLP: Linear d→e·d, GELU (erf), Linear e·d→d)
+
+The mixer is chosen by name (``"log"``, ``"signed"``, ``"rotation"``, ``"givens"``,
+``"delta"``) and imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from mingru_jax.mixers._common import check_sequence, check_size, check_token, layer_norm, linear
+
+__all__ = ["DECAY_KWARGS", "MIXERS", "MinGRUBlock", "mixer_class"]
+
+# name -> (module, class), the same registry as the PyTorch frontend.
+MIXERS: dict[str, tuple[str, str]] = {
+    "log": ("mingru_jax.mixers.log", "MinGRU"),
+    "signed": ("mingru_jax.mixers.signed", "SignedMinGRU"),
+    "rotation": ("mingru_jax.mixers.rotation", "RotationMinGRU"),
+    "givens": ("mingru_jax.mixers.givens", "GivensMinGRU"),
+    "delta": ("mingru_jax.mixers.delta", "DeltaMinGRU"),
+}
+TAKES_LEARNABLE_H0 = frozenset({"log", "signed"})
+DECAY_KWARGS = ("decay", "decay_rate", "log1p_delta")
+_SET_BY_BLOCK = ("input_size", "hidden_size", "learnable_h0", "rngs", "dtype", "param_dtype")
+
+
+def check_mixer_name(name: object, what: str = "mixer") -> str:
+    if not isinstance(name, str) or name not in MIXERS:
+        raise ValueError(f"{what} must be one of {', '.join(map(repr, MIXERS))}; got {name!r}")
+    return name
+
+
+def mixer_class(name: str) -> type[nnx.Module]:
+    """The mixer class registered under ``name``."""
+    module, cls = MIXERS[check_mixer_name(name)]
+    return getattr(importlib.import_module(module), cls)
+
+
+def _gelu(x: jax.Array) -> jax.Array:
+    return jax.nn.gelu(x, approximate=False)  # exact erf GELU, as torch.nn.GELU()
+
+
+class MinGRUBlock(nnx.Module):
+    """Pre-norm residual block: ``x + mixer(LN(x))``, then ``x + MLP(LN(x))``.
+
+    Args:
+        d_model: features in and out (the mixer gets ``input_size = hidden_size = d_model``).
+        mlp_expansion: hidden width factor ``e`` of the MLP; ``0`` drops the MLP.
+        dropout: dropout probability on the mixer and MLP branch outputs (active unless the
+            module is put in eval mode, ``block.eval()``; needs a ``"dropout"`` stream in
+            ``rngs`` when ``> 0``).
+        learnable_h0: forwarded to the mixers that take it (``"log"``, ``"signed"``).
+        mixer: mixer name: ``"log"``, ``"signed"``, ``"rotation"``, ``"givens"`` or ``"delta"``.
+        mixer_kwargs: extra keyword arguments of the mixer (e.g. ``block_size``, ``decay``).
+        dtype, param_dtype: as in every layer; passed to the mixer too.
+        rngs: :class:`flax.nnx.Rngs`.
+
+    Shapes: ``__call__(x (B, T, d_model), h_0=None, delta_t=None) -> (out (B, T, d_model),
+    state (B, 1, S))`` and ``step(x_t (B, d_model), h_prev=None, delta_t=None) -> (out_t
+    (B, d_model), state (B, S))``, where the state is the mixer's last state (``S = d_model``
+    for the four state-output mixers; ``n_heads·d_k·d_v`` for ``"delta"``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from mingru_jax import MinGRUBlock
+        >>> block = MinGRUBlock(16, mixer="givens", mixer_kwargs={"block_size": 4},
+        ...                     rngs=nnx.Rngs(0))
+        >>> out, state = block(jnp.ones((2, 10, 16)))
+        >>> out.shape, state.shape
+        ((2, 10, 16), (2, 1, 16))
+        >>> out_t, state_t = block.step(jnp.ones((2, 16)), state[:, 0])
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        mlp_expansion: int = 4,
+        dropout: float = 0.0,
+        learnable_h0: bool = False,
+        mixer: str = "log",
+        mixer_kwargs: dict[str, Any] | None = None,
+        *,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        rngs: nnx.Rngs,
+    ) -> None:
+        self.d_model = check_size(d_model, "d_model")
+        if (
+            isinstance(mlp_expansion, bool)
+            or not isinstance(mlp_expansion, int)
+            or mlp_expansion < 0
+        ):
+            raise ValueError(f"mlp_expansion must be an int ≥ 0; got {mlp_expansion!r}")
+        if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a number in [0, 1); got {dropout!r}")
+        self.mixer_name = check_mixer_name(mixer)
+        if not isinstance(mixer_kwargs, (dict, type(None))):
+            raise ValueError(
+                f"mixer_kwargs must be a dict or None; got {type(mixer_kwargs).__name__}"
+            )
+        kwargs = dict(mixer_kwargs or {})
+        clash = [key for key in _SET_BY_BLOCK if key in kwargs]
+        if clash:
+            raise ValueError(
+                f"mixer_kwargs must not contain {clash}: the block sets input_size and "
+                "hidden_size to d_model and takes learnable_h0, dtype, param_dtype and rngs "
+                "as its own arguments"
+            )
+        if self.mixer_name in TAKES_LEARNABLE_H0:
+            kwargs["learnable_h0"] = learnable_h0
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        # Creation order as in the PyTorch twin: norm1, mixer, norm2, mlp.
+        self.norm1 = layer_norm(d_model, **kw)
+        self.mixer = mixer_class(self.mixer_name)(d_model, d_model, **kwargs, **kw)
+        self.norm2 = layer_norm(d_model, **kw)
+        if mlp_expansion > 0:
+            width = mlp_expansion * d_model
+            self.mlp = nnx.Sequential(
+                linear(d_model, width, **kw), _gelu, linear(width, d_model, **kw)
+            )
+        else:
+            self.mlp = nnx.data(None)
+        self.dropout = nnx.Dropout(dropout, rngs=rngs if dropout > 0 else None)
+
+    @property
+    def decay_enabled(self) -> bool:
+        """Whether the mixer has time decay (and so needs ``delta_t``)."""
+        decay = getattr(self.mixer, "decay", None)
+        return bool(decay is not None and decay.enabled)
+
+    def _feed_forward(self, x: jax.Array) -> jax.Array:
+        if self.mlp is None:
+            return x
+        return x + self.dropout(self.mlp(self.norm2(x)))
+
+    def __call__(
+        self,
+        x: jax.Array,
+        h_0: jax.Array | None = None,
+        delta_t: jax.Array | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        """``(out (B, T, d_model), state (B, 1, S))`` for ``x (B, T, d_model)``; ``h_0`` is
+        a previous ``state`` (``None``: the mixer's default)."""
+        x = check_sequence(x, self.d_model)
+        u = self.norm1(x)
+        if self.mixer_name == "delta":
+            y, state = self.mixer(u, h_0=h_0, delta_t=delta_t, return_state=True)
+        else:
+            y = self.mixer(u, h_0=h_0, delta_t=delta_t)
+            state = y[:, -1:]
+        return self._feed_forward(x + self.dropout(y)), state
+
+    def step(
+        self,
+        x_t: jax.Array,
+        h_prev: jax.Array | None = None,
+        delta_t: jax.Array | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        """``(out_t (B, d_model), state (B, S))`` for one token ``x_t (B, d_model)``."""
+        x_t = check_token(x_t, self.d_model)
+        u = self.norm1(x_t)
+        if self.mixer_name == "delta":
+            y, state = self.mixer.step(u, h_prev=h_prev, delta_t=delta_t)
+        else:
+            y = state = self.mixer.step(u, h_prev=h_prev, delta_t=delta_t)
+        return self._feed_forward(x_t + self.dropout(y)), state

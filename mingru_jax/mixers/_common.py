@@ -1,0 +1,300 @@
+"""Pieces every Flax mixer shares: ``g``, time decay, PyTorch-style layers, argument checks,
+and the generic ``flax.nnx.RNN`` cell. The twin of :mod:`mingru.mixers._common`.
+
+Conventions (SPEC §5.1), identical to the PyTorch frontend so weights and numbers carry over:
+
+* ``g(x) = x + 0.5`` for ``x ≥ 0``, ``σ(x)`` for ``x < 0``; ``log g`` takes the ``x ≥ 0``
+  branch at 0, and its gradient there is ``1/0.5 = 2`` as in PyTorch (``jnp.maximum`` would
+  split the tie and give 1, so the branch input is selected with ``where`` instead).
+* Δt sanitizing: NaN → 0, negative → 0, +inf → 1e10, then ``log1p`` if ``log1p_delta``.
+* Decay ``γ_t = exp(−λ f(Δt_t))`` scales only the transition; ``λ = decay_rate`` (fixed) or
+  ``softplus(ρ)`` per channel with ``ρ`` initialised so that ``softplus(ρ) = decay_rate``.
+* Linear layers are initialised like ``torch.nn.Linear`` (kernel and bias
+  ``U(−1/√fan_in, 1/√fan_in)``), LayerNorm has ``eps = 1e-5`` and the exact two-pass variance.
+
+Checks run on static shapes and dtypes, so every module works under ``jit``/``grad``/``vmap``.
+Value checks (MinGRU's non-negative state) run only on concrete arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from mingru_jax import _validate as V
+
+DECAY_MODES = (None, "fixed", "learnable")
+MAX_GAP = 1e10
+LN_EPS = 1e-5
+
+
+def g(x: jax.Array) -> jax.Array:
+    """Positive, continuous activation: ``x + 0.5`` for ``x ≥ 0``, ``sigmoid(x)`` below."""
+    pos = x >= 0
+    return jnp.where(pos, jnp.where(pos, x, 0.0) + 0.5, jax.nn.sigmoid(x))
+
+
+def log_g(x: jax.Array) -> jax.Array:
+    """``log g(x)``, finite with a finite gradient everywhere (``x ≥ 0`` branch at 0)."""
+    pos = x >= 0
+    return jnp.where(pos, jnp.log(jnp.where(pos, x, 0.0) + 0.5), -jax.nn.softplus(-x))
+
+
+def sanitize_delta_t(delta_t: jax.Array, log1p_delta: bool) -> jax.Array:
+    """NaN → 0, negative → 0, +inf → 1e10, then ``log1p`` if asked."""
+    dt = jnp.clip(jnp.nan_to_num(delta_t, nan=0.0, posinf=MAX_GAP, neginf=0.0), 0.0, MAX_GAP)
+    return jnp.log1p(dt) if log1p_delta else dt
+
+
+def inverse_softplus(y: float) -> float:
+    """``ρ`` with ``softplus(ρ) = y`` (``y > 0``)."""
+    return y + math.log(-math.expm1(-y))
+
+
+def check_size(value: object, name: str) -> int:
+    """``value`` must be a positive ``int`` (not a bool); returns it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int; got {value!r}")
+    return value
+
+
+def _torch_uniform(fan_in: int):
+    bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+
+    def init(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return init
+
+
+def linear(
+    in_features: int,
+    out_features: int,
+    *,
+    bias: bool = True,
+    dtype: Any = None,
+    param_dtype: Any = jnp.float32,
+    rngs: nnx.Rngs,
+) -> nnx.Linear:
+    """An :class:`flax.nnx.Linear` initialised like ``torch.nn.Linear`` (kernel ``(in, out)``)."""
+    init = _torch_uniform(in_features)
+    return nnx.Linear(
+        in_features,
+        out_features,
+        use_bias=bias,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        kernel_init=init,
+        bias_init=init,
+        rngs=rngs,
+    )
+
+
+def layer_norm(
+    features: int, *, dtype: Any = None, param_dtype: Any = jnp.float32, rngs: nnx.Rngs
+) -> nnx.LayerNorm:
+    """``nnx.LayerNorm`` matching ``torch.nn.LayerNorm(features, eps=1e-5)``."""
+    return nnx.LayerNorm(
+        features,
+        epsilon=LN_EPS,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        use_fast_variance=False,
+        rngs=rngs,
+    )
+
+
+class TimeDecay(nnx.Module):
+    """Per-token transition decay ``γ_t = exp(−λ f(Δt_t))``; inert when ``decay is None``.
+
+    Args:
+        decay: ``None``, ``"fixed"`` or ``"learnable"``.
+        decay_rate: ``λ`` (fixed) or the initial ``softplus(ρ)`` (learnable); ``> 0``.
+        log1p_delta: use ``f = log1p`` instead of the identity.
+        channels: number of independent learnable rates (hidden units, blocks or heads).
+        param_dtype: dtype of ``rho``.
+
+    ``rho`` (learnable only) is initialised deterministically, so enabling decay never
+    changes the random initialisation of the mixer's other parameters.
+    """
+
+    def __init__(
+        self,
+        decay: str | None,
+        decay_rate: float,
+        log1p_delta: bool,
+        channels: int,
+        *,
+        param_dtype: Any = jnp.float32,
+    ) -> None:
+        if decay not in DECAY_MODES:
+            raise ValueError(f"decay must be None, 'fixed' or 'learnable'; got {decay!r}")
+        ok = isinstance(decay_rate, (int, float)) and not isinstance(decay_rate, bool)
+        if not (ok and math.isfinite(decay_rate) and decay_rate > 0):
+            raise ValueError(f"decay_rate must be a finite number > 0; got {decay_rate!r}")
+        self.mode = decay
+        self.decay_rate = float(decay_rate)
+        self.log1p_delta = bool(log1p_delta)
+        self.channels = channels
+        if decay == "learnable":
+            self.rho = nnx.Param(
+                jnp.full((channels,), inverse_softplus(self.decay_rate), dtype=param_dtype)
+            )
+        else:
+            self.rho = nnx.data(None)
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode is not None
+
+    def rate(self) -> jax.Array | float:
+        """``λ``: a float (fixed) or a ``(channels,)`` array (learnable)."""
+        return jax.nn.softplus(self.rho[...]) if self.rho is not None else self.decay_rate
+
+    def log_gamma(
+        self, delta_t: jax.Array | None, batch: int, steps: int | None, dtype: Any
+    ) -> jax.Array | None:
+        """``log γ`` for a sequence (``steps`` = T) or one step (``steps=None``).
+
+        Returns ``None`` when decay is off, else ``(B, T, C)`` / ``(B, C)`` with ``C`` =
+        ``channels`` (learnable) or 1 (fixed), in ``dtype``.
+        """
+        where = "__call__" if steps is not None else "step"
+        if not self.enabled:
+            if delta_t is not None:
+                raise ValueError(
+                    f"delta_t was given to {where}() but this mixer has decay=None; "
+                    "construct it with decay='fixed' or 'learnable'"
+                )
+            return None
+        if delta_t is None:
+            raise ValueError(
+                f"this mixer has decay={self.mode!r}, so {where}() needs delta_t "
+                f"({'(B, T) or (B, T, 1)' if steps is not None else '(B,) or (B, 1)'})"
+            )
+        if steps is not None:
+            shapes = [(batch, steps), (batch, steps, 1)]
+            shape_txt = f"(B, T) or (B, T, 1) = ({batch}, {steps})"
+        else:
+            shapes = [(batch,), (batch, 1)]
+            shape_txt = f"(B,) or (B, 1) = ({batch},)"
+        if not hasattr(delta_t, "shape") or not hasattr(delta_t, "dtype"):
+            raise TypeError(f"delta_t must be a jax.Array of shape {shape_txt}")
+        if tuple(delta_t.shape) not in shapes:
+            raise ValueError(f"delta_t must have shape {shape_txt}; got {tuple(delta_t.shape)}")
+        # Sanitize in at least fp32: the 1e10 cap would overflow fp16.
+        work = jnp.promote_types(dtype, jnp.float32)
+        dt = jnp.asarray(delta_t).astype(work)
+        dt = dt.reshape(batch, steps, 1) if steps is not None else dt.reshape(batch, 1)
+        rate = self.rate()
+        rate = rate.astype(work) if isinstance(rate, jax.Array) else rate
+        return (-(sanitize_delta_t(dt, self.log1p_delta) * rate)).astype(dtype)
+
+
+def check_sequence(x: object, input_size: int, name: str = "x") -> jax.Array:
+    """``x`` must be a floating ``(B, T, input_size)`` array with ``B, T ≥ 1``."""
+    x = V.float_array(x, name, 3, f"(B, T, {input_size})")
+    if x.shape[-1] != input_size or x.shape[1] < 1 or x.shape[0] < 1:
+        raise ValueError(
+            f"{name} must have shape (B, T, {input_size}) with B, T ≥ 1; got {tuple(x.shape)}"
+        )
+    return x
+
+
+def check_token(x: object, input_size: int, name: str = "x_t") -> jax.Array:
+    """``x_t`` must be a floating ``(B, input_size)`` array."""
+    x = V.float_array(x, name, 2, f"(B, {input_size})")
+    if x.shape[-1] != input_size:
+        raise ValueError(f"{name} must have shape (B, {input_size}); got {tuple(x.shape)}")
+    return x
+
+
+def check_state(
+    h: object, batch: int, size: int, name: str, *, sequence: bool, dtype: Any
+) -> jax.Array:
+    """A state: ``(B, 1, size)`` for ``__call__`` (``sequence=True``) or ``(B, size)`` for
+    ``step``; returned in ``dtype``."""
+    shape = (batch, 1, size) if sequence else (batch, size)
+    txt = f"(B, 1, {size})" if sequence else f"(B, {size})"
+    h = V.float_array(h, name, len(shape), txt)
+    if tuple(h.shape) != shape:
+        raise ValueError(f"{name} must have shape {txt} = {shape}; got {tuple(h.shape)}")
+    return h.astype(dtype)
+
+
+def is_concrete(x: jax.Array) -> bool:
+    """True for a concrete array (value checks possible), False for a tracer."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+class MixerCell(nnx.RNNCellBase):
+    """Adapter that runs a mixer's ``step`` inside :class:`flax.nnx.RNN`.
+
+    Subclasses set ``mixer_type``. Construct with the mixer's own arguments
+    (``MinGRUCell(8, 16, rngs=nnx.Rngs(0))``) or wrap an existing mixer to share its weights
+    (``MinGRUCell(mixer=m)``).
+
+    Protocol: ``initialize_carry(input_shape) -> carry (*batch, S)`` (the mixer's default
+    initial state), ``__call__(carry, x) -> (carry, y)``. With time decay on, the last input
+    feature is ``Δt``: inputs are ``(*batch, input_size + 1)``. Leading batch dims are
+    flattened around the mixer's ``step``.
+    """
+
+    mixer_type: type = type(None)
+
+    def __init__(self, *args: Any, mixer: Any = None, rngs: nnx.Rngs | None = None, **kwargs):
+        if mixer is None:
+            if rngs is None:
+                raise TypeError(f"{type(self).__name__} needs rngs= (or an existing mixer=)")
+            mixer = self.mixer_type(*args, rngs=rngs, **kwargs)
+        elif args or kwargs:
+            raise TypeError("pass either mixer= or the mixer's constructor arguments, not both")
+        if not isinstance(mixer, self.mixer_type):
+            raise TypeError(
+                f"mixer must be a {self.mixer_type.__name__}; got {type(mixer).__name__}"
+            )
+        self.mixer = mixer
+
+    @property
+    def num_feature_axes(self) -> int:
+        return 1
+
+    def _features(self) -> int:
+        return self.mixer.input_size + (1 if self.mixer.decay.enabled else 0)
+
+    def initialize_carry(
+        self,
+        input_shape: tuple[int, ...],
+        rngs: Any = None,
+        carry_init: Any = None,
+    ) -> jax.Array:
+        """The default initial state, ``(*input_shape[:-1], S)``."""
+        batch = tuple(input_shape[:-1])
+        n = math.prod(batch)
+        if carry_init is not None:
+            key = rngs() if callable(rngs) else jax.random.key(0)
+            return carry_init(key, (*batch, self.mixer.state_size), jnp.float32)
+        h = self.mixer.initial_state(n)
+        return h.reshape(*batch, h.shape[-1])
+
+    def __call__(self, carry: jax.Array, inputs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        F = self._features()
+        if inputs.shape[-1] != F:
+            extra = " (input_size + 1: the last feature is Δt)" if F > self.mixer.input_size else ""
+            raise ValueError(f"cell inputs must have {F} features{extra}; got {inputs.shape}")
+        batch = inputs.shape[:-1]
+        x = inputs.reshape(-1, F)
+        h = carry.reshape(x.shape[0], carry.shape[-1])
+        dt = None
+        if self.mixer.decay.enabled:
+            x, dt = x[:, :-1], x[:, -1]
+        y, h = self._step(x, h, dt)
+        return h.reshape(*batch, h.shape[-1]), y.reshape(*batch, y.shape[-1])
+
+    def _step(self, x, h, dt):
+        h = self.mixer.step(x, h, delta_t=dt)
+        return h, h

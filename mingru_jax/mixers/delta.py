@@ -1,0 +1,228 @@
+"""DeltaMinGRU (Flax NNX): a matrix-state mixer on the delta rule (DeltaNet / DeltaProduct).
+The twin of :mod:`mingru.mixers.delta`.
+
+DeltaNet: Yang, Wang, Zhang, Shen & Kim 2024, arXiv:2406.06484 (the chunked WY / UT-transform
+form). DeltaProduct (``nh > 1`` micro-steps per token): Siems et al. 2025, arXiv:2502.10297.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from mingru_jax.mixers._common import (
+    MixerCell,
+    TimeDecay,
+    check_sequence,
+    check_state,
+    check_token,
+    linear,
+)
+from mingru_jax.scans import delta_rule
+
+__all__ = ["KEY_NORM_EPS", "DeltaMinGRU", "DeltaMinGRUCell"]
+
+# Keys are k / max(‖k‖₂, eps), as in the PyTorch twin, so numbers carry across.
+KEY_NORM_EPS = 1e-6
+
+
+def _positive_int(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1; got {value!r}")
+    return value
+
+
+def _l2_normalize(x: jax.Array) -> jax.Array:
+    norm = jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True))
+    return x / jnp.maximum(norm, KEY_NORM_EPS)
+
+
+class DeltaMinGRU(nnx.Module):
+    """Delta-rule mixer with ``n_heads`` matrix states ``S (d_k × d_v)`` per sequence.
+
+    For each token ``t``: ``S ← γ_t S`` (only with decay), then for each micro-step
+    ``j = 0..nh-1``: ``S ← (I − β_j k_j k_jᵀ) S + β_j k_j v_jᵀ``, with
+    ``k_j = normalize(W_k[j] x_t)`` (L2 per head), ``v_j = W_v[j] x_t``,
+    ``β_j = 2σ(W_β[j] x_t) ∈ (0, 2)``; then ``y_t = out_proj(concat_heads(Sᵀ q_t))`` with
+    ``q_t = W_q x_t`` (not normalized). ``nh = 1`` is DeltaNet, ``nh > 1`` DeltaProduct. The
+    output is NOT the state.
+
+    Args:
+        input_size: features of ``x``.
+        hidden_size: features of the output ``y``.
+        bias: biases in every projection, ``out_proj`` included.
+        n_heads: number of heads ``H``.
+        nh: micro-steps (Householder factors) per token, ``>= 1``.
+        d_k: key size per head; defaults to ``hidden_size / n_heads`` (must divide then).
+        d_v: value size per head; defaults to ``d_k``.
+        chunk_size: tokens per chunk of the parallel (chunked WY) forward; changes speed,
+            never the result.
+        decay: ``None``, ``"fixed"`` or ``"learnable"`` (one rate per head) time decay.
+        decay_rate: ``λ`` (fixed) or its initial value (learnable), ``> 0``.
+        log1p_delta: use ``f = log1p`` on the time gaps.
+        dtype: computation dtype of the projections (``None``: promote input and params).
+        param_dtype: dtype of the parameters.
+        rngs: :class:`flax.nnx.Rngs` for the initialisation.
+
+    Shapes (state size ``Z = n_heads · d_k · d_v``, row-major from ``(n_heads, d_k, d_v)``):
+
+    * ``__call__(x (B, T, input_size), h_0=None (B, 1, Z), delta_t=None (B, T) | (B, T, 1),
+      return_state=False) -> y (B, T, hidden_size)`` or ``(y, state (B, 1, Z))``;
+    * ``step(x_t (B, input_size), h_prev=None (B, Z), delta_t=None (B,) | (B, 1))
+      -> (y_t (B, hidden_size), h_t (B, Z))``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from mingru_jax import DeltaMinGRU
+        >>> mixer = DeltaMinGRU(8, 16, n_heads=2, nh=2, chunk_size=4, rngs=nnx.Rngs(0))
+        >>> x = jnp.ones((3, 10, 8))
+        >>> y, state = mixer(x, return_state=True)
+        >>> y.shape, state.shape
+        ((3, 10, 16), (3, 1, 128))
+        >>> y_t, h = mixer.step(x[:, 0])
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        n_heads: int = 4,
+        nh: int = 1,
+        d_k: int | None = None,
+        d_v: int | None = None,
+        chunk_size: int = 64,
+        decay: str | None = None,
+        decay_rate: float = 1.0,
+        log1p_delta: bool = False,
+        *,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        rngs: nnx.Rngs,
+    ) -> None:
+        input_size = _positive_int(input_size, "input_size")
+        hidden_size = _positive_int(hidden_size, "hidden_size")
+        n_heads = _positive_int(n_heads, "n_heads")
+        nh = _positive_int(nh, "nh")
+        chunk_size = _positive_int(chunk_size, "chunk_size")
+        if d_k is None:
+            if hidden_size % n_heads != 0:
+                raise ValueError(
+                    f"n_heads ({n_heads}) must divide hidden_size ({hidden_size}) when d_k "
+                    "is not given; pass d_k (and optionally d_v) explicitly"
+                )
+            d_k = hidden_size // n_heads
+        d_k = _positive_int(d_k, "d_k")
+        d_v = d_k if d_v is None else _positive_int(d_v, "d_v")
+
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.n_heads = n_heads
+        self.nh = nh
+        self.d_k = d_k
+        self.d_v = d_v
+        self.chunk_size = chunk_size
+        self.state_size = n_heads * d_k * d_v
+
+        # Creation order is part of the interface (the same as the PyTorch twin).
+        kw = dict(bias=bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.linear_q = linear(input_size, n_heads * d_k, **kw)
+        self.linear_k = nnx.List([linear(input_size, n_heads * d_k, **kw) for _ in range(nh)])
+        self.linear_v = nnx.List([linear(input_size, n_heads * d_v, **kw) for _ in range(nh)])
+        self.linear_beta = nnx.List([linear(input_size, n_heads, **kw) for _ in range(nh)])
+        self.out_proj = linear(n_heads * d_v, hidden_size, **kw)
+        self.decay = TimeDecay(
+            decay, decay_rate, log1p_delta, channels=n_heads, param_dtype=param_dtype
+        )
+
+    def initial_state(self, batch: int, dtype: Any = None) -> jax.Array:
+        """The default state (zeros) as a step state ``(batch, n_heads·d_k·d_v)``."""
+        return jnp.zeros((batch, self.state_size), jnp.float32 if dtype is None else dtype)
+
+    def _project(self, x: jax.Array):
+        """``q (…, H, d_k)``, ``k (…, nh, H, d_k)``, ``v (…, nh, H, d_v)``, ``β (…, nh, H)``."""
+        lead = x.shape[:-1]
+        H, dk, dv = self.n_heads, self.d_k, self.d_v
+        q = self.linear_q(x).reshape(*lead, H, dk)
+        k = jnp.stack(
+            [_l2_normalize(lin(x).reshape(*lead, H, dk)) for lin in self.linear_k], axis=-3
+        )
+        v = jnp.stack([lin(x).reshape(*lead, H, dv) for lin in self.linear_v], axis=-3)
+        beta = 2.0 * jax.nn.sigmoid(jnp.stack([lin(x) for lin in self.linear_beta], axis=-2))
+        return q, k, v, beta
+
+    def __call__(
+        self,
+        x: jax.Array,
+        h_0: jax.Array | None = None,
+        delta_t: jax.Array | None = None,
+        return_state: bool = False,
+    ) -> jax.Array | tuple[jax.Array, jax.Array]:
+        """Parallel (chunked WY) forward; see the class docstring for shapes."""
+        x = check_sequence(x, self.input_size)
+        B, T, _ = x.shape
+        H, dk, dv = self.n_heads, self.d_k, self.d_v
+        q, k, v, beta = self._project(x)
+        dtype = q.dtype
+        h0 = None
+        if h_0 is not None:
+            h0 = check_state(h_0, B, self.state_size, "h_0", sequence=True, dtype=dtype)
+            h0 = h0.reshape(B, H, dk, dv)
+        log_gamma = self.decay.log_gamma(delta_t, B, T, dtype)
+        if log_gamma is not None:
+            log_gamma = jnp.broadcast_to(log_gamma, (B, T, H))  # fixed rate: one channel
+        o, h_T = delta_rule(q, k, v, beta, log_gamma, h0, self.chunk_size)
+        y = self.out_proj(o.reshape(B, T, H * dv))
+        if return_state:
+            return y, h_T.reshape(B, 1, self.state_size)
+        return y
+
+    def step(
+        self,
+        x_t: jax.Array,
+        h_prev: jax.Array | None = None,
+        delta_t: jax.Array | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        """One token, ``O(1)`` in ``T``: ``(y_t (B, hidden_size), h_t (B, Z))``."""
+        x_t = check_token(x_t, self.input_size)
+        B = x_t.shape[0]
+        H, dk, dv = self.n_heads, self.d_k, self.d_v
+        q, k, v, beta = self._project(x_t)
+        dtype = q.dtype
+        if h_prev is None:
+            S = jnp.zeros((B, H, dk, dv), dtype)
+        else:
+            S = check_state(h_prev, B, self.state_size, "h_prev", sequence=False, dtype=dtype)
+            S = S.reshape(B, H, dk, dv)
+        log_gamma = self.decay.log_gamma(delta_t, B, None, dtype)
+        if log_gamma is not None:
+            S = jnp.exp(jnp.broadcast_to(log_gamma, (B, H)))[..., None, None] * S
+        for j in range(self.nh):
+            kj = k[:, j]
+            err = v[:, j] - jnp.einsum("bhk,bhkv->bhv", kj, S)  # v − Sᵀk
+            S = S + beta[:, j, :, None, None] * kj[..., None] * err[..., None, :]
+        o = jnp.einsum("bhk,bhkv->bhv", q, S)
+        return self.out_proj(o.reshape(B, H * dv)), S.reshape(B, self.state_size)
+
+
+class DeltaMinGRUCell(MixerCell):
+    """:class:`DeltaMinGRU` as a :class:`flax.nnx.RNN` cell: carry = the flat state
+    ``(*batch, n_heads·d_k·d_v)``, output = ``y (*batch, hidden)``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from mingru_jax import DeltaMinGRUCell
+        >>> rnn = nnx.RNN(DeltaMinGRUCell(3, 8, n_heads=2, rngs=nnx.Rngs(0)))
+        >>> rnn(jnp.ones((2, 5, 3))).shape
+        (2, 5, 8)
+    """
+
+    mixer_type = DeltaMinGRU
+
+    def _step(self, x, h, dt):
+        return self.mixer.step(x, h, delta_t=dt)

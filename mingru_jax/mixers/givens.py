@@ -1,0 +1,211 @@
+"""GivensMinGRU (Flax NNX): block-orthogonal transitions from brick-wall Givens rotations.
+The twin of :mod:`mingru.mixers.givens`.
+
+Per block of ``k = block_size`` channels, the transition of token t is
+
+    M_t = γ_t · G_{R−1} ⋯ G_0 ∈ SO(k),   h_t = M_t h_{t−1} + σ(W_z x_t) ⊙ (W_h x_t),
+
+where round r rotates the planes (0,1),(2,3),… (r even) or (1,2),…,(k−1,0) (r odd), each by
+its own input-dependent angle — the rectangular mesh of Clements et al. 2016 as used by EUNN
+(Jing et al. 2017); Givens rotations after Golub & Van Loan. :class:`BlockRotationBase` holds
+what this mixer shares with :class:`~mingru_jax.mixers.rotation.RotationMinGRU`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from mingru_jax._eager.givens_recurrence import givens_step
+from mingru_jax.mixers._common import (
+    MixerCell,
+    TimeDecay,
+    check_sequence,
+    check_size,
+    check_state,
+    check_token,
+    linear,
+)
+from mingru_jax.scans import givens_recurrence
+
+__all__ = ["BlockRotationBase", "GivensMinGRU", "GivensMinGRUCell"]
+
+
+class BlockRotationBase(nnx.Module):
+    """Shared ``__call__``/``step`` of the rotation-family mixers (``n`` blocks of ``k``).
+
+    Subclasses create ``linear_z``, ``linear_h``, ``h0`` and ``decay`` and implement
+    :meth:`transition` (angles ``(..., n, R, k/2)`` and an optional pre-rotation scale).
+    """
+
+    input_size: int
+    hidden_size: int
+    n_blocks: int
+    block_size: int
+
+    def transition(self, x: jax.Array) -> tuple[jax.Array, jax.Array | None]:
+        raise NotImplementedError
+
+    def initial_state(self, batch: int, dtype: Any = None) -> jax.Array:
+        """The learned ``h0`` as a step state ``(batch, hidden)``."""
+        h0 = self.h0[...]
+        h0 = h0 if dtype is None else h0.astype(dtype)
+        return jnp.broadcast_to(h0, (batch, self.hidden_size))
+
+    def _input_term(self, x: jax.Array) -> jax.Array:
+        b = jax.nn.sigmoid(self.linear_z(x)) * self.linear_h(x)
+        return b.reshape(*x.shape[:-1], self.n_blocks, self.block_size)
+
+    def _log_gamma(self, delta_t: Any, batch: int, steps: int | None, dtype: Any):
+        lg = self.decay.log_gamma(delta_t, batch, steps, dtype)
+        if lg is None:
+            return None
+        shape = (batch, self.n_blocks) if steps is None else (batch, steps, self.n_blocks)
+        return jnp.broadcast_to(lg, shape)  # fixed decay gives one channel: one per block
+
+    def __call__(
+        self,
+        x: jax.Array,
+        h_0: jax.Array | None = None,
+        delta_t: jax.Array | None = None,
+    ) -> jax.Array:
+        """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; ``h_0 (B, 1, hidden)``
+        overrides the learned initial state; ``delta_t (B, T)`` or ``(B, T, 1)`` with decay."""
+        x = check_sequence(x, self.input_size)
+        B, T, _ = x.shape
+        n, k = self.n_blocks, self.block_size
+        b = self._input_term(x)
+        dtype = b.dtype
+        if h_0 is None:
+            h0 = self.initial_state(B, dtype).reshape(B, n, k)
+        else:
+            h0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, dtype=dtype)
+            h0 = h0.reshape(B, n, k)
+        theta, scale = self.transition(x)
+        log_gamma = self._log_gamma(delta_t, B, T, dtype)
+        h = givens_recurrence(theta.astype(dtype), b, h0, scale, log_gamma)
+        return h.reshape(B, T, self.hidden_size)
+
+    def step(
+        self,
+        x_t: jax.Array,
+        h_prev: jax.Array | None = None,
+        delta_t: jax.Array | None = None,
+    ) -> jax.Array:
+        """One token: ``h_t (B, hidden)`` from ``x_t (B, input_size)`` and ``h_prev (B, hidden)``
+        (default: the learned ``h0``); rotates the state vector, never forms a matrix."""
+        x_t = check_token(x_t, self.input_size)
+        B = x_t.shape[0]
+        n, k = self.n_blocks, self.block_size
+        b = self._input_term(x_t)
+        dtype = b.dtype
+        if h_prev is None:
+            h = self.initial_state(B, dtype).reshape(B, n, k)
+        else:
+            h = check_state(h_prev, B, self.hidden_size, "h_prev", sequence=False, dtype=dtype)
+            h = h.reshape(B, n, k)
+        theta, scale = self.transition(x_t)
+        log_gamma = self._log_gamma(delta_t, B, None, dtype)
+        h = givens_step(h, theta.astype(dtype), b, scale, log_gamma)
+        return h.reshape(B, self.hidden_size)
+
+
+class GivensMinGRU(BlockRotationBase):
+    """MinGRU with block transitions in SO(k) from ``rounds`` layers of Givens rotations
+    (Clements et al. 2016; EUNN, Jing et al. 2017).
+
+    Args:
+        input_size: features of ``x``.
+        hidden_size: features of the state; a multiple of ``block_size``.
+        bias: bias in the linear layers.
+        block_size: ``k``, even; the state is ``n = hidden/k`` independent blocks.
+        rounds: ``R ≥ 1`` brick-wall layers; ``W_θ x`` gives ``n·R·k/2`` angles, reshaped
+            ``(…, n, R, k/2)``: angle ``[b, r, m]`` rotates plane ``m`` of round ``r`` of block
+            ``b``; round 0 acts first.
+        decay: ``None``, ``"fixed"`` or ``"learnable"`` time decay (one rate per block).
+        decay_rate: ``λ`` (fixed) or its initial value (learnable); ``> 0``.
+        log1p_delta: use ``f = log1p`` on the time gaps.
+        dtype: computation dtype of the projections (``None``: promote input and params).
+        param_dtype: dtype of the parameters.
+        rngs: :class:`flax.nnx.Rngs` for the initialisation.
+
+    Shapes: ``__call__(x (B, T, input_size), h_0=None (B, 1, hidden), delta_t=None) ->
+    h (B, T, hidden)``; ``step(x_t (B, input_size), h_prev=None (B, hidden), delta_t=None) ->
+    h_t (B, hidden)``. The initial state is the parameter ``h0 ~ N(0, 0.5²)`` unless given.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from mingru_jax import GivensMinGRU
+        >>> m = GivensMinGRU(8, 16, block_size=4, rounds=2, rngs=nnx.Rngs(0))
+        >>> h = m(jnp.ones((2, 10, 8)))
+        >>> m.step(jnp.ones((2, 8)), h[:, -1]).shape
+        (2, 16)
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        block_size: int = 8,
+        rounds: int = 3,
+        decay: str | None = None,
+        decay_rate: float = 1.0,
+        log1p_delta: bool = False,
+        *,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        rngs: nnx.Rngs,
+    ) -> None:
+        self.input_size = check_size(input_size, "input_size")
+        self.hidden_size = check_size(hidden_size, "hidden_size")
+        self.state_size = hidden_size
+        if (
+            isinstance(block_size, bool)
+            or not isinstance(block_size, int)
+            or block_size < 2
+            or block_size % 2
+            or hidden_size % block_size
+        ):
+            raise ValueError(
+                f"block_size must be an even int ≥ 2 that divides hidden_size={hidden_size}; "
+                f"got {block_size!r}"
+            )
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+            raise ValueError(f"rounds must be an int ≥ 1; got {rounds!r}")
+        self.block_size = block_size
+        self.rounds = rounds
+        self.n_blocks = hidden_size // block_size
+        n_angles = self.n_blocks * rounds * (block_size // 2)
+        kw = dict(bias=bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.linear_theta = linear(input_size, n_angles, **kw)
+        self.linear_z = linear(input_size, hidden_size, **kw)
+        self.linear_h = linear(input_size, hidden_size, **kw)
+        self.h0 = nnx.Param(0.5 * jax.random.normal(rngs.params(), (hidden_size,), param_dtype))
+        self.decay = TimeDecay(
+            decay, decay_rate, log1p_delta, channels=self.n_blocks, param_dtype=param_dtype
+        )
+
+    def transition(self, x: jax.Array) -> tuple[jax.Array, None]:
+        """Angles ``(..., n, rounds, k/2)`` for ``x (..., input_size)``; no scale."""
+        theta = self.linear_theta(x)
+        return theta.reshape(*x.shape[:-1], self.n_blocks, self.rounds, self.block_size // 2), None
+
+
+class GivensMinGRUCell(MixerCell):
+    """:class:`GivensMinGRU` as a :class:`flax.nnx.RNN` cell (carry = output = ``h``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from mingru_jax import GivensMinGRUCell
+        >>> rnn = nnx.RNN(GivensMinGRUCell(3, 8, block_size=4, rngs=nnx.Rngs(0)))
+        >>> rnn(jnp.ones((2, 5, 3))).shape
+        (2, 5, 8)
+    """
+
+    mixer_type = GivensMinGRU

@@ -1,0 +1,177 @@
+"""The four public scan primitives (the twin of :mod:`mingru.scans`), plus the internal
+fused rotation/Givens recurrence and delta rule. Each validates its inputs, then hands the
+call to the dispatch seam, which runs the eager twin (``mingru_jax._eager``) or a jax-triton
+launcher (``mingru_jax._launch``). All are jit-, grad- and vmap-compatible; the backend is
+chosen at trace time (see :mod:`mingru_jax.dispatch`).
+
+All solve an affine recurrence over axis 1 (time). The "zero-start solution" ``Z`` is the
+result for ``h_0 = 0``; with the running product ``P_t`` the full solution is
+``h_t = P_t h_0 + Z_t``.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from mingru_jax import _validate as V
+from mingru_jax._eager.affine_scan import matrix_affine_scan_eager
+from mingru_jax._eager.delta_rule import delta_rule_eager
+from mingru_jax._eager.givens_recurrence import givens_recurrence_eager
+from mingru_jax._eager.linear_scan import linear_scan_eager
+from mingru_jax._eager.log_scan import parallel_scan_log_eager
+from mingru_jax.dispatch import call
+
+__all__ = ["linear_scan", "matrix_affine_scan", "matrix_scan", "parallel_scan_log"]
+
+
+def parallel_scan_log(log_coeffs: jax.Array, log_values: jax.Array) -> jax.Array:
+    """Solve ``h_t = a_t h_{t-1} + b_t`` for positive ``a, b`` in log space (Heinsen 2023).
+
+    Args:
+        log_coeffs: ``(B, T, D)``, ``log a_t``.
+        log_values: ``(B, T+1, D)``; slot 0 is ``log h_0`` (``-inf`` for ``h_0 = 0``),
+            slots ``1..T`` are ``log b_t``.
+
+    Returns:
+        ``h`` ``(B, T, D)``, positive, in the input dtype. Stable for long ``T`` (products
+        that underflow never produce NaN; ``T = 20000`` in float32 keeps full accuracy).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from mingru_jax import parallel_scan_log
+        >>> h = parallel_scan_log(-jnp.ones((2, 5, 3)), jnp.zeros((2, 6, 3)))
+        >>> h.shape
+        (2, 5, 3)
+    """
+    log_coeffs = V.float_array(log_coeffs, "log_coeffs", 3, "(B, T, D)")
+    log_values = V.float_array(log_values, "log_values", 3, "(B, T+1, D)")
+    V.same_dtype([("log_coeffs", log_coeffs), ("log_values", log_values)])
+    V.nonempty_time(log_coeffs, "log_coeffs")
+    B, T, D = log_coeffs.shape
+    V.shape_is(log_values, "log_values", (B, T + 1, D), "(B, T+1, D)")
+    return call("parallel_scan_log", parallel_scan_log_eager, log_coeffs, log_values)
+
+
+def linear_scan(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Solve ``h_t = a_t h_{t-1} + b_t`` elementwise; ``a`` may be negative.
+
+    Args:
+        a: ``(B, T, D)`` transitions.
+        b: ``(B, T, D)`` inputs.
+
+    Returns:
+        ``(P, Z)``, both ``(B, T, D)``: ``P_t = a_t ⋯ a_1`` and the zero-start solution, so
+        ``h_t = P_t h_0 + Z_t``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from mingru_jax import linear_scan
+        >>> P, Z = linear_scan(jnp.full((2, 7, 4), -0.5), jnp.ones((2, 7, 4)))
+        >>> h = P * jnp.ones((2, 1, 4)) + Z   # h_0 = 1
+    """
+    a = V.float_array(a, "a", 3, "(B, T, D)")
+    b = V.float_array(b, "b", 3, "(B, T, D)")
+    V.same_dtype([("a", a), ("b", b)])
+    V.nonempty_time(a, "a")
+    V.shape_is(b, "b", a.shape, "(B, T, D) like a")
+    return call("linear_scan", linear_scan_eager, a, b)
+
+
+def matrix_affine_scan(A: jax.Array, Bm: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Solve ``H_t = A_t H_{t-1} + B_t`` for ``n`` independent ``k×k`` blocks, ``k×v`` states.
+
+    Args:
+        A: ``(B, T, n, k, k)`` transitions.
+        Bm: ``(B, T, n, k, v)`` inputs (``v = 1`` is a vector state).
+
+    Returns:
+        ``(P (B, T, n, k, k), Z (B, T, n, k, v))`` with ``P_t = A_t ⋯ A_1`` and
+        ``H_t = P_t H_0 + Z_t``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from mingru_jax import matrix_affine_scan
+        >>> A = 0.5 * jax.random.normal(jax.random.key(0), (1, 9, 3, 4, 4))
+        >>> P, Z = matrix_affine_scan(A, jnp.ones((1, 9, 3, 4, 2)))
+        >>> Z.shape
+        (1, 9, 3, 4, 2)
+    """
+    A = V.float_array(A, "A", 5, "(B, T, n, k, k)")
+    Bm = V.float_array(Bm, "Bm", 5, "(B, T, n, k, v)")
+    V.same_dtype([("A", A), ("Bm", Bm)])
+    V.nonempty_time(A, "A")
+    B, T, n, k, k2 = A.shape
+    if k != k2 or k < 1:
+        raise ValueError(f"A must have square blocks (B, T, n, k, k); got {tuple(A.shape)}")
+    if tuple(Bm.shape[:4]) != (B, T, n, k) or Bm.shape[4] < 1:
+        raise ValueError(
+            f"Bm must have shape (B, T, n, k, v) = ({B}, {T}, {n}, {k}, v); got {tuple(Bm.shape)}"
+        )
+    return call("matrix_affine_scan", matrix_affine_scan_eager, A, Bm)
+
+
+def matrix_scan(M: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Solve ``h_t = M_t h_{t-1} + b_t`` for ``n`` independent 2×2 blocks (column vectors).
+
+    Equals :func:`matrix_affine_scan` with ``k = 2, v = 1``.
+
+    Args:
+        M: ``(B, T, n, 2, 2)`` transitions; products compose as ``M_t ⋯ M_1``.
+        b: ``(B, T, n, 2)`` inputs.
+
+    Returns:
+        ``(P (B, T, n, 2, 2), Z (B, T, n, 2))``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from mingru_jax import matrix_scan
+        >>> M = 0.7 * jax.random.normal(jax.random.key(0), (2, 5, 3, 2, 2))
+        >>> P, Z = matrix_scan(M, jnp.ones((2, 5, 3, 2)))
+        >>> P.shape, Z.shape
+        ((2, 5, 3, 2, 2), (2, 5, 3, 2))
+    """
+    M = V.float_array(M, "M", 5, "(B, T, n, 2, 2)")
+    b = V.float_array(b, "b", 4, "(B, T, n, 2)")
+    V.same_dtype([("M", M), ("b", b)])
+    V.nonempty_time(M, "M")
+    if tuple(M.shape[3:]) != (2, 2):
+        raise ValueError(f"M must have shape (B, T, n, 2, 2); got {tuple(M.shape)}")
+    V.shape_is(b, "b", M.shape[:4], "(B, T, n, 2)")
+    P, Z = matrix_affine_scan(M, b[..., None])
+    return P, Z[..., 0]
+
+
+def givens_recurrence(
+    theta: jax.Array,
+    b: jax.Array,
+    h0: jax.Array,
+    scale: jax.Array | None = None,
+    log_gamma: jax.Array | None = None,
+) -> jax.Array:
+    """Internal: the fused rotation/Givens recurrence (dispatch op ``"givens_recurrence"``).
+
+    ``M_t = γ_t · G_{R-1} ⋯ G_0 · diag(scale_t)``, ``h_t = M_t h_{t-1} + b_t``. Shapes:
+    ``theta (B, T, n, R, k/2)``, ``b (B, T, n, k)``, ``h0 (B, n, k)``, ``scale (B, T, n, k)``
+    or ``None``, ``log_gamma (B, T, n)`` or ``None``; returns ``h (B, T, n, k)``. Callers
+    (the mixers) pass consistent shapes; see ``mingru_jax._eager.givens_recurrence``.
+    """
+    return call("givens_recurrence", givens_recurrence_eager, theta, b, h0, scale, log_gamma)
+
+
+def delta_rule(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    beta: jax.Array,
+    log_gamma: jax.Array | None = None,
+    h0: jax.Array | None = None,
+    chunk_size: int = 64,
+) -> tuple[jax.Array, jax.Array]:
+    """Internal: the delta rule (dispatch op ``"delta_rule"``); returns ``(o, h_T)``.
+
+    Shapes: ``q (B, T, H, d_k)``, ``k (B, T, nh, H, d_k)``, ``v (B, T, nh, H, d_v)``,
+    ``beta (B, T, nh, H)``, ``log_gamma (B, T, H)`` or ``None``, ``h0 (B, H, d_k, d_v)`` or
+    ``None``; ``o (B, T, H, d_v)``, ``h_T (B, H, d_k, d_v)``. See
+    ``mingru_jax._eager.delta_rule``.
+    """
+    return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size)

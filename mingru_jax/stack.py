@@ -1,0 +1,180 @@
+"""MinGRUStack (Flax NNX): input projection → ``n_layers`` blocks → LayerNorm.
+The twin of :mod:`mingru.stack`.
+
+Layers may mix different mixers (e.g. ``["signed", "givens"]``). Every layer returns its
+recurrent state, so a long sequence can be processed in chunks with results identical to one
+call on the whole sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from mingru_jax.block import DECAY_KWARGS, MinGRUBlock, check_mixer_name
+from mingru_jax.mixers._common import check_sequence, check_size, check_token, layer_norm, linear
+
+__all__ = ["MinGRUStack"]
+
+State = list[jax.Array | None]
+
+
+def _layer_specs(
+    mixer: str | Sequence[str], mixer_kwargs: dict[str, Any] | None, n_layers: int
+) -> list[tuple[str, dict[str, Any]]]:
+    """``(name, kwargs)`` per layer from the two accepted forms of ``mixer``/``mixer_kwargs``."""
+    if mixer_kwargs is not None and not isinstance(mixer_kwargs, dict):
+        raise ValueError(f"mixer_kwargs must be a dict or None; got {type(mixer_kwargs).__name__}")
+    kwargs = dict(mixer_kwargs or {})
+    if isinstance(mixer, str):
+        return [(check_mixer_name(mixer), dict(kwargs)) for _ in range(n_layers)]
+    if not isinstance(mixer, Sequence) or len(mixer) != n_layers:
+        raise ValueError(
+            f"mixer must be a mixer name or a list of n_layers={n_layers} names; got {mixer!r}"
+        )
+    names = [check_mixer_name(name, f"mixer[{i}]") for i, name in enumerate(mixer)]
+    for key, value in kwargs.items():
+        if key not in names:
+            raise ValueError(
+                f"with a list of mixers, mixer_kwargs is keyed by mixer name (one of "
+                f"{sorted(set(names))}); got key {key!r}"
+            )
+        if not isinstance(value, dict):
+            raise ValueError(f"mixer_kwargs[{key!r}] must be a dict of that mixer's arguments")
+    return [(name, dict(kwargs.get(name, {}))) for name in names]
+
+
+class MinGRUStack(nnx.Module):
+    """A stack of pre-norm residual mixer blocks.
+
+    Args:
+        input_size: features of ``x``; projected to ``d_model`` (identity when equal).
+        d_model: width of every block.
+        n_layers: number of blocks (≥ 1).
+        mlp_expansion: MLP width factor in each block; ``0`` drops the MLPs.
+        dropout: dropout on each block's branch outputs.
+        learnable_h0: forwarded to the layers whose mixer takes it (``"log"``, ``"signed"``).
+        mixer: one mixer name for every layer, or a list of ``n_layers`` names.
+        mixer_kwargs: with one name, a flat dict of that mixer's arguments; with a list, a
+            dict keyed by mixer name (``{"givens": {"block_size": 4}}``).
+        decay_layers: ``"all"`` keeps the decay arguments (``decay``, ``decay_rate``,
+            ``log1p_delta``) on every layer; ``"last"`` keeps them on the last layer only.
+        dtype, param_dtype: as in every layer.
+        rngs: :class:`flax.nnx.Rngs`.
+
+    Shapes: ``__call__(x (B, T, input_size), state=None, delta_t=None) -> (out (B, T, d_model),
+    [state (B, 1, S_l) per layer])``; ``step(x_t (B, input_size), state, delta_t=None) ->
+    (out_t (B, d_model), [state (B, S_l) per layer])``. ``delta_t`` (``(B, T)`` / ``(B,)``)
+    goes only to the layers with decay.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from mingru_jax import MinGRUStack
+        >>> model = MinGRUStack(3, 16, 2, mixer=["signed", "givens"],
+        ...                     mixer_kwargs={"givens": {"block_size": 4}}, rngs=nnx.Rngs(0))
+        >>> x = jnp.ones((2, 12, 3))
+        >>> out, state = model(x[:, :5])
+        >>> out2, state = model(x[:, 5:], state)      # same as model(x)[0][:, 5:]
+        >>> out_t, state = model.step(x[:, 0], model.init_state())
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        d_model: int,
+        n_layers: int,
+        mlp_expansion: int = 4,
+        dropout: float = 0.0,
+        learnable_h0: bool = False,
+        mixer: str | Sequence[str] = "log",
+        mixer_kwargs: dict[str, Any] | None = None,
+        decay_layers: str = "all",
+        *,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        rngs: nnx.Rngs,
+    ) -> None:
+        self.input_size = check_size(input_size, "input_size")
+        self.d_model = check_size(d_model, "d_model")
+        self.n_layers = check_size(n_layers, "n_layers")
+        if decay_layers not in ("all", "last"):
+            raise ValueError(f"decay_layers must be 'all' or 'last'; got {decay_layers!r}")
+        self.decay_layers = decay_layers
+        specs = _layer_specs(mixer, mixer_kwargs, n_layers)
+        if decay_layers == "last":
+            for _, kwargs in specs[:-1]:
+                for key in DECAY_KWARGS:
+                    kwargs.pop(key, None)
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        if input_size != d_model:
+            self.in_proj = linear(input_size, d_model, **kw)
+        else:
+            self.in_proj = nnx.data(None)  # identity (torch: nn.Identity, no parameters)
+        self.blocks = nnx.List(
+            [
+                MinGRUBlock(d_model, mlp_expansion, dropout, learnable_h0, name, kwargs, **kw)
+                for name, kwargs in specs
+            ]
+        )
+        self.norm = layer_norm(d_model, **kw)
+
+    def init_state(self) -> State:
+        """The start state: ``[None] * n_layers`` (each layer uses its mixer's default)."""
+        return [None] * self.n_layers
+
+    def _check_state(self, state: Sequence[jax.Array | None] | None) -> State:
+        if state is None:
+            return self.init_state()
+        if not isinstance(state, Sequence) or len(state) != self.n_layers:
+            raise ValueError(
+                f"state must be None or a list of n_layers={self.n_layers} per-layer states"
+            )
+        return list(state)
+
+    def _gaps(self, delta_t: jax.Array | None) -> list[jax.Array | None]:
+        decayed = [block.decay_enabled for block in self.blocks]
+        if delta_t is not None and not any(decayed):
+            raise ValueError(
+                "delta_t was given but no layer has decay; pass mixer_kwargs={'decay': ...}"
+            )
+        return [delta_t if on else None for on in decayed]
+
+    def _project(self, x: jax.Array) -> jax.Array:
+        return x if self.in_proj is None else self.in_proj(x)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        state: Sequence[jax.Array | None] | None = None,
+        delta_t: jax.Array | None = None,
+    ) -> tuple[jax.Array, State]:
+        """``(out (B, T, d_model), new_state)`` for ``x (B, T, input_size)``."""
+        x = check_sequence(x, self.input_size)
+        state = self._check_state(state)
+        h = self._project(x)
+        new_state: State = []
+        for block, s, dt in zip(self.blocks, state, self._gaps(delta_t), strict=True):
+            h, s = block(h, s, dt)
+            new_state.append(s)
+        return self.norm(h), new_state
+
+    def step(
+        self,
+        x_t: jax.Array,
+        state: Sequence[jax.Array | None] | None = None,
+        delta_t: jax.Array | None = None,
+    ) -> tuple[jax.Array, State]:
+        """``(out_t (B, d_model), new_state)`` for one token ``x_t (B, input_size)``."""
+        x_t = check_token(x_t, self.input_size)
+        state = self._check_state(state)
+        h = self._project(x_t)
+        new_state: State = []
+        for block, s, dt in zip(self.blocks, state, self._gaps(delta_t), strict=True):
+            h, s = block.step(h, s, dt)
+            new_state.append(s)
+        return self.norm(h), new_state

@@ -1,0 +1,125 @@
+"""The dispatch seam, each case in a fresh interpreter so import side effects are visible."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import mingru
+from mingru import dispatch
+
+
+def run_py(code: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k not in ("MINGRU_SCAN", "TRITON_INTERPRET")}
+    full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, env=full_env, timeout=120,
+    )
+
+
+SCAN_CALL = """
+import torch, mingru
+P, Z = mingru.linear_scan(torch.rand(2, 5, 3), torch.rand(2, 5, 3))
+"""
+
+
+def test_import_never_imports_triton():
+    r = run_py("""
+        import sys, mingru, mingru.scans, mingru.dispatch
+        assert 'triton' not in sys.modules, 'import mingru pulled in triton'
+        print('ok')
+    """)
+    assert r.returncode == 0, r.stderr
+    assert "ok" in r.stdout
+
+
+@pytest.mark.parametrize("mode", ["eager", "auto", ""])
+def test_eager_and_cpu_auto_never_import_triton(mode):
+    r = run_py(SCAN_CALL + "import sys\nassert 'triton' not in sys.modules\n", MINGRU_SCAN=mode)
+    assert r.returncode == 0, r.stderr
+
+
+def test_invalid_mode_is_a_value_error():
+    r = run_py(SCAN_CALL, MINGRU_SCAN="Triton")
+    assert r.returncode != 0
+    assert "ValueError" in r.stderr and "'auto', 'eager', 'triton'" in r.stderr
+
+
+def test_triton_mode_on_cpu_raises_runtime_error_with_reason():
+    r = run_py(SCAN_CALL, MINGRU_SCAN="triton")
+    assert r.returncode != 0
+    assert "RuntimeError" in r.stderr and "MINGRU_SCAN=triton" in r.stderr
+
+
+def test_available_reports_reason_without_cuda():
+    r = run_py("import mingru; print(repr(mingru.available()))")
+    assert r.returncode == 0, r.stderr
+    if not torch.cuda.is_available():
+        assert "CUDA not available" in r.stdout
+
+
+def test_mode_is_read_at_call_time(monkeypatch):
+    monkeypatch.setenv("MINGRU_SCAN", "eager")
+    assert dispatch.scan_mode() == "eager"
+    monkeypatch.setenv("MINGRU_SCAN", "bogus")
+    with pytest.raises(ValueError, match="MINGRU_SCAN must be one of"):
+        dispatch.scan_mode()
+    monkeypatch.delenv("MINGRU_SCAN")
+    assert dispatch.scan_mode() == "auto"
+
+
+def test_use_backend_overrides_env(monkeypatch):
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    with mingru.use_backend("eager"):
+        assert dispatch.scan_mode() == "eager"
+        mingru.linear_scan(torch.rand(1, 3, 2), torch.rand(1, 3, 2))  # would raise under triton on CPU
+    assert dispatch.scan_mode() == "triton"
+    with pytest.raises(ValueError, match="use_backend"):
+        with mingru.use_backend("fast"):
+            pass
+
+
+def test_fallback_warning_is_emitted_once_per_reason(monkeypatch):
+    """On CUDA inputs a kernel that cannot serve warns once, then stays quiet."""
+    dispatch._warned.clear()
+    monkeypatch.setattr(dispatch, "available", lambda: "triton not importable: test")
+
+    class FakeCuda:
+        is_cuda = True
+        device = "cuda:0"
+
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            assert dispatch.select("linear_scan", FakeCuda()) is None
+        dispatch.select("parallel_scan_log", FakeCuda())
+    fallback = [w for w in caught if issubclass(w.category, mingru.MinGRUFallbackWarning)]
+    assert len(fallback) == 1
+    assert "triton not importable: test" in str(fallback[0].message)
+
+
+def test_fallback_warning_once_in_fresh_process():
+    r = run_py("""
+        import warnings, mingru
+        from mingru import dispatch
+        dispatch.available = lambda: 'CUDA not available'
+        class FakeCuda:
+            is_cuda = True
+            device = 'cuda:0'
+        warnings.simplefilter('always')
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter('always')
+            for _ in range(5):
+                dispatch.select('linear_scan', FakeCuda())
+        print(sum(issubclass(x.category, mingru.MinGRUFallbackWarning) for x in w))
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "1"

@@ -1,0 +1,149 @@
+"""The mingru_jax dispatch seam: lazy imports, modes, trace-time selection, the launcher
+protocol and the once-per-reason fallback warning."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import types
+import warnings
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+import mingru_jax  # noqa: E402
+from mingru_jax import dispatch  # noqa: E402
+
+_SUBPROCESS = textwrap.dedent(
+    """
+    import os, sys
+    import mingru_jax
+    heavy = {"triton", "jax_triton", "flax", "torch"}
+    assert not heavy & set(sys.modules), heavy & set(sys.modules)
+
+    import jax.numpy as jnp
+    a = jnp.full((1, 3, 2), 0.5)
+    for mode in ("", "auto", "eager"):
+        os.environ["MINGRU_SCAN"] = mode
+        P, Z = mingru_jax.linear_scan(a, a)
+        assert abs(float(Z[0, -1, 0]) - 0.875) < 1e-6
+    assert "triton" not in sys.modules and "jax_triton" not in sys.modules
+
+    assert mingru_jax.available() == "no GPU backend in jax", mingru_jax.available()
+    assert "triton" not in sys.modules
+
+    os.environ["MINGRU_SCAN"] = "triton"
+    try:
+        mingru_jax.linear_scan(a, a)
+    except RuntimeError as exc:
+        assert "no GPU backend in jax" in str(exc), exc
+    else:
+        raise AssertionError("MINGRU_SCAN=triton ran on CPU without the interpreter")
+
+    os.environ["MINGRU_SCAN"] = "Eager"
+    try:
+        mingru_jax.linear_scan(a, a)
+    except ValueError as exc:
+        assert "'auto', 'eager', 'triton'" in str(exc), exc
+    else:
+        raise AssertionError("invalid MINGRU_SCAN accepted")
+    assert "triton" not in sys.modules and "jax_triton" not in sys.modules
+    print("OK")
+    """
+)
+
+
+def test_lazy_imports_and_modes_in_a_clean_process():
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "MINGRU_SCAN")}
+    env["JAX_PLATFORMS"] = "cpu"
+    res = subprocess.run(
+        [sys.executable, "-c", _SUBPROCESS], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip().endswith("OK")
+
+
+def test_exports_are_complete():
+    assert set(mingru_jax.__all__) == set(mingru_jax._EXPORTS) | {"__version__"}
+    for name in mingru_jax._EXPORTS:
+        assert getattr(mingru_jax, name) is not None
+
+
+def test_use_backend_overrides_env_and_rejects_bad_modes(monkeypatch):
+    monkeypatch.setenv("MINGRU_SCAN", "triton")
+    with mingru_jax.use_backend("eager"):
+        assert mingru_jax.scan_mode() == "eager"
+    assert mingru_jax.scan_mode() == "triton"
+    with pytest.raises(ValueError, match="use_backend"):
+        with mingru_jax.use_backend("cuda"):
+            pass
+
+
+def _fake_launcher(monkeypatch, reason=None, prefer=True):
+    calls = []
+    mod = types.ModuleType("fake_jax_launcher")
+    mod.unsupported_reason = lambda a, b: reason
+    mod.prefer_over_eager = lambda a, b: prefer
+
+    def run(a, b):
+        calls.append(a.shape)
+        return a * 0 + 7.0, b * 0 + 7.0
+
+    mod.run = run
+    monkeypatch.setitem(sys.modules, "fake_jax_launcher", mod)
+    monkeypatch.setitem(dispatch.LAUNCHERS, "linear_scan", "fake_jax_launcher")
+    return calls
+
+
+def test_triton_mode_routes_to_the_launcher_or_says_why(monkeypatch):
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # CPU calls may use the kernels here
+    a = jnp.full((1, 3, 2), 0.5)
+    with mingru_jax.use_backend("triton"):
+        with pytest.raises(RuntimeError, match="no Triton kernel is registered for linear_scan"):
+            mingru_jax.linear_scan(a, a)
+        calls = _fake_launcher(monkeypatch)
+        P, Z = mingru_jax.linear_scan(a, a)
+        assert calls == [(1, 3, 2)] and float(Z[0, 0, 0]) == 7.0
+        _fake_launcher(monkeypatch, reason="k=3 is not a supported block size")
+        with pytest.raises(RuntimeError, match="k=3 is not a supported block size"):
+            mingru_jax.linear_scan(a, a)
+
+
+def test_auto_on_gpu_falls_back_with_one_warning_per_reason(monkeypatch):
+    monkeypatch.setattr(dispatch, "_platform", lambda args: "gpu")
+    monkeypatch.setattr(dispatch, "available", lambda: True)
+    monkeypatch.setattr(dispatch, "_warned", set())
+    a = jnp.full((1, 3, 2), 0.5)
+    with mingru_jax.use_backend("auto"):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                _, Z = mingru_jax.linear_scan(a, a)
+        fallbacks = [w for w in seen if issubclass(w.category, mingru_jax.MinGRUFallbackWarning)]
+        assert len(fallbacks) == 1 and "no Triton kernel is registered" in str(fallbacks[0].message)
+        assert abs(float(Z[0, -1, 0]) - 0.875) < 1e-6  # the eager result, never a wrong one
+        # A launcher measured slower than eager on this shape: auto keeps eager, silently.
+        calls = _fake_launcher(monkeypatch, prefer=False)
+        _, Z = mingru_jax.linear_scan(a, a)
+        assert calls == [] and abs(float(Z[0, -1, 0]) - 0.875) < 1e-6
+        calls = _fake_launcher(monkeypatch, prefer=True)
+        _, Z = mingru_jax.linear_scan(a, a)
+        assert calls == [(1, 3, 2)]
+
+
+def test_jitted_function_keeps_the_backend_it_was_traced_with(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    a = jnp.asarray(np.linspace(0.1, 0.9, 6, dtype=np.float32).reshape(1, 3, 2))
+    f = jax.jit(lambda x: mingru_jax.linear_scan(x, x)[1])
+    with mingru_jax.use_backend("eager"):
+        want = f(a)
+    with mingru_jax.use_backend("triton"):
+        np.testing.assert_array_equal(f(a), want)  # cached trace: still eager
+        with pytest.raises(RuntimeError, match="MINGRU_SCAN=triton"):
+            jax.jit(lambda x: mingru_jax.linear_scan(x, x)[1])(a)  # a fresh trace
