@@ -43,17 +43,18 @@ __all__ = [
     "affine_bwd_kernel",
     "affine_config",
     "affine_fwd_kernel",
-        "segment_plan",
+    "segment_plan",
 ]
 
 SUPPORTED_SIZES = (1, 2, 4, 8, 16)
 """Block sizes ``k`` and state widths ``v`` the kernels compile for."""
 
 SINGLE_PASS_MAX_T = 32
-"""Up to this length one walk per pair beats three launches."""
+"""Up to this length one walk per pair beats two launches (composites, then outputs)."""
 
 _ELEMENT_BUDGET = 1024  # elements of the largest per-step temporary in one program
 _MAX_PAIRS = 64
+_MAX_GRID_Y = 65535  # CUDA's limit on grid dim 1, which counts segments
 
 
 def _pow2_floor(x: int) -> int:
@@ -67,6 +68,10 @@ def segment_plan(T: int, seg_len: int | None = None) -> tuple[int, int]:
     two ≥ 8), which minimises the dependent chain ``2·seg_len + nseg``. ``seg_len`` forces a
     length (tests use it to exercise the carry path on tiny ``T``). Only the grid depends on
     ``T``; no kernel is compiled per ``T``.
+
+    Example:
+        >>> segment_plan(20), segment_plan(1024), segment_plan(23, seg_len=4)
+        ((20, 1), (32, 32), (4, 6))
     """
     if T < 1:
         raise ValueError(f"T must be ≥ 1; got {T}")
@@ -76,12 +81,20 @@ def segment_plan(T: int, seg_len: int | None = None) -> tuple[int, int]:
         seg_len = 8
         while 2 * seg_len * seg_len < T:
             seg_len *= 2
-    seg_len = max(1, min(int(seg_len), T))
+    seg_len = max(1, min(int(seg_len), T), -(-T // _MAX_GRID_Y))
     return seg_len, -(-T // seg_len)
 
 
 def affine_config(k: int, v: int) -> dict[str, int]:
-    """Launch constants for the walk kernels: pairs per program ``LP`` and ``num_warps``."""
+    """Launch constants for the walk kernels: pairs per program ``LP`` and ``num_warps``.
+
+    ``LP`` keeps the largest per-step temporary (the ``[LP, k, k, max(k, v)]`` product) near
+    1024 fp32 elements, so registers stay low and many programs are resident.
+
+    Example:
+        >>> affine_config(2, 1), affine_config(16, 1)
+        ({'LP': 64, 'num_warps': 4}, {'LP': 1, 'num_warps': 8})
+    """
     per_pair = k * k * max(k, v)  # the [LP, k, k, max(k, v)] broadcast product
     lp = min(_MAX_PAIRS, _pow2_floor(_ELEMENT_BUDGET // per_pair))
     warps = 8 if lp * per_pair > _ELEMENT_BUDGET else 4
@@ -250,10 +263,12 @@ def _bwd_loads(a_ptr, p_ptr, z_ptr, dp_ptr, dz_ptr, a_off, b_off, a_step, b_step
         dP = tl.zeros_like(A)
     if NEED_PREV:
         Zp = _ld(z_ptr, b_off - b_step, _both(live, t > 0))
+    else:
+        Zp = tl.zeros_like(dZ)
+    if NEED_PREV and HAS_DP:  # P_{t-1} only meets the adjoint of P
         Pp = _ld(p_ptr, a_off - a_step, _both(live, t > 0))
         Pp = tl.where(t == 0, _eye(LP, K), Pp)
     else:
-        Zp = tl.zeros_like(dZ)
         Pp = tl.zeros_like(A)
     return A, dZ, dP, Zp, Pp
 

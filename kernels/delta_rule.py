@@ -18,16 +18,21 @@ inclusive), ``D_ij = Γ_i/Γ_j`` (``j ≤ i``) and ``A = strict_lower(diag(β)(D
 
 so per chunk ``O = Qeff S + Ou`` and ``S' = M S + N`` with ``S``-independent
 ``Qeff, Ou, M, N``. Forward: ``delta_fwd_prep_kernel`` (parallel over chunks) builds them,
-``delta_fwd_state_kernel`` (one program per (b, h), serial over chunks) runs
-``S ← M S + N`` and stores every chunk's start state, ``delta_fwd_out_kernel`` (parallel)
-writes ``O``. Backward: ``delta_bwd_state_kernel`` runs ``dS ← Mᵀ dS + Qeffᵀ dO`` backwards
-and stores each chunk's end-state gradient; ``delta_bwd_grads_kernel`` (parallel) recomputes
-the chunk and writes the gradients of ``q, k, v, β, log γ``.
+``delta_fwd_state_kernel`` (serial over chunks; one program per (b, h) and slice of state
+columns) runs ``S ← M S + N`` and stores every chunk's start state, ``delta_fwd_out_kernel``
+(parallel) writes ``O``. Backward: ``delta_bwd_state_kernel`` runs ``dS ← Mᵀ dS + Qeffᵀ dO``
+backwards and stores each chunk's end-state gradient; ``delta_bwd_grads_kernel`` (parallel)
+recomputes the chunk and writes the gradients of ``q, k, v, β, log γ``.
+
+Register budget. Float32 ``tl.dot`` without TF32 runs on FMA units and holds whole rows and
+columns of its operands in registers, so no product here contracts over more than ``LP``
+(chunk) or a 16-wide slice of ``d_k`` / ``d_v``: contractions over ``d_k`` are summed over
+slices loaded from memory, and the value side of a chunk is handled ``VS`` columns at a time.
 
 Numerics. All arithmetic is float32 (inputs are cast on load; dots use ``DOT_PRECISION``,
-``"ieee"`` by default: no TF32). Decay factors are ``exp`` of segment sums built by masked
+``"ieee"`` by default for float32 inputs: no TF32). Decay factors are ``exp`` of segment sums built by masked
 cumulative sums of the non-positive ``log γ`` — never ``exp`` of a difference of cumulative
-sums — so a gap of ``log γ = −1e10`` (or ``−inf``, floored to ``LOG_GAMMA_FLOOR``) is an
+sums — so a gap of ``log γ = −1e10`` (or ``−inf``, floored to ``-1e30``) is an
 exact reset with no NaN. ``T`` is a runtime argument: nothing is specialised on it.
 
 This module imports only ``triton``; the pure-Python launch metadata at the bottom is shared
@@ -36,6 +41,11 @@ by the PyTorch launcher and a future JAX launcher.
 
 import triton
 import triton.language as tl
+
+# Sums are spelled ``tl.reduce(x, axis, _sum_combine)`` / ``tl.associative_scan(...)``: the
+# same code as ``tl.sum`` / ``tl.cumsum`` on GPU, but Triton's interpreter re-patches the
+# language on every call of those jit wrappers (milliseconds each), which made the CPU tests
+# several times slower; with the combine function passed directly it runs numpy's sum.
 from triton.language.standard import _sum_combine
 
 # ----------------------------------------------------------------------------------------
@@ -59,28 +69,30 @@ def _chunk_index(c, T, NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: 
 
 
 @triton.jit
-def _load_chunk(q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, b, h, T, H, DK, DV,
-                tok, sub, t_l, ok_l, ir, t_r, ok_r,
-                NH: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
-                BK: tl.constexpr, BV: tl.constexpr, HAS_DECAY: tl.constexpr):
-    """Load a chunk as float32: ``K (LP,BK)``, ``V (LP,BV)``, ``β (LP)``, per-micro-step
-    ``log γ`` (``LP``, zero except on a token's first micro-step), ``Q (CP,BK)`` and
-    per-token ``log γ`` (``CP``). Padding rows/columns load zeros."""
-    ik = tl.arange(0, BK)
-    iv = tl.arange(0, BV)
-    b64 = b.to(tl.int64)
-    micro = ((b64 * T + t_l) * NH + sub) * H + h  # row index into (B, T, nh, H)
-    K = tl.load(k_ptr + micro[:, None] * DK + ik[None, :],
-                mask=ok_l[:, None] & (ik[None, :] < DK), other=0.0).to(tl.float32)
-    V = tl.load(v_ptr + micro[:, None] * DV + iv[None, :],
-                mask=ok_l[:, None] & (iv[None, :] < DV), other=0.0).to(tl.float32)
+def _ld(ptr, rows, row_ok, col0, ncols, W: tl.constexpr):
+    """Float32 tile ``[rows, col0 : col0+W]`` of a row-major array with ``ncols`` columns;
+    rows outside ``row_ok`` and columns ``>= ncols`` read 0."""
+    cols = col0 + tl.arange(0, W)
+    return tl.load(ptr + rows[:, None] * ncols + cols[None, :],
+                   mask=row_ok[:, None] & (cols[None, :] < ncols), other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _lds(ptr, base, r0, R: tl.constexpr, ld: tl.constexpr, c0, W: tl.constexpr):
+    """Tile ``[r0 : r0+R, c0 : c0+W]`` of a padded float32 scratch matrix at ``base``."""
+    r = r0 + tl.arange(0, R)
+    cc = c0 + tl.arange(0, W)
+    return tl.load(ptr + base + r[:, None] * ld + cc[None, :])
+
+
+@triton.jit
+def _load_gates(beta_ptr, lg_ptr, micro, ok_l, sub, lg_rows, token, ok_r,
+                LP: tl.constexpr, CP: tl.constexpr, HAS_DECAY: tl.constexpr):
+    """``β (LP)``, per-micro-step ``log γ`` (``LP``; zero except on a token's first
+    micro-step) and per-token ``log γ`` (``CP``), float32."""
     beta = tl.load(beta_ptr + micro, mask=ok_l, other=0.0).to(tl.float32)
-    token = (b64 * T + t_r) * H + h  # row index into (B, T, H)
-    Q = tl.load(q_ptr + token[:, None] * DK + ik[None, :],
-                mask=ok_r[:, None] & (ik[None, :] < DK), other=0.0).to(tl.float32)
     if HAS_DECAY:
-        first = ok_l & (sub == 0)
-        lgm = tl.load(lg_ptr + (b64 * T + t_l) * H + h, mask=first, other=0.0).to(tl.float32)
+        lgm = tl.load(lg_ptr + lg_rows, mask=ok_l & (sub == 0), other=0.0).to(tl.float32)
         lgt = tl.load(lg_ptr + token, mask=ok_r, other=0.0).to(tl.float32)
         # -inf (and anything below) is an exact reset either way; the floor keeps sums finite.
         lgm = tl.maximum(lgm, -1.0e30)
@@ -88,7 +100,7 @@ def _load_chunk(q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, b, h, T, H, DK, DV,
     else:
         lgm = tl.zeros([LP], dtype=tl.float32)
         lgt = tl.zeros([CP], dtype=tl.float32)
-    return K, V, beta, lgm, Q, lgt
+    return beta, lgm, lgt
 
 
 @triton.jit
@@ -101,10 +113,12 @@ def _decay_tables(lgm, lgt, il, tok, ir, LP: tl.constexpr, CP: tl.constexpr,
     causal = il[:, None] >= il[None, :]
     seen = ir[:, None] >= tok[None, :]  # micro-step j is at or before token row r's output
     if HAS_DECAY:
-        seg = tl.associative_scan(tl.where(il[:, None] > il[None, :], lgm[:, None], 0.0), 0, _sum_combine)
+        seg = tl.associative_scan(tl.where(il[:, None] > il[None, :], lgm[:, None], 0.0), 0,
+                                  _sum_combine)
         D = tl.where(causal, tl.exp(seg), 0.0)
         gam = tl.exp(tl.associative_scan(lgm, 0, _sum_combine))
-        seg_o = tl.associative_scan(tl.where(ir[:, None] > tok[None, :], lgt[:, None], 0.0), 0, _sum_combine)
+        seg_o = tl.associative_scan(tl.where(ir[:, None] > tok[None, :], lgt[:, None], 0.0), 0,
+                                    _sum_combine)
         Do = tl.where(seen, tl.exp(seg_o), 0.0)
         gam_o = tl.exp(tl.associative_scan(lgt, 0, _sum_combine))
     else:
@@ -115,6 +129,21 @@ def _decay_tables(lgm, lgt, il, tok, ir, LP: tl.constexpr, CP: tl.constexpr,
     d = tl.reduce(tl.where(il[:, None] == LP - 1, D, 0.0), 0, _sum_combine)
     gam_last = tl.reduce(tl.where(il == LP - 1, gam, 0.0), 0, _sum_combine)
     return D, gam, d, gam_last, Do, gam_o
+
+
+@triton.jit
+def _gram(k_ptr, q_ptr, micro, ok_l, token, ok_r, DK, LP: tl.constexpr, CP: tl.constexpr,
+          BK: tl.constexpr, KS: tl.constexpr, PREC: tl.constexpr):
+    """``K Kᵀ (LP,LP)`` and ``Q Kᵀ (CP,LP)``, contracted over ``d_k`` in slices of ``KS``
+    columns loaded from memory (small operands keep float32 FMA dots out of spills)."""
+    KK = tl.zeros([LP, LP], dtype=tl.float32)
+    QK = tl.zeros([CP, LP], dtype=tl.float32)
+    for j in tl.static_range(BK // KS):
+        Kj = _ld(k_ptr, micro, ok_l, j * KS, DK, KS)
+        Qj = _ld(q_ptr, token, ok_r, j * KS, DK, KS)
+        KK = tl.dot(Kj, tl.trans(Kj), acc=KK, input_precision=PREC)
+        QK = tl.dot(Qj, tl.trans(Kj), acc=QK, input_precision=PREC)
+    return KK, QK
 
 
 @triton.jit
@@ -154,17 +183,15 @@ def _inv_unit_lower_blocked(A, LP: tl.constexpr, SUB: tl.constexpr, PREC: tl.con
 
 
 @triton.jit
-def _wy_inverse(K, beta, D, il, LP: tl.constexpr, SUB: tl.constexpr,
+def _wy_inverse(KK, beta, D, il, LP: tl.constexpr, SUB: tl.constexpr,
                 BLOCKED: tl.constexpr, PREC: tl.constexpr):
-    """``KKᵀ``, ``D ⊙ KKᵀ`` and ``T = (I + strict(diag(β) D ⊙ KKᵀ))⁻¹``."""
-    KK = tl.dot(K, tl.trans(K), input_precision=PREC)
-    DKK = D * KK
-    A = tl.where(il[:, None] > il[None, :], beta[:, None] * DKK, 0.0)
+    """``T = (I + A)⁻¹`` with ``A = strict_lower(diag(β) (D ⊙ K Kᵀ))``."""
+    A = tl.where(il[:, None] > il[None, :], beta[:, None] * D * KK, 0.0)
     if BLOCKED:
         Tm = _inv_unit_lower_blocked(A, LP, SUB, PREC)
     else:
         Tm = _inv_unit_lower(A, LP)
-    return KK, DKK, Tm
+    return Tm
 
 
 # ----------------------------------------------------------------------------------------
@@ -178,65 +205,80 @@ def delta_fwd_prep_kernel(
     m_ptr, n_ptr, qeff_ptr, ou_ptr,
     T, H, DK, DV, NC,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, SUB: tl.constexpr, BLOCKED: tl.constexpr,
-    HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+    SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
 ):
     """Grid ``(NC, B·H)``. Per chunk: ``M = Γ_L I − Kᵀdiag(d) Wk (BK,BK)``,
     ``N = Kᵀdiag(d) U (BK,BV)``, ``Qeff = diag(Γo) Q − Po Wk (CP,BK)``, ``Ou = Po U (CP,BV)``
-    into float32 scratch laid out ``(B·H, NC, ·, ·)``."""
+    into float32 scratch laid out ``(B·H, NC, ·, ·)``; the value side in column slices."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
-    b = bh // H
+    b64 = (bh // H).to(tl.int64)
     h = bh % H
     il, tok, sub, t_l, ok_l, ir, t_r, ok_r = _chunk_index(c, T, NH, C, LP, CP)
-    K, V, beta, lgm, Q, lgt = _load_chunk(q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, b, h, T, H,
-                                          DK, DV, tok, sub, t_l, ok_l, ir, t_r, ok_r,
-                                          NH, LP, CP, BK, BV, HAS_DECAY)
+    micro = ((b64 * T + t_l) * NH + sub) * H + h  # rows of (B, T, nh, H)
+    token = (b64 * T + t_r) * H + h  # rows of (B, T, H)
+    beta, lgm, lgt = _load_gates(beta_ptr, lg_ptr, micro, ok_l, sub, (b64 * T + t_l) * H + h,
+                                 token, ok_r, LP, CP, HAS_DECAY)
     D, gam, d, gam_last, Do, gam_o = _decay_tables(lgm, lgt, il, tok, ir, LP, CP, HAS_DECAY)
-    KK, DKK, Tm = _wy_inverse(K, beta, D, il, LP, SUB, BLOCKED, PREC)
-    U = tl.dot(Tm, beta[:, None] * V, input_precision=PREC)
+    KK, QK = _gram(k_ptr, q_ptr, micro, ok_l, token, ok_r, DK, LP, CP, BK, KS, PREC)
+    Tm = _wy_inverse(KK, beta, D, il, LP, SUB, BLOCKED, PREC)
+    K = _ld(k_ptr, micro, ok_l, 0, DK, BK)
+    Q = _ld(q_ptr, token, ok_r, 0, DK, BK)
     Wk = tl.dot(Tm, (beta * gam)[:, None] * K, input_precision=PREC)
     Kd = d[:, None] * K
     ik = tl.arange(0, BK)
-    iv = tl.arange(0, BV)
-    eye = tl.where(ik[:, None] == ik[None, :], 1.0, 0.0)
-    M = gam_last * eye - tl.dot(tl.trans(Kd), Wk, input_precision=PREC)
-    N = tl.dot(tl.trans(Kd), U, input_precision=PREC)
-    Po = Do * tl.dot(Q, tl.trans(K), input_precision=PREC)
+    M = tl.where(ik[:, None] == ik[None, :], gam_last, 0.0)
+    M -= tl.dot(tl.trans(Kd), Wk, input_precision=PREC)
+    Po = Do * QK
     Qeff = gam_o[:, None] * Q - tl.dot(Po, Wk, input_precision=PREC)
-    Ou = tl.dot(Po, U, input_precision=PREC)
     chunk = bh.to(tl.int64) * NC + c
     tl.store(m_ptr + chunk * (BK * BK) + ik[:, None] * BK + ik[None, :], M)
-    tl.store(n_ptr + chunk * (BK * BV) + ik[:, None] * BV + iv[None, :], N)
     tl.store(qeff_ptr + chunk * (CP * BK) + ir[:, None] * BK + ik[None, :], Qeff)
-    tl.store(ou_ptr + chunk * (CP * BV) + ir[:, None] * BV + iv[None, :], Ou)
+    for vb in range(BV // VS):
+        iv = vb * VS + tl.arange(0, VS)
+        Ub = tl.dot(Tm, beta[:, None] * _ld(v_ptr, micro, ok_l, vb * VS, DV, VS),
+                    input_precision=PREC)
+        Nb = tl.dot(tl.trans(Kd), Ub, input_precision=PREC)
+        Oub = tl.dot(Po, Ub, input_precision=PREC)
+        tl.store(n_ptr + chunk * (BK * BV) + ik[:, None] * BV + iv[None, :], Nb)
+        tl.store(ou_ptr + chunk * (CP * BV) + ir[:, None] * BV + iv[None, :], Oub)
 
 
 @triton.jit
 def delta_fwd_state_kernel(
     h0_ptr, m_ptr, n_ptr, states_ptr, ht_ptr,
     DK, DV, NC,
-    BK: tl.constexpr, BV: tl.constexpr, HAS_H0: tl.constexpr, PREC: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+    HAS_H0: tl.constexpr, PREC: tl.constexpr,
 ):
-    """Grid ``(B·H,)``. ``states[c] = S_c`` (chunk start states, ``c = 0..NC``) by
-    ``S_{c+1} = M_c S_c + N_c``; ``h_T = S_NC`` also in the output dtype."""
+    """Grid ``(B·H, BV/VS)``: one program per (b, h) and slice of ``VS`` state columns.
+    ``states[c] = S_c`` (chunk start states, ``c < NC``) by ``S_{c+1} = M_c S_c + N_c``;
+    ``h_T = S_NC`` in the output dtype. Launch with ``num_stages=1``: the product
+    re-reads the state just stored (slices of ``KS`` rows) behind a barrier."""
     bh = tl.program_id(0)
+    bh64 = bh.to(tl.int64)
     ik = tl.arange(0, BK)
-    iv = tl.arange(0, BV)
+    iv = tl.program_id(1) * VS + tl.arange(0, VS)
     kv = ik[:, None] * BV + iv[None, :]
-    user = bh.to(tl.int64) * DK * DV + ik[:, None] * DV + iv[None, :]
+    user = bh64 * DK * DV + ik[:, None] * DV + iv[None, :]
     user_mask = (ik[:, None] < DK) & (iv[None, :] < DV)
     if HAS_H0:
         S = tl.load(h0_ptr + user, mask=user_mask, other=0.0).to(tl.float32)
     else:
-        S = tl.zeros([BK, BV], dtype=tl.float32)
-    base = bh.to(tl.int64) * NC
+        S = tl.zeros([BK, VS], dtype=tl.float32)
     for c in range(NC):
-        tl.store(states_ptr + (base + bh + c) * (BK * BV) + kv, S)
-        M = tl.load(m_ptr + (base + c) * (BK * BK) + ik[:, None] * BK + ik[None, :])
-        N = tl.load(n_ptr + (base + c) * (BK * BV) + kv)
-        S = tl.dot(M, S, input_precision=PREC) + N
-    tl.store(states_ptr + (base + bh + NC) * (BK * BV) + kv, S)
+        sbase = (bh64 * NC + c) * (BK * BV)
+        tl.store(states_ptr + sbase + kv, S)
+        tl.debug_barrier()
+        mbase = (bh64 * NC + c) * (BK * BK)
+        acc = tl.load(n_ptr + (bh64 * NC + c) * (BK * BV) + kv)
+        for j in tl.static_range(BK // KS):
+            jj = j * KS + tl.arange(0, KS)
+            Mj = tl.load(m_ptr + mbase + ik[:, None] * BK + jj[None, :])
+            Sj = tl.load(states_ptr + sbase + jj[:, None] * BV + iv[None, :])
+            acc = tl.dot(Mj, Sj, acc=acc, input_precision=PREC)
+        S = acc
     tl.store(ht_ptr + user, S.to(ht_ptr.dtype.element_ty), mask=user_mask)
 
 
@@ -245,24 +287,22 @@ def delta_fwd_out_kernel(
     qeff_ptr, ou_ptr, states_ptr, o_ptr,
     T, H, DV, NC,
     C: tl.constexpr, CP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    PREC: tl.constexpr,
+    KS: tl.constexpr, PREC: tl.constexpr,
 ):
     """Grid ``(NC, B·H)``. ``O = Qeff S_c + Ou`` for the chunk's tokens."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    ik = tl.arange(0, BK)
     iv = tl.arange(0, BV)
     ir = tl.arange(0, CP)
     chunk = bh.to(tl.int64) * NC + c
-    S = tl.load(states_ptr + (chunk + bh) * (BK * BV) + ik[:, None] * BV + iv[None, :])
-    Qeff = tl.load(qeff_ptr + chunk * (CP * BK) + ir[:, None] * BK + ik[None, :])
-    Ou = tl.load(ou_ptr + chunk * (CP * BV) + ir[:, None] * BV + iv[None, :])
-    O = tl.dot(Qeff, S, input_precision=PREC) + Ou
+    O = tl.load(ou_ptr + chunk * (CP * BV) + ir[:, None] * BV + iv[None, :])
+    for j in tl.static_range(BK // KS):
+        Qj = _lds(qeff_ptr, chunk * (CP * BK), 0, CP, BK, j * KS, KS)
+        Sj = _lds(states_ptr, chunk * (BK * BV), j * KS, KS, BV, 0, BV)
+        O = tl.dot(Qj, Sj, acc=O, input_precision=PREC)
     t_r = c * C + ir
     ok_r = (ir < C) & (t_r < T)
-    token = (b.to(tl.int64) * T + t_r) * H + h
+    token = ((bh // H).to(tl.int64) * T + t_r) * H + bh % H
     tl.store(o_ptr + token[:, None] * DV + iv[None, :], O.to(o_ptr.dtype.element_ty),
              mask=ok_r[:, None] & (iv[None, :] < DV))
 
@@ -277,37 +317,42 @@ def delta_bwd_state_kernel(
     dht_ptr, do_ptr, m_ptr, qeff_ptr, dstates_ptr, dh0_ptr,
     T, H, DK, DV, NC,
     C: tl.constexpr, CP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    KS: tl.constexpr, VS: tl.constexpr,
     HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr, PREC: tl.constexpr,
 ):
-    """Grid ``(B·H,)``. Backwards over chunks: ``dstates[c] = ∂L/∂S_{c+1}`` and
-    ``∂L/∂S_c = M_cᵀ ∂L/∂S_{c+1} + Qeff_cᵀ dO_c``; ``dh0 = ∂L/∂S_0``."""
+    """Grid ``(B·H, BV/VS)``. Backwards over chunks: ``dstates[c] = ∂L/∂S_{c+1}`` and
+    ``∂L/∂S_c = M_cᵀ ∂L/∂S_{c+1} + Qeff_cᵀ dO_c``; ``dh0 = ∂L/∂S_0``. ``num_stages=1``
+    (re-reads the slice just stored, as the forward state kernel does)."""
     bh = tl.program_id(0)
-    b = bh // H
-    h = bh % H
+    bh64 = bh.to(tl.int64)
     ik = tl.arange(0, BK)
-    iv = tl.arange(0, BV)
+    iv = tl.program_id(1) * VS + tl.arange(0, VS)
     ir = tl.arange(0, CP)
     kv = ik[:, None] * BV + iv[None, :]
-    user = bh.to(tl.int64) * DK * DV + ik[:, None] * DV + iv[None, :]
+    user = bh64 * DK * DV + ik[:, None] * DV + iv[None, :]
     user_mask = (ik[:, None] < DK) & (iv[None, :] < DV)
     if HAS_DHT:
         dS = tl.load(dht_ptr + user, mask=user_mask, other=0.0).to(tl.float32)
     else:
-        dS = tl.zeros([BK, BV], dtype=tl.float32)
-    base = bh.to(tl.int64) * NC
+        dS = tl.zeros([BK, VS], dtype=tl.float32)
     for i in range(NC):
         c = NC - 1 - i
-        tl.store(dstates_ptr + (base + c) * (BK * BV) + kv, dS)
-        # M_cᵀ straight from memory: element (a, b) of Mᵀ is M[b, a].
-        Mt = tl.load(m_ptr + (base + c) * (BK * BK) + ik[None, :] * BK + ik[:, None])
-        Qeff = tl.load(qeff_ptr + (base + c) * (CP * BK) + ir[:, None] * BK + ik[None, :])
+        dbase = (bh64 * NC + c) * (BK * BV)
+        tl.store(dstates_ptr + dbase + kv, dS)
+        tl.debug_barrier()
+        # Qeffᵀ and Mᵀ straight from memory: element (a, r) of Xᵀ is X[r, a].
+        QeT = tl.load(qeff_ptr + (bh64 * NC + c) * (CP * BK) + ir[None, :] * BK + ik[:, None])
         t_r = c * C + ir
-        ok_r = (ir < C) & (t_r < T)
-        token = (b.to(tl.int64) * T + t_r) * H + h
-        dO = tl.load(do_ptr + token[:, None] * DV + iv[None, :],
-                     mask=ok_r[:, None] & (iv[None, :] < DV), other=0.0).to(tl.float32)
-        dS = tl.dot(Mt, dS, input_precision=PREC) + tl.dot(tl.trans(Qeff), dO,
-                                                           input_precision=PREC)
+        token = ((bh // H).to(tl.int64) * T + t_r) * H + bh % H
+        dO = _ld(do_ptr, token, (ir < C) & (t_r < T), tl.program_id(1) * VS, DV, VS)
+        acc = tl.dot(QeT, dO, input_precision=PREC)
+        mbase = (bh64 * NC + c) * (BK * BK)
+        for j in tl.static_range(BK // KS):
+            jj = j * KS + tl.arange(0, KS)
+            MtJ = tl.load(m_ptr + mbase + jj[None, :] * BK + ik[:, None])
+            dSj = tl.load(dstates_ptr + dbase + jj[:, None] * BV + iv[None, :])
+            acc = tl.dot(MtJ, dSj, acc=acc, input_precision=PREC)
+        dS = acc
     if HAS_H0:
         tl.store(dh0_ptr + user, dS.to(dh0_ptr.dtype.element_ty), mask=user_mask)
 
@@ -318,13 +363,13 @@ def delta_bwd_grads_kernel(
     dq_ptr, dk_ptr, dv_ptr, dbeta_ptr, dlg_ptr,
     T, H, DK, DV, NC,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, SUB: tl.constexpr, BLOCKED: tl.constexpr,
-    HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+    SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
 ):
     """Grid ``(NC, B·H)``. Recomputes the chunk from its start state ``S = states[c]`` and,
     with ``dO`` and ``dS' = dstates[c]``, writes ``dq, dk, dv, dβ`` and ``d log γ``.
 
-    With ``R = diag(β)(V − diag(Γ) K S)`` and ``W = T R``::
+    With ``R = diag(β)(V − diag(Γ) K S)`` and ``W = T R`` (value side in column slices)::
 
         dW = Poᵀ dO + diag(d) K dS'            dR = Tᵀ dW        dA = −strict(dR Wᵀ)
         dQ = diag(Γo) dO Sᵀ + (Do ⊙ dO Wᵀ) K    dV = diag(β) dR
@@ -335,56 +380,82 @@ def delta_bwd_grads_kernel(
     micro-step ``l`` (rectangle sums of ``dD ⊙ D``, built with cumulative sums)."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
-    b = bh // H
+    b64 = (bh // H).to(tl.int64)
     h = bh % H
     il, tok, sub, t_l, ok_l, ir, t_r, ok_r = _chunk_index(c, T, NH, C, LP, CP)
-    K, V, beta, lgm, Q, lgt = _load_chunk(q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, b, h, T, H,
-                                          DK, DV, tok, sub, t_l, ok_l, ir, t_r, ok_r,
-                                          NH, LP, CP, BK, BV, HAS_DECAY)
-    ik = tl.arange(0, BK)
-    iv = tl.arange(0, BV)
-    kv = ik[:, None] * BV + iv[None, :]
-    chunk = bh.to(tl.int64) * NC + c
-    S = tl.load(states_ptr + (chunk + bh) * (BK * BV) + kv)
-    dSn = tl.load(dstates_ptr + chunk * (BK * BV) + kv)
-    b64 = b.to(tl.int64)
-    token = (b64 * T + t_r) * H + h
-    dO = tl.load(do_ptr + token[:, None] * DV + iv[None, :],
-                 mask=ok_r[:, None] & (iv[None, :] < DV), other=0.0).to(tl.float32)
-
-    D, gam, d, gam_last, Do, gam_o = _decay_tables(lgm, lgt, il, tok, ir, LP, CP, HAS_DECAY)
-    KK, DKK, Tm = _wy_inverse(K, beta, D, il, LP, SUB, BLOCKED, PREC)
-    strict = il[:, None] > il[None, :]
-
-    KS = tl.dot(K, S, input_precision=PREC)  # (LP, BV)
-    Vr = V - gam[:, None] * KS  # R = diag(β) Vr
-    W = tl.dot(Tm, beta[:, None] * Vr, input_precision=PREC)
-    QK = tl.dot(Q, tl.trans(K), input_precision=PREC)  # (CP, LP)
-    Po = Do * QK
-    dOW = tl.dot(dO, tl.trans(W), input_precision=PREC)  # (CP, LP)
-    Pd = Do * dOW
-    KdS = tl.dot(K, dSn, input_precision=PREC)  # (LP, BV)
-    dW = tl.dot(tl.trans(Po), dO, input_precision=PREC) + d[:, None] * KdS
-    dR = tl.dot(tl.trans(Tm), dW, input_precision=PREC)
-    dA = tl.where(strict, -tl.dot(dR, tl.trans(W), input_precision=PREC), 0.0)
-    At = beta[:, None] * dA * D
-
-    dK = tl.dot(tl.trans(Pd), Q, input_precision=PREC)
-    dK += d[:, None] * tl.dot(W, tl.trans(dSn), input_precision=PREC)
-    dK -= (beta * gam)[:, None] * tl.dot(dR, tl.trans(S), input_precision=PREC)
-    dK += tl.dot(At, K, input_precision=PREC) + tl.dot(tl.trans(At), K, input_precision=PREC)
-    dV = beta[:, None] * dR
-    dbeta = tl.reduce(Vr * dR, 1, _sum_combine) + tl.reduce(dA * DKK, 1, _sum_combine)
-    dQ = gam_o[:, None] * tl.dot(dO, tl.trans(S), input_precision=PREC)
-    dQ += tl.dot(Pd, K, input_precision=PREC)
-
     micro = ((b64 * T + t_l) * NH + sub) * H + h
+    token = (b64 * T + t_r) * H + h
+    lg_rows = (b64 * T + t_l) * H + h
+    beta, lgm, lgt = _load_gates(beta_ptr, lg_ptr, micro, ok_l, sub, lg_rows, token, ok_r,
+                                 LP, CP, HAS_DECAY)
+    D, gam, d, gam_last, Do, gam_o = _decay_tables(lgm, lgt, il, tok, ir, LP, CP, HAS_DECAY)
+    KK, QK = _gram(k_ptr, q_ptr, micro, ok_l, token, ok_r, DK, LP, CP, BK, KS, PREC)
+    Tm = _wy_inverse(KK, beta, D, il, LP, SUB, BLOCKED, PREC)
+    Po = Do * QK
+    chunk = bh.to(tl.int64) * NC + c
+    sbase = chunk * (BK * BV)  # states and dstates share one layout
+    dbase = sbase
+
+    dOW = tl.zeros([CP, LP], dtype=tl.float32)  # dO Wᵀ
+    dRW = tl.zeros([LP, LP], dtype=tl.float32)  # dR Wᵀ
+    dK = tl.zeros([LP, BK], dtype=tl.float32)
+    dQ = tl.zeros([CP, BK], dtype=tl.float32)
+    dbeta = tl.zeros([LP], dtype=tl.float32)
+    z_ks = tl.zeros([LP], dtype=tl.float32)  # rowsum(K S ⊙ dR)
+    z_kds = tl.zeros([LP], dtype=tl.float32)  # rowsum(K dS' ⊙ W)
+    z_qs = tl.zeros([CP], dtype=tl.float32)  # rowsum(Q S ⊙ dO)
+    z_sds = tl.zeros([BK], dtype=tl.float32)  # rowsum(S ⊙ dS')
+    for vb in range(BV // VS):
+        v0 = vb * VS
+        S_b = _lds(states_ptr, sbase, 0, BK, BV, v0, VS)
+        dS_b = _lds(dstates_ptr, dbase, 0, BK, BV, v0, VS)
+        dO_b = _ld(do_ptr, token, ok_r, v0, DV, VS)
+        KS_b = tl.zeros([LP, VS], dtype=tl.float32)
+        KdS_b = tl.zeros([LP, VS], dtype=tl.float32)
+        QS_b = tl.zeros([CP, VS], dtype=tl.float32)
+        for j in tl.static_range(BK // KS):
+            Kj = _ld(k_ptr, micro, ok_l, j * KS, DK, KS)
+            Sj = _lds(states_ptr, sbase, j * KS, KS, BV, v0, VS)
+            KS_b = tl.dot(Kj, Sj, acc=KS_b, input_precision=PREC)
+            KdS_b = tl.dot(Kj, _lds(dstates_ptr, dbase, j * KS, KS, BV, v0, VS), acc=KdS_b,
+                           input_precision=PREC)
+            if HAS_DECAY:
+                QS_b = tl.dot(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, acc=QS_b,
+                              input_precision=PREC)
+        Vr = _ld(v_ptr, micro, ok_l, v0, DV, VS) - gam[:, None] * KS_b
+        W_b = tl.dot(Tm, beta[:, None] * Vr, input_precision=PREC)
+        dW_b = tl.dot(tl.trans(Po), dO_b, input_precision=PREC) + d[:, None] * KdS_b
+        dR_b = tl.dot(tl.trans(Tm), dW_b, input_precision=PREC)
+        iv = v0 + tl.arange(0, VS)
+        tl.store(dv_ptr + micro[:, None] * DV + iv[None, :],
+                 (beta[:, None] * dR_b).to(dv_ptr.dtype.element_ty),
+                 mask=ok_l[:, None] & (iv[None, :] < DV))
+        dOW = tl.dot(dO_b, tl.trans(W_b), acc=dOW, input_precision=PREC)
+        dRW = tl.dot(dR_b, tl.trans(W_b), acc=dRW, input_precision=PREC)
+        dK += d[:, None] * tl.dot(W_b, tl.trans(dS_b), input_precision=PREC)
+        dK -= (beta * gam)[:, None] * tl.dot(dR_b, tl.trans(S_b), input_precision=PREC)
+        dQ += gam_o[:, None] * tl.dot(dO_b, tl.trans(S_b), input_precision=PREC)
+        dbeta += tl.reduce(Vr * dR_b, 1, _sum_combine)
+        if HAS_DECAY:
+            z_ks += tl.reduce(KS_b * dR_b, 1, _sum_combine)
+            z_kds += tl.reduce(KdS_b * W_b, 1, _sum_combine)
+            z_qs += tl.reduce(QS_b * dO_b, 1, _sum_combine)
+            z_sds += tl.reduce(S_b * dS_b, 1, _sum_combine)
+
+    dA = tl.where(il[:, None] > il[None, :], -dRW, 0.0)
+    At = beta[:, None] * dA * D  # Ã
+    Pd = Do * dOW
+    K = _ld(k_ptr, micro, ok_l, 0, DK, BK)
+    Q = _ld(q_ptr, token, ok_r, 0, DK, BK)
+    dK += tl.dot(tl.trans(Pd), Q, input_precision=PREC)
+    dK += tl.dot(At, K, input_precision=PREC) + tl.dot(tl.trans(At), K, input_precision=PREC)
+    dQ += tl.dot(Pd, K, input_precision=PREC)
+    dbeta += tl.reduce(dA * D * KK, 1, _sum_combine)
+    ik = tl.arange(0, BK)
     tl.store(dq_ptr + token[:, None] * DK + ik[None, :], dQ.to(dq_ptr.dtype.element_ty),
              mask=ok_r[:, None] & (ik[None, :] < DK))
     tl.store(dk_ptr + micro[:, None] * DK + ik[None, :], dK.to(dk_ptr.dtype.element_ty),
              mask=ok_l[:, None] & (ik[None, :] < DK))
-    tl.store(dv_ptr + micro[:, None] * DV + iv[None, :], dV.to(dv_ptr.dtype.element_ty),
-             mask=ok_l[:, None] & (iv[None, :] < DV))
     tl.store(dbeta_ptr + micro, dbeta.to(dbeta_ptr.dtype.element_ty), mask=ok_l)
 
     if HAS_DECAY:
@@ -392,21 +463,20 @@ def delta_bwd_grads_kernel(
         # segment contains l. D_ij covers (j, i]; Γ_i covers [0, i]; d_j covers (j, L-1];
         # Γ_L covers everything; Do_rj and Γo_r cover tokens (tok(j), r] and [0, r].
         Z = At * KK
-        z_gam = -beta * gam * tl.reduce(KS * dR, 1, _sum_combine)
-        z_d = d * tl.reduce(KdS * W, 1, _sum_combine)
-        z_last = gam_last * tl.reduce(tl.reduce(S * dSn, 1, _sum_combine), 0, _sum_combine)
+        z_gam = -beta * gam * z_ks
+        z_d = d * z_kds
+        z_last = gam_last * tl.reduce(z_sds, 0, _sum_combine)
         Zo = dOW * Po
-        z_gam_o = gam_o * tl.reduce(tl.dot(Q, S, input_precision=PREC) * dO, 1, _sum_combine)
-        on_or_after = il[:, None] >= il[None, :]  # [i, l]: i ≥ l
+        z_gam_o = gam_o * z_qs
         left = tl.associative_scan(Z, 1, _sum_combine) - Z  # [i, l] = Σ_{j<l} Z[i, j]
+        on_or_after = il[:, None] >= il[None, :]  # [i, l]: i ≥ l
         g = tl.reduce(tl.where(on_or_after, left + z_gam[:, None], 0.0), 0, _sum_combine)
         g += tl.associative_scan(z_d, 0, _sum_combine) - z_d + z_last
         left_o = tl.associative_scan(Zo, 1, _sum_combine) - Zo
         g += tl.reduce(tl.where(ir[:, None] >= tok[None, :], left_o + z_gam_o[:, None], 0.0),
                        0, _sum_combine)
         # log γ of a token acts on its first micro-step only.
-        tl.store(dlg_ptr + (b64 * T + t_l) * H + h, g.to(dlg_ptr.dtype.element_ty),
-                 mask=ok_l & (sub == 0))
+        tl.store(dlg_ptr + lg_rows, g.to(dlg_ptr.dtype.element_ty), mask=ok_l & (sub == 0))
 
 
 # ----------------------------------------------------------------------------------------
@@ -416,6 +486,12 @@ def delta_bwd_grads_kernel(
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
 
+KS = 16
+"""Slice of ``d_k`` rows/columns per partial product when contracting over ``d_k``."""
+
+VS = 16
+"""Slice of ``d_v`` columns handled at a time (value side of a chunk, state programs)."""
+
 MAX_NH = 64
 """Largest ``nh`` served (a chunk must hold at least one token's micro-steps)."""
 
@@ -423,13 +499,26 @@ MAX_HEAD_DIM = 128
 """Largest ``d_k`` / ``d_v`` served (register budget of the per-chunk tiles)."""
 
 DEFAULT_MICRO_CHUNK = 32
-"""Micro-steps per chunk ``LP`` when not overridden (a power of two, 16..64)."""
+"""Micro-steps per chunk ``LP`` when not overridden (16, 32 or 64; larger when ``nh`` needs).
+Compiled for sm_90, ``LP = 16`` and ``32`` fit the registers with float32 ``"ieee"`` dots
+(tens to hundreds of bytes of spill in the backward); ``LP = 64`` spills tens of KB there and
+only suits tensor-core precisions. The right choice per shape is a GPU measurement."""
 
 DOT_PRECISION = "ieee"
-"""``tl.dot`` precision for float32 operands: exact float32 products, no TF32."""
+"""``tl.dot`` precision with float32 inputs: exact float32 products, no TF32."""
 
-LOG_GAMMA_FLOOR = -1.0e30
-"""``log γ`` is floored here on load (mirrors the literal in ``_load_chunk``)."""
+HALF_DOT_PRECISION = "tf32"
+"""``tl.dot`` precision with bfloat16/float16 inputs: the float32 intermediates are still
+multiplied more precisely than the inputs are stored (10- vs 7/10-bit mantissas)."""
+
+KERNEL_CONSTEXPRS = {
+    "fwd_prep": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC"),
+    "fwd_state": ("BK", "BV", "KS", "VS", "PREC"),
+    "fwd_out": ("C", "CP", "BK", "BV", "KS", "PREC"),
+    "bwd_state": ("C", "CP", "BK", "BV", "KS", "VS", "PREC"),
+    "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC"),
+}
+"""The constexpr parameters each kernel takes from :func:`launch_config`."""
 
 
 def _next_pow2(n: int) -> int:
@@ -441,50 +530,66 @@ def block_size(n: int) -> int:
     return max(16, _next_pow2(n))
 
 
-def launch_config(nh: int, dk: int, dv: int, micro_chunk: int = 0, blocked: bool | None = None):
-    """Compile-time parameters of every kernel of this op.
+def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: int = 0,
+                  blocked: bool | None = None) -> dict:
+    """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
-    ``micro_chunk`` (``LP``, micro-steps per chunk; 0 = default) must be a power of two in
-    ``[16, 64]`` and at least ``nh``. Returns a dict with ``NH, C, LP, CP, BK, BV, SUB,
-    BLOCKED, PREC`` (``C`` tokens per chunk, ``CP`` its padded row count) and ``num_warps``.
-    Nothing depends on ``T``.
+    ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``).
+    ``micro_chunk`` (``LP``, micro-steps per chunk; 0 = default) must be 16, 32 or 64 and at
+    least ``nh``; a chunk holds ``C = LP // nh`` whole tokens. ``blocked`` picks the blocked
+    triangular inverse (default: when ``LP > 32``). Returns ``NH, C, LP, CP, BK, BV, KS, VS,
+    SUB, BLOCKED, PREC`` and per-kernel ``warps`` / ``stages``.
     """
     if not 1 <= nh <= MAX_NH:
         raise ValueError(f"nh must be in [1, {MAX_NH}]; got {nh}")
     lp = micro_chunk or max(DEFAULT_MICRO_CHUNK, _next_pow2(nh))
     if lp not in (16, 32, 64) or lp < nh:
         raise ValueError(f"micro_chunk must be 16, 32 or 64 and >= nh ({nh}); got {lp}")
-    C = lp // nh
     bk, bv = block_size(dk), block_size(dv)
-    if blocked is None:
-        blocked = lp > 32
+    chunk_warps = 4 if lp * max(bk, bv) < 2048 else 8
     return {
         "NH": nh,
-        "C": C,
+        "C": lp // nh,
         "LP": lp,
-        "CP": max(16, _next_pow2(C)),
+        "CP": max(16, _next_pow2(lp // nh)),
         "BK": bk,
         "BV": bv,
+        "KS": min(KS, bk),
+        "VS": min(VS, bv),
         "SUB": SUB,
-        "BLOCKED": bool(blocked) and lp > SUB,
-        "PREC": DOT_PRECISION,
-        "num_warps": 4 if max(bk, bv) * lp <= 2048 else 8,
+        "BLOCKED": (lp > 32 if blocked is None else bool(blocked)) and lp > SUB,
+        "PREC": HALF_DOT_PRECISION if half else DOT_PRECISION,
+        "warps": {"fwd_prep": chunk_warps, "fwd_state": 4, "fwd_out": 4, "bwd_state": 4,
+                  "bwd_grads": chunk_warps},
+        # The state kernels re-read what they just stored: no software pipelining there.
+        "stages": {"fwd_prep": 2, "fwd_state": 1, "fwd_out": 2, "bwd_state": 1,
+                   "bwd_grads": 2},
     }
 
 
-def n_chunks(T: int, cfg) -> int:
+def launch_kwargs(cfg: dict, kernel: str, **flags) -> dict:
+    """Keyword arguments for launching ``kernel`` (a key of ``KERNEL_CONSTEXPRS``):
+    its constexprs from ``cfg``, the given flags (``HAS_DECAY`` ...), warps and stages."""
+    out = {n: cfg[n] for n in KERNEL_CONSTEXPRS[kernel]}
+    out.update(flags)
+    out["num_warps"] = cfg["warps"][kernel]
+    out["num_stages"] = cfg["stages"][kernel]
+    return out
+
+
+def n_chunks(T: int, cfg: dict) -> int:
     """Number of chunks for a sequence of ``T`` tokens."""
     return -(-T // cfg["C"])
 
 
-def scratch_shapes(BH: int, T: int, cfg):
-    """Float32 scratch shapes: ``states (BH, NC+1, BK, BV)``, ``M (BH, NC, BK, BK)``,
+def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
+    """Float32 scratch shapes: ``states (BH, NC, BK, BV)``, ``M (BH, NC, BK, BK)``,
     ``N (BH, NC, BK, BV)``, ``Qeff (BH, NC, CP, BK)``, ``Ou (BH, NC, CP, BV)``;
-    ``dstates`` has the shape of ``N``."""
+    ``dstates`` has the shape of ``states``."""
     nc = n_chunks(T, cfg)
     bk, bv, cp = cfg["BK"], cfg["BV"], cfg["CP"]
     return {
-        "states": (BH, nc + 1, bk, bv),
+        "states": (BH, nc, bk, bv),
         "M": (BH, nc, bk, bk),
         "N": (BH, nc, bk, bv),
         "Qeff": (BH, nc, cp, bk),
@@ -492,16 +597,11 @@ def scratch_shapes(BH: int, T: int, cfg):
     }
 
 
-def grid_chunks(T: int, BH: int, cfg):
-    """Grid of the per-chunk kernels: ``(NC, B·H)``."""
+def grid_chunks(T: int, BH: int, cfg: dict) -> tuple:
+    """Grid of the per-chunk kernels (``fwd_prep``, ``fwd_out``, ``bwd_grads``): ``(NC, B·H)``."""
     return (n_chunks(T, cfg), BH)
 
 
-def grid_rows(BH: int):
-    """Grid of the serial-over-chunks kernels: one program per ``(b, h)``."""
-    return (BH,)
-
-
-def kernel_constexprs(cfg, *names):
-    """The subset of ``cfg`` a kernel takes as constexpr keyword arguments."""
-    return {n: cfg[n] for n in names}
+def grid_state(BH: int, cfg: dict) -> tuple:
+    """Grid of the serial-over-chunks kernels: one program per ``(b, h)`` and ``VS`` columns."""
+    return (BH, cfg["BV"] // cfg["VS"])

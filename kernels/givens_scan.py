@@ -23,8 +23,9 @@ Backward. With ``g_t = dh_t + M_{t+1}ᵀ g_{t+1}`` and ``U_t = M_tᵀ g_t``:
 ``db_t = g_t``; ``ā = γ_t g_t`` then, for ``r = R-1 … 0``, the pre-rotation values ``u^r`` are
 recomputed FORWARD from ``u^0 = scale_t ⊙ h_{t-1}`` (``h_{t-1}`` read from the saved output,
 never reconstructed by inverting anything), ``dθ = ā_j (c u_i − s u_j) − ā_i (s u_i + c u_j)`` and
-``ā ← G_rᵀ ā``; finally ``dscale_t = ā ⊙ h_{t-1}``, ``dlog γ_t = ⟨ā, u^0⟩`` (= ``γ⟨g, G u^0⟩``
-because rotations preserve inner products) and ``U_t = scale_t ⊙ ā``; ``dh0 = U_0``.
+``ā ← G_rᵀ ā``; with ``ā`` now the adjoint of ``u^0``: ``dscale_t = ā ⊙ h_{t-1}``,
+``dlog γ_t = ⟨ā, u^0⟩`` (equal to ``γ_t⟨g_t, G_{R-1}⋯G_0 u^0⟩``: rotations preserve inner
+products) and ``U_t = scale_t ⊙ ā``; ``dh0 = U_0``.
 
 Framework-free: imports triton only.
 """
@@ -57,7 +58,12 @@ def givens_config(k: int, rounds: int) -> dict[str, int]:
     warps for the output walks (``LP``, ``num_warps``; one state column of ``k/2`` row pairs
     per pair) and for the composite walks (``LP_COMP``, ``num_warps_comp``; ``k`` columns).
     About one row pair per thread keeps registers low and many programs resident, which is
-    what a latency-bound sequential walk needs."""
+    what a latency-bound sequential walk needs.
+
+    Example:
+        >>> givens_config(8, 3)["LP"], givens_config(8, 3)["RP"]
+        (32, 4)
+    """
     k2 = k // 2
     rp = triton.next_power_of_2(rounds)
     lp, warps = _lp_warps(k2, max(k2 * k2, rp * k2))  # roll select / angle tile

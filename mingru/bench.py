@@ -56,12 +56,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "loop,eager,compile,triton,jax,jax-triton,accelerated_scan,fla")
     p.add_argument("--repeats", type=int, default=None, help="timed repeats on CPU (median)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up calls on CPU")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's default)")
     p.add_argument("--out", default="mingru-bench",
                    help="directory for bench.json, bench.md and bench.png (default ./mingru-bench)")
 
 
 def run_from_args(args: argparse.Namespace) -> int:
+    # JAX would otherwise reserve most of the GPU memory at import, starving PyTorch.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    threads = torch.get_num_threads()
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be ≥ 1; got {args.threads}")
+        torch.set_num_threads(args.threads)
+    try:
+        return _run_and_write(args, device)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_and_write(args: argparse.Namespace, device: str) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda was asked for but CUDA is not available")
     plan = make_plan(
@@ -138,7 +154,6 @@ def copy_bandwidth(device: str, repeats: int = 5) -> float:
     n = (1 << 28) if device == "cuda" else (1 << 24)
     x = torch.empty(n, dtype=torch.float32, device=device).fill_(1.0)
     ms = time_call(lambda: x.clone(), device, warmup=2, repeats=repeats)
-    del x
     return 2 * n * 4 / (ms * 1e-3)
 
 
@@ -185,7 +200,7 @@ def _peak_mb(call: Callable[[], Any]) -> float | None:
 def _max_diff(a: Any, b: Any) -> float | None:
     try:
         outs_a, outs_b = C.all_outputs(a), C.all_outputs(b)
-        return max(float((x.float() - y.float()).abs().max().cpu()) for x, y in zip(outs_a, outs_b))
+        return max(float((x.float() - y.float()).abs().max().cpu()) for x, y in zip(outs_a, outs_b, strict=True))
     except Exception:
         return None
 
@@ -214,6 +229,8 @@ def _run_case(case: C.Case, plan: Plan, bandwidth: float | None) -> list[dict[st
             if mode == "fwd" and bandwidth and "io_bytes" in row:
                 row["floor_ms"] = row["io_bytes"] / bandwidth * 1e3
             rows.append(row)
+            if plan.device == "cuda":
+                torch.cuda.empty_cache()  # leave room for the next backend (JAX allocates too)
             shown = f"{row['ms']:.4g} ms" if "ms" in row else row.get("error", "")
             mem = f", peak {row['peak_mb']:.1f} MB" if row.get("peak_mb") is not None else ""
             _log(f"  {case.group:11s} {case.op:19s} {case.shape:22s} {mode:7s} {backend:16s} {shown}{mem}")
@@ -365,6 +382,8 @@ def _group_table(group: str, rows: list[dict[str, Any]], note: str) -> list[str]
                 ratios.append((f"triton vs {other}", other, "triton"))
     elif fast == "compile":
         ratios.append(("compile vs eager", "eager", "compile"))
+    if "jax" in backends and "eager" in backends and fast != "triton":
+        ratios.append(("jax vs eager", "eager", "jax"))
     if "jax-triton" in backends and "jax" in backends:
         ratios.append(("jax-triton vs jax", "jax", "jax-triton"))
     header = ["op", "shape", "mode", *[f"{b} ms" for b in backends]]
@@ -428,7 +447,7 @@ def save_plot(result: dict[str, Any], path: Path) -> bool:
         return False
     fig, axes = plt.subplots(len(groups), 1, figsize=(11, 3.6 * len(groups)), dpi=100,
                              squeeze=False)
-    for ax, (group, rows) in zip(axes[:, 0], groups.items()):
+    for ax, (group, rows) in zip(axes[:, 0], groups.items(), strict=True):
         keys: list[tuple[str, str, str]] = []
         for r in rows:
             key = (r["op"], r["shape"], r["mode"])

@@ -6,9 +6,11 @@ backend name to a function of those inputs returning a tensor or a tuple of tens
 harness in :mod:`mingru.bench` times ``fwd`` (under ``no_grad``) and ``fwd+bwd`` (forward,
 then ``.float().sum().backward()`` over every output) for each backend.
 
-The sequential loops are deliberately naive — one PyTorch op per time step — and written
-independently of the library, so a ratio against them measures what the parallel scan buys
-over the obvious implementation.
+The sequential loops are the obvious implementation — a few PyTorch ops per time step — written
+independently of the library, so a ratio against them measures what the parallel scan buys.
+They take time steps with ``unbind(1)`` rather than indexing ``x[:, t]``: indexing would make
+autograd add a full-size zero-padded gradient per step (``O(T²)`` memory traffic), which
+would flatter the scans unfairly.
 """
 
 from __future__ import annotations
@@ -48,11 +50,11 @@ class Case:
 
 def loop_log_scan(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
     """``h_t = a_t h_{t-1} + b_t`` one step at a time, from the log-space inputs."""
-    a, b = log_coeffs.exp(), log_values.exp()
-    h = b[:, 0]
+    a, b = log_coeffs.exp().unbind(1), log_values.exp().unbind(1)
+    h = b[0]
     out = []
-    for t in range(a.shape[1]):
-        h = a[:, t] * h + b[:, t + 1]
+    for t in range(len(a)):
+        h = a[t] * h + b[t + 1]
         out.append(h)
     return torch.stack(out, 1)
 
@@ -62,9 +64,9 @@ def loop_linear_scan(a: torch.Tensor, b: torch.Tensor) -> Tensors:
     p = torch.ones_like(a[:, 0])
     z = torch.zeros_like(b[:, 0])
     ps, zs = [], []
-    for t in range(a.shape[1]):
-        p = a[:, t] * p
-        z = a[:, t] * z + b[:, t]
+    for a_t, b_t in zip(a.unbind(1), b.unbind(1), strict=True):
+        p = a_t * p
+        z = a_t * z + b_t
         ps.append(p)
         zs.append(z)
     return torch.stack(ps, 1), torch.stack(zs, 1)
@@ -76,9 +78,9 @@ def loop_matrix_scan(A: torch.Tensor, Bm: torch.Tensor) -> Tensors:
     p = torch.eye(k, dtype=A.dtype, device=A.device).expand_as(A[:, 0])
     z = torch.zeros_like(Bm[:, 0])
     ps, zs = [], []
-    for t in range(A.shape[1]):
-        p = A[:, t] @ p
-        z = A[:, t] @ z + Bm[:, t]
+    for A_t, B_t in zip(A.unbind(1), Bm.unbind(1), strict=True):
+        p = A_t @ p
+        z = A_t @ z + B_t
         ps.append(p)
         zs.append(z)
     return torch.stack(ps, 1), torch.stack(zs, 1)
@@ -93,8 +95,8 @@ def loop_mixer(mixer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The mixer run token by token through its ``step`` method (the O(1) recurrent form)."""
     h = None
     outs = []
-    for t in range(x.shape[1]):
-        out = mixer.step(x[:, t], h)
+    for x_t in x.unbind(1):
+        out = mixer.step(x_t, h)
         if isinstance(out, tuple):  # DeltaMinGRU.step returns (y_t, h_t)
             y, h = out
         else:
@@ -351,6 +353,7 @@ def jax_scan_runners(op: str, make: Callable[[bool], Tensors]) -> dict[str, tupl
 
     mingru_jax = importlib.import_module("mingru_jax")
     fn = getattr(mingru_jax, op)
+    n_args = 2  # every public scan takes two arrays
 
     def to_jax(rg: bool) -> tuple[Any, ...]:
         xs = make(False)
@@ -368,7 +371,7 @@ def jax_scan_runners(op: str, make: Callable[[bool], Tensors]) -> dict[str, tupl
                         outs = out if isinstance(out, tuple) else (out,)
                         return sum(jnp.sum(o.astype(jnp.float32)) for o in outs)
 
-                    f = jax.jit(jax.grad(loss, argnums=tuple(range(len(make(False))))))
+                    f = jax.jit(jax.grad(loss, argnums=tuple(range(n_args))))
                 return f
 
         return factory
@@ -376,6 +379,51 @@ def jax_scan_runners(op: str, make: Callable[[bool], Tensors]) -> dict[str, tupl
     out: dict[str, tuple[Callable, Runner]] = {"jax": (to_jax, builder("eager"))}
     status = mingru_jax.available()
     if status is True:
+        out["jax-triton"] = (to_jax, builder("triton"))
+    return out
+
+
+def jax_mixer_runners(name: str, d: int, make: Callable[[bool], Tensors],
+                      dtype: torch.dtype) -> dict[str, tuple[Callable, Runner]]:
+    """The ``mingru_jax`` twin of a mixer (``input = hidden = d``), jitted; same protocol as
+    :func:`jax_scan_runners`. Parameters are passed as an argument (not baked in as
+    constants), and ``fwd+bwd`` differentiates with respect to parameters and input."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+
+    mingru_jax = importlib.import_module("mingru_jax")
+    cls = getattr(mingru_jax, {"log": "MinGRU", "signed": "SignedMinGRU",
+                               "rotation": "RotationMinGRU", "givens": "GivensMinGRU",
+                               "delta": "DeltaMinGRU"}[name])
+    jdt = {torch.float32: jnp.float32, torch.bfloat16: jnp.bfloat16,
+           torch.float16: jnp.float16}[dtype]
+    module = cls(d, d, rngs=nnx.Rngs(0), param_dtype=jdt)
+    graphdef, state = nnx.split(module)
+
+    def to_jax(rg: bool) -> tuple[Any, ...]:
+        (x,) = make(False)
+        return state, jnp.asarray(np.asarray(x.detach().cpu().float().numpy()), dtype=jdt)
+
+    def builder(backend_mode: str) -> Runner:
+        def factory(timing_mode: str) -> Runner:
+            def fwd(st: Any, x: Any) -> Any:
+                with _env("MINGRU_SCAN", backend_mode):
+                    return nnx.merge(graphdef, st)(x)
+
+            if timing_mode == "fwd":
+                return jax.jit(fwd)
+
+            def loss(st: Any, x: Any) -> Any:
+                return jnp.sum(fwd(st, x).astype(jnp.float32))
+
+            return jax.jit(jax.grad(loss, argnums=(0, 1)))
+
+        return factory
+
+    out: dict[str, tuple[Callable, Runner]] = {"jax": (to_jax, builder("eager"))}
+    if mingru_jax.available() is True:
         out["jax-triton"] = (to_jax, builder("triton"))
     return out
 

@@ -88,14 +88,16 @@ class Plan:
             if T <= loop_max_t:
                 case.runners["loop"] = C.LOOPS[op]
             else:
-                case.skip["loop"] = f"T > {loop_max_t}"
+                case.skip["loop"] = (f"only up to T={loop_max_t} in this group" if loop_max_t
+                                     else "not run in this group")
         if self.wants("eager"):
             case.runners["eager"] = C._with_backend("eager", public)
         if self.wants("compile"):
             if T <= compile_max_t:
                 case.runners["compile"] = C.compiled(C._eager_twin(op))
             else:
-                case.skip["compile"] = f"T > {compile_max_t} (compile time)"
+                case.skip["compile"] = (f"only up to T={compile_max_t} in this group (compile time)"
+                                        if compile_max_t else "not run in this group")
         if self.wants("triton"):
             case.runners["triton"] = C._with_backend("triton", public)
         if self.wants("jax") or self.wants("jax-triton"):
@@ -132,6 +134,15 @@ class Plan:
             case.runners["compile"] = C._with_backend("eager", C.compiled(mixer))
         if self.wants("triton"):
             case.runners["triton"] = C._with_backend("triton", mixer)
+        if self.wants("jax") or self.wants("jax-triton"):
+            try:
+                runners = C.jax_mixer_runners(name, d, make, self.dtype)
+            except Exception as exc:  # e.g. an older mingru_jax: record, do not abort
+                case.skip["jax"] = f"{type(exc).__name__}: {exc}"
+                runners = {}
+            for backend, runner in runners.items():
+                if self.wants(backend):
+                    case.runners[backend] = runner
         self._note_skips(case)
         return case
 

@@ -15,28 +15,21 @@ from typing import Any
 import torch
 from torch import nn
 
+from mingru._spec import (
+    DECAY_KWARGS,
+    block_mixer_kwargs,
+    check_block_args,
+    check_mixer_name,
+    check_size,
+    mixer_registry,
+)
 from mingru.mixers._common import check_sequence, check_token
-from mingru.mixers.log import check_size
 
-__all__ = ["DECAY_KWARGS", "MIXERS", "MinGRUBlock", "mixer_class"]
+__all__ = ["DECAY_KWARGS", "MIXERS", "MinGRUBlock", "check_mixer_name", "mixer_class"]
 
 # name -> (module, class). Module names match the names so the registry reads like the tree.
-MIXERS: dict[str, tuple[str, str]] = {
-    "log": ("mingru.mixers.log", "MinGRU"),
-    "signed": ("mingru.mixers.signed", "SignedMinGRU"),
-    "rotation": ("mingru.mixers.rotation", "RotationMinGRU"),
-    "givens": ("mingru.mixers.givens", "GivensMinGRU"),
-    "delta": ("mingru.mixers.delta", "DeltaMinGRU"),
-}
-TAKES_LEARNABLE_H0 = frozenset({"log", "signed"})
-DECAY_KWARGS = ("decay", "decay_rate", "log1p_delta")
+MIXERS: dict[str, tuple[str, str]] = mixer_registry("mingru")
 _SET_BY_BLOCK = ("input_size", "hidden_size", "learnable_h0")
-
-
-def check_mixer_name(name: object, what: str = "mixer") -> str:
-    if not isinstance(name, str) or name not in MIXERS:
-        raise ValueError(f"{what} must be one of {', '.join(map(repr, MIXERS))}; got {name!r}")
-    return name
 
 
 def mixer_class(name: str) -> type[nn.Module]:
@@ -82,25 +75,11 @@ class MinGRUBlock(nn.Module):
     ) -> None:
         super().__init__()
         self.d_model = check_size(d_model, "d_model")
-        if isinstance(mlp_expansion, bool) or not isinstance(mlp_expansion, int) \
-                or mlp_expansion < 0:
-            raise ValueError(f"mlp_expansion must be an int ≥ 0; got {mlp_expansion!r}")
-        if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a number in [0, 1); got {dropout!r}")
-        self.mixer_name = check_mixer_name(mixer)
-        if not isinstance(mixer_kwargs, (dict, type(None))):
-            raise ValueError(
-                f"mixer_kwargs must be a dict or None; got {type(mixer_kwargs).__name__}"
-            )
-        kwargs = dict(mixer_kwargs or {})
-        clash = [key for key in _SET_BY_BLOCK if key in kwargs]
-        if clash:
-            raise ValueError(
-                f"mixer_kwargs must not contain {clash}: the block sets input_size and "
-                "hidden_size to d_model and takes learnable_h0 as its own argument"
-            )
-        if self.mixer_name in TAKES_LEARNABLE_H0:
-            kwargs["learnable_h0"] = learnable_h0
+        check_block_args(mlp_expansion, dropout)
+        self.mixer_name, kwargs = block_mixer_kwargs(
+            mixer, mixer_kwargs, learnable_h0,
+            reserved=_SET_BY_BLOCK, own_args="learnable_h0 as its own argument",
+        )
         self.norm1 = nn.LayerNorm(d_model, eps=1e-5)
         self.mixer = mixer_class(self.mixer_name)(d_model, d_model, **kwargs)
         self.norm2 = nn.LayerNorm(d_model, eps=1e-5)

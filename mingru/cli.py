@@ -139,7 +139,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     from mingru.train import MIXER_NAMES, TASK_DEFAULTS, TrainConfig
 
     d = TrainConfig()
-    defaults = ", ".join(f"{t}: {' vs '.join(v['mixers'])}" for t, v in TASK_DEFAULTS.items())
+    defaults = "; ".join(f"{t}: {' vs '.join(v['mixers'])}, {v.get('layers', 1)} layer(s), "
+                         f"{v['steps']} steps" for t, v in TASK_DEFAULTS.items())
     p = sub.add_parser(
         "train",
         help="train on a synthetic state-tracking task and report accuracy per length",
@@ -162,7 +163,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mixer-kwargs", type=_json_dict, default={},
                    help='JSON mixer arguments, e.g. \'{"block_size": 4}\' (keyed by mixer name '
                         "for a per-layer list)")
-    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--steps", type=int, default=None, help="training steps (default per task)")
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (AdamW)")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)

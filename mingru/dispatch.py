@@ -19,7 +19,6 @@ Modes (``MINGRU_SCAN``, read at call time; unset or empty means ``auto``):
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import threading
 import warnings
@@ -46,7 +45,6 @@ MODES = ("auto", "eager", "triton")
 # traces list reads but not ContextVar.get(), and the seam must trace without graph breaks.
 _override: list[str] = []
 _warned: set[str] = set()
-_loaded: dict[str, Any] = {}
 _warn_lock = threading.Lock()
 
 
@@ -145,12 +143,10 @@ def _launcher_or_reason(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]):
     status = available()
     if status is not True:
         return None, status
-    module_name = LAUNCHERS.get(op)
-    if module_name is None:
+    loader = LAUNCHERS.get(op)
+    if loader is None:
         return None, f"no Triton kernel is registered for {op}"
-    launcher = _loaded.get(module_name)
-    if launcher is None:
-        launcher = _loaded[module_name] = importlib.import_module(module_name)
+    launcher = loader()
     why = launcher.unsupported_reason(*args, **kwargs)
     if why is not None:
         return None, f"{op}: {why}"

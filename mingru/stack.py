@@ -13,38 +13,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from mingru.block import DECAY_KWARGS, MinGRUBlock, check_mixer_name
+from mingru._spec import check_size, check_stack_state, layer_gaps, stack_layer_specs
+from mingru.block import MinGRUBlock
 from mingru.mixers._common import check_sequence, check_token
-from mingru.mixers.log import check_size
 
 __all__ = ["MinGRUStack"]
 
 State = list[torch.Tensor | None]
-
-
-def _layer_specs(
-    mixer: str | Sequence[str], mixer_kwargs: dict[str, Any] | None, n_layers: int
-) -> list[tuple[str, dict[str, Any]]]:
-    """``(name, kwargs)`` per layer from the two accepted forms of ``mixer``/``mixer_kwargs``."""
-    if mixer_kwargs is not None and not isinstance(mixer_kwargs, dict):
-        raise ValueError(f"mixer_kwargs must be a dict or None; got {type(mixer_kwargs).__name__}")
-    kwargs = dict(mixer_kwargs or {})
-    if isinstance(mixer, str):
-        return [(check_mixer_name(mixer), dict(kwargs)) for _ in range(n_layers)]
-    if not isinstance(mixer, Sequence) or len(mixer) != n_layers:
-        raise ValueError(
-            f"mixer must be a mixer name or a list of n_layers={n_layers} names; got {mixer!r}"
-        )
-    names = [check_mixer_name(name, f"mixer[{i}]") for i, name in enumerate(mixer)]
-    for key, value in kwargs.items():
-        if key not in names:
-            raise ValueError(
-                f"with a list of mixers, mixer_kwargs is keyed by mixer name (one of "
-                f"{sorted(set(names))}); got key {key!r}"
-            )
-        if not isinstance(value, dict):
-            raise ValueError(f"mixer_kwargs[{key!r}] must be a dict of that mixer's arguments")
-    return [(name, dict(kwargs.get(name, {}))) for name in names]
 
 
 class MinGRUStack(nn.Module):
@@ -96,14 +71,8 @@ class MinGRUStack(nn.Module):
         self.input_size = check_size(input_size, "input_size")
         self.d_model = check_size(d_model, "d_model")
         self.n_layers = check_size(n_layers, "n_layers")
-        if decay_layers not in ("all", "last"):
-            raise ValueError(f"decay_layers must be 'all' or 'last'; got {decay_layers!r}")
+        specs = stack_layer_specs(mixer, mixer_kwargs, n_layers, decay_layers)
         self.decay_layers = decay_layers
-        specs = _layer_specs(mixer, mixer_kwargs, n_layers)
-        if decay_layers == "last":
-            for _, kwargs in specs[:-1]:
-                for key in DECAY_KWARGS:
-                    kwargs.pop(key, None)
         self.in_proj = nn.Linear(input_size, d_model) if input_size != d_model else nn.Identity()
         self.blocks = nn.ModuleList(
             MinGRUBlock(d_model, mlp_expansion, dropout, learnable_h0, name, kwargs)
@@ -116,21 +85,10 @@ class MinGRUStack(nn.Module):
         return [None] * self.n_layers
 
     def _check_state(self, state: Sequence[torch.Tensor | None] | None) -> State:
-        if state is None:
-            return self.init_state()
-        if not isinstance(state, Sequence) or len(state) != self.n_layers:
-            raise ValueError(
-                f"state must be None or a list of n_layers={self.n_layers} per-layer states"
-            )
-        return list(state)
+        return check_stack_state(state, self.n_layers)
 
     def _gaps(self, delta_t: torch.Tensor | None) -> list[torch.Tensor | None]:
-        decayed = [block.decay_enabled for block in self.blocks]
-        if delta_t is not None and not any(decayed):
-            raise ValueError(
-                "delta_t was given but no layer has decay; pass mixer_kwargs={'decay': ...}"
-            )
-        return [delta_t if on else None for on in decayed]
+        return layer_gaps(delta_t, [block.decay_enabled for block in self.blocks])
 
     def forward(
         self,

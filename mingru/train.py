@@ -51,10 +51,12 @@ MIXER_NAMES = ("log", "signed", "rotation", "givens", "delta")
 # measurement on a 2-core CPU (see docs/results/ladder.md) so the no-flag demo is quick and
 # shows the capability gap.
 TASK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "parity": {"mixers": ["signed", "log"]},
-    "s3": {"mixers": ["rotation", "log"]},
-    "s5": {"mixers": ["givens", "log"]},
-    "mqar": {"mixers": ["delta", "log"], "layers": 2},
+    "parity": {"mixers": ["signed", "log"], "steps": 300},
+    "s3": {"mixers": ["givens", "log"], "steps": 1000},
+    "s5": {"mixers": ["givens", "log"], "steps": 2000},
+    # Recall needs two layers: the first carries the key into the value's position, the
+    # second stores the pair. MinGRU is the first layer in both, only the memory differs.
+    "mqar": {"mixers": ["log,delta", "log"], "layers": 2, "steps": 1000},
 }
 
 
@@ -69,7 +71,7 @@ class TrainConfig:
     d_model: int = 64
     mlp_expansion: int = 2
     mixer_kwargs: dict[str, Any] = field(default_factory=dict)
-    steps: int = 300
+    steps: int | None = None  # None → TASK_DEFAULTS[task]["steps"]
     batch_size: int = 32
     lr: float = 3e-3
     weight_decay: float = 0.0
@@ -100,6 +102,8 @@ class TrainConfig:
             cfg.mixers = list(defaults["mixers"])
         if cfg.layers is None:
             cfg.layers = int(defaults.get("layers", 1))
+        if cfg.steps is None:
+            cfg.steps = int(defaults["steps"])
         if cfg.framework not in ("torch", "jax"):
             raise ValueError(f"framework must be 'torch' or 'jax'; got {cfg.framework!r}")
         for name, low in (("layers", 1), ("d_model", 2), ("steps", 1), ("batch_size", 1),
@@ -141,18 +145,26 @@ def parse_mixer_spec(spec: str, layers: int) -> str | list[str]:
 
 
 def stack_arguments(spec: str, cfg: TrainConfig) -> tuple[str | list[str], int, dict[str, Any] | None]:
-    """``(mixer, n_layers, mixer_kwargs)`` for :class:`MinGRUStack` from one spec."""
+    """``(mixer, n_layers, mixer_kwargs)`` for :class:`MinGRUStack` from one spec.
+
+    ``cfg.mixer_kwargs`` is either flat (one mixer's arguments, for single-name specs) or
+    keyed by mixer name (``{"givens": {"block_size": 4}}``), which works for every spec: each
+    model takes the entries of the mixers it uses.
+    """
     mixer = parse_mixer_spec(spec, cfg.layers)
     n_layers = len(mixer) if isinstance(mixer, list) else cfg.layers
-    kwargs: dict[str, Any] | None = cfg.mixer_kwargs or None
-    if kwargs and isinstance(mixer, list) and not all(isinstance(v, dict) for v in kwargs.values()):
-        raise ValueError(
-            "with a per-layer mixer list, mixer_kwargs must be keyed by mixer name, "
-            'e.g. {"givens": {"block_size": 4}}'
-        )
-    if kwargs and isinstance(mixer, list):
-        kwargs = {k: v for k, v in kwargs.items() if k in mixer} or None
-    return mixer, n_layers, kwargs
+    given = dict(cfg.mixer_kwargs or {})
+    keyed = bool(given) and all(k in MIXER_NAMES and isinstance(v, dict) for k, v in given.items())
+    if isinstance(mixer, list):
+        if given and not keyed:
+            raise ValueError(
+                "with a per-layer mixer list, mixer_kwargs must be keyed by mixer name, "
+                'e.g. {"givens": {"block_size": 4}}'
+            )
+        kwargs = {k: v for k, v in given.items() if k in mixer}
+    else:
+        kwargs = dict(given.get(mixer, {})) if keyed else given
+    return mixer, n_layers, kwargs or None
 
 
 class SequenceModel(nn.Module):

@@ -17,27 +17,21 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from mingru_jax.mixers._common import check_sequence, check_size, check_token, layer_norm, linear
+from mingru._spec import (
+    DECAY_KWARGS,
+    block_mixer_kwargs,
+    check_block_args,
+    check_mixer_name,
+    check_size,
+    mixer_registry,
+)
+from mingru_jax.mixers._common import check_sequence, check_token, layer_norm, linear
 
-__all__ = ["DECAY_KWARGS", "MIXERS", "MinGRUBlock", "mixer_class"]
+__all__ = ["DECAY_KWARGS", "MIXERS", "MinGRUBlock", "check_mixer_name", "mixer_class"]
 
 # name -> (module, class), the same registry as the PyTorch frontend.
-MIXERS: dict[str, tuple[str, str]] = {
-    "log": ("mingru_jax.mixers.log", "MinGRU"),
-    "signed": ("mingru_jax.mixers.signed", "SignedMinGRU"),
-    "rotation": ("mingru_jax.mixers.rotation", "RotationMinGRU"),
-    "givens": ("mingru_jax.mixers.givens", "GivensMinGRU"),
-    "delta": ("mingru_jax.mixers.delta", "DeltaMinGRU"),
-}
-TAKES_LEARNABLE_H0 = frozenset({"log", "signed"})
-DECAY_KWARGS = ("decay", "decay_rate", "log1p_delta")
+MIXERS: dict[str, tuple[str, str]] = mixer_registry("mingru_jax")
 _SET_BY_BLOCK = ("input_size", "hidden_size", "learnable_h0", "rngs", "dtype", "param_dtype")
-
-
-def check_mixer_name(name: object, what: str = "mixer") -> str:
-    if not isinstance(name, str) or name not in MIXERS:
-        raise ValueError(f"{what} must be one of {', '.join(map(repr, MIXERS))}; got {name!r}")
-    return name
 
 
 def mixer_class(name: str) -> type[nnx.Module]:
@@ -96,29 +90,12 @@ class MinGRUBlock(nnx.Module):
         rngs: nnx.Rngs,
     ) -> None:
         self.d_model = check_size(d_model, "d_model")
-        if (
-            isinstance(mlp_expansion, bool)
-            or not isinstance(mlp_expansion, int)
-            or mlp_expansion < 0
-        ):
-            raise ValueError(f"mlp_expansion must be an int ≥ 0; got {mlp_expansion!r}")
-        if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a number in [0, 1); got {dropout!r}")
-        self.mixer_name = check_mixer_name(mixer)
-        if not isinstance(mixer_kwargs, (dict, type(None))):
-            raise ValueError(
-                f"mixer_kwargs must be a dict or None; got {type(mixer_kwargs).__name__}"
-            )
-        kwargs = dict(mixer_kwargs or {})
-        clash = [key for key in _SET_BY_BLOCK if key in kwargs]
-        if clash:
-            raise ValueError(
-                f"mixer_kwargs must not contain {clash}: the block sets input_size and "
-                "hidden_size to d_model and takes learnable_h0, dtype, param_dtype and rngs "
-                "as its own arguments"
-            )
-        if self.mixer_name in TAKES_LEARNABLE_H0:
-            kwargs["learnable_h0"] = learnable_h0
+        check_block_args(mlp_expansion, dropout)
+        self.mixer_name, kwargs = block_mixer_kwargs(
+            mixer, mixer_kwargs, learnable_h0,
+            reserved=_SET_BY_BLOCK,
+            own_args="learnable_h0, dtype, param_dtype and rngs as its own arguments",
+        )
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         # Creation order as in the PyTorch twin: norm1, mixer, norm2, mlp.
         self.norm1 = layer_norm(d_model, **kw)

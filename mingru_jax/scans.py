@@ -152,9 +152,31 @@ def givens_recurrence(
 
     ``M_t = γ_t · G_{R-1} ⋯ G_0 · diag(scale_t)``, ``h_t = M_t h_{t-1} + b_t``. Shapes:
     ``theta (B, T, n, R, k/2)``, ``b (B, T, n, k)``, ``h0 (B, n, k)``, ``scale (B, T, n, k)``
-    or ``None``, ``log_gamma (B, T, n)`` or ``None``; returns ``h (B, T, n, k)``. Callers
-    (the mixers) pass consistent shapes; see ``mingru_jax._eager.givens_recurrence``.
+    or ``None``, ``log_gamma (B, T, n)`` or ``None``, all one float dtype; returns
+    ``h (B, T, n, k)``. See ``mingru_jax._eager.givens_recurrence``.
     """
+    theta = V.float_array(theta, "theta", 5, "(B, T, n, R, k/2)")
+    b = V.float_array(b, "b", 4, "(B, T, n, k)")
+    h0 = V.float_array(h0, "h0", 3, "(B, n, k)")
+    named = [("theta", theta), ("b", b), ("h0", h0)]
+    V.nonempty_time(theta, "theta")
+    B, T, n, R, half = theta.shape
+    if R < 1 or half < 1:
+        raise ValueError(
+            f"theta must have shape (B, T, n, R, k/2) with R ≥ 1, k ≥ 2; got {tuple(theta.shape)}"
+        )
+    k = 2 * half
+    V.shape_is(b, "b", (B, T, n, k), "(B, T, n, k)")
+    V.shape_is(h0, "h0", (B, n, k), "(B, n, k)")
+    if scale is not None:
+        scale = V.float_array(scale, "scale", 4, "(B, T, n, k)")
+        V.shape_is(scale, "scale", (B, T, n, k), "(B, T, n, k)")
+        named.append(("scale", scale))
+    if log_gamma is not None:
+        log_gamma = V.float_array(log_gamma, "log_gamma", 3, "(B, T, n)")
+        V.shape_is(log_gamma, "log_gamma", (B, T, n), "(B, T, n)")
+        named.append(("log_gamma", log_gamma))
+    V.same_dtype(named)
     return call("givens_recurrence", givens_recurrence_eager, theta, b, h0, scale, log_gamma)
 
 

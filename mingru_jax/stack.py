@@ -15,37 +15,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from mingru_jax.block import DECAY_KWARGS, MinGRUBlock, check_mixer_name
-from mingru_jax.mixers._common import check_sequence, check_size, check_token, layer_norm, linear
+from mingru._spec import check_size, check_stack_state, layer_gaps, stack_layer_specs
+from mingru_jax.block import MinGRUBlock
+from mingru_jax.mixers._common import check_sequence, check_token, layer_norm, linear
 
 __all__ = ["MinGRUStack"]
 
 State = list[jax.Array | None]
-
-
-def _layer_specs(
-    mixer: str | Sequence[str], mixer_kwargs: dict[str, Any] | None, n_layers: int
-) -> list[tuple[str, dict[str, Any]]]:
-    """``(name, kwargs)`` per layer from the two accepted forms of ``mixer``/``mixer_kwargs``."""
-    if mixer_kwargs is not None and not isinstance(mixer_kwargs, dict):
-        raise ValueError(f"mixer_kwargs must be a dict or None; got {type(mixer_kwargs).__name__}")
-    kwargs = dict(mixer_kwargs or {})
-    if isinstance(mixer, str):
-        return [(check_mixer_name(mixer), dict(kwargs)) for _ in range(n_layers)]
-    if not isinstance(mixer, Sequence) or len(mixer) != n_layers:
-        raise ValueError(
-            f"mixer must be a mixer name or a list of n_layers={n_layers} names; got {mixer!r}"
-        )
-    names = [check_mixer_name(name, f"mixer[{i}]") for i, name in enumerate(mixer)]
-    for key, value in kwargs.items():
-        if key not in names:
-            raise ValueError(
-                f"with a list of mixers, mixer_kwargs is keyed by mixer name (one of "
-                f"{sorted(set(names))}); got key {key!r}"
-            )
-        if not isinstance(value, dict):
-            raise ValueError(f"mixer_kwargs[{key!r}] must be a dict of that mixer's arguments")
-    return [(name, dict(kwargs.get(name, {}))) for name in names]
 
 
 class MinGRUStack(nnx.Module):
@@ -102,14 +78,8 @@ class MinGRUStack(nnx.Module):
         self.input_size = check_size(input_size, "input_size")
         self.d_model = check_size(d_model, "d_model")
         self.n_layers = check_size(n_layers, "n_layers")
-        if decay_layers not in ("all", "last"):
-            raise ValueError(f"decay_layers must be 'all' or 'last'; got {decay_layers!r}")
+        specs = stack_layer_specs(mixer, mixer_kwargs, n_layers, decay_layers)
         self.decay_layers = decay_layers
-        specs = _layer_specs(mixer, mixer_kwargs, n_layers)
-        if decay_layers == "last":
-            for _, kwargs in specs[:-1]:
-                for key in DECAY_KWARGS:
-                    kwargs.pop(key, None)
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         if input_size != d_model:
             self.in_proj = linear(input_size, d_model, **kw)
@@ -128,21 +98,10 @@ class MinGRUStack(nnx.Module):
         return [None] * self.n_layers
 
     def _check_state(self, state: Sequence[jax.Array | None] | None) -> State:
-        if state is None:
-            return self.init_state()
-        if not isinstance(state, Sequence) or len(state) != self.n_layers:
-            raise ValueError(
-                f"state must be None or a list of n_layers={self.n_layers} per-layer states"
-            )
-        return list(state)
+        return check_stack_state(state, self.n_layers)
 
     def _gaps(self, delta_t: jax.Array | None) -> list[jax.Array | None]:
-        decayed = [block.decay_enabled for block in self.blocks]
-        if delta_t is not None and not any(decayed):
-            raise ValueError(
-                "delta_t was given but no layer has decay; pass mixer_kwargs={'decay': ...}"
-            )
-        return [delta_t if on else None for on in decayed]
+        return layer_gaps(delta_t, [block.decay_enabled for block in self.blocks])
 
     def _project(self, x: jax.Array) -> jax.Array:
         return x if self.in_proj is None else self.in_proj(x)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One command on a CUDA machine: install (offline wheels from .whl/ if present), run the
 # GPU-marked tests and the kernel tests natively, then the GPU benchmark; logs go to $OUT.
-#   usage: scripts/gpu_check.sh [tests|bench|all] [extra pytest args...]
+#   usage: scripts/gpu_check.sh tests [pytest args...]
+#          scripts/gpu_check.sh bench [mingru bench args...]
+#          scripts/gpu_check.sh all        (GPU-marked tests, then the full benchmark)
 set -uo pipefail
 what=${1:-all}; shift || true
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -15,11 +17,12 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
 rc=0
-if [ "$what" = tests ] || [ "$what" = all ]; then
-  python3 -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/gpu-tests.log"
-  rc=${PIPESTATUS[0]}
-fi
-if [ "$what" = bench ] || [ "$what" = all ]; then
-  python3 -m mingru bench --device cuda --out "$OUT" 2>&1 | tee "$OUT/bench.log"
-fi
+case "$what" in
+  tests) python3 -m pytest -p no:cacheprovider "$@" 2>&1 | tee "$OUT/gpu-tests.log"; rc=${PIPESTATUS[0]} ;;
+  bench) python3 -m mingru bench --device cuda --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log"; rc=${PIPESTATUS[0]} ;;
+  all)
+    python3 -m pytest -p no:cacheprovider -m gpu tests 2>&1 | tee "$OUT/gpu-tests.log"; rc=${PIPESTATUS[0]}
+    python3 -m mingru bench --device cuda --out "$OUT" 2>&1 | tee "$OUT/bench.log" ;;
+  *) echo "usage: $0 tests|bench|all [args...]" >&2; exit 2 ;;
+esac
 exit $rc

@@ -92,7 +92,7 @@ def test_mqar_answers_are_the_stored_values():
         keys, vals = toks[0 : 2 * N : 2], toks[1 : 2 * N : 2]
         assert len(set(keys)) == N and all(1 <= k <= 11 for k in keys)
         assert all(12 <= v <= 18 for v in vals)
-        store = dict(zip(keys, vals))
+        store = dict(zip(keys, vals, strict=True))
         queries = [t for t in range(2 * N, 40) if b.mask[row, t]]
         assert len(queries) == N
         assert sorted(toks[t] for t in queries) == sorted(keys)  # every key asked once
@@ -171,7 +171,7 @@ def test_loop_baselines_match_the_library_scans(op):
     with mingru.use_backend("eager"):
         ref = getattr(mingru, op)(*xs)
     got = bench_cases.LOOPS[op](*xs)
-    for r, g in zip(bench_cases.all_outputs(ref), bench_cases.all_outputs(got)):
+    for r, g in zip(bench_cases.all_outputs(ref), bench_cases.all_outputs(got), strict=True):
         torch.testing.assert_close(g, r, rtol=1e-9, atol=1e-9)
 
 
@@ -184,7 +184,7 @@ def test_step_loop_matches_mixer_forward():
 def test_bench_quick_cpu_writes_json_and_markdown(tmp_path, capsys):
     out = tmp_path / "bench"
     assert main(["bench", "--device", "cpu", "--quick", "--backends", "loop,eager",
-                 "--out", str(out)]) == 0
+                 "--repeats", "1", "--warmup", "1", "--threads", "1", "--out", str(out)]) == 0
     res = json.loads((out / "bench.json").read_text())
     md = (out / "bench.md").read_text()
     assert "### cpu-scans" in md and "### cpu-mixers" in md and "eager vs loop" in md
@@ -201,3 +201,15 @@ def test_bench_quick_cpu_writes_json_and_markdown(tmp_path, capsys):
 def test_bench_rejects_gpu_groups_on_cpu(capsys):
     assert main(["bench", "--device", "cpu", "--groups", "gpu-scans", "--out", "unused"]) == 1
     assert "needs --device cuda" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_train_jax_framework_runs_and_matches_torch_parameter_count():
+    pytest.importorskip("jax")
+    pytest.importorskip("optax")
+    kw = dict(task="parity", mixers=["signed"], steps=3, batch_size=4, d_model=8,
+              eval_lens=[10], val_len=None, eval_size=4, progress=False, verbose=False)
+    jx = run(TrainConfig(framework="jax", **kw))["models"][0]
+    pt = run(TrainConfig(framework="torch", **kw))["models"][0]
+    assert jx["framework"] == "jax" and 0.0 <= jx["accuracy"]["10"] <= 1.0
+    assert jx["parameters"] == pt["parameters"]

@@ -104,6 +104,7 @@ def test_triton_mode_routes_to_the_launcher_or_says_why(monkeypatch):
     pytest.importorskip("triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # CPU calls may use the kernels here
     a = jnp.full((1, 3, 2), 0.5)
+    monkeypatch.delitem(dispatch.LAUNCHERS, "linear_scan", raising=False)  # as if none existed
     with mingru_jax.use_backend("triton"):
         with pytest.raises(RuntimeError, match="no Triton kernel is registered for linear_scan"):
             mingru_jax.linear_scan(a, a)
@@ -119,6 +120,7 @@ def test_auto_on_gpu_falls_back_with_one_warning_per_reason(monkeypatch):
     monkeypatch.setattr(dispatch, "_platform", lambda args: "gpu")
     monkeypatch.setattr(dispatch, "available", lambda: True)
     monkeypatch.setattr(dispatch, "_warned", set())
+    monkeypatch.delitem(dispatch.LAUNCHERS, "linear_scan", raising=False)  # as if none existed
     a = jnp.full((1, 3, 2), 0.5)
     with mingru_jax.use_backend("auto"):
         with warnings.catch_warnings(record=True) as seen:
@@ -147,3 +149,21 @@ def test_jitted_function_keeps_the_backend_it_was_traced_with(monkeypatch):
         np.testing.assert_array_equal(f(a), want)  # cached trace: still eager
         with pytest.raises(RuntimeError, match="MINGRU_SCAN=triton"):
             jax.jit(lambda x: mingru_jax.linear_scan(x, x)[1])(a)  # a fresh trace
+
+
+def test_jax_triton_import_leaves_triton_cache_dir_alone(tmp_path, monkeypatch):
+    """jax-triton 0.3 blanks TRITON_CACHE_DIR on import, which breaks PyTorch's Triton kernels
+    in the same process; the lazy import must restore it (a stand-in module reproduces that)."""
+    (tmp_path / "jax_triton.py").write_text(
+        "import os\nos.environ['TRITON_CACHE_DIR'] = ''\nMARK = 'stand-in'\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "jax_triton", raising=False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    assert dispatch.import_jax_triton().MARK == "stand-in"
+    assert "TRITON_CACHE_DIR" not in os.environ
+
+    monkeypatch.delitem(sys.modules, "jax_triton")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    dispatch.import_jax_triton()
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "cache")

@@ -340,6 +340,11 @@ def test_bad_inputs_raise_clear_errors():
         matrix_affine_scan(jnp.ones((1, 2, 1, 3, 3)), jnp.ones((1, 2, 1, 2, 1)))
     with pytest.raises(ValueError, match=r"M must have shape \(B, T, n, 2, 2\)"):
         matrix_scan(jnp.ones((1, 2, 1, 3, 3)), jnp.ones((1, 2, 1, 3)))
+    with pytest.raises(ValueError, match=r"h0 must have shape \(B, n, k\)"):
+        givens_recurrence(jnp.ones((1, 2, 3, 1, 2)), jnp.ones((1, 2, 3, 4)), jnp.ones((1, 3, 2)))
+    with pytest.raises(TypeError, match="log_gamma must have the dtype of theta"):
+        givens_recurrence(jnp.ones((1, 2, 3, 1, 2)), jnp.ones((1, 2, 3, 4)), jnp.ones((1, 3, 4)),
+                          None, jnp.ones((1, 2, 3), jnp.float16))
     with pytest.raises(ValueError, match="chunk_size"):
         delta_rule(*[jnp.ones(s) for s in [(1, 2, 1, 2), (1, 2, 1, 1, 2), (1, 2, 1, 1, 2),
                                             (1, 2, 1, 1)]], chunk_size=0)

@@ -323,7 +323,7 @@ def test_unsupported_reasons():
     if DEVICE == "cuda" or interpreter_mode():
         assert L.unsupported_reason(y, y) is None
     with mingru.use_backend("triton"), pytest.raises(RuntimeError, match="float64"):
-        mingru.linear_scan(x, x)
+        mingru.linear_scan(x.to(DEVICE), x.to(DEVICE))
 
 
 @pytest.mark.slow

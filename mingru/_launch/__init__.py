@@ -1,6 +1,6 @@
 """Thin Triton launchers, one module per op, imported only by :mod:`mingru.dispatch`.
 
-``LAUNCHERS`` maps an op name to the module that launches its kernel. Importing this package
+``LAUNCHERS`` maps an op name to a loader returning the module that launches its kernel. Importing this package
 never imports Triton; a launcher module is imported only when dispatch routes a call to it.
 
 Each launcher module provides:
@@ -12,9 +12,49 @@ Each launcher module provides:
 * ``run(*args, **kwargs)`` — the op, differentiable, registered as a ``torch.library`` op.
 """
 
-LAUNCHERS: dict[str, str] = {
-    "matrix_affine_scan": "mingru._launch.matrix_affine_scan",
-    "givens_recurrence": "mingru._launch.givens_recurrence",
-    "linear_scan": "mingru._launch.linear_scan",
-    "parallel_scan_log": "mingru._launch.parallel_scan_log",
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+
+# Static import statements, one loader per op: torch.compile(fullgraph=True) can trace a
+# plain ``from … import …`` on the first call, but not importlib/__import__ with a name.
+
+
+def _linear_scan() -> ModuleType:
+    from mingru._launch import linear_scan
+
+    return linear_scan
+
+
+def _parallel_scan_log() -> ModuleType:
+    from mingru._launch import parallel_scan_log
+
+    return parallel_scan_log
+
+
+def _matrix_affine_scan() -> ModuleType:
+    from mingru._launch import matrix_affine_scan
+
+    return matrix_affine_scan
+
+
+def _givens_recurrence() -> ModuleType:
+    from mingru._launch import givens_recurrence
+
+    return givens_recurrence
+
+
+def _delta_rule() -> ModuleType:
+    from mingru._launch import delta_rule
+
+    return delta_rule
+
+
+LAUNCHERS: dict[str, Callable[[], ModuleType]] = {
+    "linear_scan": _linear_scan,
+    "parallel_scan_log": _parallel_scan_log,
+    "matrix_affine_scan": _matrix_affine_scan,
+    "givens_recurrence": _givens_recurrence,
+    "delta_rule": _delta_rule,
 }

@@ -3,9 +3,9 @@
 Registers two ``torch.library`` custom ops so ``torch.compile(fullgraph=True)`` traces the
 call as opaque nodes:
 
-* ``mingru::delta_rule_fwd(q, k, v, beta, log_gamma?, h0?, micro_chunk)`` →
+* ``mingru::delta_rule_fwd(q, k, v, beta, log_gamma?, h0?, tuning)`` →
   ``(o, h_T, states, M, Qeff)`` — the last three are float32 scratch kept for the backward
-  (chunk start states ``(B·H, NC+1, BK, BV)``, chunk maps ``(B·H, NC, BK, BK)`` and effective
+  (chunk start states ``(B·H, NC, BK, BV)``, chunk maps ``(B·H, NC, BK, BK)`` and effective
   queries ``(B·H, NC, CP, BK)``), marked non-differentiable;
 * ``mingru::delta_rule_bwd(...)`` → ``(dq, dk, dv, dbeta, dlog_gamma, dh0)`` (an empty
   tensor stands for ``None``), wired in with ``register_autograd``.
@@ -20,6 +20,7 @@ import math
 
 import torch
 from mingru_kernels import delta_rule as K
+from torch import Tensor
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
@@ -44,7 +45,15 @@ def _shape_error(name: str, t: torch.Tensor, expected: str) -> ValueError:
     return ValueError(f"delta_rule: {name} must have shape {expected}; got {tuple(t.shape)}")
 
 
-def check_args(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64) -> None:
+def check_args(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    log_gamma: Tensor | None = None,
+    h0: Tensor | None = None,
+    chunk_size: int = 64,
+) -> None:
     """Raise ``TypeError``/``ValueError`` naming the argument when the call is malformed."""
     named = [("q", q), ("k", k), ("v", v), ("beta", beta)]
     named += [(n, t) for n, t in (("log_gamma", log_gamma), ("h0", h0)) if t is not None]
@@ -77,8 +86,17 @@ def check_args(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64) -> None:
 # --- launcher protocol ---------------------------------------------------------------------
 
 
-def unsupported_reason(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64) -> str | None:
-    """Why the Triton kernels cannot run this (well-formed) call, or ``None``."""
+def unsupported_reason(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    log_gamma: Tensor | None = None,
+    h0: Tensor | None = None,
+    chunk_size: int = 64,
+) -> str | None:
+    """Why the Triton kernels cannot run this call, or ``None``; a malformed call raises
+    ``TypeError``/``ValueError`` (see :func:`check_args`)."""
     check_args(q, k, v, beta, log_gamma, h0, chunk_size)
     for name, t in (("q", q), ("k", k), ("v", v), ("beta", beta), ("log_gamma", log_gamma),
                     ("h0", h0)):
@@ -92,45 +110,59 @@ def unsupported_reason(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64) ->
         return f"nh = {nh} > {K.MAX_NH} micro-steps per token"
     if max(dk, dv) > K.MAX_HEAD_DIM:
         return f"d_k = {dk}, d_v = {dv}: head sizes above {K.MAX_HEAD_DIM} are not served"
+    if B * H > 65535:
+        return f"B·H = {B * H} > 65535 (grid limit of the per-chunk kernels)"
     return None
 
 
-def prefer_over_eager(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64) -> bool:
-    """Whether ``auto`` should take the kernels for this shape class (to be tuned on GPU)."""
+def prefer_over_eager(*args, **kwargs) -> bool:
+    """Whether ``auto`` should take the kernels for this call: always, until GPU measurements
+    find a shape class where eager wins."""
     return True
 
 
-def run(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64):
-    """The delta rule on the Triton kernels: ``(o (B,T,H,d_v), h_T (B,H,d_k,d_v))`` in
-    ``q``'s dtype, differentiable in every tensor argument.
+def run(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    log_gamma: Tensor | None = None,
+    h0: Tensor | None = None,
+    chunk_size: int = 64,
+) -> tuple[Tensor, Tensor]:
+    """The delta rule on the Triton kernels (shapes as in ``mingru._eager.delta_rule``):
+    ``(o (B,T,H,d_v), h_T (B,H,d_k,d_v))`` in ``q``'s dtype, differentiable in every tensor
+    argument. Inputs may be float32, bfloat16 or float16; gradients come back in each
+    input's dtype. Normally reached through ``mingru.dispatch``, e.g. (on a CUDA device, or on
+    CPU with ``TRITON_INTERPRET=1``)::
 
-    Example:
-        >>> import torch, torch.nn.functional as F  # doctest: +SKIP
-        >>> B, T, nh, H, d = 2, 9, 2, 3, 16
-        >>> q = torch.randn(B, T, H, d, device="cuda")
-        >>> k = F.normalize(torch.randn(B, T, nh, H, d, device="cuda"), dim=-1)
-        >>> v, beta = torch.randn(B, T, nh, H, d, device="cuda"), torch.rand(B, T, nh, H, device="cuda")
-        >>> o, h_T = run(q, k, v, beta)
+        import torch, torch.nn.functional as F
+        B, T, nh, H, d = 2, 9, 2, 3, 16
+        q = torch.randn(B, T, H, d, device="cuda")
+        k = F.normalize(torch.randn(B, T, nh, H, d, device="cuda"), dim=-1)
+        v = torch.randn(B, T, nh, H, d, device="cuda")
+        beta = 2 * torch.rand(B, T, nh, H, device="cuda")
+        o, h_T = run(q, k, v, beta)            # o: (2, 9, 3, 16), h_T: (2, 3, 16, 16)
     """
     check_args(q, k, v, beta, log_gamma, h0, chunk_size)
     return _run(q, k, v, beta, log_gamma, h0, 0)
 
 
-def _run(q, k, v, beta, log_gamma, h0, micro_chunk: int):
-    o, h_T, _, _, _ = torch.ops.mingru.delta_rule_fwd(q, k, v, beta, log_gamma, h0, micro_chunk)
+def _run(q, k, v, beta, log_gamma, h0, tuning: int = 0):
+    o, h_T, _, _, _ = torch.ops.mingru.delta_rule_fwd(q, k, v, beta, log_gamma, h0, tuning)
     return o, h_T
 
 
 # --- custom ops ----------------------------------------------------------------------------
 
 
-def _config(k: torch.Tensor, v: torch.Tensor, micro_chunk: int):
+def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> dict:
+    # ``tuning`` (a custom-op int): 0 = defaults; else micro_chunk + 1000 * (1 + blocked).
     _, _, nh, _, dk = k.shape
-    return K.launch_config(nh, dk, v.shape[-1], micro_chunk)
-
-
-def _consts(cfg, *names):
-    return {n: cfg[n] for n in names}
+    half = q.dtype in (torch.bfloat16, torch.float16)
+    blocked = None if tuning < 1000 else tuning >= 2000
+    return K.launch_config(nh, dk, v.shape[-1], half=half, micro_chunk=tuning % 1000,
+                           blocked=blocked)
 
 
 @torch.library.custom_op("mingru::delta_rule_fwd", mutates_args=())
@@ -141,11 +173,11 @@ def delta_rule_fwd(
     beta: torch.Tensor,
     log_gamma: torch.Tensor | None,
     h0: torch.Tensor | None,
-    micro_chunk: int,
+    tuning: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
-    cfg = _config(k, v, micro_chunk)
+    cfg = _config(q, k, v, tuning)
     dev = q.device
     q, k, v, beta = q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous()
     has_decay = log_gamma is not None
@@ -163,28 +195,24 @@ def delta_rule_fwd(
     ou = _empty(shp["Ou"], f32, dev)
     o = _empty((B, T, H, dv), q.dtype, dev)
     h_T = _empty((B, H, dk, dv), q.dtype, dev)
-    warps = cfg["num_warps"]
     K.delta_fwd_prep_kernel[K.grid_chunks(T, BH, cfg)](
         q, k, v, beta, lg, M, N, qeff, ou, T, H, dk, dv, nc,
-        HAS_DECAY=has_decay, num_warps=warps,
-        **_consts(cfg, "NH", "C", "LP", "CP", "BK", "BV", "SUB", "BLOCKED", "PREC"),
+        **K.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
     )
-    K.delta_fwd_state_kernel[K.grid_rows(BH)](
-        h0c, M, N, states, h_T, dk, dv, nc,
-        HAS_H0=has_h0, num_warps=warps, **_consts(cfg, "BK", "BV", "PREC"),
+    K.delta_fwd_state_kernel[K.grid_state(BH, cfg)](
+        h0c, M, N, states, h_T, dk, dv, nc, **K.launch_kwargs(cfg, "fwd_state", HAS_H0=has_h0)
     )
     K.delta_fwd_out_kernel[K.grid_chunks(T, BH, cfg)](
-        qeff, ou, states, o, T, H, dv, nc,
-        num_warps=warps, **_consts(cfg, "C", "CP", "BK", "BV", "PREC"),
+        qeff, ou, states, o, T, H, dv, nc, **K.launch_kwargs(cfg, "fwd_out")
     )
     return o, h_T, states, M, qeff
 
 
 @delta_rule_fwd.register_fake
-def _(q, k, v, beta, log_gamma, h0, micro_chunk):
+def _(q, k, v, beta, log_gamma, h0, tuning):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
-    cfg = _config(k, v, micro_chunk)
+    cfg = _config(q, k, v, tuning)
     shp = K.scratch_shapes(B * H, T, cfg)
     f32 = torch.float32
     return (
@@ -209,11 +237,11 @@ def delta_rule_bwd(
     qeff: torch.Tensor,
     do: torch.Tensor,
     dh_T: torch.Tensor | None,
-    micro_chunk: int,
+    tuning: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
-    cfg = _config(k, v, micro_chunk)
+    cfg = _config(q, k, v, tuning)
     dev = q.device
     q, k, v, beta, do = (t.contiguous() for t in (q, k, v, beta, do))
     has_decay = log_gamma is not None
@@ -223,30 +251,27 @@ def delta_rule_bwd(
     dht = dh_T.contiguous() if has_dht else q
     BH = B * H
     nc = K.n_chunks(T, cfg)
-    dstates = _empty(K.scratch_shapes(BH, T, cfg)["N"], torch.float32, dev)
+    dstates = _empty(states.shape, torch.float32, dev)
     dq = _empty(q.shape, q.dtype, dev)
     dk_ = _empty(k.shape, k.dtype, dev)
     dv_ = _empty(v.shape, v.dtype, dev)
     dbeta = _empty(beta.shape, beta.dtype, dev)
     dlg = _empty(log_gamma.shape, log_gamma.dtype, dev) if has_decay else q.new_empty(0)
     dh0 = _empty(h0.shape, h0.dtype, dev) if has_h0 else q.new_empty(0)
-    warps = cfg["num_warps"]
-    K.delta_bwd_state_kernel[K.grid_rows(BH)](
+    K.delta_bwd_state_kernel[K.grid_state(BH, cfg)](
         dht, do, M, qeff, dstates, dh0 if has_h0 else q, T, H, dk, dv, nc,
-        HAS_DHT=has_dht, HAS_H0=has_h0, num_warps=warps,
-        **_consts(cfg, "C", "CP", "BK", "BV", "PREC"),
+        **K.launch_kwargs(cfg, "bwd_state", HAS_DHT=has_dht, HAS_H0=has_h0),
     )
     K.delta_bwd_grads_kernel[K.grid_chunks(T, BH, cfg)](
         q, k, v, beta, lg, states, dstates, do, dq, dk_, dv_, dbeta,
         dlg if has_decay else q, T, H, dk, dv, nc,
-        HAS_DECAY=has_decay, num_warps=warps,
-        **_consts(cfg, "NH", "C", "LP", "CP", "BK", "BV", "SUB", "BLOCKED", "PREC"),
+        **K.launch_kwargs(cfg, "bwd_grads", HAS_DECAY=has_decay),
     )
     return dq, dk_, dv_, dbeta, dlg, dh0
 
 
 @delta_rule_bwd.register_fake
-def _(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, micro_chunk):
+def _(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning):
     return (
         torch.empty_like(q, memory_format=torch.contiguous_format),
         torch.empty_like(k, memory_format=torch.contiguous_format),
@@ -260,12 +285,12 @@ def _(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, micro_chunk):
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, beta, log_gamma, h0, micro_chunk = inputs
+    q, k, v, beta, log_gamma, h0, tuning = inputs
     _, _, states, M, qeff = output
     ctx.mark_non_differentiable(states, M, qeff)
     ctx.has_decay = log_gamma is not None
     ctx.has_h0 = h0 is not None
-    ctx.micro_chunk = micro_chunk
+    ctx.tuning = tuning
     ctx.save_for_backward(q, k, v, beta, log_gamma, h0, states, M, qeff)
 
 
@@ -275,7 +300,7 @@ def _backward(ctx, do, dh_T, _d_states, _d_M, _d_qeff):
         B, T, _, H, _ = k.shape
         do = q.new_zeros((B, T, H, v.shape[-1]))
     dq, dk, dv, dbeta, dlg, dh0 = torch.ops.mingru.delta_rule_bwd(
-        q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, ctx.micro_chunk
+        q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, ctx.tuning
     )
     return (
         dq, dk, dv, dbeta,

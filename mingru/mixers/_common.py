@@ -11,16 +11,13 @@ Conventions (SPEC §5.1) that ``mingru_jax`` mirrors exactly so weights and numb
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from mingru import _validate as V
-
-DECAY_MODES = (None, "fixed", "learnable")
-MAX_GAP = 1e10
+from mingru._spec import DECAY_MODES as DECAY_MODES
+from mingru._spec import MAX_GAP, check_decay, inverse_softplus
 
 
 def g(x: torch.Tensor) -> torch.Tensor:
@@ -37,11 +34,6 @@ def sanitize_delta_t(delta_t: torch.Tensor, log1p_delta: bool) -> torch.Tensor:
     """NaN → 0, negative → 0, +inf → 1e10, then ``log1p`` if asked."""
     dt = torch.nan_to_num(delta_t, nan=0.0, posinf=MAX_GAP, neginf=0.0).clamp(0.0, MAX_GAP)
     return torch.log1p(dt) if log1p_delta else dt
-
-
-def inverse_softplus(y: float) -> float:
-    """``ρ`` with ``softplus(ρ) = y`` (``y > 0``)."""
-    return y + math.log(-math.expm1(-y))
 
 
 class TimeDecay(nn.Module):
@@ -61,12 +53,8 @@ class TimeDecay(nn.Module):
         self, decay: str | None, decay_rate: float, log1p_delta: bool, channels: int
     ) -> None:
         super().__init__()
-        if decay not in DECAY_MODES:
-            raise ValueError(f"decay must be None, 'fixed' or 'learnable'; got {decay!r}")
-        if not (isinstance(decay_rate, (int, float)) and math.isfinite(decay_rate) and decay_rate > 0):
-            raise ValueError(f"decay_rate must be a finite number > 0; got {decay_rate!r}")
+        self.decay_rate = check_decay(decay, decay_rate, bool_rate_ok=True)
         self.mode = decay
-        self.decay_rate = float(decay_rate)
         self.log1p_delta = bool(log1p_delta)
         self.channels = channels
         if decay == "learnable":

@@ -14,20 +14,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from mingru._eager.delta_rule import delta_rule_eager
+from mingru._spec import KEY_NORM_EPS, check_delta
 from mingru.dispatch import call
 from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token
 
 __all__ = ["KEY_NORM_EPS", "DeltaMinGRU"]
-
-# Keys are k / max(‖k‖₂, eps); the Flax twin uses the same eps so numbers carry across.
-KEY_NORM_EPS = 1e-6
-
-
-def _positive_int(value: object, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1; got {value!r}")
-    return value
-
 
 class DeltaMinGRU(nn.Module):
     """Delta-rule mixer with ``n_heads`` matrix states ``S (d_k × d_v)`` per sequence.
@@ -88,20 +79,8 @@ class DeltaMinGRU(nn.Module):
         log1p_delta: bool = False,
     ) -> None:
         super().__init__()
-        input_size = _positive_int(input_size, "input_size")
-        hidden_size = _positive_int(hidden_size, "hidden_size")
-        n_heads = _positive_int(n_heads, "n_heads")
-        nh = _positive_int(nh, "nh")
-        chunk_size = _positive_int(chunk_size, "chunk_size")
-        if d_k is None:
-            if hidden_size % n_heads != 0:
-                raise ValueError(
-                    f"n_heads ({n_heads}) must divide hidden_size ({hidden_size}) when d_k "
-                    "is not given; pass d_k (and optionally d_v) explicitly"
-                )
-            d_k = hidden_size // n_heads
-        d_k = _positive_int(d_k, "d_k")
-        d_v = d_k if d_v is None else _positive_int(d_v, "d_v")
+        sizes = check_delta(input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size)
+        input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size = sizes
 
         self.input_size = input_size
         self.hidden_size = hidden_size
@@ -110,7 +89,7 @@ class DeltaMinGRU(nn.Module):
         self.d_k = d_k
         self.d_v = d_v
         self.chunk_size = chunk_size
-        self.state_size = n_heads * d_k * d_v
+        self.state_size = sizes.state_size
 
         # Creation order is part of the interface (weights convert to the Flax twin).
         self.linear_q = nn.Linear(input_size, n_heads * d_k, bias=bias)

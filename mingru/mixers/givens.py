@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from mingru._eager.givens_recurrence import givens_step
+from mingru._spec import check_givens, check_size
 from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token
-from mingru.mixers.log import check_size
 from mingru.scans import givens_recurrence
 
 __all__ = ["BlockRotationBase", "GivensMinGRU"]
@@ -145,17 +145,9 @@ class GivensMinGRU(BlockRotationBase):
         super().__init__()
         self.input_size = check_size(input_size, "input_size")
         self.hidden_size = check_size(hidden_size, "hidden_size")
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 2 \
-                or block_size % 2 or hidden_size % block_size:
-            raise ValueError(
-                f"block_size must be an even int ≥ 2 that divides hidden_size={hidden_size}; "
-                f"got {block_size!r}"
-            )
-        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-            raise ValueError(f"rounds must be an int ≥ 1; got {rounds!r}")
+        self.n_blocks = check_givens(hidden_size, block_size, rounds)
         self.block_size = block_size
         self.rounds = rounds
-        self.n_blocks = hidden_size // block_size
         n_angles = self.n_blocks * rounds * (block_size // 2)
         self.linear_theta = nn.Linear(input_size, n_angles, bias=bias)
         self.linear_z = nn.Linear(input_size, hidden_size, bias=bias)

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mingru._spec import check_size
 from mingru.mixers._common import (
     TimeDecay,
     check_sequence,
@@ -26,13 +27,6 @@ from mingru.mixers._common import (
 from mingru.scans import parallel_scan_log
 
 __all__ = ["MinGRU", "check_non_negative", "check_size"]
-
-
-def check_size(value: object, name: str) -> int:
-    """``value`` must be a positive ``int`` (not a bool); returns it."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int; got {value!r}")
-    return value
 
 
 class MinGRU(nn.Module):

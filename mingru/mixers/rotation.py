@@ -15,22 +15,11 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from mingru._spec import check_rotation_hidden, check_size, check_snap, snap_per_block
 from mingru.mixers._common import TimeDecay
 from mingru.mixers.givens import BlockRotationBase
-from mingru.mixers.log import check_size
 
 __all__ = ["RotationMinGRU"]
-
-
-def _check_snap(snap: object) -> tuple[int, ...] | None:
-    if snap is None:
-        return None
-    bad = not isinstance(snap, Sequence) or isinstance(snap, str) or len(snap) == 0
-    if not bad:
-        bad = any(isinstance(K, bool) or not isinstance(K, int) or K < 1 for K in snap)
-    if bad:
-        raise ValueError(f"snap must be None or a non-empty sequence of ints ≥ 1; got {snap!r}")
-    return tuple(snap)
 
 
 class RotationMinGRU(BlockRotationBase):
@@ -75,11 +64,10 @@ class RotationMinGRU(BlockRotationBase):
         super().__init__()
         self.input_size = check_size(input_size, "input_size")
         self.hidden_size = check_size(hidden_size, "hidden_size")
-        if hidden_size % 2:
-            raise ValueError(f"hidden_size must be even for RotationMinGRU; got {hidden_size}")
-        self.snap = _check_snap(snap)
+        n = check_rotation_hidden(hidden_size)
+        self.snap = check_snap(snap)
         self.block_size = 2
-        self.n_blocks = n = hidden_size // 2
+        self.n_blocks = n
         self.linear_theta = nn.Linear(input_size, n, bias=bias)
         self.linear_u = nn.Linear(input_size, n, bias=bias)
         self.linear_z = nn.Linear(input_size, hidden_size, bias=bias)
@@ -87,7 +75,7 @@ class RotationMinGRU(BlockRotationBase):
         self.h0 = nn.Parameter(torch.randn(hidden_size) * 0.5)
         self.decay = TimeDecay(decay, decay_rate, log1p_delta, channels=n)
         if self.snap is not None:
-            K = [float(self.snap[j % len(self.snap)]) for j in range(n)]
+            K = [float(K_j) for K_j in snap_per_block(self.snap, n)]
             # Not persistent: derived from the constructor, so state_dicts stay framework-neutral.
             self.register_buffer("snap_k", torch.tensor(K), persistent=False)
         else:

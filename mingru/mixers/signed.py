@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mingru._spec import check_size
 from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token
-from mingru.mixers.log import check_size
 from mingru.scans import linear_scan
 
 __all__ = ["SignedMinGRU"]

@@ -112,7 +112,7 @@ def delta_rule_eager(
     kk = kc @ jnp.swapaxes(kc, -1, -2)
     A = jnp.where(strict, bc[..., None] * D * kk, 0.0).astype(dtype)
     rhs = jnp.concatenate([bc[..., None] * vc, (bc * Gam)[..., None] * kc], axis=-1)
-    solve_dtype = jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else dtype
+    solve_dtype = jnp.float32 if jnp.dtype(dtype).itemsize < 4 else dtype
     eye = jnp.eye(L, dtype=solve_dtype)
     sol = jax.lax.linalg.triangular_solve(
         (A.astype(solve_dtype) + eye),

@@ -15,40 +15,31 @@ The eager path materializes the ``k×k`` transitions and runs the block matrix s
 
 from __future__ import annotations
 
-from functools import cache
-
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from mingru_jax._eager.affine_scan import matrix_affine_scan_eager
 
 __all__ = ["givens_recurrence_eager", "givens_step", "givens_transitions", "rotate_rows"]
 
 
-@cache
-def _round_plan(k: int, parity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Row indices ``I``, ``J`` of the planes of a round, and the inverse of ``I ++ J``."""
-    rows_i = np.array([(parity + 2 * m) % k for m in range(k // 2)])
-    rows_j = (rows_i + 1) % k
-    # A permutation of 0..k-1 because the planes of one round are disjoint.
-    inverse = np.argsort(np.concatenate([rows_i, rows_j]))
-    return rows_i, rows_j, inverse
-
-
 def rotate_rows(X: jax.Array, theta: jax.Array) -> jax.Array:
     """Left-multiply ``X (..., k, c)`` by ``G_{R-1} ⋯ G_0`` built from ``theta (..., R, k/2)``.
 
-    Each round gathers the ``I`` and ``J`` rows, rotates them, and puts them back with one
-    static inverse permutation (no scatter).
+    An even round rotates the row pairs ``(2m, 2m+1)``: strided slices, no gather. An odd
+    round's planes ``(1,2), (3,4), …, (k-1,0)`` are the even-round pairs of the rows rolled
+    up by one (row ``p`` of the rolled block is row ``p+1 mod k``), so it rolls, rotates and
+    rolls back. All indices are static.
     """
     k = X.shape[-2]
     for r in range(theta.shape[-2]):
-        rows_i, rows_j, inverse = _round_plan(k, r % 2)
-        ang = theta[..., r, :, None]  # (..., k/2, 1)
+        ang = theta[..., r, :, None]  # (..., k/2, 1): plane m of this round
         c, s = jnp.cos(ang), jnp.sin(ang)
-        Xi, Xj = X[..., rows_i, :], X[..., rows_j, :]
-        X = jnp.concatenate([c * Xi - s * Xj, s * Xi + c * Xj], axis=-2)[..., inverse, :]
+        Y = jnp.roll(X, -1, axis=-2) if r % 2 else X
+        Yi, Yj = Y[..., 0::2, :], Y[..., 1::2, :]
+        Y = jnp.stack([c * Yi - s * Yj, s * Yi + c * Yj], axis=-2)  # (..., k/2, 2, c)
+        Y = Y.reshape(*Y.shape[:-3], k, Y.shape[-1])
+        X = jnp.roll(Y, 1, axis=-2) if r % 2 else Y
     return X
 
 

@@ -16,4 +16,9 @@ Each launcher module provides (the same protocol as ``mingru._launch``):
   ``jax.custom_vjp`` over the backward kernel) and vmap-compatible.
 """
 
-LAUNCHERS: dict[str, str] = {}
+LAUNCHERS: dict[str, str] = {
+    "linear_scan": "mingru_jax._launch.linear_scan",
+    "parallel_scan_log": "mingru_jax._launch.parallel_scan_log",
+    "matrix_affine_scan": "mingru_jax._launch.matrix_affine_scan",
+    "givens_recurrence": "mingru_jax._launch.givens_recurrence",
+}

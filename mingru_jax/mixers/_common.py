@@ -25,10 +25,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from mingru._spec import DECAY_MODES as DECAY_MODES
+from mingru._spec import MAX_GAP, check_decay, inverse_softplus
+from mingru._spec import check_size as check_size
 from mingru_jax import _validate as V
 
-DECAY_MODES = (None, "fixed", "learnable")
-MAX_GAP = 1e10
 LN_EPS = 1e-5
 
 
@@ -48,18 +49,6 @@ def sanitize_delta_t(delta_t: jax.Array, log1p_delta: bool) -> jax.Array:
     """NaN → 0, negative → 0, +inf → 1e10, then ``log1p`` if asked."""
     dt = jnp.clip(jnp.nan_to_num(delta_t, nan=0.0, posinf=MAX_GAP, neginf=0.0), 0.0, MAX_GAP)
     return jnp.log1p(dt) if log1p_delta else dt
-
-
-def inverse_softplus(y: float) -> float:
-    """``ρ`` with ``softplus(ρ) = y`` (``y > 0``)."""
-    return y + math.log(-math.expm1(-y))
-
-
-def check_size(value: object, name: str) -> int:
-    """``value`` must be a positive ``int`` (not a bool); returns it."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int; got {value!r}")
-    return value
 
 
 def _torch_uniform(fan_in: int):
@@ -131,13 +120,8 @@ class TimeDecay(nnx.Module):
         *,
         param_dtype: Any = jnp.float32,
     ) -> None:
-        if decay not in DECAY_MODES:
-            raise ValueError(f"decay must be None, 'fixed' or 'learnable'; got {decay!r}")
-        ok = isinstance(decay_rate, (int, float)) and not isinstance(decay_rate, bool)
-        if not (ok and math.isfinite(decay_rate) and decay_rate > 0):
-            raise ValueError(f"decay_rate must be a finite number > 0; got {decay_rate!r}")
+        self.decay_rate = check_decay(decay, decay_rate)
         self.mode = decay
-        self.decay_rate = float(decay_rate)
         self.log1p_delta = bool(log1p_delta)
         self.channels = channels
         if decay == "learnable":

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from mingru._spec import KEY_NORM_EPS, check_delta
 from mingru_jax.mixers._common import (
     MixerCell,
     TimeDecay,
@@ -24,16 +25,6 @@ from mingru_jax.mixers._common import (
 from mingru_jax.scans import delta_rule
 
 __all__ = ["KEY_NORM_EPS", "DeltaMinGRU", "DeltaMinGRUCell"]
-
-# Keys are k / max(‖k‖₂, eps), as in the PyTorch twin, so numbers carry across.
-KEY_NORM_EPS = 1e-6
-
-
-def _positive_int(value: object, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1; got {value!r}")
-    return value
-
 
 def _l2_normalize(x: jax.Array) -> jax.Array:
     norm = jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True))
@@ -104,20 +95,8 @@ class DeltaMinGRU(nnx.Module):
         param_dtype: Any = jnp.float32,
         rngs: nnx.Rngs,
     ) -> None:
-        input_size = _positive_int(input_size, "input_size")
-        hidden_size = _positive_int(hidden_size, "hidden_size")
-        n_heads = _positive_int(n_heads, "n_heads")
-        nh = _positive_int(nh, "nh")
-        chunk_size = _positive_int(chunk_size, "chunk_size")
-        if d_k is None:
-            if hidden_size % n_heads != 0:
-                raise ValueError(
-                    f"n_heads ({n_heads}) must divide hidden_size ({hidden_size}) when d_k "
-                    "is not given; pass d_k (and optionally d_v) explicitly"
-                )
-            d_k = hidden_size // n_heads
-        d_k = _positive_int(d_k, "d_k")
-        d_v = d_k if d_v is None else _positive_int(d_v, "d_v")
+        sizes = check_delta(input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size)
+        input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size = sizes
 
         self.input_size = input_size
         self.hidden_size = hidden_size
@@ -126,7 +105,7 @@ class DeltaMinGRU(nnx.Module):
         self.d_k = d_k
         self.d_v = d_v
         self.chunk_size = chunk_size
-        self.state_size = n_heads * d_k * d_v
+        self.state_size = sizes.state_size
 
         # Creation order is part of the interface (the same as the PyTorch twin).
         kw = dict(bias=bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)

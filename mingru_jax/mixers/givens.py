@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from mingru._spec import check_givens
 from mingru_jax._eager.givens_recurrence import givens_step
 from mingru_jax.mixers._common import (
     MixerCell,
@@ -164,22 +165,9 @@ class GivensMinGRU(BlockRotationBase):
         self.input_size = check_size(input_size, "input_size")
         self.hidden_size = check_size(hidden_size, "hidden_size")
         self.state_size = hidden_size
-        if (
-            isinstance(block_size, bool)
-            or not isinstance(block_size, int)
-            or block_size < 2
-            or block_size % 2
-            or hidden_size % block_size
-        ):
-            raise ValueError(
-                f"block_size must be an even int ≥ 2 that divides hidden_size={hidden_size}; "
-                f"got {block_size!r}"
-            )
-        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-            raise ValueError(f"rounds must be an int ≥ 1; got {rounds!r}")
+        self.n_blocks = check_givens(hidden_size, block_size, rounds)
         self.block_size = block_size
         self.rounds = rounds
-        self.n_blocks = hidden_size // block_size
         n_angles = self.n_blocks * rounds * (block_size // 2)
         kw = dict(bias=bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.linear_theta = linear(input_size, n_angles, **kw)

@@ -18,21 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from mingru._spec import check_rotation_hidden, check_snap, snap_per_block
 from mingru_jax.mixers._common import MixerCell, TimeDecay, check_size, linear
 from mingru_jax.mixers.givens import BlockRotationBase
 
 __all__ = ["RotationMinGRU", "RotationMinGRUCell"]
-
-
-def _check_snap(snap: object) -> tuple[int, ...] | None:
-    if snap is None:
-        return None
-    bad = not isinstance(snap, Sequence) or isinstance(snap, str) or len(snap) == 0
-    if not bad:
-        bad = any(isinstance(K, bool) or not isinstance(K, int) or K < 1 for K in snap)
-    if bad:
-        raise ValueError(f"snap must be None or a non-empty sequence of ints ≥ 1; got {snap!r}")
-    return tuple(snap)
 
 
 class RotationMinGRU(BlockRotationBase):
@@ -85,11 +75,10 @@ class RotationMinGRU(BlockRotationBase):
         self.input_size = check_size(input_size, "input_size")
         self.hidden_size = check_size(hidden_size, "hidden_size")
         self.state_size = hidden_size
-        if hidden_size % 2:
-            raise ValueError(f"hidden_size must be even for RotationMinGRU; got {hidden_size}")
-        self.snap = _check_snap(snap)
+        n = check_rotation_hidden(hidden_size)
+        self.snap = check_snap(snap)
         self.block_size = 2
-        self.n_blocks = n = hidden_size // 2
+        self.n_blocks = n
         kw = dict(bias=bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.linear_theta = linear(input_size, n, **kw)
         self.linear_u = linear(input_size, n, **kw)
@@ -105,7 +94,7 @@ class RotationMinGRU(BlockRotationBase):
         """
         if self.snap is None:
             return theta
-        K = np.array([self.snap[j % len(self.snap)] for j in range(self.n_blocks)], np.float64)
+        K = np.array(snap_per_block(self.snap, self.n_blocks), np.float64)
         unit = jnp.asarray(2 * math.pi, theta.dtype) / jnp.asarray(K, theta.dtype)
         snapped = jnp.round(theta / unit) * unit
         # theta - stop_gradient(theta) is exactly 0, so the value stays exactly `snapped`.

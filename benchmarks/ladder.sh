@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The expressivity ladder recorded in docs/results/ladder.md: every run is one `mingru train`
+# command (CPU, trained at T=64, evaluated at 64/256/1024). Results land in $OUT/<run>/ as
+# train_results.json + train_accuracy.png; summarize with
+#   python benchmarks/summarize_train.py $OUT/*/train_results.json
+set -euo pipefail
+OUT=${1:-ladder-runs}
+mkdir -p "$OUT"
+run() { local name=$1; shift; python -m mingru train --no-progress --out "$OUT/$name" "$@"; }
+
+# Parity: SignedMinGRU vs MinGRU (the no-flag default), three seeds.
+for s in 0 1 2; do run "parity-seed$s" --seed "$s"; done
+# The same default through the Flax frontend.
+run parity-jax-seed0 --framework jax --seed 0
+# S3 word problem: Givens vs Rotation vs MinGRU; then Givens and a signed+givens stack.
+run s3-seed0 --task s3 --mixer givens --mixer rotation --mixer log --seed 0
+run s3-seed1 --task s3 --mixer givens --mixer signed,givens --seed 1
+# S5 word problem: Givens vs MinGRU.
+run s5-seed0 --task s5 --seed 0
+# MQAR: MinGRU + DeltaMinGRU vs two MinGRU layers.
+run mqar-seed0 --task mqar --seed 0

@@ -1,0 +1,301 @@
+"""Framework-free pieces of the mixer/block/stack API, shared by ``mingru`` and ``mingru_jax``.
+
+The two frontends mirror each other on purpose (tensor code stays in each), but argument
+checks, the mixer registry and the stack's per-layer resolution touch no tensors, so they live
+here once. This module must import neither torch, jax nor triton: ``mingru_jax`` imports it
+without pulling in PyTorch.
+
+Example:
+    >>> from mingru import _spec
+    >>> _spec.check_givens(16, block_size=4, rounds=2)
+    4
+    >>> _spec.stack_layer_specs(["signed", "givens"], {"givens": {"decay": "fixed"}}, 2, "all")
+    [('signed', {}), ('givens', {'decay': 'fixed'})]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+__all__ = [
+    "DECAY_KWARGS",
+    "DECAY_MODES",
+    "KEY_NORM_EPS",
+    "MAX_GAP",
+    "MIXER_CLASSES",
+    "TAKES_LEARNABLE_H0",
+    "DeltaSizes",
+    "block_mixer_kwargs",
+    "check_block_args",
+    "check_decay",
+    "check_delta",
+    "check_givens",
+    "check_mixer_name",
+    "check_rotation_hidden",
+    "check_size",
+    "check_snap",
+    "check_stack_state",
+    "inverse_softplus",
+    "layer_gaps",
+    "layer_specs",
+    "mixer_registry",
+    "positive_int",
+    "snap_per_block",
+    "stack_layer_specs",
+]
+
+# Mixer name -> class name; each frontend defines the class in ``<package>.mixers.<name>``.
+MIXER_CLASSES: dict[str, str] = {
+    "log": "MinGRU",
+    "signed": "SignedMinGRU",
+    "rotation": "RotationMinGRU",
+    "givens": "GivensMinGRU",
+    "delta": "DeltaMinGRU",
+}
+TAKES_LEARNABLE_H0 = frozenset({"log", "signed"})
+DECAY_KWARGS = ("decay", "decay_rate", "log1p_delta")
+DECAY_MODES = (None, "fixed", "learnable")
+# Δt sanitizing caps +inf (and anything larger) at this gap.
+MAX_GAP = 1e10
+# Delta-rule keys are k / max(‖k‖₂, eps); one eps for both frontends so numbers carry across.
+KEY_NORM_EPS = 1e-6
+
+
+def mixer_registry(package: str) -> dict[str, tuple[str, str]]:
+    """``name -> (module, class)`` for the frontend ``package`` (``"mingru"``/``"mingru_jax"``)."""
+    return {name: (f"{package}.mixers.{name}", cls) for name, cls in MIXER_CLASSES.items()}
+
+
+def check_mixer_name(name: object, what: str = "mixer") -> str:
+    """``name`` must be a registered mixer name; returns it."""
+    if not isinstance(name, str) or name not in MIXER_CLASSES:
+        raise ValueError(
+            f"{what} must be one of {', '.join(map(repr, MIXER_CLASSES))}; got {name!r}"
+        )
+    return name
+
+
+def check_size(value: object, name: str) -> int:
+    """``value`` must be a positive ``int`` (not a bool); returns it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int; got {value!r}")
+    return value
+
+
+def positive_int(value: object, name: str) -> int:
+    """As :func:`check_size`, with the delta mixer's wording (``an int >= 1``)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1; got {value!r}")
+    return value
+
+
+def inverse_softplus(y: float) -> float:
+    """``ρ`` with ``softplus(ρ) = y`` (``y > 0``)."""
+    return y + math.log(-math.expm1(-y))
+
+
+def check_decay(decay: object, decay_rate: object, *, bool_rate_ok: bool = False) -> float:
+    """Check the time-decay arguments; returns ``float(decay_rate)``.
+
+    ``bool_rate_ok`` keeps the PyTorch frontend's historical acceptance of ``True`` as a rate
+    (the Flax frontend rejects bools).
+    """
+    if decay not in DECAY_MODES:
+        raise ValueError(f"decay must be None, 'fixed' or 'learnable'; got {decay!r}")
+    ok = isinstance(decay_rate, (int, float)) and (bool_rate_ok or not isinstance(decay_rate, bool))
+    if not (ok and math.isfinite(decay_rate) and decay_rate > 0):
+        raise ValueError(f"decay_rate must be a finite number > 0; got {decay_rate!r}")
+    return float(decay_rate)
+
+
+# -- per-mixer constructor checks ---------------------------------------------------------
+
+
+def check_rotation_hidden(hidden_size: int) -> int:
+    """RotationMinGRU's 2×2 blocks need an even ``hidden_size``; returns the block count."""
+    if hidden_size % 2:
+        raise ValueError(f"hidden_size must be even for RotationMinGRU; got {hidden_size}")
+    return hidden_size // 2
+
+
+def check_snap(snap: object) -> tuple[int, ...] | None:
+    """``None`` or a non-empty sequence of ints ≥ 1, returned as a tuple."""
+    if snap is None:
+        return None
+    bad = not isinstance(snap, Sequence) or isinstance(snap, str) or len(snap) == 0
+    if not bad:
+        bad = any(isinstance(K, bool) or not isinstance(K, int) or K < 1 for K in snap)
+    if bad:
+        raise ValueError(f"snap must be None or a non-empty sequence of ints ≥ 1; got {snap!r}")
+    return tuple(snap)
+
+
+def snap_per_block(snap: tuple[int, ...], n_blocks: int) -> list[int]:
+    """``K_j = snap[j % len(snap)]`` for each of the ``n_blocks`` rotation blocks."""
+    return [snap[j % len(snap)] for j in range(n_blocks)]
+
+
+def check_givens(hidden_size: int, block_size: object, rounds: object) -> int:
+    """Check GivensMinGRU's ``block_size`` (even, ≥ 2, divides ``hidden_size``) and ``rounds``
+    (≥ 1); returns the block count ``hidden_size // block_size``."""
+    if (
+        isinstance(block_size, bool)
+        or not isinstance(block_size, int)
+        or block_size < 2
+        or block_size % 2
+        or hidden_size % block_size
+    ):
+        raise ValueError(
+            f"block_size must be an even int ≥ 2 that divides hidden_size={hidden_size}; "
+            f"got {block_size!r}"
+        )
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an int ≥ 1; got {rounds!r}")
+    return hidden_size // block_size
+
+
+class DeltaSizes(NamedTuple):
+    """DeltaMinGRU's checked sizes; ``state_size = n_heads · d_k · d_v``."""
+
+    input_size: int
+    hidden_size: int
+    n_heads: int
+    nh: int
+    d_k: int
+    d_v: int
+    chunk_size: int
+
+    @property
+    def state_size(self) -> int:
+        return self.n_heads * self.d_k * self.d_v
+
+
+def check_delta(
+    input_size: object,
+    hidden_size: object,
+    n_heads: object,
+    nh: object,
+    d_k: object,
+    d_v: object,
+    chunk_size: object,
+) -> DeltaSizes:
+    """Check DeltaMinGRU's sizes; ``d_k`` defaults to ``hidden_size / n_heads`` (which must
+    divide then) and ``d_v`` to ``d_k``."""
+    input_size = positive_int(input_size, "input_size")
+    hidden_size = positive_int(hidden_size, "hidden_size")
+    n_heads = positive_int(n_heads, "n_heads")
+    nh = positive_int(nh, "nh")
+    chunk_size = positive_int(chunk_size, "chunk_size")
+    if d_k is None:
+        if hidden_size % n_heads != 0:
+            raise ValueError(
+                f"n_heads ({n_heads}) must divide hidden_size ({hidden_size}) when d_k "
+                "is not given; pass d_k (and optionally d_v) explicitly"
+            )
+        d_k = hidden_size // n_heads
+    d_k = positive_int(d_k, "d_k")
+    d_v = d_k if d_v is None else positive_int(d_v, "d_v")
+    return DeltaSizes(input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size)
+
+
+# -- block and stack ----------------------------------------------------------------------
+
+
+def check_block_args(mlp_expansion: object, dropout: object) -> None:
+    """A block's ``mlp_expansion`` (int ≥ 0) and ``dropout`` (in ``[0, 1)``)."""
+    if isinstance(mlp_expansion, bool) or not isinstance(mlp_expansion, int) or mlp_expansion < 0:
+        raise ValueError(f"mlp_expansion must be an int ≥ 0; got {mlp_expansion!r}")
+    if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be a number in [0, 1); got {dropout!r}")
+
+
+def block_mixer_kwargs(
+    mixer: object,
+    mixer_kwargs: object,
+    learnable_h0: bool,
+    *,
+    reserved: Sequence[str],
+    own_args: str,
+) -> tuple[str, dict[str, Any]]:
+    """``(mixer name, mixer kwargs)`` of a block.
+
+    ``reserved`` are the keys the block sets itself (they may not appear in ``mixer_kwargs``);
+    ``own_args`` names, for the error message, those the block takes as its own arguments.
+    ``learnable_h0`` is added for the mixers that take it.
+    """
+    name = check_mixer_name(mixer)
+    if not isinstance(mixer_kwargs, (dict, type(None))):
+        raise ValueError(f"mixer_kwargs must be a dict or None; got {type(mixer_kwargs).__name__}")
+    kwargs = dict(mixer_kwargs or {})
+    clash = [key for key in reserved if key in kwargs]
+    if clash:
+        raise ValueError(
+            f"mixer_kwargs must not contain {clash}: the block sets input_size and "
+            f"hidden_size to d_model and takes {own_args}"
+        )
+    if name in TAKES_LEARNABLE_H0:
+        kwargs["learnable_h0"] = learnable_h0
+    return name, kwargs
+
+
+def layer_specs(
+    mixer: str | Sequence[str], mixer_kwargs: dict[str, Any] | None, n_layers: int
+) -> list[tuple[str, dict[str, Any]]]:
+    """``(name, kwargs)`` per layer from the two accepted forms of ``mixer``/``mixer_kwargs``."""
+    if mixer_kwargs is not None and not isinstance(mixer_kwargs, dict):
+        raise ValueError(f"mixer_kwargs must be a dict or None; got {type(mixer_kwargs).__name__}")
+    kwargs = dict(mixer_kwargs or {})
+    if isinstance(mixer, str):
+        return [(check_mixer_name(mixer), dict(kwargs)) for _ in range(n_layers)]
+    if not isinstance(mixer, Sequence) or len(mixer) != n_layers:
+        raise ValueError(
+            f"mixer must be a mixer name or a list of n_layers={n_layers} names; got {mixer!r}"
+        )
+    names = [check_mixer_name(name, f"mixer[{i}]") for i, name in enumerate(mixer)]
+    for key, value in kwargs.items():
+        if key not in names:
+            raise ValueError(
+                f"with a list of mixers, mixer_kwargs is keyed by mixer name (one of "
+                f"{sorted(set(names))}); got key {key!r}"
+            )
+        if not isinstance(value, dict):
+            raise ValueError(f"mixer_kwargs[{key!r}] must be a dict of that mixer's arguments")
+    return [(name, dict(kwargs.get(name, {}))) for name in names]
+
+
+def stack_layer_specs(
+    mixer: str | Sequence[str],
+    mixer_kwargs: dict[str, Any] | None,
+    n_layers: int,
+    decay_layers: str,
+) -> list[tuple[str, dict[str, Any]]]:
+    """:func:`layer_specs` with ``decay_layers`` applied: ``"all"`` keeps the decay arguments
+    on every layer, ``"last"`` strips them from all but the last layer."""
+    if decay_layers not in ("all", "last"):
+        raise ValueError(f"decay_layers must be 'all' or 'last'; got {decay_layers!r}")
+    specs = layer_specs(mixer, mixer_kwargs, n_layers)
+    if decay_layers == "last":
+        for _, kwargs in specs[:-1]:
+            for key in DECAY_KWARGS:
+                kwargs.pop(key, None)
+    return specs
+
+
+def check_stack_state(state: object, n_layers: int) -> list[Any]:
+    """A stack state: ``None`` (→ ``[None] * n_layers``) or a list of ``n_layers`` entries."""
+    if state is None:
+        return [None] * n_layers
+    if not isinstance(state, Sequence) or len(state) != n_layers:
+        raise ValueError(f"state must be None or a list of n_layers={n_layers} per-layer states")
+    return list(state)
+
+
+def layer_gaps(delta_t: Any, decayed: Sequence[bool]) -> list[Any]:
+    """``delta_t`` for each layer with decay, ``None`` for the others."""
+    if delta_t is not None and not any(decayed):
+        raise ValueError(
+            "delta_t was given but no layer has decay; pass mixer_kwargs={'decay': ...}"
+        )
+    return [delta_t if on else None for on in decayed]

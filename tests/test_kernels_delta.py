@@ -1,0 +1,289 @@
+"""Triton kernels of the delta rule (op ``"delta_rule"``, DeltaNet / DeltaProduct).
+
+On CPU the kernels run through Triton's interpreter (conftest sets ``TRITON_INTERPRET=1``);
+on a CUDA machine the same tests run on the GPU. Every case checks the float32 kernel's
+outputs AND the gradients of all inputs against a plain float64 per-token loop written here
+(forward) and float64 autograd through the eager op (backward), with NaN-poisoned output
+and scratch buffers (``mingru._launch.delta_rule._POISON``) so any element a kernel fails to
+write shows up as NaN. The ``gpu`` class adds bfloat16, long sequences, head size 64 and
+``torch.compile(fullgraph=True)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mingru
+from mingru._eager.delta_rule import delta_rule_eager
+from mingru.dispatch import call
+from mingru.mixers.delta import DeltaMinGRU
+
+F64 = torch.float64
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+NAMES = ("q", "k", "v", "beta", "log_gamma", "h0")
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    from mingru._launch import delta_rule as launcher
+
+    monkeypatch.setattr(launcher, "_POISON", True)
+
+
+def _launcher():
+    from mingru._launch import delta_rule as launcher
+
+    return launcher
+
+
+# --- independent oracle: one token, one micro-step at a time --------------------------------
+
+
+def oracle(q, k, v, beta, log_gamma, h0):
+    """``(o, h_T)`` in float64 straight from the recurrence."""
+    B, T, nh, H, dk = k.shape
+    dv = v.shape[-1]
+    S = torch.zeros(B, H, dk, dv, dtype=F64) if h0 is None else h0.detach().double().clone()
+    outs = []
+    for t in range(T):
+        if log_gamma is not None:
+            S = torch.exp(log_gamma[:, t].detach().double())[..., None, None] * S
+        for j in range(nh):
+            kj = k[:, t, j].detach().double()
+            bj = beta[:, t, j].detach().double()[..., None]
+            err = v[:, t, j].detach().double() - torch.einsum("bhk,bhkv->bhv", kj, S)
+            S = S + (bj * kj)[..., :, None] * err[..., None, :]
+        outs.append(torch.einsum("bhk,bhkv->bhv", q[:, t].detach().double(), S))
+    return torch.stack(outs, dim=1), S
+
+
+def make_inputs(B, T, nh, H, dk, dv, decay=True, h0=True, gaps=False, seed=0):
+    """Float64 op inputs on CPU; ``gaps`` puts a ``-1e10`` and a ``-inf`` log-decay in."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, T, H, dk, dtype=F64, generator=g)
+    k = F.normalize(torch.randn(B, T, nh, H, dk, dtype=F64, generator=g), dim=-1)
+    v = torch.randn(B, T, nh, H, dv, dtype=F64, generator=g)
+    beta = 2 * torch.sigmoid(torch.randn(B, T, nh, H, dtype=F64, generator=g))
+    lg = -torch.rand(B, T, H, dtype=F64, generator=g) if decay else None
+    if gaps:
+        lg[0, T // 3] = -1e10
+        lg[-1, (2 * T) // 3, -1] = -math.inf
+    s0 = torch.randn(B, H, dk, dv, dtype=F64, generator=g) if h0 else None
+    return [q, k, v, beta, lg, s0]
+
+
+def rel_err(a, b):
+    return ((a.double().cpu() - b.double().cpu()).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+
+
+def kernel_fwd_bwd(args, dtype, wo, wh, tuning=0):
+    """Outputs and input gradients of ``Σ o·wo + Σ h_T·wh`` on the Triton path."""
+    xs = [None if a is None else a.to(DEVICE, dtype).requires_grad_(True) for a in args]
+    if tuning:
+        o, h = _launcher()._run(*xs, tuning)
+    else:
+        with mingru.use_backend("triton"):
+            o, h = call("delta_rule", delta_rule_eager, *xs, 5)
+    ((o.double() * wo.to(DEVICE)).sum() + (h.double() * wh.to(DEVICE)).sum()).backward()
+    return o, h, [None if x is None else x.grad for x in xs]
+
+
+def reference(args, wo=None, wh=None):
+    """Float64 oracle outputs and float64 autograd gradients through the eager op."""
+    o_ref, h_ref = oracle(*args)
+    wo = torch.randn_like(o_ref) if wo is None else wo
+    wh = torch.randn_like(h_ref) if wh is None else wh
+    xs = [None if a is None else a.clone().requires_grad_(True) for a in args]
+    o, h = delta_rule_eager(*xs, chunk_size=4)
+    ((o * wo).sum() + (h * wh).sum()).backward()
+    return o_ref, h_ref, [None if x is None else x.grad for x in xs], wo, wh
+
+
+def check(args, dtype=torch.float32, tol=2e-5, tuning=0):
+    o_ref, h_ref, g_ref, wo, wh = reference(args)
+    o, h, grads = kernel_fwd_bwd(args, dtype, wo, wh, tuning)
+    assert o.dtype == dtype and h.dtype == dtype
+    assert o.shape == o_ref.shape and h.shape == h_ref.shape
+    errs = {"o": rel_err(o, o_ref), "h_T": rel_err(h, h_ref)}
+    for name, g, r in zip(NAMES, grads, g_ref, strict=True):
+        assert (g is None) == (r is None), name
+        if g is not None:
+            assert g.dtype == dtype and g.shape == r.shape, name
+            errs["d" + name] = rel_err(g, r)
+    bad = {n: e for n, e in errs.items() if not e <= tol}  # NaN fails too
+    assert not bad, f"relative errors above {tol}: {bad}"
+
+
+# --- interpreter (CPU) / GPU float32 ----------------------------------------------------------
+
+CASES = {
+    # B, T, nh, H, dk, dv, decay, h0, gaps
+    "nh2-decay-gaps-h0": (2, 37, 2, 2, 16, 16, True, True, True),
+    "nh1-plain": (1, 5, 1, 2, 16, 16, False, False, False),
+    "T1": (2, 1, 1, 2, 16, 16, True, True, False),
+    "padded-dk8-dv12": (1, 37, 1, 2, 8, 12, True, True, True),
+    "slices-dk24-dv40": (1, 9, 2, 2, 24, 40, True, False, False),
+    "nh3": (1, 13, 3, 1, 16, 16, False, True, False),
+}
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_forward_and_gradients_match_float64(case):
+    B, T, nh, H, dk, dv, decay, h0, gaps = CASES[case]
+    check(make_inputs(B, T, nh, H, dk, dv, decay, h0, gaps))
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("tuning", [16, 1032, 2064, 1064], ids=["L16", "L32-blocked", "L64-blocked", "L64-rows"])
+def test_every_chunk_layout(tuning):
+    """Internal chunk lengths 16/32/64 micro-steps and both triangular inverses."""
+    check(make_inputs(1, 40, 2, 2, 16, 16, True, True, True, seed=1), tuning=tuning)
+
+
+@pytest.mark.interpreter
+def test_matches_eager_backend_and_ignores_chunk_size():
+    args = [None if a is None else a.float().to(DEVICE) for a in make_inputs(2, 11, 2, 2, 16, 16)]
+    with mingru.use_backend("eager"):
+        o_e, h_e = call("delta_rule", delta_rule_eager, *args, 3)
+    with mingru.use_backend("triton"):
+        o1, h1 = call("delta_rule", delta_rule_eager, *args, 1)
+        o2, h2 = call("delta_rule", delta_rule_eager, *args, 64)
+    assert torch.equal(o1, o2) and torch.equal(h1, h2)  # chunk_size is a hint for eager only
+    assert rel_err(o1, o_e) <= 1e-5 and rel_err(h1, h_e) <= 1e-5
+
+
+@pytest.mark.interpreter
+def test_huge_gap_is_an_exact_reset():
+    args = [a.float() for a in make_inputs(1, 12, 2, 2, 16, 16, h0=True)]
+    args[4][:, 5] = -1e10
+    o, h = _launcher().run(*args)
+    tail = [a[:, 5:] for a in args[:5]]
+    o_tail, h_tail = _launcher().run(*tail, None)  # γ_5 = e^-1e10 wipes the state: fresh start
+    assert torch.isfinite(o).all() and torch.isfinite(h).all()
+    assert rel_err(o[:, 5:], o_tail) <= 1e-6 and rel_err(h, h_tail) <= 1e-6
+
+
+@pytest.mark.interpreter
+def test_delta_mixer_end_to_end_under_triton():
+    torch.manual_seed(0)
+    m = DeltaMinGRU(6, 8, n_heads=2, nh=2, chunk_size=3, decay="learnable").to(DEVICE)
+    x = torch.randn(2, 11, 6, device=DEVICE)
+    dt = torch.rand(2, 11, device=DEVICE) * 2
+    h0 = torch.randn(2, 1, m.state_size, device=DEVICE)
+    results = {}
+    for mode in ("eager", "triton"):
+        m.zero_grad()
+        xx = x.clone().requires_grad_(True)
+        with mingru.use_backend(mode):
+            y, s = m(xx, h_0=h0, delta_t=dt, return_state=True)
+        (y.square().sum() + s.sum()).backward()
+        results[mode] = [y, s, xx.grad] + [p.grad.clone() for p in m.parameters()]
+    for a, b in zip(results["triton"], results["eager"], strict=True):
+        assert rel_err(a, b) <= 1e-4
+
+
+@pytest.mark.interpreter
+def test_unsupported_and_bad_calls():
+    launcher = _launcher()
+    args = [a.to(DEVICE) for a in make_inputs(1, 3, 1, 2, 16, 16)]  # float64: no kernel
+    assert "dtype" in launcher.unsupported_reason(*args)
+    with mingru.use_backend("triton"), pytest.raises(RuntimeError, match="dtype"):
+        call("delta_rule", delta_rule_eager, *args, 64)
+    f32 = [a.float() for a in args]
+    assert launcher.unsupported_reason(*f32) is None and launcher.prefer_over_eager(*f32) in (
+        True,
+        False,
+    )
+    with pytest.raises(ValueError, match="beta"):
+        launcher.run(*f32[:3], f32[3][..., :1], *f32[4:])
+    with pytest.raises(ValueError, match="h0"):
+        launcher.run(*f32[:5], f32[5][:, :, :3])
+    with pytest.raises(ValueError, match="log_gamma"):
+        launcher.unsupported_reason(*f32[:4], f32[4][:, :2], f32[5])
+    with pytest.raises(ValueError, match="chunk_size"):
+        launcher.run(*f32, chunk_size=0)
+    with pytest.raises(TypeError, match="q"):
+        launcher.run(f32[0].long(), *f32[1:])
+
+
+@pytest.mark.interpreter
+def test_custom_op_registration():
+    """Schema, fake (meta) implementation, autograd registration and AOT tracing."""
+    args = [a.float().to(DEVICE) for a in make_inputs(1, 5, 2, 2, 16, 16)]
+    args = [a.requires_grad_(True) for a in args]
+    result = torch.library.opcheck(
+        torch.ops.mingru.delta_rule_fwd.default,
+        (*args, 0),
+        test_utils=("test_schema", "test_autograd_registration", "test_faketensor",
+                    "test_aot_dispatch_dynamic"),
+    )
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
+@pytest.mark.interpreter
+def test_mixer_compiles_fullgraph_onto_the_kernel():
+    torch.manual_seed(0)
+    m = DeltaMinGRU(8, 16, n_heads=2, nh=2, decay="learnable").to(DEVICE)
+    x = torch.randn(2, 9, 8, device=DEVICE)
+    dt = torch.rand(2, 9, device=DEVICE)
+    graphs = []
+
+    def recording_backend(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm.forward
+
+    with mingru.use_backend("triton"):
+        y = torch.compile(m, fullgraph=True, backend=recording_backend)(x, delta_t=dt)
+        y.square().sum().backward()
+    assert len(graphs) == 1 and "mingru.delta_rule_fwd" in graphs[0]
+    with mingru.use_backend("eager"):
+        y_e = m(x, delta_t=dt)
+    assert rel_err(y, y_e) <= 1e-5
+
+
+# --- GPU ------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+class TestGPU:
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+    @pytest.mark.parametrize("T", [1, 63, 1000, 8192])
+    @pytest.mark.parametrize("d", [16, 64])
+    def test_gradients_vs_float64(self, dtype, T, d):
+        nh = 2 if d == 64 else 1
+        args = make_inputs(2, T, nh, 2, d, d, True, True, T > 3, seed=T)
+        if dtype != torch.float32:  # compare against the rounded inputs the kernel sees
+            args = [None if a is None else a.to(dtype).double() for a in args]
+        args = [None if a is None else a.to(DEVICE) for a in args]
+        o_ref, h_ref = delta_rule_eager(*args, chunk_size=64)  # float64 on the GPU
+        wo, wh = torch.randn_like(o_ref), torch.randn_like(h_ref)
+        xs = [None if a is None else a.clone().requires_grad_(True) for a in args]
+        o64, h64 = delta_rule_eager(*xs, chunk_size=64)
+        ((o64 * wo).sum() + (h64 * wh).sum()).backward()
+        o, h, grads = kernel_fwd_bwd(args, dtype, wo, wh)
+        tol = 1e-4 if dtype == torch.float32 else 3e-2
+        assert rel_err(o, o_ref) <= tol and rel_err(h, h_ref) <= tol
+        for name, g, x in zip(NAMES, grads, xs, strict=True):
+            if g is not None:
+                assert rel_err(g, x.grad) <= tol, name
+
+    @pytest.mark.parametrize("tuning", [16, 1032, 2064])
+    def test_chunk_layouts_head64(self, tuning):
+        check(make_inputs(2, 300, 2, 2, 64, 64, True, True, True), tol=1e-4, tuning=tuning)
+
+    def test_compile_fullgraph_mixer(self):
+        torch.manual_seed(0)
+        m = DeltaMinGRU(32, 64, n_heads=4, nh=2, decay="learnable").to(DEVICE)
+        x = torch.randn(3, 200, 32, device=DEVICE)
+        dt = torch.rand(3, 200, device=DEVICE)
+        with mingru.use_backend("triton"):
+            y = torch.compile(m, fullgraph=True)(x, delta_t=dt)
+            y.square().sum().backward()
+        with mingru.use_backend("eager"):
+            y_e = m(x, delta_t=dt)
+        assert rel_err(y, y_e) <= 1e-4

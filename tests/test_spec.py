@@ -1,0 +1,135 @@
+"""mingru._spec: the framework-free checks and registry shared by both frontends."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+
+from mingru import _spec
+
+
+def test_import_is_framework_free():
+    code = (
+        "import sys, mingru._spec\n"
+        "bad = [m for m in ('torch', 'jax', 'flax', 'triton') if m in sys.modules]\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "", f"mingru._spec imported {out.stdout.strip()}"
+
+
+def test_both_frontends_share_the_registry():
+    from mingru import block as torch_block
+
+    names = list(_spec.MIXER_CLASSES)
+    assert list(torch_block.MIXERS) == names
+    assert all(mod == f"mingru.mixers.{n}" for n, (mod, _) in torch_block.MIXERS.items())
+    assert _spec.mixer_registry("mingru_jax")["givens"] == ("mingru_jax.mixers.givens",
+                                                            "GivensMinGRU")
+    assert _spec.TAKES_LEARNABLE_H0 < set(names)
+
+
+@pytest.mark.parametrize("bad", ["lstm", 3, None])
+def test_check_mixer_name(bad):
+    with pytest.raises(ValueError, match=r"mixer\[1\] must be one of 'log'"):
+        _spec.check_mixer_name(bad, "mixer[1]")
+    assert _spec.check_mixer_name("delta") == "delta"
+
+
+@pytest.mark.parametrize("bad", [0, -2, True, 2.0, "3"])
+def test_sizes_reject_non_positive_ints(bad):
+    with pytest.raises(ValueError, match="n must be a positive int"):
+        _spec.check_size(bad, "n")
+    with pytest.raises(ValueError, match="n must be an int >= 1"):
+        _spec.positive_int(bad, "n")
+
+
+def test_givens_and_rotation_checks():
+    assert _spec.check_givens(12, 4, 1) == 3
+    for block_size in (3, 0, 8, True):  # odd, too small, does not divide 12, a bool
+        with pytest.raises(ValueError, match="block_size must be an even int"):
+            _spec.check_givens(12, block_size, 2)
+    with pytest.raises(ValueError, match="rounds must be an int ≥ 1"):
+        _spec.check_givens(12, 4, 0)
+    assert _spec.check_rotation_hidden(6) == 3
+    with pytest.raises(ValueError, match="hidden_size must be even"):
+        _spec.check_rotation_hidden(7)
+
+
+def test_snap():
+    assert _spec.check_snap(None) is None
+    assert _spec.check_snap([2, 5]) == (2, 5)
+    assert _spec.snap_per_block((2, 3, 4), 5) == [2, 3, 4, 2, 3]
+    for bad in ((), "23", (2, 0), (2, True), 3):
+        with pytest.raises(ValueError, match="snap must be None or a non-empty"):
+            _spec.check_snap(bad)
+
+
+def test_delta_sizes():
+    s = _spec.check_delta(5, 12, 3, 2, None, None, 7)
+    assert (s.d_k, s.d_v, s.state_size) == (4, 4, 3 * 4 * 4)
+    s = _spec.check_delta(5, 12, 5, 1, 2, 3, 1)
+    assert (s.n_heads, s.d_k, s.d_v, s.state_size) == (5, 2, 3, 30)
+    with pytest.raises(ValueError, match=r"n_heads \(5\) must divide hidden_size \(12\)"):
+        _spec.check_delta(5, 12, 5, 1, None, None, 1)
+    with pytest.raises(ValueError, match="chunk_size must be an int >= 1"):
+        _spec.check_delta(5, 12, 3, 1, None, None, 0)
+
+
+def test_decay_checks():
+    assert _spec.check_decay("fixed", 2) == 2.0
+    with pytest.raises(ValueError, match="decay must be None, 'fixed' or 'learnable'"):
+        _spec.check_decay("exp", 1.0)
+    for bad in (0.0, -1.0, math.inf, math.nan, "1"):
+        with pytest.raises(ValueError, match="decay_rate must be a finite number > 0"):
+            _spec.check_decay(None, bad)
+    with pytest.raises(ValueError, match="decay_rate"):
+        _spec.check_decay(None, True)
+    assert _spec.check_decay(None, True, bool_rate_ok=True) == 1.0
+    for y in (1e-3, 0.7, 5.0):
+        rho = _spec.inverse_softplus(y)
+        assert math.isclose(math.log1p(math.exp(rho)), y, rel_tol=1e-12)
+
+
+def test_stack_layer_specs():
+    kw = {"decay": "fixed", "decay_rate": 0.5, "log1p_delta": True, "coupled": True}
+    specs = _spec.stack_layer_specs("signed", kw, 3, "last")
+    assert [name for name, _ in specs] == ["signed"] * 3
+    assert specs[0][1] == specs[1][1] == {"coupled": True}
+    assert specs[2][1] == kw
+    specs[2][1]["coupled"] = False  # each layer gets its own dict
+    assert kw["coupled"] is True
+    specs = _spec.stack_layer_specs(["log", "givens"], {"givens": {"block_size": 4}}, 2, "all")
+    assert specs == [("log", {}), ("givens", {"block_size": 4})]
+    with pytest.raises(ValueError, match="decay_layers must be 'all' or 'last'"):
+        _spec.stack_layer_specs("log", None, 2, "first")
+    with pytest.raises(ValueError, match="keyed by mixer name"):
+        _spec.stack_layer_specs(["log", "log"], {"givens": {}}, 2, "all")
+    with pytest.raises(ValueError, match="list of n_layers=3 names"):
+        _spec.stack_layer_specs(["log", "log"], None, 3, "all")
+
+
+def test_block_mixer_kwargs_and_stack_helpers():
+    name, kw = _spec.block_mixer_kwargs("log", {"decay": "fixed"}, True,
+                                        reserved=("hidden_size",), own_args="x")
+    assert (name, kw) == ("log", {"decay": "fixed", "learnable_h0": True})
+    _, kw = _spec.block_mixer_kwargs("givens", None, True, reserved=(), own_args="x")
+    assert kw == {}
+    with pytest.raises(ValueError, match=r"must not contain \['hidden_size'\].*takes own"):
+        _spec.block_mixer_kwargs("log", {"hidden_size": 3}, False,
+                                 reserved=("hidden_size",), own_args="own")
+    with pytest.raises(ValueError, match="mlp_expansion must be an int ≥ 0"):
+        _spec.check_block_args(-1, 0.0)
+    with pytest.raises(ValueError, match=r"dropout must be a number in \[0, 1\)"):
+        _spec.check_block_args(2, 1.0)
+    assert _spec.check_stack_state(None, 2) == [None, None]
+    with pytest.raises(ValueError, match="n_layers=2 per-layer states"):
+        _spec.check_stack_state([None], 2)
+    assert _spec.layer_gaps("dt", [False, True]) == [None, "dt"]
+    with pytest.raises(ValueError, match="no layer has decay"):
+        _spec.layer_gaps("dt", [False, False])
