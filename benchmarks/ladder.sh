@@ -15,7 +15,8 @@ run parity-jax-seed0 --framework jax --seed 0
 # S3 word problem: Givens vs Rotation vs MinGRU; then Givens and a signed+givens stack.
 run s3-seed0 --task s3 --mixer givens --mixer rotation --mixer log --seed 0
 run s3-seed1 --task s3 --mixer givens --mixer signed,givens --seed 1
-# S5 word problem: Givens vs MinGRU.
+# S5 word problem: Givens vs MinGRU; then a 2-layer Givens stack with a larger budget.
 run s5-seed0 --task s5 --seed 0
+run s5-2layer-seed0 --task s5 --mixer givens --layers 2 --steps 3000 --seed 0
 # MQAR: MinGRU + DeltaMinGRU vs two MinGRU layers.
 run mqar-seed0 --task mqar --seed 0

@@ -96,15 +96,11 @@ def inverse_softplus(y: float) -> float:
     return y + math.log(-math.expm1(-y))
 
 
-def check_decay(decay: object, decay_rate: object, *, bool_rate_ok: bool = False) -> float:
-    """Check the time-decay arguments; returns ``float(decay_rate)``.
-
-    ``bool_rate_ok`` keeps the PyTorch frontend's historical acceptance of ``True`` as a rate
-    (the Flax frontend rejects bools).
-    """
+def check_decay(decay: object, decay_rate: object) -> float:
+    """Check the time-decay arguments; returns ``float(decay_rate)`` (a bool is not a rate)."""
     if decay not in DECAY_MODES:
         raise ValueError(f"decay must be None, 'fixed' or 'learnable'; got {decay!r}")
-    ok = isinstance(decay_rate, (int, float)) and (bool_rate_ok or not isinstance(decay_rate, bool))
+    ok = isinstance(decay_rate, (int, float)) and not isinstance(decay_rate, bool)
     if not (ok and math.isfinite(decay_rate) and decay_rate > 0):
         raise ValueError(f"decay_rate must be a finite number > 0; got {decay_rate!r}")
     return float(decay_rate)

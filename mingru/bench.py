@@ -38,6 +38,8 @@ from mingru.bench_plans import Plan, make_plan
 __all__ = ["add_arguments", "run", "run_from_args", "time_call", "to_markdown"]
 
 PEERS = ("accelerated_scan", "fla")
+# Groups whose forward rows get a bandwidth floor (ops whose bytes are just inputs + outputs).
+FLOOR_GROUPS = ("gpu-scans", "gpu-huge", "gpu-fused")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -226,7 +228,7 @@ def _run_case(case: C.Case, plan: Plan, bandwidth: float | None) -> list[dict[st
                 row.pop("_out", None)
             except Exception as exc:  # a backend that cannot run this case is recorded, not fatal
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-            if mode == "fwd" and bandwidth and "io_bytes" in row:
+            if mode == "fwd" and bandwidth and "io_bytes" in row and case.group in FLOOR_GROUPS:
                 row["floor_ms"] = row["io_bytes"] / bandwidth * 1e3
             rows.append(row)
             if plan.device == "cuda":

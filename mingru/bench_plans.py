@@ -101,7 +101,12 @@ class Plan:
         if self.wants("triton"):
             case.runners["triton"] = C._with_backend("triton", public)
         if self.wants("jax") or self.wants("jax-triton"):
-            for name, runner in C.jax_scan_runners(op, make).items():
+            try:
+                runners = C.jax_scan_runners(op, make)
+            except Exception as exc:  # record, do not abort the whole benchmark
+                case.skip["jax"] = f"{type(exc).__name__}: {exc}"
+                runners = {}
+            for name, runner in runners.items():
                 if self.wants(name):
                     case.runners[name] = runner
         if op == "linear_scan" and self.device == "cuda":

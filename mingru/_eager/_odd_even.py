@@ -67,7 +67,28 @@ def shift_prev(x: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
     return torch.cat([first.expand_as(x[:, :1]), x[:, :-1]], dim=1)
 
 
+def suffix_scan(a: torch.Tensor, b: torch.Tensor, combine: Combine) -> Pair:
+    """The odd–even scan run from the last step backwards: element t of the result is the
+    map from the end of the sequence to step t (apply ``T-1`` first, then ``T-2``, …, ``t``).
+
+    Same depth and work as :func:`odd_even_scan`, without flipping (copying) the inputs
+    and the result as a reversed forward scan would.
+    """
+    T = a.shape[1]
+    if T == 1:
+        return a, b
+    if T % 2:
+        Sa, Sb = suffix_scan(a[:, 1:], b[:, 1:], combine)
+        fa, fb = combine((Sa[:, :1], Sb[:, :1]), (a[:, :1], b[:, :1]))
+        return torch.cat([fa, Sa], dim=1), torch.cat([fb, Sb], dim=1)
+    a_e, a_o, b_e, b_o = a[:, 0::2], a[:, 1::2], b[:, 0::2], b[:, 1::2]
+    SA, SB = suffix_scan(*combine((a_o, b_o), (a_e, b_e)), combine)  # maps ending at 2i
+    Oa, Ob = combine((SA[:, 1:], SB[:, 1:]), (a_o[:, :-1], b_o[:, :-1]))  # ending at 2i+1
+    Oa = torch.cat([Oa, a_o[:, -1:]], dim=1)
+    Ob = torch.cat([Ob, b_o[:, -1:]], dim=1)
+    return _interleave(SA, Oa), _interleave(SB, Ob)
+
+
 def reverse_scan(a_next: torch.Tensor, g: torch.Tensor, combine: Combine) -> torch.Tensor:
-    """Solve the adjoint ``G_t = g_t + a_next_t ∘ G_{t+1}`` (``G_{T+1} = 0``) on the flipped sequence."""
-    _, G = odd_even_scan(a_next.flip(1), g.flip(1), combine)
-    return G.flip(1)
+    """Solve the adjoint ``G_t = g_t + a_next_t ∘ G_{t+1}`` (``G_{T+1} = 0``)."""
+    return suffix_scan(a_next, g, combine)[1]

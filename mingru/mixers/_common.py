@@ -53,7 +53,7 @@ class TimeDecay(nn.Module):
         self, decay: str | None, decay_rate: float, log1p_delta: bool, channels: int
     ) -> None:
         super().__init__()
-        self.decay_rate = check_decay(decay, decay_rate, bool_rate_ok=True)
+        self.decay_rate = check_decay(decay, decay_rate)
         self.mode = decay
         self.log1p_delta = bool(log1p_delta)
         self.channels = channels
