@@ -19,15 +19,13 @@ Modes (``MINGRU_SCAN``, read at call time; unset or empty means ``auto``):
 from __future__ import annotations
 
 import contextlib
-import os
-import threading
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from mingru._launch import LAUNCHERS
+from mingru._seam import MODES, WarnOnce, check_mode, choose_launcher, env_mode, interpreter_mode
 
 __all__ = [
     "MODES",
@@ -39,34 +37,22 @@ __all__ = [
     "use_backend",
 ]
 
-MODES = ("auto", "eager", "triton")
-
 # Stack of use_backend() overrides. A plain list rather than a ContextVar: torch.compile
 # traces list reads but not ContextVar.get(), and the seam must trace without graph breaks.
 _override: list[str] = []
-_warned: set[str] = set()
-_warn_lock = threading.Lock()
 
 
 class MinGRUFallbackWarning(UserWarning):
     """Emitted (once per process per reason) when ``auto`` runs a CUDA call eagerly."""
 
 
-def _check_mode(value: str, source: str) -> str:
-    if value not in MODES:
-        raise ValueError(
-            f"{source} must be one of {', '.join(repr(m) for m in MODES)} "
-            f"(exact lowercase); got {value!r}"
-        )
-    return value
+_warn_once = WarnOnce(MinGRUFallbackWarning, "mingru: running eagerly instead of on Triton: ")
+_warned = _warn_once.seen  # the reasons already warned about (tests reset it)
 
 
 def scan_mode() -> str:
     """The backend mode in force now: the :func:`use_backend` override, else ``MINGRU_SCAN``."""
-    if _override:
-        return _override[-1]
-    value = os.environ.get("MINGRU_SCAN", "")
-    return "auto" if value == "" else _check_mode(value, "MINGRU_SCAN")
+    return _override[-1] if _override else env_mode()
 
 
 @contextlib.contextmanager
@@ -78,16 +64,11 @@ def use_backend(mode: str) -> Iterator[None]:
         >>> with mingru.use_backend("eager"):
         ...     P, Z = mingru.linear_scan(torch.rand(1, 4, 2), torch.rand(1, 4, 2))
     """
-    _override.append(_check_mode(mode, "use_backend(mode)"))
+    _override.append(check_mode(mode, "use_backend(mode)"))
     try:
         yield
     finally:
         _override.pop()
-
-
-def interpreter_mode() -> bool:
-    """True when Triton kernels run through Triton's CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "") == "1"
 
 
 def available() -> bool | str:
@@ -118,18 +99,6 @@ def _probe(interp: bool) -> bool | str:
     return True
 
 
-def _warn_once(reason: str) -> None:
-    with _warn_lock:
-        if reason in _warned:
-            return
-        _warned.add(reason)
-    warnings.warn(
-        f"mingru: running eagerly instead of on Triton: {reason}",
-        MinGRUFallbackWarning,
-        stacklevel=4,
-    )
-
-
 def _first_tensor(args: tuple[Any, ...]) -> torch.Tensor | None:
     # Duck-typed on ``is_cuda`` so tensor subclasses and test doubles route alike.
     for arg in args:
@@ -155,33 +124,18 @@ def _launcher_or_reason(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]):
 
 def select(op: str, *args: Any, **kwargs: Any):
     """The launcher module that will run ``op`` on these arguments, or ``None`` for eager."""
-    mode = scan_mode()
-    if mode == "eager":
-        return None
     ref = _first_tensor(args)
-    on_cuda = ref is not None and ref.is_cuda
-    if mode == "auto":
-        if not on_cuda:
-            return None
-        launcher, why = _launcher_or_reason(op, args, kwargs)
-        if launcher is None:
-            _warn_once(why)
-            return None
-        prefer = getattr(launcher, "prefer_over_eager", None)
-        if prefer is not None and not prefer(*args, **kwargs):
-            return None  # measured slower than eager on this shape class: eager by design
-        return launcher
-    # mode == "triton"
-    if not on_cuda and not interpreter_mode():
-        raise RuntimeError(
-            f"MINGRU_SCAN=triton: cannot run {op} on Triton: inputs are on "
-            f"{ref.device if ref is not None else 'no device'}, not CUDA "
+
+    def off_cuda() -> str:
+        return (
+            f"inputs are on {ref.device if ref is not None else 'no device'}, not CUDA "
             "(set TRITON_INTERPRET=1 to run the kernels on CPU through Triton's interpreter)"
         )
-    launcher, why = _launcher_or_reason(op, args, kwargs)
-    if launcher is None:
-        raise RuntimeError(f"MINGRU_SCAN=triton: cannot run {op} on Triton: {why}")
-    return launcher
+
+    return choose_launcher(
+        op, args, kwargs, mode=scan_mode(), on_accelerator=ref is not None and ref.is_cuda,
+        off_accelerator_reason=off_cuda, resolve=_launcher_or_reason, warn_once=_warn_once,
+    )
 
 
 def call(op: str, eager: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -28,11 +28,10 @@ import contextlib
 import contextvars
 import importlib
 import os
-import threading
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from mingru._seam import MODES, WarnOnce, check_mode, choose_launcher, env_mode, interpreter_mode
 from mingru_jax._launch import LAUNCHERS
 
 __all__ = [
@@ -45,26 +44,17 @@ __all__ = [
     "use_backend",
 ]
 
-MODES = ("auto", "eager", "triton")
-
 _override: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "mingru_jax_scan_override", default=None
 )
-_warned: set[str] = set()
-_warn_lock = threading.Lock()
 
 
 class MinGRUFallbackWarning(UserWarning):
     """Emitted (once per process per reason) when ``auto`` runs a GPU call eagerly."""
 
 
-def _check_mode(value: str, source: str) -> str:
-    if value not in MODES:
-        raise ValueError(
-            f"{source} must be one of {', '.join(repr(m) for m in MODES)} "
-            f"(exact lowercase); got {value!r}"
-        )
-    return value
+_warn_once = WarnOnce(MinGRUFallbackWarning, "mingru_jax: running eagerly instead of on Triton: ")
+_warned = _warn_once.seen  # the reasons already warned about (tests reset it)
 
 
 def scan_mode() -> str:
@@ -77,10 +67,7 @@ def scan_mode() -> str:
         'eager'
     """
     forced = _override.get()
-    if forced is not None:
-        return forced
-    value = os.environ.get("MINGRU_SCAN", "")
-    return "auto" if value == "" else _check_mode(value, "MINGRU_SCAN")
+    return forced if forced is not None else env_mode()
 
 
 @contextlib.contextmanager
@@ -94,16 +81,11 @@ def use_backend(mode: str) -> Iterator[None]:
         >>> with mingru_jax.use_backend("eager"):
         ...     P, Z = mingru_jax.linear_scan(jnp.full((1, 4, 2), 0.5), jnp.ones((1, 4, 2)))
     """
-    token = _override.set(_check_mode(mode, "use_backend(mode)"))
+    token = _override.set(check_mode(mode, "use_backend(mode)"))
     try:
         yield
     finally:
         _override.reset(token)
-
-
-def interpreter_mode() -> bool:
-    """True when Triton kernels run through Triton's CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "") == "1"
 
 
 def _has_gpu_backend() -> bool:
@@ -163,18 +145,6 @@ def import_jax_triton() -> Any:
     return jax_triton
 
 
-def _warn_once(reason: str) -> None:
-    with _warn_lock:
-        if reason in _warned:
-            return
-        _warned.add(reason)
-    warnings.warn(
-        f"mingru_jax: running eagerly instead of on Triton: {reason}",
-        MinGRUFallbackWarning,
-        stacklevel=4,
-    )
-
-
 def _platform(args: tuple[Any, ...]) -> str:
     """``"gpu"`` or ``"cpu"`` (etc.) for the call: a concrete array's device, else the default.
 
@@ -210,32 +180,18 @@ def _launcher_or_reason(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]):
 
 def select(op: str, *args: Any, **kwargs: Any):
     """The launcher module that will run ``op`` on these arguments, or ``None`` for eager."""
-    mode = scan_mode()
-    if mode == "eager":
-        return None
-    on_gpu = _platform(args) == "gpu"
-    if mode == "auto":
-        if not on_gpu:
-            return None
-        launcher, why = _launcher_or_reason(op, args, kwargs)
-        if launcher is None:
-            _warn_once(why)
-            return None
-        prefer = getattr(launcher, "prefer_over_eager", None)
-        if prefer is not None and not prefer(*args, **kwargs):
-            return None  # measured slower than eager on this shape class: eager by design
-        return launcher
-    # mode == "triton"
-    if not on_gpu and not interpreter_mode():
-        raise RuntimeError(
-            f"MINGRU_SCAN=triton: cannot run {op} on Triton: no GPU backend in jax "
-            f"(the call runs on {_platform(args)}; set TRITON_INTERPRET=1 for Triton's "
-            "CPU interpreter)"
+    platform = _platform(args)
+
+    def off_gpu() -> str:
+        return (
+            f"no GPU backend in jax (the call runs on {platform}; set TRITON_INTERPRET=1 for "
+            "Triton's CPU interpreter)"
         )
-    launcher, why = _launcher_or_reason(op, args, kwargs)
-    if launcher is None:
-        raise RuntimeError(f"MINGRU_SCAN=triton: cannot run {op} on Triton: {why}")
-    return launcher
+
+    return choose_launcher(
+        op, args, kwargs, mode=scan_mode(), on_accelerator=platform == "gpu",
+        off_accelerator_reason=off_gpu, resolve=_launcher_or_reason, warn_once=_warn_once,
+    )
 
 
 def call(op: str, eager: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -119,7 +119,7 @@ def test_triton_mode_routes_to_the_launcher_or_says_why(monkeypatch):
 def test_auto_on_gpu_falls_back_with_one_warning_per_reason(monkeypatch):
     monkeypatch.setattr(dispatch, "_platform", lambda args: "gpu")
     monkeypatch.setattr(dispatch, "available", lambda: True)
-    monkeypatch.setattr(dispatch, "_warned", set())
+    monkeypatch.setattr(dispatch._warn_once, "seen", set())
     monkeypatch.delitem(dispatch.LAUNCHERS, "linear_scan", raising=False)  # as if none existed
     a = jnp.full((1, 3, 2), 0.5)
     with mingru_jax.use_backend("auto"):

@@ -13,7 +13,7 @@ from mingru import _spec
 
 def test_import_is_framework_free():
     code = (
-        "import sys, mingru._spec\n"
+        "import sys, mingru._spec, mingru._seam\n"
         "bad = [m for m in ('torch', 'jax', 'flax', 'triton') if m in sys.modules]\n"
         "print(','.join(bad))\n"
     )
@@ -132,3 +132,61 @@ def test_block_mixer_kwargs_and_stack_helpers():
     assert _spec.layer_gaps("dt", [False, True]) == [None, "dt"]
     with pytest.raises(ValueError, match="no layer has decay"):
         _spec.layer_gaps("dt", [False, False])
+
+
+def test_both_dispatch_seams_share_one_rule_set():
+    """The mode names and the auto/eager/triton decision exist once, in mingru._seam."""
+    import mingru.dispatch as torch_dispatch
+    import mingru_jax.dispatch as jax_dispatch
+    from mingru import _seam
+
+    assert torch_dispatch.MODES is jax_dispatch.MODES is _seam.MODES
+    assert torch_dispatch.choose_launcher is jax_dispatch.choose_launcher is _seam.choose_launcher
+
+
+def test_choose_launcher_rules():
+    from mingru import _seam
+
+    class Fast:
+        @staticmethod
+        def prefer_over_eager(*args):
+            return args[0] > 1
+
+    warned: list[str] = []
+
+    def pick(mode, on_acc, resolve):
+        return _seam.choose_launcher(
+            "op", (2,), {}, mode=mode, on_accelerator=on_acc,
+            off_accelerator_reason=lambda: "not on the GPU", resolve=resolve,
+            warn_once=warned.append,
+        )
+
+    ok = lambda op, a, k: (Fast, None)  # noqa: E731
+    none = lambda op, a, k: (None, "no kernel")  # noqa: E731
+    assert pick("eager", True, ok) is None
+    assert pick("auto", False, ok) is None and not warned
+    assert pick("auto", True, ok) is Fast
+    assert pick("auto", True, none) is None and warned == ["no kernel"]
+    slow = _seam.choose_launcher("op", (1,), {}, mode="auto", on_accelerator=True,
+                                 off_accelerator_reason=str, resolve=ok, warn_once=warned.append)
+    assert slow is None  # prefer_over_eager said no: eager, silently
+    assert warned == ["no kernel"]
+    with pytest.raises(RuntimeError, match="cannot run op on Triton: no kernel"):
+        pick("triton", True, none)
+
+
+def test_choose_launcher_triton_off_accelerator_needs_the_interpreter(monkeypatch):
+    from mingru import _seam
+
+    def pick():
+        return _seam.choose_launcher(
+            "op", (), {}, mode="triton", on_accelerator=False,
+            off_accelerator_reason=lambda: "inputs are on cpu", resolve=lambda *a: ("L", None),
+            warn_once=lambda why: None,
+        )
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(RuntimeError, match="MINGRU_SCAN=triton: cannot run op on Triton: inputs are on cpu"):
+        pick()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert pick() == "L"
