@@ -2,7 +2,9 @@
 
 Every public scan (and the fused rotation/Givens recurrence) calls :func:`call` with its op
 name, its eager twin and its arguments. This module is the only place that reads
-``MINGRU_SCAN``, checks :func:`available` and imports a launcher from ``mingru._launch``.
+``MINGRU_SCAN``, checks :func:`available` and imports a launcher from ``mingru._launch``. The
+mode names and the auto/eager/triton decision are shared with ``mingru_jax`` through the
+framework-free :mod:`mingru._seam`; this module supplies the CUDA-specific parts.
 
 Modes (``MINGRU_SCAN``, read at call time; unset or empty means ``auto``):
 

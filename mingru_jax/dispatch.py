@@ -3,7 +3,8 @@
 The twin of :mod:`mingru.dispatch`. Every scan (and the fused rotation/Givens recurrence and
 the delta rule) calls :func:`call` with its op name, its eager twin and its arguments. This
 module is the only place that reads ``MINGRU_SCAN``, checks :func:`available` and imports a
-launcher from ``mingru_jax._launch``.
+launcher from ``mingru_jax._launch``; the decision rules themselves are :mod:`mingru._seam`,
+shared with the PyTorch seam.
 
 Modes (``MINGRU_SCAN``; unset or empty means ``auto``):
 
