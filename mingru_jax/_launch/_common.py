@@ -82,6 +82,32 @@ def batched(fn: Callable[..., Any]) -> Callable[..., Any]:
 # ----------------------------------------------------------------------------- interpreter route
 
 
+def affine_scan_vjp(
+    forward: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]],
+    backward: Callable[..., tuple[jax.Array, jax.Array]],
+) -> Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
+    """``jax.custom_vjp`` for an affine scan ``(a, b) -> (P, Z)`` whose backward kernel takes
+    ``(a, P, Z, dP, dZ)`` and returns ``(da, db)``: only inputs and outputs are saved.
+
+    Shared by the linear and block-matrix scans, whose launch sequences differ but whose
+    autodiff wiring is the same.
+    """
+
+    @jax.custom_vjp
+    def op(a, b):
+        return forward(a, b)
+
+    def op_fwd(a, b):
+        P, Z = forward(a, b)
+        return (P, Z), (a, P, Z)
+
+    def op_bwd(res, cts):
+        return backward(*res, *cts)
+
+    op.defvjp(op_fwd, op_bwd)
+    return op
+
+
 def _to_torch(x: np.ndarray | None):
     import torch
 

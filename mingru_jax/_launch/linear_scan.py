@@ -157,20 +157,4 @@ def _backward(a, P, Z, dP, dZ):
     return U.host_call(linear_scan_bwd, (U.like(a), U.like(a)), a, P, Z, dP, dZ)
 
 
-@jax.custom_vjp
-def _op(a, b):
-    return _forward(a, b)
-
-
-def _op_fwd(a, b):
-    P, Z = _forward(a, b)
-    return (P, Z), (a, P, Z)
-
-
-def _op_bwd(res, cts):
-    a, P, Z = res
-    dP, dZ = cts
-    return _backward(a, P, Z, dP, dZ)
-
-
-_op.defvjp(_op_fwd, _op_bwd)
+_op = U.affine_scan_vjp(_forward, _backward)

@@ -125,20 +125,4 @@ def _backward(A, P, Z, dP, dZ):
     return U.host_call(matrix_affine_scan_bwd_op, (U.like(A), U.like(Z)), A, P, Z, dP, dZ)
 
 
-@jax.custom_vjp
-def _op(A, Bm):
-    return _forward(A, Bm)
-
-
-def _op_fwd(A, Bm):
-    P, Z = _forward(A, Bm)
-    return (P, Z), (A, P, Z)
-
-
-def _op_bwd(res, cts):
-    A, P, Z = res
-    dP, dZ = cts
-    return _backward(A, P, Z, dP, dZ)
-
-
-_op.defvjp(_op_fwd, _op_bwd)
+_op = U.affine_scan_vjp(_forward, _backward)
