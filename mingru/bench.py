@@ -274,6 +274,8 @@ def _time_backend(case: C.Case, plan: Plan, mode: str, backend: str, runner: Any
         call()
     _sync(plan.device)
     out["ms"] = time_call(call, plan.device, plan.warmup, plan.repeats)
+    if case.flops.get(mode) and out["ms"]:
+        out["tflops"] = case.flops[mode] / (out["ms"] * 1e-3) / 1e12
     if plan.device == "cuda" and case.group in plan.memory_groups:
         out["peak_mb"] = _peak_mb(call)
     return out
@@ -373,6 +375,7 @@ def _group_table(group: str, rows: list[dict[str, Any]], note: str) -> list[str]
     backends = [b for b in ORDER if any(r["backend"] == b and "ms" in r for r in rows)]
     has_floor = any("floor_ms" in r for r in rows)
     has_mem = any(r.get("peak_mb") is not None for r in rows)
+    rate_backends = [b for b in backends if any(r["backend"] == b and "tflops" in r for r in rows)]
     ratios = []
     if "loop" in backends and "eager" in backends:
         ratios.append(("eager vs loop", "loop", "eager"))
@@ -388,10 +391,13 @@ def _group_table(group: str, rows: list[dict[str, Any]], note: str) -> list[str]
         ratios.append(("jax vs eager", "eager", "jax"))
     if "jax-triton" in backends and "jax" in backends:
         ratios.append(("jax-triton vs jax", "jax", "jax-triton"))
+    if "jax-triton" in backends and "triton" in backends:
+        ratios.append(("jax-triton vs triton", "triton", "jax-triton"))
     header = ["op", "shape", "mode", *[f"{b} ms" for b in backends]]
     if has_floor:
         header.append("bw floor ms")
     header += [r[0] for r in ratios]
+    header += [f"{b} TFLOP/s" for b in rate_backends]
     if has_mem:
         header += [f"{b} peak MB" for b in backends if any(
             r["backend"] == b and r.get("peak_mb") is not None for r in rows)]
@@ -413,6 +419,8 @@ def _group_table(group: str, rows: list[dict[str, Any]], note: str) -> list[str]
             floors = [c["floor_ms"] for c in cell.values() if "floor_ms" in c]
             line.append(_fmt_ms(min(floors)) if floors else "—")
         line += [_ratio(ms.get(num), ms.get(den)) for _, num, den in ratios]
+        line += [f"{cell[b]['tflops']:.1f}" if "tflops" in cell.get(b, {}) else "—"
+                 for b in rate_backends]
         if has_mem:
             for b in backends:
                 if any(r["backend"] == b and r.get("peak_mb") is not None for r in rows):

@@ -43,6 +43,7 @@ class Case:
     modes: tuple[str, ...] = ("fwd", "fwd+bwd")
     module: torch.nn.Module | None = None  # mixers: parameters also need grads cleared
     skip: dict[str, str] = field(default_factory=dict)  # backend -> why it did not run
+    flops: dict[str, float] = field(default_factory=dict)  # mode -> nominal FLOPs per call
 
 
 # --------------------------------------------------------------------------- loop baselines
@@ -155,11 +156,12 @@ FUSED_OPS = ("givens_recurrence", "delta_rule")
 
 
 def fused_inputs(op: str, B: int, T: int, D: int, device: str, dtype: torch.dtype,
-                 seed: int = 0) -> Callable[[bool], Tensors]:
+                 seed: int = 0, heads: int = 4, nh: int = 1) -> Callable[[bool], Tensors]:
     """Inputs of the fused mixer recurrences at width ``D``.
 
     ``givens_recurrence``: ``n = D/8`` blocks of ``k = 8``, 3 rounds (GivensMinGRU's default).
-    ``delta_rule``: 4 heads of ``d_k = d_v = D/4``, one micro-step, unit-norm keys.
+    ``delta_rule``: ``heads`` heads of ``d_k = d_v = D/heads``, ``nh`` micro-steps, unit-norm
+    keys.
     """
 
     def make(requires_grad: bool) -> Tensors:
@@ -172,10 +174,10 @@ def fused_inputs(op: str, B: int, T: int, D: int, device: str, dtype: torch.dtyp
             n = max(1, D // 8)
             xs = (0.3 * rnd(B, T, n, 3, 4), rnd(B, T, n, 8), rnd(B, n, 8))
         elif op == "delta_rule":
-            H, dk = 4, max(1, D // 4)
-            k = torch.nn.functional.normalize(rnd(B, T, 1, H, dk), dim=-1)
-            beta = 2 * torch.sigmoid(rnd(B, T, 1, H))
-            xs = (rnd(B, T, H, dk) / dk**0.5, k, rnd(B, T, 1, H, dk), beta)
+            H, dk = heads, max(1, D // heads)
+            k = torch.nn.functional.normalize(rnd(B, T, nh, H, dk), dim=-1)
+            beta = 2 * torch.sigmoid(rnd(B, T, nh, H))
+            xs = (rnd(B, T, H, dk) / dk**0.5, k, rnd(B, T, nh, H, dk), beta)
         else:  # pragma: no cover - programming error
             raise ValueError(f"unknown fused op {op!r}")
         return tuple(x.to(device=device, dtype=dtype).requires_grad_(requires_grad) for x in xs)
@@ -204,6 +206,16 @@ def fused_public(op: str) -> Runner:
     from mingru.dispatch import call
 
     return lambda q, k, v, beta: call("delta_rule", delta_rule_eager, q, k, v, beta, None, None, 64)
+
+
+def delta_rule_flops(B: int, T: int, heads: int, nh: int, dk: int, dv: int) -> dict[str, float]:
+    """Nominal FLOPs of the delta rule, counted on its recurrent form: per token, head and
+    micro-step ``kᵀH`` and the rank-1 update (``4·d_k·d_v``), plus the read-out ``qᵀH``
+    (``2·d_k·d_v``) per token and head; backward counted as twice the forward. The chunked
+    kernels do more arithmetic than this (intra-chunk products), so TFLOP/s on this count is
+    the *useful* rate."""
+    fwd = float(B * T * heads * (4 * nh + 2) * dk * dv)
+    return {"fwd": fwd, "fwd+bwd": 3 * fwd}
 
 
 def _fla_delta(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor) -> Tensors:

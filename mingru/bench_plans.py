@@ -13,6 +13,9 @@ Groups:
   very long (``B16 T16384 D128``) shapes, fwd and fwd+bwd, all backends.
 * ``gpu-huge`` — the diagonal scans at ``B8 T65536 D1536``, forward, with the bandwidth floor.
 * ``gpu-fused`` — the fused Givens recurrence and delta rule at ``B16 T1024 D64``.
+* ``gpu-delta`` — the delta rule at ``B128, 4 heads, d_k = d_v ∈ {16, 64}, T ∈ {64, 256,
+  1024}``: fp32 with ``nh = 2`` (eager, compile, triton, peak memory) and bf16 with ``nh = 1``
+  (triton vs fla's ``chunk_delta_rule``), with TFLOP/s.
 * ``gpu-mixers`` — each mixer fwd and fwd+bwd at ``B16 T4096 d256``, time and peak memory.
 * ``gpu-memory`` — ``GivensMinGRU(64, 64, block_size=8, rounds=3)`` fwd+bwd at ``B128 T64``.
 """
@@ -31,7 +34,7 @@ __all__ = ["ALL_BACKENDS", "GROUPS", "Plan", "make_plan"]
 ALL_BACKENDS = ("loop", "eager", "compile", "triton", "jax", "jax-triton", "accelerated_scan", "fla")
 GROUPS = {
     "cpu": ("cpu-mixers", "cpu-scans"),
-    "cuda": ("gpu-scans", "gpu-huge", "gpu-fused", "gpu-mixers", "gpu-memory"),
+    "cuda": ("gpu-scans", "gpu-huge", "gpu-fused", "gpu-delta", "gpu-mixers", "gpu-memory"),
 }
 NOTES = {
     "cpu-mixers": "Each mixer (input = hidden = d), `loop` = the mixer's `step()` called token "
@@ -45,6 +48,11 @@ NOTES = {
                 "measured by a large clone in the same run.",
     "gpu-fused": "givens_recurrence: n=D/8 blocks, k=8, 3 rounds; delta_rule: 4 heads, "
                  "d_k=d_v=D/4, one micro-step (fla: chunk_delta_rule, scale 1).",
+    "gpu-delta": "delta_rule, 4 heads, d_k = d_v = d; fp32 rows use nh = 2 micro-steps, bf16 "
+                 "rows nh = 1 (fla: chunk_delta_rule, scale 1, its layout prepared outside the "
+                 "timing). TFLOP/s counts the recurrent form's useful FLOPs "
+                 "(`bench_cases.delta_rule_flops`); ceilings on an H200: about 67 TFLOP/s fp32 "
+                 "without tensor cores, about 790 TFLOP/s bf16 dense matmul.",
     "gpu-mixers": "Mixers with input = hidden = d; peak MB = torch.cuda.max_memory_allocated "
                   "above the memory held before the call.",
     "gpu-memory": "GivensMinGRU(64, 64, block_size=8, rounds=3), fwd+bwd.",
@@ -61,7 +69,7 @@ class Plan:
     warmup: int
     repeats: int
     notes: dict[str, str] = field(default_factory=dict)
-    memory_groups: tuple[str, ...] = ("gpu-mixers", "gpu-memory")
+    memory_groups: tuple[str, ...] = ("gpu-delta", "gpu-mixers", "gpu-memory")
     skip: dict[str, str] = field(default_factory=dict)  # backend -> why unavailable
 
     @property
@@ -189,6 +197,29 @@ class Plan:
             if op == "delta_rule" and self.wants("fla"):
                 case.runners.update(C.peer_delta_runners(make))
             yield case
+
+    def _gpu_delta(self) -> Iterator[C.Case]:
+        B, H = (8, 4) if self.quick else (128, 4)
+        for dk in (16, 64):
+            for T in (64, 256, 1024):
+                for dtype, nh in ((torch.float32, 2), (torch.bfloat16, 1)):
+                    make = C.fused_inputs("delta_rule", B, T, H * dk, self.device, dtype,
+                                          heads=H, nh=nh)
+                    name = f"delta_rule {str(dtype).removeprefix('torch.')} nh{nh}"
+                    case = C.Case("gpu-delta", name, f"B{B} T{T} H{H} d{dk}", make,
+                                  flops=C.delta_rule_flops(B, T, H, nh, dk, dk))
+                    public = C.fused_public("delta_rule")
+                    if dtype == torch.float32:
+                        if self.wants("eager"):
+                            case.runners["eager"] = C._with_backend("eager", public)
+                        if self.wants("compile"):
+                            case.runners["compile"] = C.compiled(C.fused_eager("delta_rule"))
+                    if self.wants("triton"):
+                        case.runners["triton"] = C._with_backend("triton", public)
+                    if dtype == torch.bfloat16 and self.wants("fla"):
+                        case.runners.update(C.peer_delta_runners(make))
+                    self._note_skips(case)
+                    yield case
 
     def _gpu_mixers(self) -> Iterator[C.Case]:
         B, T, d = (16, 1024, 64) if self.quick else (16, 4096, 256)

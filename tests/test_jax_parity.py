@@ -178,3 +178,39 @@ def _drop_rho(module):
     """A torch MinGRU whose decay lost its parameter: the Flax side then has one extra."""
     module.decay.rho = None
     return module
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(CASES))
+def test_parity_on_gpu_triton(case):
+    """The same comparison on a GPU, both frontends on their Triton path (PyTorch-on-GPU vs
+    jax-triton), at a longer sequence so the chunked kernels run."""
+    if not torch.cuda.is_available() or jax.default_backend() != "gpu":
+        pytest.skip("needs CUDA for both PyTorch and JAX")
+    if mingru_jax.available() is not True:
+        pytest.skip(f"jax-triton path unavailable: {mingru_jax.available()}")
+    cls, args, kw = CASES[case]
+    decay = _decayed(kw)
+    torch.manual_seed(0)
+    pt = getattr(mingru, cls)(*args, **kw).cuda()
+    fx = getattr(mingru_jax, cls)(*args, **kw, rngs=nnx.Rngs(0))
+    torch_to_nnx(pt, fx)
+    rng = np.random.default_rng(5)
+    bt, tt = 3, 300
+    x = rng.standard_normal((bt, tt, IN)).astype(np.float32)
+    dt = rng.uniform(0.0, 2.0, (bt, tt)).astype(np.float32) if decay else None
+    ct = rng.standard_normal((bt, tt, HID)).astype(np.float32)
+    xt = torch.from_numpy(x).cuda().requires_grad_(True)
+    dtt = None if dt is None else torch.from_numpy(dt).cuda()
+    with mingru.use_backend("triton"):
+        y_pt = _torch_out(pt(xt, None, dtt))
+        (y_pt * torch.from_numpy(ct).cuda()).sum().backward()
+    with jax.default_matmul_precision("highest"), mingru_jax.use_backend("auto"):
+        graphdef, params, run = _jax_runner(fx)
+        y_fx, (g_params, g_x) = run(params, jnp.asarray(x),
+                                    None if dt is None else jnp.asarray(dt), jnp.asarray(ct))
+    _rel_close(y_fx, y_pt.detach().cpu().numpy(), 1e-5, "output")
+    _rel_close(g_x, xt.grad.cpu().numpy(), 1e-4, "d x")
+    for param, g_var, transpose, name in _pairs(pt, nnx.merge(graphdef, g_params)):
+        g = np.asarray(g_var[...])
+        _rel_close(g.T if transpose else g, param.grad.cpu().numpy(), 1e-4, f"d {name}")

@@ -22,6 +22,8 @@ import torch
 from mingru_kernels import delta_rule as K
 from torch import Tensor
 
+from mingru._launch._op import dual_entry
+
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -149,7 +151,7 @@ def run(
 
 
 def _run(q, k, v, beta, log_gamma, h0, tuning: int = 0):
-    o, h_T, _, _, _ = torch.ops.mingru.delta_rule_fwd(q, k, v, beta, log_gamma, h0, tuning)
+    o, h_T, _, _, _ = _entry(q, k, v, beta, log_gamma, h0, tuning)
     return o, h_T
 
 
@@ -165,16 +167,7 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
                            blocked=blocked)
 
 
-@torch.library.custom_op("mingru::delta_rule_fwd", mutates_args=())
-def delta_rule_fwd(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    beta: torch.Tensor,
-    log_gamma: torch.Tensor | None,
-    h0: torch.Tensor | None,
-    tuning: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
     cfg = _config(q, k, v, tuning)
@@ -208,6 +201,20 @@ def delta_rule_fwd(
     return o, h_T, states, M, qeff
 
 
+@torch.library.custom_op("mingru::delta_rule_fwd", mutates_args=())
+def delta_rule_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    log_gamma: torch.Tensor | None,
+    h0: torch.Tensor | None,
+    tuning: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Forward op: ``(o, h_T, states, M, Qeff)``."""
+    return _fwd_impl(q, k, v, beta, log_gamma, h0, tuning)
+
+
 @delta_rule_fwd.register_fake
 def _(q, k, v, beta, log_gamma, h0, tuning):
     B, T, nh, H, dk = k.shape
@@ -224,21 +231,7 @@ def _(q, k, v, beta, log_gamma, h0, tuning):
     )
 
 
-@torch.library.custom_op("mingru::delta_rule_bwd", mutates_args=())
-def delta_rule_bwd(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    beta: torch.Tensor,
-    log_gamma: torch.Tensor | None,
-    h0: torch.Tensor | None,
-    states: torch.Tensor,
-    M: torch.Tensor,
-    qeff: torch.Tensor,
-    do: torch.Tensor,
-    dh_T: torch.Tensor | None,
-    tuning: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _bwd_impl(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
     cfg = _config(q, k, v, tuning)
@@ -270,6 +263,25 @@ def delta_rule_bwd(
     return dq, dk_, dv_, dbeta, dlg, dh0
 
 
+@torch.library.custom_op("mingru::delta_rule_bwd", mutates_args=())
+def delta_rule_bwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    log_gamma: torch.Tensor | None,
+    h0: torch.Tensor | None,
+    states: torch.Tensor,
+    M: torch.Tensor,
+    qeff: torch.Tensor,
+    do: torch.Tensor,
+    dh_T: torch.Tensor | None,
+    tuning: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward op: ``(dq, dk, dv, dbeta, dlog_gamma, dh0)``; empty tensors stand for ``None``."""
+    return _bwd_impl(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning)
+
+
 @delta_rule_bwd.register_fake
 def _(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning):
     return (
@@ -288,18 +300,19 @@ def _setup_context(ctx, inputs, output):
     q, k, v, beta, log_gamma, h0, tuning = inputs
     _, _, states, M, qeff = output
     ctx.mark_non_differentiable(states, M, qeff)
+    ctx.set_materialize_grads(False)  # the formula handles absent gradients itself
     ctx.has_decay = log_gamma is not None
     ctx.has_h0 = h0 is not None
     ctx.tuning = tuning
     ctx.save_for_backward(q, k, v, beta, log_gamma, h0, states, M, qeff)
 
 
-def _backward(ctx, do, dh_T, _d_states, _d_M, _d_qeff):
+def _backward(ctx, do, dh_T, _d_states, _d_M, _d_qeff, bwd=delta_rule_bwd):
     q, k, v, beta, log_gamma, h0, states, M, qeff = ctx.saved_tensors
     if do is None:
         B, T, _, H, _ = k.shape
         do = q.new_zeros((B, T, H, v.shape[-1]))
-    dq, dk, dv, dbeta, dlg, dh0 = torch.ops.mingru.delta_rule_bwd(
+    dq, dk, dv, dbeta, dlg, dh0 = bwd(
         q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, ctx.tuning
     )
     return (
@@ -311,3 +324,5 @@ def _backward(ctx, do, dh_T, _d_states, _d_M, _d_qeff):
 
 
 delta_rule_fwd.register_autograd(_backward, setup_context=_setup_context)
+_entry = dual_entry("delta_rule", delta_rule_fwd, _fwd_impl, _setup_context, _backward,
+                    _bwd_impl)

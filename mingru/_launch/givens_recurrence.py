@@ -14,6 +14,7 @@ import contextlib
 import torch
 from mingru_kernels import givens_scan as kern
 
+from mingru._launch._op import dual_entry
 from mingru.dispatch import interpreter_mode
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
@@ -60,7 +61,7 @@ def run(
     log_gamma: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``h (B, T, n, k)``; differentiable in every input."""
-    return givens_recurrence_op(theta, b, h0, scale, log_gamma)
+    return _entry(theta, b, h0, scale, log_gamma)
 
 
 # ----------------------------------------------------------------------------- plumbing
@@ -205,14 +206,15 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(theta, h0, scale, log_gamma, output)
 
 
-def _autograd_backward(ctx, dh):
+def _autograd_backward(ctx, dh, bwd=givens_recurrence_bwd_op):
     theta, h0, scale, log_gamma, h = ctx.saved_tensors
     if dh is None:
         return None, None, None, None, None
-    dtheta, db, dh0, dscale, dlog_gamma = givens_recurrence_bwd_op(
-        theta, h0, scale, log_gamma, h, dh)
+    dtheta, db, dh0, dscale, dlog_gamma = bwd(theta, h0, scale, log_gamma, h, dh)
     return (dtheta, db, dh0, dscale if ctx.has_scale else None,
             dlog_gamma if ctx.has_gamma else None)
 
 
 givens_recurrence_op.register_autograd(_autograd_backward, setup_context=_setup_context)
+_entry = dual_entry("givens_recurrence", givens_recurrence_op, _forward, _setup_context,
+                    _autograd_backward, _backward)

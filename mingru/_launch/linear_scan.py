@@ -11,6 +11,7 @@ import torch
 from mingru_kernels import linear_scan as K
 
 from mingru._launch import _elementwise as E
+from mingru._launch._op import dual_entry
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
@@ -27,7 +28,7 @@ def prefer_over_eager(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def run(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(P, Z)`` for ``a, b (B, T, D)`` on the Triton kernels; differentiable."""
-    return linear_scan_fwd(a, b)
+    return _entry(a, b)
 
 
 def _forward(a, b, P, Z, cfg) -> None:
@@ -76,15 +77,30 @@ def _backward(a, P, Z, dP, dZ, da, db, cfg) -> None:
         )
 
 
-@torch.library.custom_op("mingru::linear_scan_fwd", mutates_args=())
-def linear_scan_fwd(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward op: ``(P, Z)`` for ``a, b (B, T, D)``."""
+def _fwd_impl(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     a, b = a.contiguous(), b.contiguous()
     cfg = E.make_plan(a)
     P = E.new_tensor(a.shape, a.dtype, a.device)
     Z = E.new_tensor(a.shape, a.dtype, a.device)
     _forward(a, b, P, Z, cfg)
     return P, Z
+
+
+def _bwd_impl(a, P, Z, dP, dZ) -> tuple[torch.Tensor, torch.Tensor]:
+    a = a.contiguous()
+    cfg = E.make_plan(a)
+    dZ = torch.zeros_like(Z) if dZ is None else dZ.contiguous()
+    dP = None if dP is None else dP.contiguous()
+    da = E.new_tensor(a.shape, a.dtype, a.device)
+    db = E.new_tensor(a.shape, a.dtype, a.device)
+    _backward(a, P.contiguous(), Z.contiguous(), dP, dZ, da, db, cfg)
+    return da, db
+
+
+@torch.library.custom_op("mingru::linear_scan_fwd", mutates_args=())
+def linear_scan_fwd(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward op: ``(P, Z)`` for ``a, b (B, T, D)``."""
+    return _fwd_impl(a, b)
 
 
 @linear_scan_fwd.register_fake
@@ -103,14 +119,7 @@ def linear_scan_bwd(
     dZ: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backward op: ``(da, db)`` from the saved ``a, P, Z`` and the output gradients."""
-    a = a.contiguous()
-    cfg = E.make_plan(a)
-    dZ = torch.zeros_like(Z) if dZ is None else dZ.contiguous()
-    dP = None if dP is None else dP.contiguous()
-    da = E.new_tensor(a.shape, a.dtype, a.device)
-    db = E.new_tensor(a.shape, a.dtype, a.device)
-    _backward(a, P.contiguous(), Z.contiguous(), dP, dZ, da, db, cfg)
-    return da, db
+    return _bwd_impl(a, P, Z, dP, dZ)
 
 
 @linear_scan_bwd.register_fake
@@ -128,11 +137,13 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.set_materialize_grads(False)
 
 
-def _backward_formula(ctx, dP, dZ):
+def _backward_formula(ctx, dP, dZ, bwd=linear_scan_bwd):
     if dP is None and dZ is None:
         return None, None
     a, P, Z = ctx.saved_tensors
-    return linear_scan_bwd(a, P, Z, dP, dZ)
+    return bwd(a, P, Z, dP, dZ)
 
 
 linear_scan_fwd.register_autograd(_backward_formula, setup_context=_setup_context)
+_entry = dual_entry("linear_scan", linear_scan_fwd, _fwd_impl, _setup_context,
+                    _backward_formula, _bwd_impl)

@@ -14,6 +14,7 @@ import contextlib
 import torch
 from mingru_kernels import affine_scan as kern
 
+from mingru._launch._op import dual_entry
 from mingru.dispatch import interpreter_mode
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
@@ -49,7 +50,7 @@ def prefer_over_eager(A: torch.Tensor, Bm: torch.Tensor) -> bool:
 
 def run(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(P, Z)`` for ``H_t = A_t H_{t-1} + B_t``; differentiable in ``A`` and ``Bm``."""
-    return matrix_affine_scan_op(A, Bm)
+    return _entry(A, Bm)
 
 
 # ----------------------------------------------------------------------------- plumbing
@@ -161,13 +162,18 @@ def _setup_context(ctx, inputs, output) -> None:
     A, _ = inputs
     P, Z = output
     ctx.save_for_backward(A, P, Z)
+    ctx.set_materialize_grads(False)  # dP = None skips its scan; dZ = None becomes zeros
 
 
-def _autograd_backward(ctx, dP, dZ):
+def _autograd_backward(ctx, dP, dZ, bwd=matrix_affine_scan_bwd_op):
+    if dP is None and dZ is None:
+        return None, None
     A, P, Z = ctx.saved_tensors
     if dZ is None:
         dZ = torch.zeros_like(Z)
-    return matrix_affine_scan_bwd_op(A, P, Z, dP, dZ)
+    return bwd(A, P, Z, dP, dZ)
 
 
 matrix_affine_scan_op.register_autograd(_autograd_backward, setup_context=_setup_context)
+_entry = dual_entry("matrix_affine_scan", matrix_affine_scan_op, _forward, _setup_context,
+                    _autograd_backward, _backward)

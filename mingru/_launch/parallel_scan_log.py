@@ -13,6 +13,7 @@ import torch
 from mingru_kernels import log_scan as K
 
 from mingru._launch import _elementwise as E
+from mingru._launch._op import dual_entry
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
@@ -29,7 +30,7 @@ def prefer_over_eager(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> boo
 
 def run(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
     """``h (B, T, D)`` on the Triton kernels; differentiable in both inputs."""
-    return parallel_scan_log_fwd(log_coeffs, log_values)
+    return _entry(log_coeffs, log_values)
 
 
 def _forward(la, lv, h, cfg) -> None:
@@ -70,14 +71,27 @@ def _backward(la, lv, h, dh, dla, dlv, cfg) -> None:
                                     MODE=K.APPLY, **kw)
 
 
-@torch.library.custom_op("mingru::parallel_scan_log_fwd", mutates_args=())
-def parallel_scan_log_fwd(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
-    """Forward op: ``h (B, T, D)``."""
+def _fwd_impl(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
     la, lv = log_coeffs.contiguous(), log_values.contiguous()
     cfg = E.make_plan(la)
     h = E.new_tensor(la.shape, la.dtype, la.device)
     _forward(la, lv, h, cfg)
     return h
+
+
+def _bwd_impl(log_coeffs, log_values, h, dh) -> tuple[torch.Tensor, torch.Tensor]:
+    la, lv = log_coeffs.contiguous(), log_values.contiguous()
+    cfg = E.make_plan(la)
+    dla = E.new_tensor(la.shape, la.dtype, la.device)
+    dlv = E.new_tensor(lv.shape, lv.dtype, lv.device)
+    _backward(la, lv, h.contiguous(), dh.contiguous(), dla, dlv, cfg)
+    return dla, dlv
+
+
+@torch.library.custom_op("mingru::parallel_scan_log_fwd", mutates_args=())
+def parallel_scan_log_fwd(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
+    """Forward op: ``h (B, T, D)``."""
+    return _fwd_impl(log_coeffs, log_values)
 
 
 @parallel_scan_log_fwd.register_fake
@@ -93,12 +107,7 @@ def parallel_scan_log_bwd(
     dh: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backward op: ``(d log_coeffs, d log_values)`` from the inputs, ``h`` and ``dh``."""
-    la, lv = log_coeffs.contiguous(), log_values.contiguous()
-    cfg = E.make_plan(la)
-    dla = E.new_tensor(la.shape, la.dtype, la.device)
-    dlv = E.new_tensor(lv.shape, lv.dtype, lv.device)
-    _backward(la, lv, h.contiguous(), dh.contiguous(), dla, dlv, cfg)
-    return dla, dlv
+    return _bwd_impl(log_coeffs, log_values, h, dh)
 
 
 @parallel_scan_log_bwd.register_fake
@@ -114,9 +123,11 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(log_coeffs, log_values, output)
 
 
-def _backward_formula(ctx, dh):
+def _backward_formula(ctx, dh, bwd=parallel_scan_log_bwd):
     log_coeffs, log_values, h = ctx.saved_tensors
-    return parallel_scan_log_bwd(log_coeffs, log_values, h, dh)
+    return bwd(log_coeffs, log_values, h, dh)
 
 
 parallel_scan_log_fwd.register_autograd(_backward_formula, setup_context=_setup_context)
+_entry = dual_entry("parallel_scan_log", parallel_scan_log_fwd, _fwd_impl, _setup_context,
+                    _backward_formula, _bwd_impl)

@@ -1,0 +1,154 @@
+"""Where a PyTorch-side scan call spends host time on a CUDA machine.
+
+Times (wall clock per call, no sync inside the loop, one sync at the end) and cProfiles the
+public ``mingru.linear_scan`` forward and forward+backward at the benchmark's small shapes,
+next to a bare Triton launch, a trivial ``autograd.Function`` round trip and, if installed,
+accelerated-scan. Host overhead is what the GPU cannot hide at these shapes: the kernels
+themselves take a few microseconds.
+
+    python3 scripts/profile_overhead.py [--op linear_scan] [--shape 16,1024,64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+import mingru
+
+
+@triton.jit
+def _noop_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+class _Twice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+def wall_us(fn, n: int = 300, rounds: int = 5) -> float:
+    """Median over rounds of host wall time per call (sync only at the round's end)."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        out.append((time.perf_counter() - t) / n * 1e6)
+    return statistics.median(out)
+
+
+def profile(fn, n: int = 200, top: int = 25) -> str:
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    pr.disable()
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(top)
+    return s.getvalue()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--shape", default="16,1024,64")
+    p.add_argument("--profile", action="store_true")
+    args = p.parse_args()
+    B, T, D = map(int, args.shape.split(","))
+    from mingru._launch import linear_scan as _registers_ops  # noqa: F401
+    dev = "cuda"
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand(B, T, D, generator=g).to(dev).requires_grad_()
+    b = torch.randn(B, T, D, generator=g).to(dev).requires_grad_()
+    x = torch.randn(1024, device=dev)
+
+    def launch():
+        _noop_kernel[(1,)](x, 1024, BLOCK=1024)
+
+    def fwd():
+        with torch.no_grad(), mingru.use_backend("triton"):
+            mingru.linear_scan(a, b)
+
+    def fwd_bwd():
+        a.grad = b.grad = None
+        with mingru.use_backend("triton"):
+            P, Z = mingru.linear_scan(a, b)
+        (P.sum() + Z.sum()).backward()
+
+    def fwd_bwd_z():
+        a.grad = b.grad = None
+        with mingru.use_backend("triton"):
+            _, Z = mingru.linear_scan(a, b)
+        Z.sum().backward()
+
+    def twice():
+        a.grad = None
+        _Twice.apply(a).sum().backward()
+
+    op = torch.ops.mingru.linear_scan_fwd  # the torch.library op torch.compile traces
+
+    def op_fwd():
+        with torch.no_grad():
+            op(a, b)
+
+    def op_fwd_bwd():
+        a.grad = b.grad = None
+        P, Z = op(a, b)
+        (P.sum() + Z.sum()).backward()
+
+    rows = {"bare triton launch": launch, "autograd.Function x*2 fwd+bwd": twice,
+            "linear_scan fwd": fwd, "linear_scan fwd+bwd (P,Z)": fwd_bwd,
+            "linear_scan fwd+bwd (Z only)": fwd_bwd_z,
+            "custom op directly, fwd": op_fwd, "custom op directly, fwd+bwd": op_fwd_bwd}
+    try:
+        from accelerated_scan.scalar import scan as acc_scan
+
+        ga = a.detach().transpose(1, 2).contiguous().requires_grad_()
+        gb = b.detach().transpose(1, 2).contiguous().requires_grad_()
+
+        def acc():
+            ga.grad = gb.grad = None
+            acc_scan(ga, gb).sum().backward()
+
+        def acc_f():
+            with torch.no_grad():
+                acc_scan(ga, gb)
+
+        rows["accelerated_scan fwd"] = acc_f
+        rows["accelerated_scan fwd+bwd"] = acc
+    except Exception as exc:  # optional peer
+        print("accelerated_scan unavailable:", exc)
+    print(f"host wall time per call, B{B} T{T} D{D}, fp32 (torch {torch.__version__}, "
+          f"triton {triton.__version__})")
+    for name, fn in rows.items():
+        print(f"  {name:34s} {wall_us(fn):8.1f} us")
+    if args.profile:
+        for name in ("linear_scan fwd", "linear_scan fwd+bwd (P,Z)"):
+            print(f"\n==== cProfile: {name} (200 calls, by own time)")
+            print(profile(rows[name]))
+
+
+if __name__ == "__main__":
+    main()
