@@ -74,7 +74,9 @@ def profile(fn, n: int = 200, top: int = 25) -> str:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--shape", default="16,1024,64")
-    p.add_argument("--profile", action="store_true")
+    p.add_argument("--profile", action="store_true", help="cProfile forward and fwd+bwd")
+    p.add_argument("--torch-profile", action="store_true",
+                   help="torch.profiler table (CPU and CUDA time per op) of fwd+bwd")
     args = p.parse_args()
     B, T, D = map(int, args.shape.split(","))
     from mingru._launch import linear_scan as _registers_ops  # noqa: F401
@@ -144,6 +146,21 @@ def main() -> None:
           f"triton {triton.__version__})")
     for name, fn in rows.items():
         print(f"  {name:34s} {wall_us(fn):8.1f} us")
+    if args.torch_profile:
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as tprofile
+
+        fn = rows["linear_scan fwd+bwd (P,Z)"]
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+        with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(50):
+                fn()
+            torch.cuda.synchronize()
+        print("\n==== torch.profiler: linear_scan fwd+bwd (P,Z), 50 calls")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+        print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=12))
     if args.profile:
         for name in ("linear_scan fwd", "linear_scan fwd+bwd (P,Z)"):
             print(f"\n==== cProfile: {name} (200 calls, by own time)")
