@@ -50,6 +50,11 @@ NUM_WARPS = 4
 WALK_MIN_PROGRAMS_PER_SM = 2
 # The chunked strategy aims at this many programs per SM.
 CHUNKED_PROGRAMS_PER_SM = 4
+# Sequences of at most this many tiles always walk. The chunked strategy costs two more kernel
+# launches and four scratch buffers per direction: tens of microseconds of host time each on an
+# H200 host (scripts/profile_overhead.py), more than a walk of a few short tiles takes on the
+# GPU, so below this length more parallelism in T does not pay for itself.
+WALK_MAX_TILES = 16
 
 
 # ----------------------------------------------------------------------------- combines
@@ -203,6 +208,8 @@ def plan(
         'chunked'
         >>> plan(8, 65536, 1536)["strategy"]
         'walk'
+        >>> plan(16, 1024, 64)["strategy"]   # 16 tiles: short enough to walk
+        'walk'
     """
     if min(B, T, D) < 1:
         raise ValueError(f"plan needs B, T, D >= 1; got {(B, T, D)}")
@@ -215,7 +222,7 @@ def plan(
     n_dblk = triton.cdiv(D, bd)
     walk_programs = B * n_dblk
     if strategy is None:
-        long_enough = T > bt
+        long_enough = T > WALK_MAX_TILES * bt
         strategy = (
             "chunked"
             if long_enough and walk_programs < WALK_MIN_PROGRAMS_PER_SM * n_sm

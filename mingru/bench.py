@@ -52,7 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", default=None,
                    help="comma-separated groups to run (default: all for the device); "
                         "cpu: cpu-mixers,cpu-scans; cuda: gpu-scans,gpu-huge,gpu-fused,"
-                        "gpu-mixers,gpu-memory")
+                        "gpu-delta,gpu-mixers,gpu-memory")
+    p.add_argument("--ops", default=None,
+                   help="comma-separated op or mixer names: run only the cases whose name "
+                        "contains one of them (default: every case of the groups)")
     p.add_argument("--backends", default=None,
                    help="comma-separated backends (default: all that can run): "
                         "loop,eager,compile,triton,jax,jax-triton,accelerated_scan,fla")
@@ -85,7 +88,7 @@ def _run_and_write(args: argparse.Namespace, device: str) -> int:
     plan = make_plan(
         device, quick=args.quick, dtype=getattr(torch, args.dtype),
         groups=_split(args.groups), backends=_split(args.backends),
-        repeats=args.repeats, warmup=args.warmup,
+        repeats=args.repeats, warmup=args.warmup, ops=_split(args.ops),
     )
     result = run(plan, command=getattr(args, "command_line", None))
     md = to_markdown(result)

@@ -71,6 +71,7 @@ class Plan:
     notes: dict[str, str] = field(default_factory=dict)
     memory_groups: tuple[str, ...] = ("gpu-delta", "gpu-mixers", "gpu-memory")
     skip: dict[str, str] = field(default_factory=dict)  # backend -> why unavailable
+    ops: list[str] | None = None  # run only cases whose op name contains one of these
 
     @property
     def bandwidth(self) -> bool:
@@ -81,7 +82,9 @@ class Plan:
 
     def cases(self) -> Iterator[C.Case]:
         for group in self.groups:
-            yield from getattr(self, "_" + group.replace("-", "_"))()
+            for case in getattr(self, "_" + group.replace("-", "_"))():
+                if self.ops is None or any(o in case.op for o in self.ops):
+                    yield case
 
     # ---- groups
 
@@ -212,8 +215,10 @@ class Plan:
                     if dtype == torch.float32:
                         if self.wants("eager"):
                             case.runners["eager"] = C._with_backend("eager", public)
-                        if self.wants("compile"):
+                        if self.wants("compile") and T >= 256:
                             case.runners["compile"] = C.compiled(C.fused_eager("delta_rule"))
+                        elif self.wants("compile"):
+                            case.skip["compile"] = "only at T ≥ 256 in this group (the target)"
                     if self.wants("triton"):
                         case.runners["triton"] = C._with_backend("triton", public)
                     if dtype == torch.bfloat16 and self.wants("fla"):
@@ -248,7 +253,8 @@ class Plan:
 
 def make_plan(device: str, quick: bool = False, dtype: torch.dtype = torch.float32,
               groups: list[str] | None = None, backends: list[str] | None = None,
-              repeats: int | None = None, warmup: int | None = None) -> Plan:
+              repeats: int | None = None, warmup: int | None = None,
+              ops: list[str] | None = None) -> Plan:
     """Resolve flags into a :class:`Plan`; backends that cannot run here are recorded as skipped."""
     known = GROUPS["cpu"] + GROUPS["cuda"]
     groups = list(groups or GROUPS[device])
@@ -286,4 +292,4 @@ def make_plan(device: str, quick: bool = False, dtype: torch.dtype = torch.float
     return Plan(device=device, dtype=dtype, quick=quick, groups=groups, backends=backends,
                 warmup=warmup if warmup is not None else default_warm,
                 repeats=repeats if repeats is not None else default_rep,
-                notes={g: NOTES.get(g, "") for g in groups}, skip=skip)
+                notes={g: NOTES.get(g, "") for g in groups}, skip=skip, ops=ops)

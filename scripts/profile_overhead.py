@@ -120,10 +120,20 @@ def main() -> None:
         P, Z = op(a, b)
         (P.sum() + Z.sum()).backward()
 
+    from mingru._launch._elementwise import plan_override
+
+    def chunked(fn):
+        def call():
+            with plan_override(strategy="chunked"):
+                fn()
+        return call
+
     rows = {"bare triton launch": launch, "autograd.Function x*2 fwd+bwd": twice,
             "linear_scan fwd": fwd, "linear_scan fwd+bwd (P,Z)": fwd_bwd,
             "linear_scan fwd+bwd (Z only)": fwd_bwd_z,
-            "custom op directly, fwd": op_fwd, "custom op directly, fwd+bwd": op_fwd_bwd}
+            "custom op directly, fwd": op_fwd, "custom op directly, fwd+bwd": op_fwd_bwd,
+            "linear_scan fwd, chunked plan": chunked(fwd),
+            "linear_scan fwd+bwd, chunked plan": chunked(fwd_bwd)}
     try:
         from accelerated_scan.scalar import scan as acc_scan
 

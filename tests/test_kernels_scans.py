@@ -289,7 +289,8 @@ def test_parallel_scan_log_underflowing_products(plan):
 def test_plan_chooses_by_program_count_and_never_by_t():
     from mingru_kernels._scan_common import plan
 
-    assert plan(16, 1024, 64)["strategy"] == "chunked"
+    assert plan(16, 1025, 64)["strategy"] == "chunked"
+    assert plan(16, 1024, 64)["strategy"] == "walk"  # 16 tiles: host cost of chunking dominates
     assert plan(16, 16384, 128)["strategy"] == "chunked"
     assert plan(1, 65536, 500)["strategy"] == "chunked"
     assert plan(8, 65536, 1536)["strategy"] == "walk"
@@ -299,7 +300,7 @@ def test_plan_chooses_by_program_count_and_never_by_t():
         for T in (1, 63, 64, 65, 1000, 65536, 100_003)
     }
     assert len(compiled) == 1  # T never reaches a compile-time constant
-    for T in (65, 1000, 100_003):
+    for T in (1025, 5000, 100_003):
         cfg = plan(1, T, 64)
         assert cfg["chunk_len"] % cfg["block_t"] == 0
         assert (cfg["n_chunks"] - 1) * cfg["chunk_len"] < T <= cfg["n_chunks"] * cfg["chunk_len"]
