@@ -13,7 +13,7 @@ import pytest
 
 import mingru_jax
 from mingru_jax.dispatch import use_backend
-from mingru_jax.scans import givens_recurrence
+from mingru_jax.scans import delta_rule, givens_recurrence
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -112,11 +112,72 @@ def test_triton_mode_really_runs_the_launcher(monkeypatch):
     assert calls == [1]
 
 
-@pytest.mark.parametrize("cls", ["GivensMinGRU", "RotationMinGRU"])
+def _delta_args(seed, T, nh, decay, h0, B=2, H=2, dk=4, dv=3):
+    ks = jax.random.split(jax.random.key(seed), 6)
+    k = jax.random.normal(ks[1], (B, T, nh, H, dk))
+    args = {
+        "q": jax.random.normal(ks[0], (B, T, H, dk)) / dk**0.5,
+        "k": k / jnp.linalg.norm(k, axis=-1, keepdims=True),
+        "v": jax.random.normal(ks[2], (B, T, nh, H, dv)),
+        "beta": 2 * jax.random.uniform(ks[3], (B, T, nh, H)),
+    }
+    if decay:
+        args["log_gamma"] = -jax.random.uniform(ks[4], (B, T, H), minval=0.01, maxval=1.0)
+    if h0:
+        args["h0"] = jax.random.normal(ks[5], (B, H, dk, dv))
+    return args
+
+
+def _delta_fn(names):
+    return lambda *xs: delta_rule(**dict(zip(names, xs, strict=True)), chunk_size=4)
+
+
+@pytest.mark.parametrize("T,nh,decay,h0", [(1, 2, True, True), (9, 1, False, False),
+                                           (9, 2, True, True), (9, 2, True, False),
+                                           (9, 1, False, True)])
+def test_delta_rule_matches_eager(T, nh, decay, h0):
+    """The delta-rule kernels (through the JAX launcher) against the JAX eager chunked form:
+    outputs (o, h_T) and gradients w.r.t. every present input, ragged last chunk included."""
+    args = _delta_args(T * 7 + nh, T, nh, decay, h0)
+    _check(_delta_fn(list(args)), tuple(args.values()))
+
+
+def test_delta_rule_under_jit_and_vmap():
+    args = _delta_args(11, 5, 2, True, True)
+    fn = _delta_fn(list(args))
+    _check(fn, tuple(args.values()), jit=True)
+    stacked = tuple(jnp.stack([x, 0.5 * x]) for x in args.values())
+    with use_backend("triton"):
+        out_k = jax.vmap(fn)(*stacked)
+    with use_backend("eager"):
+        out_e = jax.vmap(fn)(*stacked)
+    for x, y in zip(jax.tree.leaves(out_k), jax.tree.leaves(out_e), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-4)
+
+
+def test_delta_rule_auto_keeps_eager_until_measured(monkeypatch):
+    from mingru_jax._launch import delta_rule as L
+
+    args = _delta_args(12, 3, 1, False, False)
+    calls = []
+    real = L.run
+    monkeypatch.setattr(L, "run", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    with use_backend("triton"):
+        delta_rule(**args)
+    assert calls == [1]
+    assert L.unsupported_reason(*args.values()) is None
+    assert L.prefer_over_eager(*args.values()) is False
+    bad = dict(args, q=args["q"][:, :2])
+    with pytest.raises(ValueError, match="q must have shape"):
+        L.unsupported_reason(*bad.values())
+
+
+@pytest.mark.parametrize("cls", ["GivensMinGRU", "RotationMinGRU", "DeltaMinGRU"])
 def test_mixers_match_eager(cls):
     from flax import nnx
 
-    kwargs = dict(block_size=4, rounds=2) if cls == "GivensMinGRU" else {}
+    kwargs = {"GivensMinGRU": dict(block_size=4, rounds=2),
+              "DeltaMinGRU": dict(n_heads=2, nh=2)}.get(cls, {})
     model = getattr(mingru_jax, cls)(5, 8, rngs=nnx.Rngs(0), **kwargs)
     x = jax.random.normal(jax.random.key(1), (2, 7, 5))
     with use_backend("triton"):
@@ -134,6 +195,11 @@ class TestGPU:
     def _needs_jax_gpu(self):
         if mingru_jax.available() is not True or jax.default_backend() != "gpu":
             pytest.skip(f"jax-triton path unavailable: {mingru_jax.available()}")
+
+    @pytest.mark.parametrize("T", [1, 63, 1000])
+    def test_delta_rule(self, T):
+        args = _delta_args(T, T, 2, True, True, dk=16, dv=16)
+        _check(_delta_fn(list(args)), tuple(args.values()), jit=True)
 
     @pytest.mark.parametrize("op", OPS)
     @pytest.mark.parametrize("T,D", [(1, 3), (7, 5), (300, 33), (5000, 8)])

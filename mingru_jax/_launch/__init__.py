@@ -3,8 +3,7 @@
 ``LAUNCHERS`` maps an op name (``"parallel_scan_log"``, ``"linear_scan"``,
 ``"matrix_affine_scan"``, ``"givens_recurrence"``, ``"delta_rule"``) to the module that
 launches its kernel from ``mingru_kernels``. Importing this package never imports Triton or
-jax-triton; a launcher module is imported only when dispatch routes a call to it. The
-registry is empty until the jax-triton launchers land: until then every call runs eagerly.
+jax-triton; a launcher module is imported only when dispatch routes a call to it.
 
 Each launcher module provides (the same protocol as ``mingru._launch``):
 
@@ -21,4 +20,5 @@ LAUNCHERS: dict[str, str] = {
     "parallel_scan_log": "mingru_jax._launch.parallel_scan_log",
     "matrix_affine_scan": "mingru_jax._launch.matrix_affine_scan",
     "givens_recurrence": "mingru_jax._launch.givens_recurrence",
+    "delta_rule": "mingru_jax._launch.delta_rule",
 }

@@ -1,0 +1,250 @@
+"""jax-triton launcher for the delta rule (dispatch op ``delta_rule``; kernels in
+:mod:`mingru_kernels.delta_rule`, the same ones the PyTorch launcher runs).
+
+A ``jax.custom_vjp`` over the chunked-WY kernels: the forward runs ``fwd_prep`` (per chunk),
+``fwd_state`` (serial over chunks) and ``fwd_out``, and keeps the float32 chunk start states,
+chunk maps ``M`` and effective queries ``Qeff`` as residuals; the backward runs ``bwd_state``
+and ``bwd_grads``. See :mod:`mingru_jax._launch._common` for the GPU and interpreter routes.
+
+``prefer_over_eager`` is ``False`` until this route has been measured on a GPU: under ``auto``
+the op stays on the JAX eager chunked form; ``use_backend("triton")`` selects the kernels.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import triton
+import triton.language as tl
+from mingru_kernels import delta_rule as K
+
+from mingru_jax._launch import _common as U
+
+__all__ = ["prefer_over_eager", "run", "unsupported_reason"]
+
+_HALF = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+def _check_shapes(q, k, v, beta, log_gamma, h0) -> None:
+    if k.ndim != 5:
+        raise ValueError(f"delta_rule: k must have shape (B, T, nh, H, d_k); got {k.shape}")
+    B, T, nh, H, dk = k.shape
+    expected = {"q": (B, T, H, dk), "beta": (B, T, nh, H)}
+    if log_gamma is not None:
+        expected["log_gamma"] = (B, T, H)
+    got = {"q": q.shape, "beta": beta.shape}
+    if log_gamma is not None:
+        got["log_gamma"] = log_gamma.shape
+    for name, shape in expected.items():
+        if tuple(got[name]) != shape:
+            raise ValueError(f"delta_rule: {name} must have shape {shape}; got {tuple(got[name])}")
+    if v.ndim != 5 or tuple(v.shape[:4]) != (B, T, nh, H):
+        raise ValueError(f"delta_rule: v must have shape (B, T, nh, H, d_v) with "
+                         f"(B, T, nh, H) = {(B, T, nh, H)}; got {tuple(v.shape)}")
+    if h0 is not None and tuple(h0.shape) != (B, H, dk, v.shape[-1]):
+        raise ValueError(f"delta_rule: h0 must have shape {(B, H, dk, v.shape[-1])}; "
+                         f"got {tuple(h0.shape)}")
+
+
+def unsupported_reason(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64) -> str | None:
+    """Why the kernels cannot run this call, or ``None``; malformed shapes raise ``ValueError``."""
+    _check_shapes(q, k, v, beta, log_gamma, h0)
+    for name, x in (("q", q), ("k", k), ("v", v), ("beta", beta), ("log_gamma", log_gamma),
+                    ("h0", h0)):
+        if x is not None and (why := U.unsupported_dtype_or_device(x)) is not None:
+            return f"{name}: {why}"
+    B, T, nh, H, dk = k.shape
+    dv = v.shape[-1]
+    if min(B, T, H) == 0:
+        return "empty input (B, T or H is 0)"
+    if nh > K.MAX_NH:
+        return f"nh = {nh} > {K.MAX_NH} micro-steps per token"
+    if max(dk, dv) > K.MAX_HEAD_DIM:
+        return f"d_k = {dk}, d_v = {dv}: head sizes above {K.MAX_HEAD_DIM} are not served"
+    if B * H > 65535:
+        return f"B·H = {B * H} > 65535 (grid limit of the per-chunk kernels)"
+    return None
+
+
+def prefer_over_eager(*args, **kwargs) -> bool:
+    """``False``: this route has not been timed on a GPU yet, so ``auto`` keeps eager."""
+    return False
+
+
+def run(q, k, v, beta, log_gamma=None, h0=None, chunk_size: int = 64):
+    """``(o (B, T, H, d_v), h_T (B, H, d_k, d_v))`` on the Triton kernels, in ``q``'s dtype;
+    jit/grad/vmap-compatible. ``chunk_size`` (the eager twin's hint) is validated and otherwise
+    ignored: the kernels use their own chunk (see :mod:`mingru._launch.delta_rule`)."""
+    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be an int >= 1; got {chunk_size!r}")
+    return _op(q, k, v, beta, log_gamma, h0)
+
+
+# ----------------------------------------------------------------------------- adapters
+# jax-triton passes inputs, then runtime scalars, then outputs; these reorder parameters into
+# the kernels' own order and call them unchanged (inlined by Triton).
+
+
+@triton.jit
+def _fwd_prep(q, k, v, beta, lg, T, H, DK, DV, NC, m, n, qeff, ou,
+              NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
+              BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+              SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr,
+              PREC: tl.constexpr):
+    K.delta_fwd_prep_kernel(q, k, v, beta, lg, m, n, qeff, ou, T, H, DK, DV, NC,
+                            NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY, PREC)
+
+
+@triton.jit
+def _fwd_state(h0, m, n, DK, DV, NC, states, ht,
+               BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+               HAS_H0: tl.constexpr, PREC: tl.constexpr):
+    K.delta_fwd_state_kernel(h0, m, n, states, ht, DK, DV, NC, BK, BV, KS, VS, HAS_H0, PREC)
+
+
+@triton.jit
+def _fwd_out(qeff, ou, states, T, H, DV, NC, o,
+             C: tl.constexpr, CP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+             KS: tl.constexpr, PREC: tl.constexpr):
+    K.delta_fwd_out_kernel(qeff, ou, states, o, T, H, DV, NC, C, CP, BK, BV, KS, PREC)
+
+
+@triton.jit
+def _bwd_state(dht, do, m, qeff, T, H, DK, DV, NC, dstates, dh0,
+               C: tl.constexpr, CP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+               KS: tl.constexpr, VS: tl.constexpr, HAS_DHT: tl.constexpr,
+               HAS_H0: tl.constexpr, PREC: tl.constexpr):
+    K.delta_bwd_state_kernel(dht, do, m, qeff, dstates, dh0, T, H, DK, DV, NC,
+                             C, CP, BK, BV, KS, VS, HAS_DHT, HAS_H0, PREC)
+
+
+@triton.jit
+def _bwd_grads(q, k, v, beta, lg, states, dstates, do, T, H, DK, DV, NC,
+               dq, dk, dv, dbeta, dlg,
+               NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
+               BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+               SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr,
+               PREC: tl.constexpr):
+    K.delta_bwd_grads_kernel(q, k, v, beta, lg, states, dstates, do, dq, dk, dv, dbeta, dlg,
+                             T, H, DK, DV, NC,
+                             NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY, PREC)
+
+
+# ----------------------------------------------------------------------------- GPU route
+
+
+def _config(q, k, v) -> dict:
+    _, _, nh, _, dk = k.shape
+    return K.launch_config(nh, dk, v.shape[-1], half=jnp.dtype(q.dtype) in _HALF)
+
+
+def _gpu_forward(q, k, v, beta, log_gamma, h0):
+    B, T, nh, H, dk = k.shape
+    dv = v.shape[-1]
+    cfg = _config(q, k, v)
+    BH, nc = B * H, K.n_chunks(T, cfg)
+    shp = K.scratch_shapes(BH, T, cfg)
+    lg = q if log_gamma is None else log_gamma  # placeholders, never read
+    h0_in = q if h0 is None else h0
+    M, N, qeff, ou = U.gpu_call(
+        _fwd_prep, K.grid_chunks(T, BH, cfg), (q, k, v, beta, lg),
+        tuple(U.f32(shp[n]) for n in ("M", "N", "Qeff", "Ou")), (T, H, dk, dv, nc),
+        **K.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=log_gamma is not None),
+    )
+    states, h_T = U.gpu_call(
+        _fwd_state, K.grid_state(BH, cfg), (h0_in, M, N),
+        (U.f32(shp["states"]), jax.ShapeDtypeStruct((B, H, dk, dv), q.dtype)), (dk, dv, nc),
+        **K.launch_kwargs(cfg, "fwd_state", HAS_H0=h0 is not None),
+    )
+    (o,) = U.gpu_call(
+        _fwd_out, K.grid_chunks(T, BH, cfg), (qeff, ou, states),
+        (jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),), (T, H, dv, nc),
+        **K.launch_kwargs(cfg, "fwd_out"),
+    )
+    return o, h_T, states, M, qeff
+
+
+def _gpu_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T):
+    B, T, nh, H, dk = k.shape
+    dv = v.shape[-1]
+    cfg = _config(q, k, v)
+    BH, nc = B * H, K.n_chunks(T, cfg)
+    dummy = U.f32((1,))
+    dstates, dh0 = U.gpu_call(
+        _bwd_state, K.grid_state(BH, cfg), (q if dh_T is None else dh_T, do, M, qeff),
+        (U.f32(states.shape), dummy if h0 is None else U.like(h0)), (T, H, dk, dv, nc),
+        **K.launch_kwargs(cfg, "bwd_state", HAS_DHT=dh_T is not None, HAS_H0=h0 is not None),
+    )
+    lg = q if log_gamma is None else log_gamma
+    dq, dk_, dv_, dbeta, dlg = U.gpu_call(
+        _bwd_grads, K.grid_chunks(T, BH, cfg), (q, k, v, beta, lg, states, dstates, do),
+        (U.like(q), U.like(k), U.like(v), U.like(beta),
+         dummy if log_gamma is None else U.like(log_gamma)), (T, H, dk, dv, nc),
+        **K.launch_kwargs(cfg, "bwd_grads", HAS_DECAY=log_gamma is not None),
+    )
+    return dq, dk_, dv_, dbeta, dlg, dh0
+
+
+# ----------------------------------------------------------------------------- custom_vjp
+
+
+def _residual_specs(q, k, v):
+    B, T, _, H, _ = k.shape
+    shp = K.scratch_shapes(B * H, T, _config(q, k, v))
+    return tuple(U.f32(shp[n]) for n in ("states", "M", "Qeff"))
+
+
+@U.batched
+def _forward(q, k, v, beta, log_gamma, h0):
+    if U.on_gpu():
+        return _gpu_forward(q, k, v, beta, log_gamma, h0)
+    from mingru._launch.delta_rule import delta_rule_fwd
+
+    B, T, _, H, dk = k.shape
+    dv = v.shape[-1]
+    specs = (jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),
+             jax.ShapeDtypeStruct((B, H, dk, dv), q.dtype), *_residual_specs(q, k, v))
+    return U.host_call(lambda *xs: delta_rule_fwd(*xs, 0), specs, q, k, v, beta, log_gamma, h0)
+
+
+@U.batched
+def _backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T):
+    if U.on_gpu():
+        grads = _gpu_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T)
+    else:
+        from mingru._launch.delta_rule import delta_rule_bwd
+
+        # The torch op returns (dq, dk, dv, dβ, d log γ, dh0), empty placeholders when absent.
+        specs = (U.like(q), U.like(k), U.like(v), U.like(beta),
+                 U.f32((0,)) if log_gamma is None else U.like(log_gamma),
+                 U.f32((0,)) if h0 is None else U.like(h0))
+        grads = U.host_call(lambda *xs: delta_rule_bwd(*xs, 0), specs,
+                            q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T)
+    dq, dk, dv, dbeta, dlg, dh0 = grads
+    # Only present inputs get a gradient; the batch rule needs a leading B on every output.
+    return tuple(g for g in (dq, dk, dv, dbeta, None if log_gamma is None else dlg,
+                             None if h0 is None else dh0) if g is not None)
+
+
+@jax.custom_vjp
+def _op(q, k, v, beta, log_gamma, h0):
+    o, h_T, *_ = _forward(q, k, v, beta, log_gamma, h0)
+    return o, h_T
+
+
+def _op_fwd(q, k, v, beta, log_gamma, h0):
+    o, h_T, states, M, qeff = _forward(q, k, v, beta, log_gamma, h0)
+    return (o, h_T), (q, k, v, beta, log_gamma, h0, states, M, qeff)
+
+
+def _op_bwd(res, cts):
+    q, k, v, beta, log_gamma, h0, states, M, qeff = res
+    do, dh_T = cts
+    grads = iter(_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T))
+    dq, dk, dv, dbeta = (next(grads) for _ in range(4))
+    dlg = None if log_gamma is None else next(grads)
+    dh0 = None if h0 is None else next(grads)
+    return dq, dk, dv, dbeta, dlg, dh0
+
+
+_op.defvjp(_op_fwd, _op_bwd)
