@@ -59,7 +59,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backends", default=None,
                    help="comma-separated backends (default: all that can run): "
                         "loop,eager,compile,triton,jax,jax-triton,accelerated_scan,fla")
-    p.add_argument("--repeats", type=int, default=None, help="timed repeats on CPU (median)")
+    p.add_argument("--timer", choices=("events", "wall"), default="events",
+                   help="on CUDA: 'events' times PyTorch with triton.testing.do_bench (JAX is "
+                        "always timed by wall clock); 'wall' times every backend by wall clock "
+                        "with a device sync per call, so PyTorch and JAX rows compare directly")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed repeats for wall-clock timing (median)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up calls on CPU")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's default)")
@@ -90,6 +95,7 @@ def _run_and_write(args: argparse.Namespace, device: str) -> int:
         groups=_split(args.groups), backends=_split(args.backends),
         repeats=args.repeats, warmup=args.warmup, ops=_split(args.ops),
     )
+    plan.timer = args.timer
     result = run(plan, command=getattr(args, "command_line", None))
     md = to_markdown(result)
     print(md)
@@ -152,6 +158,13 @@ def time_call(fn: Callable[[], Any], device: str, warmup: int, repeats: int,
         _sync(device)
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+def _timer_name(plan: Plan) -> str:
+    if plan.device != "cuda" or plan.timer == "wall":
+        return "time.perf_counter with a device sync per call (median), every backend"
+    return ("triton.testing.do_bench (median) for PyTorch; wall clock around "
+            "block_until_ready for JAX")
 
 
 def copy_bandwidth(device: str, repeats: int = 5) -> float:
@@ -276,7 +289,8 @@ def _time_backend(case: C.Case, plan: Plan, mode: str, backend: str, runner: Any
         call = _fwd_bwd(run, xs, case.module)
         call()
     _sync(plan.device)
-    out["ms"] = time_call(call, plan.device, plan.warmup, plan.repeats)
+    out["ms"] = time_call(call, plan.device, plan.warmup, plan.repeats,
+                          wall=plan.timer == "wall")
     if case.flops.get(mode) and out["ms"]:
         out["tflops"] = case.flops[mode] / (out["ms"] * 1e-3) / 1e12
     if plan.device == "cuda" and case.group in plan.memory_groups:
@@ -328,8 +342,7 @@ def run(plan: Plan, command: str | None = None) -> dict[str, Any]:
         "settings": {"device": plan.device, "dtype": str(plan.dtype).replace("torch.", ""),
                      "quick": plan.quick, "warmup": plan.warmup, "repeats": plan.repeats,
                      "groups": plan.groups, "backends": plan.backends,
-                     "timer": "triton.testing.do_bench (median)" if plan.device == "cuda"
-                     else "time.perf_counter (median)"},
+                     "timer": _timer_name(plan)},
         "copy_bandwidth_GBps": bandwidth / 1e9 if bandwidth else None,
         "seconds": round(time.perf_counter() - started, 1),
         "group_notes": {g: plan.notes.get(g, "") for g in plan.groups},

@@ -72,6 +72,7 @@ class Plan:
     memory_groups: tuple[str, ...] = ("gpu-delta", "gpu-mixers", "gpu-memory")
     skip: dict[str, str] = field(default_factory=dict)  # backend -> why unavailable
     ops: list[str] | None = None  # run only cases whose op name contains one of these
+    timer: str = "events"  # CUDA: "events" (do_bench for PyTorch) or "wall" (every backend)
 
     @property
     def bandwidth(self) -> bool:
