@@ -11,7 +11,8 @@ import contextlib
 import contextvars
 import functools
 import os
-from collections.abc import Iterator
+import types
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -69,36 +70,54 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def make_plan(x: torch.Tensor) -> dict[str, int | str]:
-    """The launch plan for a ``(B, T, D)`` scan input ``x`` on its device.
+def make_plan(x: torch.Tensor) -> Mapping[str, int | str]:
+    """The launch plan for a ``(B, T, D)`` scan input ``x`` on its device (read-only).
 
     Called inside the custom ops' real implementations (never while ``torch.compile``
-    traces), so :func:`plan_override` and the device query stay out of the graph.
+    traces), so :func:`plan_override` and the device query stay out of the graph. Plans are
+    cached per shape, device and override: planning is pure Python on the hot path of every
+    call.
     """
-    kwargs = dict(_overrides.get() or {})
+    overrides = _overrides.get()
+    n_sm = 0
     if x.is_cuda:
         index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-        kwargs["n_sm"] = _sm_count(index)
+        n_sm = _sm_count(index)
     B, T, D = x.shape
-    return C.plan(B, T, D, **kwargs)
+    return _cached_plan(B, T, D, n_sm, tuple(sorted(overrides.items())) if overrides else ())
 
 
-def _poison() -> bool:
-    # NaN-filled outputs make any element a kernel forgets to write fail the tests. Off in
-    # production on GPU: the fill would cost one more pass over memory.
+@functools.lru_cache(maxsize=1024)
+def _cached_plan(B: int, T: int, D: int, n_sm: int,
+                 overrides: tuple[tuple[str, Any], ...]) -> Mapping[str, int | str]:
+    kwargs = dict(overrides)
+    if n_sm:
+        kwargs["n_sm"] = n_sm
+    return types.MappingProxyType(C.plan(B, T, D, **kwargs))
+
+
+def poison() -> bool:
+    """Whether to NaN-fill outputs and scratch before launches: in interpreter mode and with
+    ``MINGRU_POISON_OUTPUTS=1``. Any element a kernel forgets to write then fails the tests.
+    Off in production on GPU: the fill would cost one more pass over memory."""
     return interpreter_mode() or os.environ.get("MINGRU_POISON_OUTPUTS", "") == "1"
 
 
-def new_tensor(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """An uninitialised output or scratch tensor (NaN-poisoned in interpreter/debug mode)."""
-    if _poison():
+def new_tensor(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
+               poisoned: bool | None = None) -> torch.Tensor:
+    """An uninitialised output or scratch tensor, NaN-filled when ``poisoned`` (default:
+    :func:`poison`)."""
+    if poison() if poisoned is None else poisoned:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     return torch.empty(shape, dtype=dtype, device=device)
 
 
-def scratch(B: int, cfg: dict[str, int | str], D: int, device: torch.device) -> torch.Tensor:
-    """One fp32 ``(B, n_chunks, D)`` buffer of chunk maps or carries."""
-    return new_tensor((B, int(cfg["n_chunks"]), D), torch.float32, device)
+def scratch(n: int, B: int, cfg: Mapping[str, int | str], D: int,
+            device: torch.device) -> tuple[torch.Tensor, ...]:
+    """``n`` fp32 ``(B, n_chunks, D)`` buffers of chunk maps or carries, carved out of one
+    allocation (one allocator call instead of ``n``)."""
+    block = new_tensor((n, B, int(cfg["n_chunks"]), D), torch.float32, device)
+    return block.unbind(0)
 
 
 def device_guard(x: torch.Tensor) -> contextlib.AbstractContextManager[Any]:
@@ -106,7 +125,7 @@ def device_guard(x: torch.Tensor) -> contextlib.AbstractContextManager[Any]:
     return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
 
-def launch_kwargs(cfg: dict[str, int | str]) -> dict[str, int]:
+def launch_kwargs(cfg: Mapping[str, int | str]) -> dict[str, int]:
     """Compile-time block sizes, warps (and pipelining stages if set) for the scan kernels."""
     kw = dict(BLOCK_T=int(cfg["block_t"]), BLOCK_D=int(cfg["block_d"]),
               num_warps=int(cfg["num_warps"]))
@@ -115,6 +134,6 @@ def launch_kwargs(cfg: dict[str, int | str]) -> dict[str, int]:
     return kw
 
 
-def carry_kwargs(cfg: dict[str, int | str]) -> dict[str, int]:
+def carry_kwargs(cfg: Mapping[str, int | str]) -> dict[str, int]:
     """Compile-time sizes for the carry pass (phase 2)."""
     return dict(BLOCK_N=C.BLOCK_N, BLOCK_D=int(cfg["block_d"]), num_warps=int(cfg["num_warps"]))

@@ -40,8 +40,7 @@ def _forward(a, b, P, Z, cfg) -> None:
         if cfg["strategy"] == "walk":
             K.linear_scan_fwd_kernel[grid](a, b, P, Z, P, Z, *dims, MODE=K.WALK, **kw)
             return
-        sa, sb = E.scratch(B, cfg, D, a.device), E.scratch(B, cfg, D, a.device)
-        ca, cb = E.scratch(B, cfg, D, a.device), E.scratch(B, cfg, D, a.device)
+        sa, sb, ca, cb = E.scratch(4, B, cfg, D, a.device)
         K.linear_scan_fwd_kernel[grid](a, b, P, Z, sa, sb, *dims, MODE=K.SUMMARY, **kw)
         K.linear_carry_kernel[K.carry_grid(cfg, B)](
             sa, sb, sb, ca, cb, cb, n_chunks, D, n_dblk,
@@ -63,8 +62,7 @@ def _backward(a, P, Z, dP, dZ, da, db, cfg) -> None:
                 a, P, Z, dP, dZ, da, db, da, da, da, *dims, MODE=K.WALK, HAS_DP=has_dp, **kw
             )
             return
-        sc, sg, sgp = (E.scratch(B, cfg, D, a.device) for _ in range(3))
-        cg, cgp = E.scratch(B, cfg, D, a.device), E.scratch(B, cfg, D, a.device)
+        sc, sg, sgp, cg, cgp = E.scratch(5, B, cfg, D, a.device)
         K.linear_scan_bwd_kernel[grid](
             a, P, Z, dP, dZ, da, db, sc, sg, sgp, *dims, MODE=K.SUMMARY, HAS_DP=has_dp, **kw
         )
@@ -80,8 +78,9 @@ def _backward(a, P, Z, dP, dZ, da, db, cfg) -> None:
 def _fwd_impl(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     a, b = a.contiguous(), b.contiguous()
     cfg = E.make_plan(a)
-    P = E.new_tensor(a.shape, a.dtype, a.device)
-    Z = E.new_tensor(a.shape, a.dtype, a.device)
+    poisoned = E.poison()
+    P = E.new_tensor(a.shape, a.dtype, a.device, poisoned)
+    Z = E.new_tensor(a.shape, a.dtype, a.device, poisoned)
     _forward(a, b, P, Z, cfg)
     return P, Z
 
@@ -91,8 +90,9 @@ def _bwd_impl(a, P, Z, dP, dZ) -> tuple[torch.Tensor, torch.Tensor]:
     cfg = E.make_plan(a)
     dZ = torch.zeros_like(Z) if dZ is None else dZ.contiguous()
     dP = None if dP is None else dP.contiguous()
-    da = E.new_tensor(a.shape, a.dtype, a.device)
-    db = E.new_tensor(a.shape, a.dtype, a.device)
+    poisoned = E.poison()
+    da = E.new_tensor(a.shape, a.dtype, a.device, poisoned)
+    db = E.new_tensor(a.shape, a.dtype, a.device, poisoned)
     _backward(a, P.contiguous(), Z.contiguous(), dP, dZ, da, db, cfg)
     return da, db
 

@@ -42,7 +42,7 @@ def _forward(la, lv, h, cfg) -> None:
         if cfg["strategy"] == "walk":
             K.log_scan_fwd_kernel[grid](la, lv, h, h, h, *dims, MODE=K.WALK, **kw)
             return
-        sA, sL, cL = (E.scratch(B, cfg, D, la.device) for _ in range(3))
+        sA, sL, cL = E.scratch(3, B, cfg, D, la.device)
         K.log_scan_fwd_kernel[grid](la, lv, h, sA, sL, *dims, MODE=K.SUMMARY, **kw)
         K.log_carry_kernel[K.carry_grid(cfg, B)](
             sA, sL, lv, cL, T, n_chunks, D, n_dblk, **E.carry_kwargs(cfg)
@@ -60,7 +60,7 @@ def _backward(la, lv, h, dh, dla, dlv, cfg) -> None:
             K.log_scan_bwd_kernel[grid](la, lv, h, dh, dla, dlv, dla, dla, *dims,
                                         MODE=K.WALK, **kw)
             return
-        sc, sg, cg = (E.scratch(B, cfg, D, la.device) for _ in range(3))
+        sc, sg, cg = E.scratch(3, B, cfg, D, la.device)
         K.log_scan_bwd_kernel[grid](la, lv, h, dh, dla, dlv, sc, sg, *dims,
                                     MODE=K.SUMMARY, **kw)
         K.linear_carry_kernel[K.carry_grid(cfg, B)](
@@ -82,8 +82,9 @@ def _fwd_impl(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tenso
 def _bwd_impl(log_coeffs, log_values, h, dh) -> tuple[torch.Tensor, torch.Tensor]:
     la, lv = log_coeffs.contiguous(), log_values.contiguous()
     cfg = E.make_plan(la)
-    dla = E.new_tensor(la.shape, la.dtype, la.device)
-    dlv = E.new_tensor(lv.shape, lv.dtype, lv.device)
+    poisoned = E.poison()
+    dla = E.new_tensor(la.shape, la.dtype, la.device, poisoned)
+    dlv = E.new_tensor(lv.shape, lv.dtype, lv.device, poisoned)
     _backward(la, lv, h.contiguous(), dh.contiguous(), dla, dlv, cfg)
     return dla, dlv
 
