@@ -1,0 +1,131 @@
+"""Launch metadata of the delta-rule kernels (:mod:`mingru_kernels.delta_rule`): tile sizes,
+the per-kernel constexprs and launch settings, chunk counts, scratch shapes and grids.
+
+Pure Python (no triton, torch or jax import), shared by the PyTorch launcher
+(``mingru._launch.delta_rule``) and the JAX launcher (``mingru_jax._launch.delta_rule``);
+re-exported by :mod:`mingru_kernels.delta_rule`, so a launcher needs one import per op.
+Nothing here depends on ``T`` except the runtime chunk count and grid sizes.
+"""
+
+SUB = 16
+"""Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
+
+KS = 16
+"""Slice of ``d_k`` rows/columns per partial product when contracting over ``d_k``."""
+
+VS = 16
+"""Slice of ``d_v`` columns handled at a time (value side of a chunk, state programs)."""
+
+MAX_NH = 64
+"""Largest ``nh`` served (a chunk must hold at least one token's micro-steps)."""
+
+MAX_HEAD_DIM = 128
+"""Largest ``d_k`` / ``d_v`` served (register budget of the per-chunk tiles)."""
+
+DEFAULT_MICRO_CHUNK = 32
+"""Micro-steps per chunk ``LP`` when not overridden (16, 32 or 64; larger when ``nh`` needs).
+Compiled for sm_90, ``LP = 16`` and ``32`` fit the registers with float32 ``"ieee"`` dots
+(tens to hundreds of bytes of spill in the backward); ``LP = 64`` spills tens of KB there and
+only suits tensor-core precisions. The right choice per shape is a GPU measurement."""
+
+DOT_PRECISION = "ieee"
+"""``tl.dot`` precision with float32 inputs: exact float32 products, no TF32."""
+
+HALF_DOT_PRECISION = "tf32"
+"""``tl.dot`` precision with bfloat16/float16 inputs: the float32 intermediates are still
+multiplied more precisely than the inputs are stored (10- vs 7/10-bit mantissas)."""
+
+KERNEL_CONSTEXPRS = {
+    "fwd_prep": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC"),
+    "fwd_state": ("BK", "BV", "KS", "VS", "PREC"),
+    "fwd_out": ("C", "CP", "BK", "BV", "KS", "PREC"),
+    "bwd_state": ("C", "CP", "BK", "BV", "KS", "VS", "PREC"),
+    "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC"),
+}
+"""The constexpr parameters each kernel takes from :func:`launch_config`."""
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def block_size(n: int) -> int:
+    """Padded tile width for a head dimension: a power of two, at least 16."""
+    return max(16, _next_pow2(n))
+
+
+def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: int = 0,
+                  blocked: bool | None = None) -> dict:
+    """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
+
+    ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``).
+    ``micro_chunk`` (``LP``, micro-steps per chunk; 0 = default) must be 16, 32 or 64 and at
+    least ``nh``; a chunk holds ``C = LP // nh`` whole tokens. ``blocked`` picks the blocked
+    triangular inverse (default: when ``LP > 32``). Returns ``NH, C, LP, CP, BK, BV, KS, VS,
+    SUB, BLOCKED, PREC`` and per-kernel ``warps`` / ``stages``.
+    """
+    if not 1 <= nh <= MAX_NH:
+        raise ValueError(f"nh must be in [1, {MAX_NH}]; got {nh}")
+    lp = micro_chunk or max(DEFAULT_MICRO_CHUNK, _next_pow2(nh))
+    if lp not in (16, 32, 64) or lp < nh:
+        raise ValueError(f"micro_chunk must be 16, 32 or 64 and >= nh ({nh}); got {lp}")
+    bk, bv = block_size(dk), block_size(dv)
+    chunk_warps = 4 if lp * max(bk, bv) < 2048 else 8
+    return {
+        "NH": nh,
+        "C": lp // nh,
+        "LP": lp,
+        "CP": max(16, _next_pow2(lp // nh)),
+        "BK": bk,
+        "BV": bv,
+        "KS": min(KS, bk),
+        "VS": min(VS, bv),
+        "SUB": SUB,
+        "BLOCKED": (lp > 32 if blocked is None else bool(blocked)) and lp > SUB,
+        "PREC": HALF_DOT_PRECISION if half else DOT_PRECISION,
+        "warps": {"fwd_prep": chunk_warps, "fwd_state": 4, "fwd_out": 4, "bwd_state": 4,
+                  "bwd_grads": chunk_warps},
+        # The state kernels re-read what they just stored: no software pipelining there.
+        "stages": {"fwd_prep": 2, "fwd_state": 1, "fwd_out": 2, "bwd_state": 1,
+                   "bwd_grads": 2},
+    }
+
+
+def launch_kwargs(cfg: dict, kernel: str, **flags) -> dict:
+    """Keyword arguments for launching ``kernel`` (a key of ``KERNEL_CONSTEXPRS``):
+    its constexprs from ``cfg``, the given flags (``HAS_DECAY`` ...), warps and stages."""
+    out = {n: cfg[n] for n in KERNEL_CONSTEXPRS[kernel]}
+    out.update(flags)
+    out["num_warps"] = cfg["warps"][kernel]
+    out["num_stages"] = cfg["stages"][kernel]
+    return out
+
+
+def n_chunks(T: int, cfg: dict) -> int:
+    """Number of chunks for a sequence of ``T`` tokens."""
+    return -(-T // cfg["C"])
+
+
+def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
+    """Float32 scratch shapes: ``states (BH, NC, BK, BV)``, ``M (BH, NC, BK, BK)``,
+    ``N (BH, NC, BK, BV)``, ``Qeff (BH, NC, CP, BK)``, ``Ou (BH, NC, CP, BV)``;
+    ``dstates`` has the shape of ``states``."""
+    nc = n_chunks(T, cfg)
+    bk, bv, cp = cfg["BK"], cfg["BV"], cfg["CP"]
+    return {
+        "states": (BH, nc, bk, bv),
+        "M": (BH, nc, bk, bk),
+        "N": (BH, nc, bk, bv),
+        "Qeff": (BH, nc, cp, bk),
+        "Ou": (BH, nc, cp, bv),
+    }
+
+
+def grid_chunks(T: int, BH: int, cfg: dict) -> tuple:
+    """Grid of the per-chunk kernels (``fwd_prep``, ``fwd_out``, ``bwd_grads``): ``(NC, B·H)``."""
+    return (n_chunks(T, cfg), BH)
+
+
+def grid_state(BH: int, cfg: dict) -> tuple:
+    """Grid of the serial-over-chunks kernels: one program per ``(b, h)`` and ``VS`` columns."""
+    return (BH, cfg["BV"] // cfg["VS"])
