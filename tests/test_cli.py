@@ -198,6 +198,24 @@ def test_bench_quick_cpu_writes_json_and_markdown(tmp_path, capsys):
     assert res["environment"]["cpu_count"] == os.cpu_count()
 
 
+def test_bench_ops_filter_and_wall_timer(tmp_path):
+    out = tmp_path / "bench"
+    assert main(["bench", "--device", "cpu", "--quick", "--groups", "cpu-scans",
+                 "--backends", "eager", "--ops", "linear_scan,log", "--timer", "wall",
+                 "--repeats", "1", "--warmup", "1", "--out", str(out)]) == 0
+    res = json.loads((out / "bench.json").read_text())
+    assert {r["op"] for r in res["rows"] if "ms" in r} == {"linear_scan", "parallel_scan_log"}
+    assert res["settings"]["timer"].startswith("time.perf_counter")
+
+
+def test_delta_rule_flop_count():
+    # Recurrent form: per token, head and micro-step kᵀH and the rank-1 update (4·dk·dv),
+    # plus the read-out qᵀH (2·dk·dv) per token and head.
+    flops = bench_cases.delta_rule_flops(B=2, T=3, heads=4, nh=2, dk=5, dv=7)
+    assert flops["fwd"] == 2 * 3 * 4 * (2 * 4 * 5 * 7 + 2 * 5 * 7)
+    assert flops["fwd+bwd"] == 3 * flops["fwd"]
+
+
 def test_bench_rejects_gpu_groups_on_cpu(capsys):
     assert main(["bench", "--device", "cpu", "--groups", "gpu-scans", "--out", "unused"]) == 1
     assert "needs --device cuda" in capsys.readouterr().err

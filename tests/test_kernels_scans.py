@@ -313,6 +313,21 @@ def test_plan_chooses_by_program_count_and_never_by_t():
         plan(1, 100, 8, strategy="serial")
 
 
+def test_launcher_plan_is_cached_per_shape_and_override():
+    from mingru._launch import _elementwise as E
+
+    x = torch.zeros(2, 100, 8)
+    walk = E.make_plan(x)
+    assert walk["strategy"] == "walk" and E.make_plan(x) is walk  # cached
+    with E.plan_override(strategy="chunked", block_t=16, chunk_len=32):
+        chunked = E.make_plan(x)
+    assert chunked["strategy"] == "chunked" and chunked["chunk_len"] == 32
+    assert E.make_plan(x) is walk
+    with pytest.raises(TypeError):
+        walk["strategy"] = "chunked"  # shared between calls: read-only
+    assert len(E.scratch(3, 2, chunked, 8, x.device)) == 3
+
+
 def test_unsupported_reasons():
     from mingru._launch import linear_scan as L
     from mingru._launch import parallel_scan_log as G
