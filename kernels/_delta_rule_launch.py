@@ -45,6 +45,20 @@ KERNEL_CONSTEXPRS = {
 """The constexpr parameters each kernel takes from :func:`launch_config`."""
 
 
+def unsupported_size(B: int, T: int, nh: int, H: int, dk: int, dv: int) -> str | None:
+    """Why the kernels cannot serve these sizes (the frontends' ``unsupported_reason``
+    adds dtype and device), or ``None``."""
+    if min(B, T, H) == 0:
+        return "empty input (B, T or H is 0)"
+    if nh > MAX_NH:
+        return f"nh = {nh} > {MAX_NH} micro-steps per token"
+    if max(dk, dv) > MAX_HEAD_DIM:
+        return f"d_k = {dk}, d_v = {dv}: head sizes above {MAX_HEAD_DIM} are not served"
+    if B * H > 65535:
+        return f"B·H = {B * H} > 65535 (grid limit of the per-chunk kernels)"
+    return None
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 

@@ -59,6 +59,7 @@ from mingru_kernels._delta_rule_launch import (  # noqa: F401
     launch_kwargs,
     n_chunks,
     scratch_shapes,
+    unsupported_size,
 )
 
 # Sums are spelled ``tl.reduce(x, axis, _sum_combine)`` / ``tl.associative_scan(...)``: the

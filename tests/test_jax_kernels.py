@@ -142,17 +142,22 @@ def test_delta_rule_matches_eager(T, nh, decay, h0):
     _check(_delta_fn(list(args)), tuple(args.values()))
 
 
-def test_delta_rule_under_jit_and_vmap():
-    args = _delta_args(11, 5, 2, True, True)
-    fn = _delta_fn(list(args))
-    _check(fn, tuple(args.values()), jit=True)
-    stacked = tuple(jnp.stack([x, 0.5 * x]) for x in args.values())
+def _check_vmap(fn, args):
+    """``jax.vmap`` over a leading axis of 2: kernels vs eager."""
+    stacked = tuple(jnp.stack([x, 0.5 * x]) for x in args)
     with use_backend("triton"):
         out_k = jax.vmap(fn)(*stacked)
     with use_backend("eager"):
         out_e = jax.vmap(fn)(*stacked)
     for x, y in zip(jax.tree.leaves(out_k), jax.tree.leaves(out_e), strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-4)
+
+
+def test_delta_rule_under_jit_and_vmap():
+    args = _delta_args(11, 5, 2, True, True)
+    fn = _delta_fn(list(args))
+    _check(fn, tuple(args.values()), jit=True)
+    _check_vmap(fn, tuple(args.values()))
 
 
 def test_delta_rule_auto_keeps_eager_until_measured(monkeypatch):
@@ -210,10 +215,4 @@ class TestGPU:
 
     def test_vmap(self):
         fn, args = _cases(5, 200, 3)["matrix_affine_scan"]
-        stacked = tuple(jnp.stack([x, 0.5 * x]) for x in args)
-        with use_backend("triton"):
-            out_k = jax.vmap(fn)(*stacked)
-        with use_backend("eager"):
-            out_e = jax.vmap(fn)(*stacked)
-        for x, y in zip(jax.tree.leaves(out_k), jax.tree.leaves(out_e), strict=True):
-            np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-4)
+        _check_vmap(fn, args)

@@ -104,17 +104,7 @@ def unsupported_reason(
                     ("h0", h0)):
         if t is not None and t.dtype not in _DTYPES:
             return f"{name} has dtype {t.dtype}; the kernels take float32, bfloat16 or float16"
-    B, T, nh, H, dk = k.shape
-    dv = v.shape[-1]
-    if T == 0 or B == 0 or H == 0:
-        return "empty input (B, T or H is 0)"
-    if nh > K.MAX_NH:
-        return f"nh = {nh} > {K.MAX_NH} micro-steps per token"
-    if max(dk, dv) > K.MAX_HEAD_DIM:
-        return f"d_k = {dk}, d_v = {dv}: head sizes above {K.MAX_HEAD_DIM} are not served"
-    if B * H > 65535:
-        return f"B·H = {B * H} > 65535 (grid limit of the per-chunk kernels)"
-    return None
+    return K.unsupported_size(*k.shape, v.shape[-1])
 
 
 def prefer_over_eager(*args, **kwargs) -> bool:

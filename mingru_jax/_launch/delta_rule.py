@@ -53,17 +53,7 @@ def unsupported_reason(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64) ->
                     ("h0", h0)):
         if x is not None and (why := U.unsupported_dtype_or_device(x)) is not None:
             return f"{name}: {why}"
-    B, T, nh, H, dk = k.shape
-    dv = v.shape[-1]
-    if min(B, T, H) == 0:
-        return "empty input (B, T or H is 0)"
-    if nh > K.MAX_NH:
-        return f"nh = {nh} > {K.MAX_NH} micro-steps per token"
-    if max(dk, dv) > K.MAX_HEAD_DIM:
-        return f"d_k = {dk}, d_v = {dv}: head sizes above {K.MAX_HEAD_DIM} are not served"
-    if B * H > 65535:
-        return f"B·H = {B * H} > 65535 (grid limit of the per-chunk kernels)"
-    return None
+    return K.unsupported_size(*k.shape, v.shape[-1])
 
 
 def prefer_over_eager(*args, **kwargs) -> bool:
