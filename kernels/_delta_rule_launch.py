@@ -7,6 +7,8 @@ re-exported by :mod:`mingru_kernels.delta_rule`, so a launcher needs one import 
 Nothing here depends on ``T`` except the runtime chunk count and grid sizes.
 """
 
+from typing import Any
+
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
 
@@ -43,6 +45,30 @@ KERNEL_CONSTEXPRS = {
     "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC"),
 }
 """The constexpr parameters each kernel takes from :func:`launch_config`."""
+
+
+def _shape_error(name: str, x: Any, expected: str) -> ValueError:
+    return ValueError(f"delta_rule: {name} must have shape {expected}; got {tuple(x.shape)}")
+
+
+def check_shapes(q: Any, k: Any, v: Any, beta: Any, log_gamma: Any = None,
+                 h0: Any = None) -> None:
+    """Raise ``ValueError`` naming the argument whose shape does not fit ``k (B, T, nh, H,
+    d_k)``. Framework-free (reads ``.shape`` only): both frontends' launchers call it."""
+    if len(k.shape) != 5:
+        raise _shape_error("k", k, "(B, T, nh, H, d_k)")
+    B, T, nh, H, dk = tuple(k.shape)
+    if tuple(q.shape) != (B, T, H, dk):
+        raise _shape_error("q", q, f"(B, T, H, d_k) = {(B, T, H, dk)}")
+    if len(v.shape) != 5 or tuple(v.shape[:4]) != (B, T, nh, H):
+        raise _shape_error("v", v, f"(B, T, nh, H, d_v) with (B, T, nh, H) = {(B, T, nh, H)}")
+    dv = v.shape[4]
+    if tuple(beta.shape) != (B, T, nh, H):
+        raise _shape_error("beta", beta, f"(B, T, nh, H) = {(B, T, nh, H)}")
+    if log_gamma is not None and tuple(log_gamma.shape) != (B, T, H):
+        raise _shape_error("log_gamma", log_gamma, f"(B, T, H) = {(B, T, H)}")
+    if h0 is not None and tuple(h0.shape) != (B, H, dk, dv):
+        raise _shape_error("h0", h0, f"(B, H, d_k, d_v) = {(B, H, dk, dv)}")
 
 
 def unsupported_size(B: int, T: int, nh: int, H: int, dk: int, dv: int) -> str | None:

@@ -53,6 +53,7 @@ from mingru_kernels._delta_rule_launch import (  # noqa: F401
     MAX_HEAD_DIM,
     MAX_NH,
     block_size,
+    check_shapes,
     grid_chunks,
     grid_state,
     launch_config,

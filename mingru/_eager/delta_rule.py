@@ -36,6 +36,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mingru._spec import positive_int
+
 
 def _pad_time(x: torch.Tensor, total: int) -> torch.Tensor:
     """Zero-pad dim 1 to ``total``; padded tokens then act as identity steps (β = 0, γ = 1)."""
@@ -67,8 +69,7 @@ def delta_rule_eager(
         >>> o.shape, hT.shape
         (torch.Size([2, 9, 3, 5]), torch.Size([2, 3, 4, 5]))
     """
-    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be an int >= 1; got {chunk_size!r}")
+    positive_int(chunk_size, "chunk_size")
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
     dtype, device = q.dtype, q.device

@@ -23,6 +23,7 @@ from mingru_kernels import delta_rule as K
 from torch import Tensor
 
 from mingru._launch._op import dual_entry
+from mingru._spec import positive_int
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
@@ -43,10 +44,6 @@ def _empty(shape, dtype, device) -> torch.Tensor:
 # --- argument checks -----------------------------------------------------------------------
 
 
-def _shape_error(name: str, t: torch.Tensor, expected: str) -> ValueError:
-    return ValueError(f"delta_rule: {name} must have shape {expected}; got {tuple(t.shape)}")
-
-
 def check_args(
     q: Tensor,
     k: Tensor,
@@ -64,22 +61,8 @@ def check_args(
             raise TypeError(f"delta_rule: {name} must be a torch.Tensor; got {type(t).__name__}")
         if not t.is_floating_point():
             raise TypeError(f"delta_rule: {name} must be a floating tensor; got {t.dtype}")
-    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be an int >= 1; got {chunk_size!r}")
-    if k.ndim != 5:
-        raise _shape_error("k", k, "(B, T, nh, H, d_k)")
-    B, T, nh, H, dk = k.shape
-    if q.shape != (B, T, H, dk):
-        raise _shape_error("q", q, f"(B, T, H, d_k) = {(B, T, H, dk)}")
-    if v.ndim != 5 or v.shape[:4] != (B, T, nh, H):
-        raise _shape_error("v", v, f"(B, T, nh, H, d_v) with (B, T, nh, H) = {(B, T, nh, H)}")
-    dv = v.shape[4]
-    if beta.shape != (B, T, nh, H):
-        raise _shape_error("beta", beta, f"(B, T, nh, H) = {(B, T, nh, H)}")
-    if log_gamma is not None and log_gamma.shape != (B, T, H):
-        raise _shape_error("log_gamma", log_gamma, f"(B, T, H) = {(B, T, H)}")
-    if h0 is not None and h0.shape != (B, H, dk, dv):
-        raise _shape_error("h0", h0, f"(B, H, d_k, d_v) = {(B, H, dk, dv)}")
+    positive_int(chunk_size, "chunk_size")
+    K.check_shapes(q, k, v, beta, log_gamma, h0)
     devices = {t.device for _, t in named}
     if len(devices) > 1:
         raise ValueError(f"delta_rule: all tensors must be on one device; got {sorted(map(str, devices))}")

@@ -34,6 +34,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from mingru._spec import positive_int
 from mingru_jax._eager.affine_scan import matrix_affine_scan_eager
 
 __all__ = ["delta_rule_eager"]
@@ -71,8 +72,7 @@ def delta_rule_eager(
         >>> o.shape, hT.shape
         ((2, 9, 3, 5), (2, 3, 4, 5))
     """
-    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be an int >= 1; got {chunk_size!r}")
+    positive_int(chunk_size, "chunk_size")
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
     dtype = q.dtype

@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 from mingru_kernels import delta_rule as K
 
+from mingru._spec import positive_int
 from mingru_jax._launch import _common as U
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
@@ -25,30 +26,9 @@ __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 _HALF = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
-def _check_shapes(q, k, v, beta, log_gamma, h0) -> None:
-    if k.ndim != 5:
-        raise ValueError(f"delta_rule: k must have shape (B, T, nh, H, d_k); got {k.shape}")
-    B, T, nh, H, dk = k.shape
-    expected = {"q": (B, T, H, dk), "beta": (B, T, nh, H)}
-    if log_gamma is not None:
-        expected["log_gamma"] = (B, T, H)
-    got = {"q": q.shape, "beta": beta.shape}
-    if log_gamma is not None:
-        got["log_gamma"] = log_gamma.shape
-    for name, shape in expected.items():
-        if tuple(got[name]) != shape:
-            raise ValueError(f"delta_rule: {name} must have shape {shape}; got {tuple(got[name])}")
-    if v.ndim != 5 or tuple(v.shape[:4]) != (B, T, nh, H):
-        raise ValueError(f"delta_rule: v must have shape (B, T, nh, H, d_v) with "
-                         f"(B, T, nh, H) = {(B, T, nh, H)}; got {tuple(v.shape)}")
-    if h0 is not None and tuple(h0.shape) != (B, H, dk, v.shape[-1]):
-        raise ValueError(f"delta_rule: h0 must have shape {(B, H, dk, v.shape[-1])}; "
-                         f"got {tuple(h0.shape)}")
-
-
 def unsupported_reason(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64) -> str | None:
     """Why the kernels cannot run this call, or ``None``; malformed shapes raise ``ValueError``."""
-    _check_shapes(q, k, v, beta, log_gamma, h0)
+    K.check_shapes(q, k, v, beta, log_gamma, h0)
     for name, x in (("q", q), ("k", k), ("v", v), ("beta", beta), ("log_gamma", log_gamma),
                     ("h0", h0)):
         if x is not None and (why := U.unsupported_dtype_or_device(x)) is not None:
@@ -65,8 +45,7 @@ def run(q, k, v, beta, log_gamma=None, h0=None, chunk_size: int = 64):
     """``(o (B, T, H, d_v), h_T (B, H, d_k, d_v))`` on the Triton kernels, in ``q``'s dtype;
     jit/grad/vmap-compatible. ``chunk_size`` (the eager twin's hint) is validated and otherwise
     ignored: the kernels use their own chunk (see :mod:`mingru._launch.delta_rule`)."""
-    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be an int >= 1; got {chunk_size!r}")
+    positive_int(chunk_size, "chunk_size")
     return _op(q, k, v, beta, log_gamma, h0)
 
 
