@@ -1,8 +1,9 @@
 """Plumbing shared by the elementwise-scan launchers (``linear_scan``, ``parallel_scan_log``).
 
 Planning (tile sizes, walk vs chunked) is pure Python in :mod:`mingru_kernels._scan_common`;
-this module feeds it the device's SM count and any :func:`plan_override`, allocates outputs
-and scratch buffers, and answers ``unsupported_reason`` for both launchers.
+this module feeds it the device's SM count and any :func:`plan_override`, allocates the
+scratch buffers, and answers ``unsupported_reason`` for both launchers (allocation itself is
+:mod:`mingru._launch._alloc`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import os
 import types
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from mingru_kernels import _scan_common as C
 
+from mingru._launch._alloc import new_tensor
 from mingru.dispatch import interpreter_mode
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -96,33 +97,12 @@ def _cached_plan(B: int, T: int, D: int, n_sm: int,
     return types.MappingProxyType(C.plan(B, T, D, **kwargs))
 
 
-def poison() -> bool:
-    """Whether to NaN-fill outputs and scratch before launches: in interpreter mode and with
-    ``MINGRU_POISON_OUTPUTS=1``. Any element a kernel forgets to write then fails the tests.
-    Off in production on GPU: the fill would cost one more pass over memory."""
-    return interpreter_mode() or os.environ.get("MINGRU_POISON_OUTPUTS", "") == "1"
-
-
-def new_tensor(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
-               poisoned: bool | None = None) -> torch.Tensor:
-    """An uninitialised output or scratch tensor, NaN-filled when ``poisoned`` (default:
-    :func:`poison`)."""
-    if poison() if poisoned is None else poisoned:
-        return torch.full(shape, float("nan"), dtype=dtype, device=device)
-    return torch.empty(shape, dtype=dtype, device=device)
-
-
 def scratch(n: int, B: int, cfg: Mapping[str, int | str], D: int,
             device: torch.device) -> tuple[torch.Tensor, ...]:
     """``n`` fp32 ``(B, n_chunks, D)`` buffers of chunk maps or carries, carved out of one
     allocation (one allocator call instead of ``n``)."""
     block = new_tensor((n, B, int(cfg["n_chunks"]), D), torch.float32, device)
     return block.unbind(0)
-
-
-def device_guard(x: torch.Tensor) -> contextlib.AbstractContextManager[Any]:
-    """Make ``x``'s GPU current for the launch (Triton launches on the current device)."""
-    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
 
 def launch_kwargs(cfg: Mapping[str, int | str]) -> dict[str, int]:

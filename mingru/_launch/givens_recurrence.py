@@ -9,11 +9,11 @@ inputs and the output ``h`` (the backward reads ``h_{t-1}`` from it); no per-tok
 Imported only by :mod:`mingru.dispatch`, after :func:`mingru.available` returned ``True``.
 """
 
-import contextlib
-
 import torch
+import triton
 from mingru_kernels import givens_scan as kern
 
+from mingru._launch._alloc import device_guard, new_tensor
 from mingru._launch._op import dual_entry
 from mingru.dispatch import interpreter_mode
 
@@ -68,18 +68,7 @@ def run(
 
 
 def _empty(shape, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    dtype = like.dtype if dtype is None else dtype
-    if POISON_OUTPUTS:
-        return torch.full(shape, float("nan"), dtype=dtype, device=like.device)
-    return torch.empty(shape, dtype=dtype, device=like.device)
-
-
-def _device_ctx(x: torch.Tensor):
-    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+    return new_tensor(shape, like.dtype if dtype is None else dtype, like.device, POISON_OUTPUTS)
 
 
 def _contig(x: torch.Tensor | None) -> torch.Tensor | None:
@@ -101,16 +90,16 @@ def _forward(theta, b, h0, scale, log_gamma) -> torch.Tensor:
                   HAS_GAMMA=log_gamma is not None)
     s_arg = b if scale is None else scale  # dummy pointers when absent
     g_arg = b if log_gamma is None else log_gamma
-    with _device_ctx(b):
+    with device_guard(b):
         m, c = b, b  # unread when nseg == 1
         if nseg > 1:
             m = _empty((npair, nseg, k, k), b, torch.float32)
             c = _empty((npair, nseg, k), b, torch.float32)
-            kern.givens_fwd_kernel[(_cdiv(npair, cfg["LP_COMP"]), nseg)](
+            kern.givens_fwd_kernel[(triton.cdiv(npair, cfg["LP_COMP"]), nseg)](
                 theta, b, s_arg, g_arg, h0, h, m, c, npair, n, T, seg_len, nseg,
                 LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **consts,
             )
-        kern.givens_fwd_kernel[(_cdiv(npair, cfg["LP"]), nseg)](
+        kern.givens_fwd_kernel[(triton.cdiv(npair, cfg["LP"]), nseg)](
             theta, b, s_arg, g_arg, h0, h, m, c, npair, n, T, seg_len, nseg,
             LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
         )
@@ -137,16 +126,16 @@ def _backward(theta, h0, scale, log_gamma, h, dh):
     ds_arg = db if dscale is None else dscale
     dg_arg = db if dlog_gamma is None else dlog_gamma
     args = (theta, s_arg, g_arg, h, h0, dh, dtheta, db, ds_arg, dg_arg, dh0)
-    with _device_ctx(h):
+    with device_guard(h):
         m, c = h, h  # unread when nseg == 1
         if nseg > 1:
             m = _empty((npair, nseg, k, k), h, torch.float32)
             c = _empty((npair, nseg, k), h, torch.float32)
-            kern.givens_bwd_kernel[(_cdiv(npair, cfg["LP_COMP"]), nseg)](
+            kern.givens_bwd_kernel[(triton.cdiv(npair, cfg["LP_COMP"]), nseg)](
                 *args, m, c, npair, n, T, seg_len, nseg,
                 LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **consts,
             )
-        kern.givens_bwd_kernel[(_cdiv(npair, cfg["LP"]), nseg)](
+        kern.givens_bwd_kernel[(triton.cdiv(npair, cfg["LP"]), nseg)](
             *args, m, c, npair, n, T, seg_len, nseg,
             LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
         )

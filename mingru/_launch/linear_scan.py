@@ -11,6 +11,7 @@ import torch
 from mingru_kernels import linear_scan as K
 
 from mingru._launch import _elementwise as E
+from mingru._launch._alloc import device_guard, new_tensor, poison
 from mingru._launch._op import dual_entry
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
@@ -36,7 +37,7 @@ def _forward(a, b, P, Z, cfg) -> None:
     n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
     grid, kw = K.grid(cfg, B), E.launch_kwargs(cfg)
     dims = (T, D, int(cfg["chunk_len"]), n_chunks, n_dblk)
-    with E.device_guard(a):
+    with device_guard(a):
         if cfg["strategy"] == "walk":
             K.linear_scan_fwd_kernel[grid](a, b, P, Z, P, Z, *dims, MODE=K.WALK, **kw)
             return
@@ -56,7 +57,7 @@ def _backward(a, P, Z, dP, dZ, da, db, cfg) -> None:
     dims = (T, D, int(cfg["chunk_len"]), n_chunks, n_dblk)
     has_dp = dP is not None
     dP = dZ if dP is None else dP  # a placeholder pointer when HAS_DP is False
-    with E.device_guard(a):
+    with device_guard(a):
         if cfg["strategy"] == "walk":
             K.linear_scan_bwd_kernel[grid](
                 a, P, Z, dP, dZ, da, db, da, da, da, *dims, MODE=K.WALK, HAS_DP=has_dp, **kw
@@ -78,9 +79,9 @@ def _backward(a, P, Z, dP, dZ, da, db, cfg) -> None:
 def _fwd_impl(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     a, b = a.contiguous(), b.contiguous()
     cfg = E.make_plan(a)
-    poisoned = E.poison()
-    P = E.new_tensor(a.shape, a.dtype, a.device, poisoned)
-    Z = E.new_tensor(a.shape, a.dtype, a.device, poisoned)
+    poisoned = poison()
+    P = new_tensor(a.shape, a.dtype, a.device, poisoned)
+    Z = new_tensor(a.shape, a.dtype, a.device, poisoned)
     _forward(a, b, P, Z, cfg)
     return P, Z
 
@@ -90,9 +91,9 @@ def _bwd_impl(a, P, Z, dP, dZ) -> tuple[torch.Tensor, torch.Tensor]:
     cfg = E.make_plan(a)
     dZ = torch.zeros_like(Z) if dZ is None else dZ.contiguous()
     dP = None if dP is None else dP.contiguous()
-    poisoned = E.poison()
-    da = E.new_tensor(a.shape, a.dtype, a.device, poisoned)
-    db = E.new_tensor(a.shape, a.dtype, a.device, poisoned)
+    poisoned = poison()
+    da = new_tensor(a.shape, a.dtype, a.device, poisoned)
+    db = new_tensor(a.shape, a.dtype, a.device, poisoned)
     _backward(a, P.contiguous(), Z.contiguous(), dP, dZ, da, db, cfg)
     return da, db
 

@@ -9,11 +9,11 @@ Saved for backward: ``A`` and the outputs ``P, Z`` only.
 Imported only by :mod:`mingru.dispatch`, after :func:`mingru.available` returned ``True``.
 """
 
-import contextlib
-
 import torch
+import triton
 from mingru_kernels import affine_scan as kern
 
+from mingru._launch._alloc import device_guard, new_tensor
 from mingru._launch._op import dual_entry
 from mingru.dispatch import interpreter_mode
 
@@ -57,18 +57,7 @@ def run(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _empty(shape, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    dtype = like.dtype if dtype is None else dtype
-    if POISON_OUTPUTS:
-        return torch.full(shape, float("nan"), dtype=dtype, device=like.device)
-    return torch.empty(shape, dtype=dtype, device=like.device)
-
-
-def _device_ctx(x: torch.Tensor):
-    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+    return new_tensor(shape, like.dtype if dtype is None else dtype, like.device, POISON_OUTPUTS)
 
 
 def _forward(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,9 +70,9 @@ def _forward(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
         return P, Z
     cfg = kern.affine_config(k, v)
     seg_len, nseg = kern.segment_plan(T, SEG_LEN)
-    grid = (_cdiv(npair, cfg["LP"]), nseg)
+    grid = (triton.cdiv(npair, cfg["LP"]), nseg)
     consts = dict(K=k, V=v, LP=cfg["LP"], num_warps=cfg["num_warps"])
-    with _device_ctx(A):
+    with device_guard(A):
         m, c = A, Bm  # unread when nseg == 1
         if nseg > 1:
             m = _empty((npair, nseg, k, k), A, torch.float32)
@@ -112,9 +101,9 @@ def _backward(
         return dA, dB
     cfg = kern.affine_config(k, v)
     seg_len, nseg = kern.segment_plan(T, SEG_LEN)
-    grid = (_cdiv(npair, cfg["LP"]), nseg)
+    grid = (triton.cdiv(npair, cfg["LP"]), nseg)
     consts = dict(K=k, V=v, LP=cfg["LP"], HAS_DP=has_dp, num_warps=cfg["num_warps"])
-    with _device_ctx(A):
+    with device_guard(A):
         m, c = A, Z  # unread when nseg == 1
         if nseg > 1:
             m = _empty((npair, nseg, k, k), A, torch.float32)

@@ -13,6 +13,7 @@ import torch
 from mingru_kernels import log_scan as K
 
 from mingru._launch import _elementwise as E
+from mingru._launch._alloc import device_guard, new_tensor, poison
 from mingru._launch._op import dual_entry
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
@@ -38,7 +39,7 @@ def _forward(la, lv, h, cfg) -> None:
     n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
     grid, kw = K.grid(cfg, B), E.launch_kwargs(cfg)
     dims = (T, D, int(cfg["chunk_len"]), n_chunks, n_dblk)
-    with E.device_guard(la):
+    with device_guard(la):
         if cfg["strategy"] == "walk":
             K.log_scan_fwd_kernel[grid](la, lv, h, h, h, *dims, MODE=K.WALK, **kw)
             return
@@ -55,7 +56,7 @@ def _backward(la, lv, h, dh, dla, dlv, cfg) -> None:
     n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
     grid, kw = K.grid(cfg, B), E.launch_kwargs(cfg)
     dims = (T, D, int(cfg["chunk_len"]), n_chunks, n_dblk)
-    with E.device_guard(la):
+    with device_guard(la):
         if cfg["strategy"] == "walk":
             K.log_scan_bwd_kernel[grid](la, lv, h, dh, dla, dlv, dla, dla, *dims,
                                         MODE=K.WALK, **kw)
@@ -74,7 +75,7 @@ def _backward(la, lv, h, dh, dla, dlv, cfg) -> None:
 def _fwd_impl(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
     la, lv = log_coeffs.contiguous(), log_values.contiguous()
     cfg = E.make_plan(la)
-    h = E.new_tensor(la.shape, la.dtype, la.device)
+    h = new_tensor(la.shape, la.dtype, la.device)
     _forward(la, lv, h, cfg)
     return h
 
@@ -82,9 +83,9 @@ def _fwd_impl(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tenso
 def _bwd_impl(log_coeffs, log_values, h, dh) -> tuple[torch.Tensor, torch.Tensor]:
     la, lv = log_coeffs.contiguous(), log_values.contiguous()
     cfg = E.make_plan(la)
-    poisoned = E.poison()
-    dla = E.new_tensor(la.shape, la.dtype, la.device, poisoned)
-    dlv = E.new_tensor(lv.shape, lv.dtype, lv.device, poisoned)
+    poisoned = poison()
+    dla = new_tensor(la.shape, la.dtype, la.device, poisoned)
+    dlv = new_tensor(lv.shape, lv.dtype, lv.device, poisoned)
     _backward(la, lv, h.contiguous(), dh.contiguous(), dla, dlv, cfg)
     return dla, dlv
 
