@@ -83,9 +83,12 @@ class Plan:
 
     def cases(self) -> Iterator[C.Case]:
         for group in self.groups:
-            for case in getattr(self, "_" + group.replace("-", "_"))():
-                if self.ops is None or any(o in case.op for o in self.ops):
-                    yield case
+            yield from getattr(self, "_" + group.replace("-", "_"))()
+
+    def _selected(self, op: str) -> bool:
+        """Whether ``--ops`` keeps the case named ``op`` (checked before its inputs, modules
+        and runners are built)."""
+        return self.ops is None or any(o in op for o in self.ops)
 
     # ---- groups
 
@@ -165,30 +168,30 @@ class Plan:
 
     def _cpu_mixers(self) -> Iterator[C.Case]:
         B, T, d = (4, 32, 16) if self.quick else (32, 256, 64)
-        for name in C.MIXERS:
+        for name in filter(self._selected, C.MIXERS):
             yield self._mixer_case("cpu-mixers", name, B, T, d)
 
     def _cpu_scans(self) -> Iterator[C.Case]:
         B, T, D = (4, 64, 16) if self.quick else (16, 1024, 64)
-        for op in C.SCAN_OPS:
+        for op in filter(self._selected, C.SCAN_OPS):
             yield self._scan_case("cpu-scans", op, B, T, D)
 
     def _gpu_scans(self) -> Iterator[C.Case]:
         shapes = [(128, 64, 64), (16, 1024, 64)] + ([] if self.quick else [(16, 16384, 128)])
-        for op in C.SCAN_OPS:
+        for op in filter(self._selected, C.SCAN_OPS):
             for B, T, D in shapes:
                 yield self._scan_case("gpu-scans", op, B, T, D, loop_max_t=1024,
                                       compile_max_t=1024)
 
     def _gpu_huge(self) -> Iterator[C.Case]:
         B, T, D = (8, 4096, 256) if self.quick else (8, 65536, 1536)
-        for op in ("parallel_scan_log", "linear_scan"):
+        for op in filter(self._selected, ("parallel_scan_log", "linear_scan")):
             yield self._scan_case("gpu-huge", op, B, T, D, modes=("fwd",), loop_max_t=0,
                                   compile_max_t=0)
 
     def _gpu_fused(self) -> Iterator[C.Case]:
         B, T, D = 16, 1024, 64
-        for op in C.FUSED_OPS:
+        for op in filter(self._selected, C.FUSED_OPS):
             make = C.fused_inputs(op, B, T, D, self.device, self.dtype)
             case = C.Case("gpu-fused", op, f"B{B} T{T} D{D}", make)
             public = C.fused_public(op)
@@ -204,15 +207,17 @@ class Plan:
 
     def _gpu_delta(self) -> Iterator[C.Case]:
         B, H = (8, 4) if self.quick else (128, 4)
+        public = C.fused_public("delta_rule")
         for dk in (16, 64):
             for T in (64, 256, 1024):
                 for dtype, nh in ((torch.float32, 2), (torch.bfloat16, 1)):
+                    name = f"delta_rule {str(dtype).removeprefix('torch.')} nh{nh}"
+                    if not self._selected(name):
+                        continue
                     make = C.fused_inputs("delta_rule", B, T, H * dk, self.device, dtype,
                                           heads=H, nh=nh)
-                    name = f"delta_rule {str(dtype).removeprefix('torch.')} nh{nh}"
                     case = C.Case("gpu-delta", name, f"B{B} T{T} H{H} d{dk}", make,
                                   flops=C.delta_rule_flops(B, T, H, nh, dk, dk))
-                    public = C.fused_public("delta_rule")
                     if dtype == torch.float32:
                         if self.wants("eager"):
                             case.runners["eager"] = C._with_backend("eager", public)
@@ -229,13 +234,16 @@ class Plan:
 
     def _gpu_mixers(self) -> Iterator[C.Case]:
         B, T, d = (16, 1024, 64) if self.quick else (16, 4096, 256)
-        for name in C.MIXERS:
+        for name in filter(self._selected, C.MIXERS):
             yield self._mixer_case("gpu-mixers", name, B, T, d, loop=False,
                                    compile_=not self.quick)
 
     def _gpu_memory(self) -> Iterator[C.Case]:
         import mingru
 
+        name = "givens(64,k8,R3)"
+        if not self._selected(name):
+            return
         torch.manual_seed(0)
         mixer = mingru.GivensMinGRU(64, 64, block_size=8, rounds=3).to(self.device, self.dtype)
 
@@ -244,7 +252,7 @@ class Plan:
             return (torch.randn(128, 64, 64, generator=g).to(self.device, self.dtype)
                     .requires_grad_(rg),)
 
-        case = C.Case("gpu-memory", "givens(64,k8,R3)", "B128 T64 d64", make,
+        case = C.Case("gpu-memory", name, "B128 T64 d64", make,
                       modes=("fwd+bwd",), module=mixer)
         for backend in ("eager", "triton"):
             if self.wants(backend):
