@@ -11,8 +11,9 @@ of it in the custom-op dispatch (``scripts/profile_overhead.py``; see
 formula, so they cannot disagree.
 
 Each launcher writes its backward formula as ``formula(ctx, *grads, bwd=<bwd custom op>)``:
-``register_autograd`` calls it with the default (the op, traced under compile), and the
-eager ``Function`` passes the backward implementation directly.
+the custom op's autograd registration (made by :func:`dual_entry`) calls it with the default
+(the op, traced under compile), and the eager ``Function`` passes the backward implementation
+directly.
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ def dual_entry(
     """``call(*args)``: the custom ``op`` while ``torch.compile`` traces, else an
     ``autograd.Function`` running ``forward`` and ``formula(ctx, *grads, bwd=bwd_impl)``.
 
-    ``forward`` is the op's implementation (positional arguments only); ``setup_context`` and
-    ``formula`` are the ones registered with ``op.register_autograd``.
+    ``forward`` is the op's implementation (positional arguments only). ``setup_context`` and
+    ``formula`` are registered here with ``op.register_autograd`` too, so the two entries
+    share them by construction.
     """
+    op.register_autograd(formula, setup_context=setup_context)
 
     def fn_forward(ctx: Any, *args: Any) -> Any:
         out = forward(*args)

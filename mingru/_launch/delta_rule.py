@@ -8,7 +8,7 @@ call as opaque nodes:
   (chunk start states ``(B·H, NC, BK, BV)``, chunk maps ``(B·H, NC, BK, BK)`` and effective
   queries ``(B·H, NC, CP, BK)``), marked non-differentiable;
 * ``mingru::delta_rule_bwd(...)`` → ``(dq, dk, dv, dbeta, dlog_gamma, dh0)`` (an empty
-  tensor stands for ``None``), wired in with ``register_autograd``.
+  tensor stands for ``None``), wired in by ``_op.dual_entry``.
 
 ``chunk_size`` is the eager twin's speed hint; the kernels use their own chunk of
 ``LP = launch_config(nh, ...)["LP"]`` micro-steps (a power of two, 32 by default) holding
@@ -293,6 +293,5 @@ def _backward(ctx, do, dh_T, _d_states, _d_M, _d_qeff, bwd=delta_rule_bwd):
     )
 
 
-delta_rule_fwd.register_autograd(_backward, setup_context=_setup_context)
 _entry = dual_entry("delta_rule", delta_rule_fwd, _fwd_impl, _setup_context, _backward,
                     _bwd_impl)

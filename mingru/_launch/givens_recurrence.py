@@ -204,6 +204,5 @@ def _autograd_backward(ctx, dh, bwd=givens_recurrence_bwd_op):
             dlog_gamma if ctx.has_gamma else None)
 
 
-givens_recurrence_op.register_autograd(_autograd_backward, setup_context=_setup_context)
 _entry = dual_entry("givens_recurrence", givens_recurrence_op, _forward, _setup_context,
                     _autograd_backward, _backward)

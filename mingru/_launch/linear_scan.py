@@ -145,6 +145,5 @@ def _backward_formula(ctx, dP, dZ, bwd=linear_scan_bwd):
     return bwd(a, P, Z, dP, dZ)
 
 
-linear_scan_fwd.register_autograd(_backward_formula, setup_context=_setup_context)
 _entry = dual_entry("linear_scan", linear_scan_fwd, _fwd_impl, _setup_context,
                     _backward_formula, _bwd_impl)

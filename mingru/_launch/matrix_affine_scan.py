@@ -163,6 +163,5 @@ def _autograd_backward(ctx, dP, dZ, bwd=matrix_affine_scan_bwd_op):
     return bwd(A, P, Z, dP, dZ)
 
 
-matrix_affine_scan_op.register_autograd(_autograd_backward, setup_context=_setup_context)
 _entry = dual_entry("matrix_affine_scan", matrix_affine_scan_op, _forward, _setup_context,
                     _autograd_backward, _backward)

@@ -130,6 +130,5 @@ def _backward_formula(ctx, dh, bwd=parallel_scan_log_bwd):
     return bwd(log_coeffs, log_values, h, dh)
 
 
-parallel_scan_log_fwd.register_autograd(_backward_formula, setup_context=_setup_context)
 _entry = dual_entry("parallel_scan_log", parallel_scan_log_fwd, _fwd_impl, _setup_context,
                     _backward_formula, _bwd_impl)
