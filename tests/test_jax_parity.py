@@ -64,11 +64,11 @@ def _decayed(kw) -> bool:
     return bool(kw.get("decay") or (kw.get("mixer_kwargs") or {}).get("decay"))
 
 
-def _inputs(seed: int, decay: bool):
+def _inputs(seed: int, decay: bool, batch: int = B, steps: int = T):
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((B, T, IN)).astype(np.float32)
-    dt = rng.uniform(0.0, 2.0, (B, T)).astype(np.float32) if decay else None
-    ct = rng.standard_normal((B, T, HID)).astype(np.float32)  # output cotangent
+    x = rng.standard_normal((batch, steps, IN)).astype(np.float32)
+    dt = rng.uniform(0.0, 2.0, (batch, steps)).astype(np.float32) if decay else None
+    ct = rng.standard_normal((batch, steps, HID)).astype(np.float32)  # output cotangent
     return x, dt, ct
 
 
@@ -104,6 +104,19 @@ def _rel_close(got, want, rtol, what):
     assert err <= rtol, f"{what}: relative error {err:.3g} > {rtol}"
 
 
+def _check_outputs_and_grads(pt, graphdef, y_pt, xt, y_fx, g_params, g_x):
+    """PyTorch output and gradients (after ``backward``) against the JAX run's: output 1e-5,
+    gradients w.r.t. the input and every parameter 1e-4 (relative)."""
+    _rel_close(y_fx, y_pt.detach().cpu().numpy(), 1e-5, "output")
+    _rel_close(g_x, xt.grad.cpu().numpy(), 1e-4, "d x")
+    grad_module = nnx.merge(graphdef, g_params)  # a module whose parameters are the gradients
+    pairs = _pairs(pt, grad_module)
+    assert len(pairs) == len(list(pt.parameters()))
+    for param, g_var, transpose, name in pairs:
+        g = np.asarray(g_var[...])
+        _rel_close(g.T if transpose else g, param.grad.cpu().numpy(), 1e-4, f"d {name}")
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_parity_both_directions(case):
     cls, args, kw = CASES[case]
@@ -122,14 +135,7 @@ def test_parity_both_directions(case):
     (y_pt * torch.from_numpy(ct)).sum().backward()
     y_fx, (g_params, g_x) = run(params, jnp.asarray(x), None if dt is None else jnp.asarray(dt),
                                 jnp.asarray(ct))
-    _rel_close(y_fx, y_pt.detach().numpy(), 1e-5, "output")
-    _rel_close(g_x, xt.grad.numpy(), 1e-4, "d x")
-    grad_module = nnx.merge(graphdef, g_params)  # a module whose parameters are the gradients
-    pairs = _pairs(pt, grad_module)
-    assert len(pairs) == len(list(pt.parameters()))
-    for param, g_var, transpose, name in pairs:
-        g = np.asarray(g_var[...])
-        _rel_close(g.T if transpose else g, param.grad.numpy(), 1e-4, f"d {name}")
+    _check_outputs_and_grads(pt, graphdef, y_pt, xt, y_fx, g_params, g_x)
 
     # An independent float64 oracle for the state-output mixers.
     if cls in oracles.ORACLES:
@@ -195,11 +201,7 @@ def test_parity_on_gpu_triton(case):
     pt = getattr(mingru, cls)(*args, **kw).cuda()
     fx = getattr(mingru_jax, cls)(*args, **kw, rngs=nnx.Rngs(0))
     torch_to_nnx(pt, fx)
-    rng = np.random.default_rng(5)
-    bt, tt = 3, 300
-    x = rng.standard_normal((bt, tt, IN)).astype(np.float32)
-    dt = rng.uniform(0.0, 2.0, (bt, tt)).astype(np.float32) if decay else None
-    ct = rng.standard_normal((bt, tt, HID)).astype(np.float32)
+    x, dt, ct = _inputs(5, decay, batch=3, steps=300)
     xt = torch.from_numpy(x).cuda().requires_grad_(True)
     dtt = None if dt is None else torch.from_numpy(dt).cuda()
     with mingru.use_backend("triton"):
@@ -209,8 +211,4 @@ def test_parity_on_gpu_triton(case):
         graphdef, params, run = _jax_runner(fx)
         y_fx, (g_params, g_x) = run(params, jnp.asarray(x),
                                     None if dt is None else jnp.asarray(dt), jnp.asarray(ct))
-    _rel_close(y_fx, y_pt.detach().cpu().numpy(), 1e-5, "output")
-    _rel_close(g_x, xt.grad.cpu().numpy(), 1e-4, "d x")
-    for param, g_var, transpose, name in _pairs(pt, nnx.merge(graphdef, g_params)):
-        g = np.asarray(g_var[...])
-        _rel_close(g.T if transpose else g, param.grad.cpu().numpy(), 1e-4, f"d {name}")
+    _check_outputs_and_grads(pt, graphdef, y_pt, xt, y_fx, g_params, g_x)
