@@ -35,10 +35,10 @@ def _rows(axis, i):
     return (slice(None),) * axis + (i,)
 
 
-def _fast_scan(self, input):
+def _fold(self, input):
+    """Yield ``(index, running combine)`` row by row along ``self.axis``."""
     axis = self.axis
     datas = [arg.handle.data for arg in input]
-    outs = [np.empty_like(d) for d in datas]
     acc = None
     for i in range(datas[0].shape[axis]):
         idx = _rows(axis, i)
@@ -47,6 +47,12 @@ def _fast_scan(self, input):
             ret = self.combine_fn.fn(*acc, *cur)
             cur = ret if isinstance(ret, tuple) else (ret,)
         acc = cur
+        yield idx, acc
+
+
+def _fast_scan(self, input):
+    outs = [np.empty_like(arg.handle.data) for arg in input]
+    for idx, acc in _fold(self, input):
         for o, v in zip(outs, acc, strict=True):
             o[idx] = v.handle.data
     return [self.to_tensor(o, arg.dtype) for o, arg in zip(outs, input, strict=True)]
@@ -55,16 +61,7 @@ def _fast_scan(self, input):
 def _fast_reduce(self, input):
     if self.axis is None or self.keep_dims:
         return _orig_reduce(self, input)
-    axis = self.axis
-    datas = [arg.handle.data for arg in input]
-    acc = None
-    for i in range(datas[0].shape[axis]):
-        idx = _rows(axis, i)
-        cur = tuple(self.to_tensor(d[idx], arg.dtype) for d, arg in zip(datas, input, strict=True))
-        if acc is not None:
-            ret = self.combine_fn.fn(*acc, *cur)
-            cur = ret if isinstance(ret, tuple) else (ret,)
-        acc = cur
+    *_, (_, acc) = _fold(self, input)  # the running combine after the last row
     return list(acc)
 
 
