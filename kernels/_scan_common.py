@@ -1,8 +1,7 @@
-"""Pieces the elementwise scans share: combine functions, tile helpers, the carry pass, and the
-pure-Python launch planner.
+"""Kernel pieces the elementwise scans share: combine functions, tile helpers, the carry pass.
 
 Framework-free: imports ``triton`` only. Used by :mod:`mingru_kernels.linear_scan` and
-:mod:`mingru_kernels.log_scan`.
+:mod:`mingru_kernels.parallel_scan_log`.
 
 Scan algebra. Step t of a recurrence ``h_t = a_t h_{t-1} + b_t`` is the map
 ``h ↦ a_t h + b_t``; ``combine(first, second)`` is "apply ``first``, then ``second``". An
@@ -14,14 +13,8 @@ Tiles are ``[BLOCK_T, BLOCK_D]`` with D innermost (coalesced loads), scanned alo
 Backward (adjoint) scans run in reverse time; the kernels load their tiles with reversed row
 indices and scan forward, so ``associative_scan(reverse=True)`` is never needed.
 
-Two launch strategies (see :func:`plan`):
-
-* ``walk``: grid ``B × D-blocks``; each program walks the whole sequence tile by tile,
-  carrying the state in registers. Reads inputs once, writes outputs once.
-* ``chunked``: for small ``B·D`` with long T. Phase 1 (grid ``B × chunks × D-blocks``) reduces
-  each chunk to its map; phase 2 (:func:`linear_carry_kernel` or the log twin; grid
-  ``B × D-blocks``) scans the chunk maps into each chunk's carry-in; phase 3 (same grid as
-  phase 1) rescans each chunk from its carry-in and writes the outputs. Inputs are read twice.
+The launch strategies (walk, chunked) and the planner are pure Python in
+:mod:`mingru_kernels.launch._elementwise`.
 """
 
 from __future__ import annotations
@@ -29,33 +22,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# Kernel MODE values (pass as the MODE constexpr): which of three roles a scan kernel plays.
-WALK = 0  # carry starts at the sequence's initial state; write outputs
-SUMMARY = 1  # phase 1: reduce each chunk to its map; write the chunk summary only
-APPLY = 2  # phase 3: carry starts at the chunk's carry-in (from phase 2); write outputs
-# The same values as constexpr globals, the only globals a kernel body may read.
+from mingru_kernels.launch._elementwise import APPLY, SUMMARY, WALK
+
+# The kernel MODE values as constexpr globals, the only globals a kernel body may read.
 K_WALK = tl.constexpr(WALK)
 K_SUMMARY = tl.constexpr(SUMMARY)
 K_APPLY = tl.constexpr(APPLY)
 
 # log₂ e: the log kernels work in base 2 (exp2 and log2 are single hardware ops).
 LOG2E = tl.constexpr(1.4426950408889634)
-
-# Default tile: 64 steps × 32 channels (128-byte fp32 rows), 4 warps.
-BLOCK_T = 64
-BLOCK_D = 32
-BLOCK_N = 16  # chunk summaries per tile in the carry pass
-NUM_WARPS = 4
-# The walk keeps the reads at one pass; pick it when it alone yields this many programs per SM.
-WALK_MIN_PROGRAMS_PER_SM = 2
-# The chunked strategy aims at this many programs per SM.
-CHUNKED_PROGRAMS_PER_SM = 4
-# Sequences of at most this many tiles always walk. The chunked strategy costs two more kernel
-# launches and four scratch buffers per direction: tens of microseconds of host time each on an
-# H200 host (scripts/profile_overhead.py), more than a walk of a few short tiles takes on the
-# GPU, so below this length more parallelism in T does not pay for itself.
-WALK_MAX_TILES = 16
-
 
 # ----------------------------------------------------------------------------- combines
 
@@ -171,83 +146,3 @@ def linear_carry_kernel(
             tl.store(ca_ptr + dst_off, a, mask=dst_m)
             ca = take_row(a, rows, BLOCK_N - 1)
         cx = take_row(x, rows, BLOCK_N - 1)
-
-
-# ----------------------------------------------------------------------------- launch plan
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
-def plan(
-    B: int,
-    T: int,
-    D: int,
-    *,
-    n_sm: int = 132,
-    strategy: str | None = None,
-    block_t: int | None = None,
-    block_d: int | None = None,
-    chunk_len: int | None = None,
-    num_warps: int | None = None,
-    num_stages: int | None = None,
-) -> dict[str, int | str]:
-    """Choose tile sizes and the strategy for a ``(B, T, D)`` elementwise scan.
-
-    Pure Python, shared by the PyTorch and JAX launchers. Keyword overrides exist for tests
-    and tuning sweeps. ``T`` only sets runtime values (chunk length and count), never a
-    compile-time constant, so every T of a shape class reuses one compiled kernel.
-
-    Returns a dict with ``strategy`` (``"walk"`` or ``"chunked"``), ``block_t``, ``block_d``,
-    ``num_warps``, ``num_stages`` (0: Triton's default), ``n_dblk`` (D-blocks), ``chunk_len``
-    (steps per chunk; ``T`` for the walk) and ``n_chunks`` (1 for the walk).
-
-    Example:
-        >>> plan(16, 16384, 128)["strategy"]
-        'chunked'
-        >>> plan(8, 65536, 1536)["strategy"]
-        'walk'
-        >>> plan(16, 1024, 64)["strategy"]   # 16 tiles: short enough to walk
-        'walk'
-    """
-    if min(B, T, D) < 1:
-        raise ValueError(f"plan needs B, T, D >= 1; got {(B, T, D)}")
-    bt = int(block_t or BLOCK_T)
-    bd = int(block_d or min(BLOCK_D, max(4, _next_pow2(D))))
-    if bt & (bt - 1) or bd & (bd - 1):
-        raise ValueError(f"block sizes must be powers of two; got block_t={bt}, block_d={bd}")
-    nw = int(num_warps or NUM_WARPS)
-    ns = int(num_stages or 0)
-    n_dblk = triton.cdiv(D, bd)
-    walk_programs = B * n_dblk
-    if strategy is None:
-        long_enough = T > WALK_MAX_TILES * bt
-        strategy = (
-            "chunked"
-            if long_enough and walk_programs < WALK_MIN_PROGRAMS_PER_SM * n_sm
-            else "walk"
-        )
-    if strategy not in ("walk", "chunked"):
-        raise ValueError(f"strategy must be 'walk' or 'chunked'; got {strategy!r}")
-    if strategy == "walk":
-        return dict(strategy="walk", block_t=bt, block_d=bd, num_warps=nw, num_stages=ns,
-                    n_dblk=n_dblk, chunk_len=T, n_chunks=1)
-    if chunk_len is None:
-        want = triton.cdiv(CHUNKED_PROGRAMS_PER_SM * n_sm, walk_programs)
-        chunk_len = triton.cdiv(triton.cdiv(T, want), bt) * bt
-    chunk_len = int(chunk_len)
-    if chunk_len < 1 or chunk_len % bt:
-        raise ValueError(f"chunk_len must be a positive multiple of block_t={bt}; got {chunk_len}")
-    return dict(strategy="chunked", block_t=bt, block_d=bd, num_warps=nw, num_stages=ns,
-                n_dblk=n_dblk, chunk_len=chunk_len, n_chunks=triton.cdiv(T, chunk_len))
-
-
-def grid(cfg: dict[str, int | str], B: int) -> tuple[int]:
-    """Grid of the scan kernels (walk, phase 1, phase 3): one program per (b, chunk, D-block)."""
-    return (B * int(cfg["n_chunks"]) * int(cfg["n_dblk"]),)
-
-
-def carry_grid(cfg: dict[str, int | str], B: int) -> tuple[int]:
-    """Grid of the carry pass (phase 2): one program per (b, D-block)."""
-    return (B * int(cfg["n_dblk"]),)

@@ -17,11 +17,11 @@ inclusive), ``D_ij = Γ_i/Γ_j`` (``j ≤ i``) and ``A = strict_lower(diag(β)(D
     S' = Γ_L S + Kᵀ diag(d) W                d_j = D_{L-1, j}, Γ_L = Γ_{L-1}
 
 so per chunk ``O = Qeff S + Ou`` and ``S' = M S + N`` with ``S``-independent
-``Qeff, Ou, M, N``. Forward: ``delta_fwd_prep_kernel`` (parallel over chunks) builds them,
-``delta_fwd_state_kernel`` (serial over chunks; one program per (b, h) and slice of state
-columns) runs ``S ← M S + N`` and stores every chunk's start state, ``delta_fwd_out_kernel``
-(parallel) writes ``O``. Backward: ``delta_bwd_state_kernel`` runs ``dS ← Mᵀ dS + Qeffᵀ dO``
-backwards and stores each chunk's end-state gradient; ``delta_bwd_grads_kernel`` (parallel)
+``Qeff, Ou, M, N``. Forward: ``delta_rule_fwd_prep_kernel`` (parallel over chunks) builds them,
+``delta_rule_fwd_state_kernel`` (serial over chunks; one program per (b, h) and slice of state
+columns) runs ``S ← M S + N`` and stores every chunk's start state, ``delta_rule_fwd_out_kernel``
+(parallel) writes ``O``. Backward: ``delta_rule_bwd_state_kernel`` runs ``dS ← Mᵀ dS + Qeffᵀ dO``
+backwards and stores each chunk's end-state gradient; ``delta_rule_bwd_grads_kernel`` (parallel)
 recomputes the chunk and writes the gradients of ``q, k, v, β, log γ``.
 
 Register budget. Float32 ``tl.dot`` without TF32 runs on FMA units and holds whole rows and
@@ -36,32 +36,11 @@ sums — so a gap of ``log γ = −1e10`` (or ``−inf``, floored to ``-1e30``) 
 exact reset with no NaN. ``T`` is a runtime argument: nothing is specialised on it.
 
 This module imports only ``triton``. The pure-Python launch metadata lives in
-:mod:`mingru_kernels._delta_rule_launch` and is re-exported here, so the PyTorch and JAX
-launchers import one module per op.
+:mod:`mingru_kernels.launch.delta_rule`.
 """
 
 import triton
 import triton.language as tl
-
-# Re-exported for the launchers (the tile constants SUB/KS/VS stay in that module: here those
-# names are the kernels' constexpr parameters).
-from mingru_kernels._delta_rule_launch import (  # noqa: F401
-    DEFAULT_MICRO_CHUNK,
-    DOT_PRECISION,
-    HALF_DOT_PRECISION,
-    KERNEL_CONSTEXPRS,
-    MAX_HEAD_DIM,
-    MAX_NH,
-    block_size,
-    check_shapes,
-    grid_chunks,
-    grid_state,
-    launch_config,
-    launch_kwargs,
-    n_chunks,
-    scratch_shapes,
-    unsupported_size,
-)
 
 # Sums are spelled ``tl.reduce(x, axis, _sum_combine)`` / ``tl.associative_scan(...)``: the
 # same code as ``tl.sum`` / ``tl.cumsum`` on GPU, but Triton's interpreter re-patches the
@@ -221,7 +200,7 @@ def _wy_inverse(KK, beta, D, il, LP: tl.constexpr, SUB: tl.constexpr,
 
 
 @triton.jit
-def delta_fwd_prep_kernel(
+def delta_rule_fwd_prep_kernel(
     q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr,
     m_ptr, n_ptr, qeff_ptr, ou_ptr,
     T, H, DK, DV, NC,
@@ -267,7 +246,7 @@ def delta_fwd_prep_kernel(
 
 
 @triton.jit
-def delta_fwd_state_kernel(
+def delta_rule_fwd_state_kernel(
     h0_ptr, m_ptr, n_ptr, states_ptr, ht_ptr,
     DK, DV, NC,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
@@ -304,7 +283,7 @@ def delta_fwd_state_kernel(
 
 
 @triton.jit
-def delta_fwd_out_kernel(
+def delta_rule_fwd_out_kernel(
     qeff_ptr, ou_ptr, states_ptr, o_ptr,
     T, H, DV, NC,
     C: tl.constexpr, CP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
@@ -334,7 +313,7 @@ def delta_fwd_out_kernel(
 
 
 @triton.jit
-def delta_bwd_state_kernel(
+def delta_rule_bwd_state_kernel(
     dht_ptr, do_ptr, m_ptr, qeff_ptr, dstates_ptr, dh0_ptr,
     T, H, DK, DV, NC,
     C: tl.constexpr, CP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
@@ -379,7 +358,7 @@ def delta_bwd_state_kernel(
 
 
 @triton.jit
-def delta_bwd_grads_kernel(
+def delta_rule_bwd_grads_kernel(
     q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, states_ptr, dstates_ptr, do_ptr,
     dq_ptr, dk_ptr, dv_ptr, dbeta_ptr, dlg_ptr,
     T, H, DK, DV, NC,

@@ -13,7 +13,7 @@ coefficient ``a_{t+1}``; then ``db_t = G_t`` and ``da_t = G_t Z_{t-1} + GP_t P_{
 (``Z_{-1} = 0``, ``P_{-1} = 1``). It reads the saved outputs ``P, Z`` (no division, no
 recompute). Without ``dP`` (``HAS_DP = False``) the ``GP`` scan and the ``P`` reads are skipped.
 
-Launch sequences (``cfg = plan(B, T, D)`` from :mod:`mingru_kernels._scan_common`; grids from
+Launch sequences (``cfg = plan(B, T, D)`` from :mod:`mingru_kernels.launch.linear_scan`; grids from
 ``grid(cfg, B)`` / ``carry_grid(cfg, B)``; summary/carry buffers are fp32 ``(B, N, D)``):
 
 * walk: ``linear_scan_fwd_kernel[grid](..., MODE=WALK)``.
@@ -30,31 +30,19 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._scan_common import (
-    APPLY,
+from mingru_kernels._scan_common import (
     K_APPLY,
     K_SUMMARY,
-    SUMMARY,
-    WALK,
-    carry_grid,
-    grid,
     linear_carry_kernel,
     mul_add,
     mul_add2,
-    plan,
     take_row,
 )
 
 __all__ = [
-    "APPLY",
-    "SUMMARY",
-    "WALK",
-    "carry_grid",
-    "grid",
     "linear_carry_kernel",
     "linear_scan_bwd_kernel",
     "linear_scan_fwd_kernel",
-    "plan",
 ]
 
 

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from mingru._spec import (
+from mingru.mixers._common import check_sequence, check_token
+from mingru_kernels._spec import (
     DECAY_KWARGS,
     block_mixer_kwargs,
     check_block_args,
@@ -23,7 +24,6 @@ from mingru._spec import (
     check_size,
     mixer_registry,
 )
-from mingru.mixers._common import check_sequence, check_token
 
 __all__ = ["DECAY_KWARGS", "MIXERS", "MinGRUBlock", "check_mixer_name", "mixer_class"]
 

@@ -4,7 +4,7 @@ Every public scan (and the fused rotation/Givens recurrence) calls :func:`call` 
 name, its eager twin and its arguments. This module is the only place that reads
 ``MINGRU_SCAN``, checks :func:`available` and imports a launcher from ``mingru._launch``. The
 mode names and the auto/eager/triton decision are shared with ``mingru_jax`` through the
-framework-free :mod:`mingru._seam`; this module supplies the CUDA-specific parts.
+framework-free :mod:`mingru_kernels._seam`; this module supplies the CUDA-specific parts.
 
 Modes (``MINGRU_SCAN``, read at call time; unset or empty means ``auto``):
 
@@ -27,7 +27,14 @@ from typing import Any
 import torch
 
 from mingru._launch import LAUNCHERS
-from mingru._seam import MODES, WarnOnce, check_mode, choose_launcher, env_mode, interpreter_mode
+from mingru_kernels._seam import (
+    MODES,
+    WarnOnce,
+    check_mode,
+    choose_launcher,
+    env_mode,
+    interpreter_mode,
+)
 
 __all__ = [
     "MODES",

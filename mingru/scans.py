@@ -1,6 +1,9 @@
-"""The four public scan primitives. Each validates its inputs, then hands the call to the
-dispatch seam, which runs the eager twin (``mingru._eager``) or the Triton launcher
-(``mingru._launch``).
+"""Every op's single entry: the four public scan primitives and the two private ops behind the
+block-rotation and delta mixers (``_givens_recurrence``, ``_delta_rule``).
+
+Each entry validates its inputs (here, and only here), then hands the call to the dispatch
+seam, which runs the eager twin (``mingru._eager.<op>``) or the Triton launcher
+(``mingru._launch.<op>``). Launchers and eager twins trust what they receive.
 
 All solve an affine recurrence over dim 1 (time). The "zero-start solution" ``Z`` is the
 result for ``h_0 = 0``; with the running product ``P_t`` the full solution is
@@ -11,11 +14,14 @@ from __future__ import annotations
 
 import torch
 
-from mingru import _validate as V
-from mingru._eager.affine_scan import matrix_affine_scan_eager
+from mingru import _validate
+from mingru._eager.delta_rule import delta_rule_eager
+from mingru._eager.givens_recurrence import givens_recurrence_eager
 from mingru._eager.linear_scan import linear_scan_eager
-from mingru._eager.log_scan import parallel_scan_log_eager
+from mingru._eager.matrix_affine_scan import matrix_affine_scan_eager
+from mingru._eager.parallel_scan_log import parallel_scan_log_eager
 from mingru.dispatch import call
+from mingru_kernels._spec import check_delta_rule_shapes, positive_int
 
 __all__ = ["linear_scan", "matrix_affine_scan", "matrix_scan", "parallel_scan_log"]
 
@@ -39,12 +45,12 @@ def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> tor
         >>> h.shape
         torch.Size([2, 5, 3])
     """
-    V.float_tensor(log_coeffs, "log_coeffs", 3, "(B, T, D)")
-    V.float_tensor(log_values, "log_values", 3, "(B, T+1, D)")
-    V.same_kind([("log_coeffs", log_coeffs), ("log_values", log_values)])
-    V.nonempty_time(log_coeffs, "log_coeffs")
+    _validate.float_tensor(log_coeffs, "log_coeffs", 3, "(B, T, D)")
+    _validate.float_tensor(log_values, "log_values", 3, "(B, T+1, D)")
+    _validate.same_kind([("log_coeffs", log_coeffs), ("log_values", log_values)])
+    _validate.nonempty_time(log_coeffs, "log_coeffs")
     B, T, D = log_coeffs.shape
-    V.shape_is(log_values, "log_values", (B, T + 1, D), "(B, T+1, D)")
+    _validate.shape_is(log_values, "log_values", (B, T + 1, D), "(B, T+1, D)")
     return call("parallel_scan_log", parallel_scan_log_eager, log_coeffs, log_values)
 
 
@@ -65,11 +71,11 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.T
         >>> P, Z = linear_scan(torch.tanh(torch.randn(2, 7, 4)), torch.randn(2, 7, 4))
         >>> h = P * torch.ones(2, 1, 4) + Z   # h_0 = 1
     """
-    V.float_tensor(a, "a", 3, "(B, T, D)")
-    V.float_tensor(b, "b", 3, "(B, T, D)")
-    V.same_kind([("a", a), ("b", b)])
-    V.nonempty_time(a, "a")
-    V.shape_is(b, "b", a.shape, "(B, T, D) like a")
+    _validate.float_tensor(a, "a", 3, "(B, T, D)")
+    _validate.float_tensor(b, "b", 3, "(B, T, D)")
+    _validate.same_kind([("a", a), ("b", b)])
+    _validate.nonempty_time(a, "a")
+    _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
     return call("linear_scan", linear_scan_eager, a, b)
 
 
@@ -91,10 +97,10 @@ def matrix_affine_scan(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor,
         >>> Z.shape
         torch.Size([1, 9, 3, 4, 2])
     """
-    V.float_tensor(A, "A", 5, "(B, T, n, k, k)")
-    V.float_tensor(Bm, "Bm", 5, "(B, T, n, k, v)")
-    V.same_kind([("A", A), ("Bm", Bm)])
-    V.nonempty_time(A, "A")
+    _validate.float_tensor(A, "A", 5, "(B, T, n, k, k)")
+    _validate.float_tensor(Bm, "Bm", 5, "(B, T, n, k, v)")
+    _validate.same_kind([("A", A), ("Bm", Bm)])
+    _validate.nonempty_time(A, "A")
     B, T, n, k, k2 = A.shape
     if k != k2 or k < 1:
         raise ValueError(f"A must have square blocks (B, T, n, k, k); got {tuple(A.shape)}")
@@ -122,25 +128,25 @@ def matrix_scan(M: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.T
         >>> from mingru import matrix_scan
         >>> P, Z = matrix_scan(0.7 * torch.randn(2, 5, 3, 2, 2), torch.randn(2, 5, 3, 2))
     """
-    V.float_tensor(M, "M", 5, "(B, T, n, 2, 2)")
-    V.float_tensor(b, "b", 4, "(B, T, n, 2)")
-    V.same_kind([("M", M), ("b", b)])
-    V.nonempty_time(M, "M")
+    _validate.float_tensor(M, "M", 5, "(B, T, n, 2, 2)")
+    _validate.float_tensor(b, "b", 4, "(B, T, n, 2)")
+    _validate.same_kind([("M", M), ("b", b)])
+    _validate.nonempty_time(M, "M")
     if tuple(M.shape[3:]) != (2, 2):
         raise ValueError(f"M must have shape (B, T, n, 2, 2); got {tuple(M.shape)}")
-    V.shape_is(b, "b", M.shape[:4], "(B, T, n, 2)")
+    _validate.shape_is(b, "b", M.shape[:4], "(B, T, n, 2)")
     P, Z = matrix_affine_scan(M, b.unsqueeze(-1))
     return P, Z.squeeze(-1)
 
 
-def givens_recurrence(
+def _givens_recurrence(
     theta: torch.Tensor,
     b: torch.Tensor,
     h0: torch.Tensor,
     scale: torch.Tensor | None = None,
     log_gamma: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The fused rotation/Givens recurrence behind RotationMinGRU and GivensMinGRU (not public).
+    """The fused rotation/Givens recurrence behind RotationMinGRU and GivensMinGRU (private op).
 
     ``M_t = γ_t · G_{R-1} ⋯ G_0 · diag(scale_t)``, ``h_t = M_t h_{t-1} + b_t`` per block; round
     ``r`` rotates planes ``i = (r % 2 + 2m) % k``, ``j = (i + 1) % k`` by ``theta[..., r, m]``.
@@ -157,34 +163,84 @@ def givens_recurrence(
 
     Example:
         >>> import torch
-        >>> from mingru.scans import givens_recurrence
-        >>> h = givens_recurrence(
+        >>> from mingru.scans import _givens_recurrence
+        >>> h = _givens_recurrence(
         ...     torch.randn(2, 5, 3, 1, 1), torch.randn(2, 5, 3, 2), torch.randn(2, 3, 2))
         >>> h.shape
         torch.Size([2, 5, 3, 2])
     """
-    from mingru._eager.givens_recurrence import givens_recurrence_eager
-
-    V.float_tensor(theta, "theta", 5, "(B, T, n, R, k/2)")
-    V.float_tensor(b, "b", 4, "(B, T, n, k)")
-    V.float_tensor(h0, "h0", 3, "(B, n, k)")
+    _validate.float_tensor(theta, "theta", 5, "(B, T, n, R, k/2)")
+    _validate.float_tensor(b, "b", 4, "(B, T, n, k)")
+    _validate.float_tensor(h0, "h0", 3, "(B, n, k)")
     named = [("theta", theta), ("b", b), ("h0", h0)]
-    V.nonempty_time(theta, "theta")
+    _validate.nonempty_time(theta, "theta")
     B, T, n, R, half = theta.shape
     if R < 1 or half < 1:
         raise ValueError(
             f"theta must have shape (B, T, n, R, k/2) with R ≥ 1, k ≥ 2; got {tuple(theta.shape)}"
         )
     k = 2 * half
-    V.shape_is(b, "b", (B, T, n, k), "(B, T, n, k)")
-    V.shape_is(h0, "h0", (B, n, k), "(B, n, k)")
+    _validate.shape_is(b, "b", (B, T, n, k), "(B, T, n, k)")
+    _validate.shape_is(h0, "h0", (B, n, k), "(B, n, k)")
     if scale is not None:
-        V.float_tensor(scale, "scale", 4, "(B, T, n, k)")
-        V.shape_is(scale, "scale", (B, T, n, k), "(B, T, n, k)")
+        _validate.float_tensor(scale, "scale", 4, "(B, T, n, k)")
+        _validate.shape_is(scale, "scale", (B, T, n, k), "(B, T, n, k)")
         named.append(("scale", scale))
     if log_gamma is not None:
-        V.float_tensor(log_gamma, "log_gamma", 3, "(B, T, n)")
-        V.shape_is(log_gamma, "log_gamma", (B, T, n), "(B, T, n)")
+        _validate.float_tensor(log_gamma, "log_gamma", 3, "(B, T, n)")
+        _validate.shape_is(log_gamma, "log_gamma", (B, T, n), "(B, T, n)")
         named.append(("log_gamma", log_gamma))
-    V.same_kind(named)
+    _validate.same_kind(named)
     return call("givens_recurrence", givens_recurrence_eager, theta, b, h0, scale, log_gamma)
+
+
+def _delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    log_gamma: torch.Tensor | None = None,
+    h0: torch.Tensor | None = None,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The delta rule (DeltaNet / DeltaProduct) behind DeltaMinGRU (private op).
+
+    Per token ``t``: ``S ← γ_t S``; then for each micro-step ``j``:
+    ``S ← (I − β_j k_j k_jᵀ) S + β_j k_j v_jᵀ``; then ``o_t = Sᵀ q_t``.
+
+    Args:
+        q: ``(B, T, H, d_k)`` queries.
+        k: ``(B, T, nh, H, d_k)`` keys (the mixer L2-normalizes them).
+        v: ``(B, T, nh, H, d_v)`` values.
+        beta: ``(B, T, nh, H)`` step sizes.
+        log_gamma: ``(B, T, H)`` per-token log decay, or ``None``.
+        h0: ``(B, H, d_k, d_v)`` initial state, or ``None`` (zeros).
+        chunk_size: tokens per chunk of the eager chunked form (a speed hint, ≥ 1).
+
+    Returns:
+        ``(o (B, T, H, d_v), h_T (B, H, d_k, d_v))`` in ``q``'s dtype.
+
+    Example:
+        >>> import torch, torch.nn.functional as F
+        >>> from mingru.scans import _delta_rule
+        >>> k = F.normalize(torch.randn(2, 9, 1, 3, 4), dim=-1)
+        >>> o, h_T = _delta_rule(torch.randn(2, 9, 3, 4), k, torch.randn(2, 9, 1, 3, 5),
+        ...                      torch.rand(2, 9, 1, 3))
+        >>> o.shape, h_T.shape
+        (torch.Size([2, 9, 3, 5]), torch.Size([2, 3, 4, 5]))
+    """
+    named = [("q", q), ("k", k), ("v", v), ("beta", beta)]
+    named += [(n, t) for n, t in (("log_gamma", log_gamma), ("h0", h0)) if t is not None]
+    for name, t in named:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"delta_rule: {name} must be a torch.Tensor; got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"delta_rule: {name} must be a floating tensor; got {t.dtype}")
+    positive_int(chunk_size, "chunk_size")
+    check_delta_rule_shapes(q, k, v, beta, log_gamma, h0)
+    devices = {t.device for _, t in named}
+    if len(devices) > 1:
+        raise ValueError(
+            f"delta_rule: all tensors must be on one device; got {sorted(map(str, devices))}"
+        )
+    return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size)

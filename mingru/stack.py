@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from mingru._spec import check_size, check_stack_state, layer_gaps, stack_layer_specs
 from mingru.block import MinGRUBlock
 from mingru.mixers._common import check_sequence, check_token
+from mingru_kernels._spec import check_size, check_stack_state, layer_gaps, stack_layer_specs
 
 __all__ = ["MinGRUStack"]
 

@@ -32,6 +32,15 @@ def float_array(x: object, name: str, ndim: int, shape: str) -> jax.Array:
     return jnp.asarray(x)
 
 
+def floating(x: object, name: str) -> jax.Array:
+    """Check ``x`` is a floating array of any rank; return it as a ``jax.Array``."""
+    if not isinstance(x, (jax.Array, np.ndarray)):
+        raise TypeError(f"{name} must be a jax.Array; got {type(x).__name__}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be a floating array; got {x.dtype}")
+    return jnp.asarray(x)
+
+
 def same_dtype(arrays: Sequence[tuple[str, jax.Array]]) -> None:
     """All arrays share one dtype (no silent promotion)."""
     (n0, a0), *rest = arrays

@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from mingru._spec import (
+from mingru_jax.mixers._common import check_sequence, check_token, layer_norm, linear
+from mingru_kernels._spec import (
     DECAY_KWARGS,
     block_mixer_kwargs,
     check_block_args,
@@ -25,7 +26,6 @@ from mingru._spec import (
     check_size,
     mixer_registry,
 )
-from mingru_jax.mixers._common import check_sequence, check_token, layer_norm, linear
 
 __all__ = ["DECAY_KWARGS", "MIXERS", "MinGRUBlock", "check_mixer_name", "mixer_class"]
 

@@ -3,7 +3,7 @@
 The twin of :mod:`mingru.dispatch`. Every scan (and the fused rotation/Givens recurrence and
 the delta rule) calls :func:`call` with its op name, its eager twin and its arguments. This
 module is the only place that reads ``MINGRU_SCAN``, checks :func:`available` and imports a
-launcher from ``mingru_jax._launch``; the decision rules themselves are :mod:`mingru._seam`,
+launcher from ``mingru_jax._launch``; the decision rules themselves are :mod:`mingru_kernels._seam`,
 shared with the PyTorch seam.
 
 Modes (``MINGRU_SCAN``; unset or empty means ``auto``):
@@ -32,8 +32,15 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from mingru._seam import MODES, WarnOnce, check_mode, choose_launcher, env_mode, interpreter_mode
 from mingru_jax._launch import LAUNCHERS
+from mingru_kernels._seam import (
+    MODES,
+    WarnOnce,
+    check_mode,
+    choose_launcher,
+    env_mode,
+    interpreter_mode,
+)
 
 __all__ = [
     "MODES",

@@ -1,7 +1,8 @@
-"""The four public scan primitives (the twin of :mod:`mingru.scans`), plus the internal
-fused rotation/Givens recurrence and delta rule. Each validates its inputs, then hands the
-call to the dispatch seam, which runs the eager twin (``mingru_jax._eager``) or a jax-triton
-launcher (``mingru_jax._launch``). All are jit-, grad- and vmap-compatible; the backend is
+"""Every op's single entry (the twin of :mod:`mingru.scans`): the four public scan primitives
+and the two private ops behind the block-rotation and delta mixers (``_givens_recurrence``,
+``_delta_rule``). Each validates its inputs (here, and only here), then hands the call to the
+dispatch seam, which runs the eager twin (``mingru_jax._eager.<op>``) or a jax-triton
+launcher (``mingru_jax._launch.<op>``). All are jit-, grad- and vmap-compatible; the backend is
 chosen at trace time (see :mod:`mingru_jax.dispatch`).
 
 All solve an affine recurrence over axis 1 (time). The "zero-start solution" ``Z`` is the
@@ -14,12 +15,13 @@ from __future__ import annotations
 import jax
 
 from mingru_jax import _validate as V
-from mingru_jax._eager.affine_scan import matrix_affine_scan_eager
 from mingru_jax._eager.delta_rule import delta_rule_eager
 from mingru_jax._eager.givens_recurrence import givens_recurrence_eager
 from mingru_jax._eager.linear_scan import linear_scan_eager
-from mingru_jax._eager.log_scan import parallel_scan_log_eager
+from mingru_jax._eager.matrix_affine_scan import matrix_affine_scan_eager
+from mingru_jax._eager.parallel_scan_log import parallel_scan_log_eager
 from mingru_jax.dispatch import call
+from mingru_kernels._spec import check_delta_rule_shapes, positive_int
 
 __all__ = ["linear_scan", "matrix_affine_scan", "matrix_scan", "parallel_scan_log"]
 
@@ -141,14 +143,14 @@ def matrix_scan(M: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
     return P, Z[..., 0]
 
 
-def givens_recurrence(
+def _givens_recurrence(
     theta: jax.Array,
     b: jax.Array,
     h0: jax.Array,
     scale: jax.Array | None = None,
     log_gamma: jax.Array | None = None,
 ) -> jax.Array:
-    """Internal: the fused rotation/Givens recurrence (dispatch op ``"givens_recurrence"``).
+    """The fused rotation/Givens recurrence behind RotationMinGRU and GivensMinGRU (private op).
 
     ``M_t = γ_t · G_{R-1} ⋯ G_0 · diag(scale_t)``, ``h_t = M_t h_{t-1} + b_t``. Shapes:
     ``theta (B, T, n, R, k/2)``, ``b (B, T, n, k)``, ``h0 (B, n, k)``, ``scale (B, T, n, k)``
@@ -180,7 +182,7 @@ def givens_recurrence(
     return call("givens_recurrence", givens_recurrence_eager, theta, b, h0, scale, log_gamma)
 
 
-def delta_rule(
+def _delta_rule(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
@@ -189,11 +191,17 @@ def delta_rule(
     h0: jax.Array | None = None,
     chunk_size: int = 64,
 ) -> tuple[jax.Array, jax.Array]:
-    """Internal: the delta rule (dispatch op ``"delta_rule"``); returns ``(o, h_T)``.
+    """The delta rule behind DeltaMinGRU (private op); returns ``(o, h_T)``.
 
     Shapes: ``q (B, T, H, d_k)``, ``k (B, T, nh, H, d_k)``, ``v (B, T, nh, H, d_v)``,
     ``beta (B, T, nh, H)``, ``log_gamma (B, T, H)`` or ``None``, ``h0 (B, H, d_k, d_v)`` or
     ``None``; ``o (B, T, H, d_v)``, ``h_T (B, H, d_k, d_v)``. See
     ``mingru_jax._eager.delta_rule``.
     """
+    named = [("q", q), ("k", k), ("v", v), ("beta", beta)]
+    named += [(n, t) for n, t in (("log_gamma", log_gamma), ("h0", h0)) if t is not None]
+    for name, t in named:
+        V.floating(t, f"delta_rule: {name}")
+    positive_int(chunk_size, "chunk_size")
+    check_delta_rule_shapes(q, k, v, beta, log_gamma, h0)
     return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size)

@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from mingru._spec import check_size, check_stack_state, layer_gaps, stack_layer_specs
 from mingru_jax.block import MinGRUBlock
 from mingru_jax.mixers._common import check_sequence, check_token, layer_norm, linear
+from mingru_kernels._spec import check_size, check_stack_state, layer_gaps, stack_layer_specs
 
 __all__ = ["MinGRUStack"]
 

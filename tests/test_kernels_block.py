@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import mingru
-from mingru._eager.affine_scan import matrix_affine_scan_eager
 from mingru._eager.givens_recurrence import givens_recurrence_eager
+from mingru._eager.matrix_affine_scan import matrix_affine_scan_eager
 from mingru.scans import givens_recurrence
 
 F64 = torch.float64
@@ -257,7 +257,7 @@ def test_triton_mode_refuses_unsupported_block_size():
 
 
 def test_segment_plan_covers_t_with_a_short_chain():
-    from mingru_kernels.affine_scan import SINGLE_PASS_MAX_T, segment_plan
+    from mingru_kernels.matrix_affine_scan import SINGLE_PASS_MAX_T, segment_plan
 
     for T in (1, 2, 31, 32, 33, 64, 1000, 1024, 65536, 100_003):
         seg_len, nseg = segment_plan(T)

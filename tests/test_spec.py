@@ -1,4 +1,4 @@
-"""mingru._spec: the framework-free checks and registry shared by both frontends."""
+"""mingru_kernels._spec: the framework-free checks and registry shared by both frontends."""
 
 from __future__ import annotations
 
@@ -8,19 +8,19 @@ import sys
 
 import pytest
 
-from mingru import _spec
+from mingru_kernels import _spec
 
 
 def test_import_is_framework_free():
     code = (
-        "import sys, mingru._spec, mingru._seam\n"
+        "import sys, mingru_kernels._spec, mingru_kernels._seam\n"
         "bad = [m for m in ('torch', 'jax', 'flax', 'triton') if m in sys.modules]\n"
         "print(','.join(bad))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
-    assert out.stdout.strip() == "", f"mingru._spec imported {out.stdout.strip()}"
+    assert out.stdout.strip() == "", f"mingru_kernels._spec imported {out.stdout.strip()}"
 
 
 def test_both_frontends_share_the_registry():
@@ -135,7 +135,7 @@ def test_block_mixer_kwargs_and_stack_helpers():
 
 
 def test_both_dispatch_seams_share_one_rule_set():
-    """The mode names and the auto/eager/triton decision exist once, in mingru._seam."""
+    """The mode names and the auto/eager/triton decision exist once, in mingru_kernels._seam."""
     import mingru.dispatch as torch_dispatch
     import mingru_jax.dispatch as jax_dispatch
     from mingru import _seam

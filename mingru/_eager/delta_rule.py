@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mingru._spec import positive_int
+from mingru_kernels._spec import positive_int
 
 
 def _pad_time(x: torch.Tensor, total: int) -> torch.Tensor:

@@ -10,7 +10,7 @@ where round ``r`` rotates the disjoint planes ``(i, j)``, ``i = (r % 2 + 2m) % k
 Golub & Van Loan; brick-wall layout of Clements et al. 2016 / EUNN, Jing et al. 2017).
 
 The eager path materializes the ``k×k`` transitions and runs the block matrix scan
-(:func:`mingru._eager.affine_scan.matrix_affine_scan_eager`); the Triton kernel composes the
+(:func:`mingru._eager.matrix_affine_scan.matrix_affine_scan_eager`); the Triton kernel composes the
 rotations on the state vector instead. :func:`givens_step` is the O(n·k·R) one-token form.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from mingru._eager.affine_scan import matrix_affine_scan_eager
+from mingru._eager.matrix_affine_scan import matrix_affine_scan_eager
 
 __all__ = ["givens_recurrence_eager", "givens_step", "givens_transitions", "rotate_rows"]
 

@@ -1,26 +1,21 @@
 """Output and scratch allocation and the device guard, shared by every PyTorch launcher.
 
-Outputs are uninitialised in production. Tests NaN-fill them first (:func:`poison`, or a
-launcher's own module flag passed as ``poisoned``) so any element a kernel forgets to write
-fails the comparison.
+Outputs are uninitialised in production. Under the poison switch
+(:func:`mingru_kernels.launch.switches.poison_outputs`: interpreter mode,
+``MINGRU_POISON_OUTPUTS=1`` or ``switches.forced(poison=True)``) they are NaN-filled first, so
+any element a kernel forgets to write fails the comparison.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any
 
 import torch
 
-from mingru.dispatch import interpreter_mode
+from mingru_kernels.launch.switches import poison_outputs as poison
 
-
-def poison() -> bool:
-    """Whether to NaN-fill outputs and scratch before launches: in interpreter mode and with
-    ``MINGRU_POISON_OUTPUTS=1``. Off in production on GPU: the fill would cost one more pass
-    over memory."""
-    return interpreter_mode() or os.environ.get("MINGRU_POISON_OUTPUTS", "") == "1"
+__all__ = ["device_guard", "new_tensor", "poison"]
 
 
 def new_tensor(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,

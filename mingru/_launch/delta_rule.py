@@ -12,57 +12,25 @@ call as opaque nodes:
 
 ``chunk_size`` is the eager twin's speed hint; the kernels use their own chunk of
 ``LP = launch_config(nh, ...)["LP"]`` micro-steps (a power of two, 32 by default) holding
-``LP // nh`` whole tokens, and ignore ``chunk_size`` after validating it — the result never
-depends on either.
+``LP // nh`` whole tokens, and ignore ``chunk_size`` (validated in ``mingru.scans``) — the
+result never depends on either. ``switches.forced("delta_rule", micro_chunk=..., blocked=...)``
+picks another chunk layout (tests reach every layout with it).
 """
 
+from __future__ import annotations
 
 import torch
-from mingru_kernels import delta_rule as K
 from torch import Tensor
 
 from mingru._launch._alloc import new_tensor
 from mingru._launch._op import dual_entry
-from mingru._spec import positive_int
+from mingru_kernels import delta_rule as kernels
+from mingru_kernels.launch import delta_rule as meta
+from mingru_kernels.launch import switches
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-_POISON = False
-"""Tests set this to fill every output and scratch buffer with NaN before the kernels run,
-so an element a kernel forgets to write shows up as NaN."""
-
-
-def _empty(shape, dtype, device) -> torch.Tensor:
-    return new_tensor(shape, dtype, device, _POISON)
-
-
-# --- argument checks -----------------------------------------------------------------------
-
-
-def check_args(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    beta: Tensor,
-    log_gamma: Tensor | None = None,
-    h0: Tensor | None = None,
-    chunk_size: int = 64,
-) -> None:
-    """Raise ``TypeError``/``ValueError`` naming the argument when the call is malformed."""
-    named = [("q", q), ("k", k), ("v", v), ("beta", beta)]
-    named += [(n, t) for n, t in (("log_gamma", log_gamma), ("h0", h0)) if t is not None]
-    for name, t in named:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"delta_rule: {name} must be a torch.Tensor; got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"delta_rule: {name} must be a floating tensor; got {t.dtype}")
-    positive_int(chunk_size, "chunk_size")
-    K.check_shapes(q, k, v, beta, log_gamma, h0)
-    devices = {t.device for _, t in named}
-    if len(devices) > 1:
-        raise ValueError(f"delta_rule: all tensors must be on one device; got {sorted(map(str, devices))}")
 
 
 # --- launcher protocol ---------------------------------------------------------------------
@@ -77,14 +45,12 @@ def unsupported_reason(
     h0: Tensor | None = None,
     chunk_size: int = 64,
 ) -> str | None:
-    """Why the Triton kernels cannot run this call, or ``None``; a malformed call raises
-    ``TypeError``/``ValueError`` (see :func:`check_args`)."""
-    check_args(q, k, v, beta, log_gamma, h0, chunk_size)
+    """Why the Triton kernels cannot run this (validated) call, or ``None``."""
     for name, t in (("q", q), ("k", k), ("v", v), ("beta", beta), ("log_gamma", log_gamma),
                     ("h0", h0)):
         if t is not None and t.dtype not in _DTYPES:
             return f"{name} has dtype {t.dtype}; the kernels take float32, bfloat16 or float16"
-    return K.unsupported_size(*k.shape, v.shape[-1])
+    return meta.unsupported_size(*k.shape, v.shape[-1])
 
 
 def prefer_over_eager(*args, **kwargs) -> bool:
@@ -105,8 +71,8 @@ def run(
     """The delta rule on the Triton kernels (shapes as in ``mingru._eager.delta_rule``):
     ``(o (B,T,H,d_v), h_T (B,H,d_k,d_v))`` in ``q``'s dtype, differentiable in every tensor
     argument. Inputs may be float32, bfloat16 or float16; gradients come back in each
-    input's dtype. Normally reached through ``mingru.dispatch``, e.g. (on a CUDA device, or on
-    CPU with ``TRITON_INTERPRET=1``)::
+    input's dtype. Reached through ``mingru.scans._delta_rule`` (which validates the call) and
+    ``mingru.dispatch``; e.g. on a CUDA device, or on CPU with ``TRITON_INTERPRET=1``::
 
         import torch, torch.nn.functional as F
         B, T, nh, H, d = 2, 9, 2, 3, 16
@@ -116,13 +82,19 @@ def run(
         beta = 2 * torch.rand(B, T, nh, H, device="cuda")
         o, h_T = run(q, k, v, beta)            # o: (2, 9, 3, 16), h_T: (2, 3, 16, 16)
     """
-    check_args(q, k, v, beta, log_gamma, h0, chunk_size)
-    return _run(q, k, v, beta, log_gamma, h0, 0)
-
-
-def _run(q, k, v, beta, log_gamma, h0, tuning: int = 0):
-    o, h_T, _, _, _ = _entry(q, k, v, beta, log_gamma, h0, tuning)
+    o, h_T, _, _, _ = _entry(q, k, v, beta, log_gamma, h0, _tuning())
     return o, h_T
+
+
+def _tuning() -> int:
+    """The forced plan choices (:mod:`mingru_kernels.launch.switches`) as the custom ops' int:
+    0 = defaults, else ``micro_chunk + 1000 * (1 + blocked)``. An int argument keeps the
+    choice fixed between the forward and its backward."""
+    choices = switches.plan_choices("delta_rule")
+    if not choices:
+        return 0
+    blocked = choices.get("blocked")
+    return int(choices.get("micro_chunk", 0)) + (0 if blocked is None else 1000 * (1 + bool(blocked)))
 
 
 # --- custom ops ----------------------------------------------------------------------------
@@ -133,8 +105,8 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
     _, _, nh, _, dk = k.shape
     half = q.dtype in (torch.bfloat16, torch.float16)
     blocked = None if tuning < 1000 else tuning >= 2000
-    return K.launch_config(nh, dk, v.shape[-1], half=half, micro_chunk=tuning % 1000,
-                           blocked=blocked)
+    return meta.launch_config(nh, dk, v.shape[-1], half=half, micro_chunk=tuning % 1000,
+                              blocked=blocked)
 
 
 def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning):
@@ -148,25 +120,25 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning):
     lg = log_gamma.contiguous() if has_decay else q  # placeholder pointer, never read
     h0c = h0.contiguous() if has_h0 else q
     BH = B * H
-    nc = K.n_chunks(T, cfg)
-    shp = K.scratch_shapes(BH, T, cfg)
+    nc = meta.n_chunks(T, cfg)
+    shp = meta.scratch_shapes(BH, T, cfg)
     f32 = torch.float32
-    states = _empty(shp["states"], f32, dev)
-    M = _empty(shp["M"], f32, dev)
-    N = _empty(shp["N"], f32, dev)
-    qeff = _empty(shp["Qeff"], f32, dev)
-    ou = _empty(shp["Ou"], f32, dev)
-    o = _empty((B, T, H, dv), q.dtype, dev)
-    h_T = _empty((B, H, dk, dv), q.dtype, dev)
-    K.delta_fwd_prep_kernel[K.grid_chunks(T, BH, cfg)](
+    states = new_tensor(shp["states"], f32, dev)
+    M = new_tensor(shp["M"], f32, dev)
+    N = new_tensor(shp["N"], f32, dev)
+    qeff = new_tensor(shp["Qeff"], f32, dev)
+    ou = new_tensor(shp["Ou"], f32, dev)
+    o = new_tensor((B, T, H, dv), q.dtype, dev)
+    h_T = new_tensor((B, H, dk, dv), q.dtype, dev)
+    kernels.delta_rule_fwd_prep_kernel[meta.grid_chunks(T, BH, cfg)](
         q, k, v, beta, lg, M, N, qeff, ou, T, H, dk, dv, nc,
-        **K.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
+        **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
     )
-    K.delta_fwd_state_kernel[K.grid_state(BH, cfg)](
-        h0c, M, N, states, h_T, dk, dv, nc, **K.launch_kwargs(cfg, "fwd_state", HAS_H0=has_h0)
+    kernels.delta_rule_fwd_state_kernel[meta.grid_state(BH, cfg)](
+        h0c, M, N, states, h_T, dk, dv, nc, **meta.launch_kwargs(cfg, "fwd_state", HAS_H0=has_h0)
     )
-    K.delta_fwd_out_kernel[K.grid_chunks(T, BH, cfg)](
-        qeff, ou, states, o, T, H, dv, nc, **K.launch_kwargs(cfg, "fwd_out")
+    kernels.delta_rule_fwd_out_kernel[meta.grid_chunks(T, BH, cfg)](
+        qeff, ou, states, o, T, H, dv, nc, **meta.launch_kwargs(cfg, "fwd_out")
     )
     return o, h_T, states, M, qeff
 
@@ -190,7 +162,7 @@ def _(q, k, v, beta, log_gamma, h0, tuning):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
     cfg = _config(q, k, v, tuning)
-    shp = K.scratch_shapes(B * H, T, cfg)
+    shp = meta.scratch_shapes(B * H, T, cfg)
     f32 = torch.float32
     return (
         q.new_empty((B, T, H, dv)),
@@ -213,22 +185,22 @@ def _bwd_impl(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning):
     lg = log_gamma.contiguous() if has_decay else q
     dht = dh_T.contiguous() if has_dht else q
     BH = B * H
-    nc = K.n_chunks(T, cfg)
-    dstates = _empty(states.shape, torch.float32, dev)
-    dq = _empty(q.shape, q.dtype, dev)
-    dk_ = _empty(k.shape, k.dtype, dev)
-    dv_ = _empty(v.shape, v.dtype, dev)
-    dbeta = _empty(beta.shape, beta.dtype, dev)
-    dlg = _empty(log_gamma.shape, log_gamma.dtype, dev) if has_decay else q.new_empty(0)
-    dh0 = _empty(h0.shape, h0.dtype, dev) if has_h0 else q.new_empty(0)
-    K.delta_bwd_state_kernel[K.grid_state(BH, cfg)](
+    nc = meta.n_chunks(T, cfg)
+    dstates = new_tensor(states.shape, torch.float32, dev)
+    dq = new_tensor(q.shape, q.dtype, dev)
+    dk_ = new_tensor(k.shape, k.dtype, dev)
+    dv_ = new_tensor(v.shape, v.dtype, dev)
+    dbeta = new_tensor(beta.shape, beta.dtype, dev)
+    dlg = new_tensor(log_gamma.shape, log_gamma.dtype, dev) if has_decay else q.new_empty(0)
+    dh0 = new_tensor(h0.shape, h0.dtype, dev) if has_h0 else q.new_empty(0)
+    kernels.delta_rule_bwd_state_kernel[meta.grid_state(BH, cfg)](
         dht, do, M, qeff, dstates, dh0 if has_h0 else q, T, H, dk, dv, nc,
-        **K.launch_kwargs(cfg, "bwd_state", HAS_DHT=has_dht, HAS_H0=has_h0),
+        **meta.launch_kwargs(cfg, "bwd_state", HAS_DHT=has_dht, HAS_H0=has_h0),
     )
-    K.delta_bwd_grads_kernel[K.grid_chunks(T, BH, cfg)](
+    kernels.delta_rule_bwd_grads_kernel[meta.grid_chunks(T, BH, cfg)](
         q, k, v, beta, lg, states, dstates, do, dq, dk_, dv_, dbeta,
         dlg if has_decay else q, T, H, dk, dv, nc,
-        **K.launch_kwargs(cfg, "bwd_grads", HAS_DECAY=has_decay),
+        **meta.launch_kwargs(cfg, "bwd_grads", HAS_DECAY=has_decay),
     )
     return dq, dk_, dv_, dbeta, dlg, dh0
 

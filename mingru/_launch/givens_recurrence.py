@@ -1,32 +1,30 @@
 """Triton launcher for the fused rotation/Givens recurrence (dispatch op ``givens_recurrence``).
 
 ``h_t = γ_t G_{R-1} ⋯ G_0 diag(scale_t) h_{t-1} + b_t`` per block, with the rotations applied to
-the state vector in-kernel (:mod:`mingru_kernels.givens_scan`). Forward and backward are
-``torch.library`` custom ops (``mingru::givens_recurrence`` and ``_bwd``) with fake
+the state vector in-kernel (:mod:`mingru_kernels.givens_recurrence`; launch metadata in
+:mod:`mingru_kernels.launch.givens_recurrence`). Forward and backward are
+``torch.library`` custom ops (``mingru::givens_recurrence_fwd`` and ``_bwd``) with fake
 implementations, so ``torch.compile(fullgraph=True)`` traces them. Saved for backward: the
 inputs and the output ``h`` (the backward reads ``h_{t-1}`` from it); no per-token matrices.
 
 Imported only by :mod:`mingru.dispatch`, after :func:`mingru.available` returned ``True``.
 """
 
+from __future__ import annotations
+
 import torch
-import triton
-from mingru_kernels import givens_scan as kern
 
 from mingru._launch._alloc import device_guard, new_tensor
 from mingru._launch._op import dual_entry
-from mingru.dispatch import interpreter_mode
+from mingru_kernels import givens_recurrence as kernels
+from mingru_kernels._seam import interpreter_mode
+from mingru_kernels.launch import givens_recurrence as meta
+from mingru_kernels.launch import switches
+from mingru_kernels.launch._elementwise import cdiv
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-SUPPORTED_K = (2, 4, 8, 16)
-
-SEG_LEN: int | None = None
-"""Force the segment length (tests use it to run the carry path on tiny ``T``)."""
-
-POISON_OUTPUTS = False
-"""Fill outputs and scratch with NaN before the kernels run (tests: unwritten slots fail)."""
 
 
 def unsupported_reason(
@@ -40,7 +38,7 @@ def unsupported_reason(
     k = b.shape[-1]
     if theta.dtype not in KERNEL_DTYPES:
         return f"{theta.dtype} runs eager (kernels take float32, bfloat16, float16)"
-    if k not in SUPPORTED_K:
+    if k not in meta.SUPPORTED_K:
         return f"k={k} not in {{2, 4, 8, 16}}"
     if not theta.is_cuda and not interpreter_mode():
         return f"inputs on {theta.device} (the kernels need CUDA, or TRITON_INTERPRET=1)"
@@ -68,7 +66,11 @@ def run(
 
 
 def _empty(shape, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    return new_tensor(shape, like.dtype if dtype is None else dtype, like.device, POISON_OUTPUTS)
+    return new_tensor(shape, like.dtype if dtype is None else dtype, like.device)
+
+
+def _segments(T: int) -> tuple[int, int]:
+    return meta.segment_plan(T, switches.plan_choices("givens_recurrence").get("seg_len"))
 
 
 def _contig(x: torch.Tensor | None) -> torch.Tensor | None:
@@ -84,8 +86,8 @@ def _forward(theta, b, h0, scale, log_gamma) -> torch.Tensor:
     npair = B * n
     if npair == 0:
         return h
-    cfg = kern.givens_config(k, R)
-    seg_len, nseg = kern.segment_plan(T, SEG_LEN)
+    cfg = meta.givens_config(k, R)
+    seg_len, nseg = _segments(T)
     consts = dict(K2=k2, R=R, RP=cfg["RP"], HAS_SCALE=scale is not None,
                   HAS_GAMMA=log_gamma is not None)
     s_arg = b if scale is None else scale  # dummy pointers when absent
@@ -95,11 +97,11 @@ def _forward(theta, b, h0, scale, log_gamma) -> torch.Tensor:
         if nseg > 1:
             m = _empty((npair, nseg, k, k), b, torch.float32)
             c = _empty((npair, nseg, k), b, torch.float32)
-            kern.givens_fwd_kernel[(triton.cdiv(npair, cfg["LP_COMP"]), nseg)](
+            kernels.givens_recurrence_fwd_kernel[(cdiv(npair, cfg["LP_COMP"]), nseg)](
                 theta, b, s_arg, g_arg, h0, h, m, c, npair, n, T, seg_len, nseg,
                 LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **consts,
             )
-        kern.givens_fwd_kernel[(triton.cdiv(npair, cfg["LP"]), nseg)](
+        kernels.givens_recurrence_fwd_kernel[(cdiv(npair, cfg["LP"]), nseg)](
             theta, b, s_arg, g_arg, h0, h, m, c, npair, n, T, seg_len, nseg,
             LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
         )
@@ -117,8 +119,8 @@ def _backward(theta, h0, scale, log_gamma, h, dh):
     npair = B * n
     if npair == 0:
         return dtheta, db, dh0, dscale, dlog_gamma
-    cfg = kern.givens_config(k, R)
-    seg_len, nseg = kern.segment_plan(T, SEG_LEN)
+    cfg = meta.givens_config(k, R)
+    seg_len, nseg = _segments(T)
     consts = dict(K2=k2, R=R, RP=cfg["RP"], HAS_SCALE=scale is not None,
                   HAS_GAMMA=log_gamma is not None)
     s_arg = h if scale is None else scale  # dummy pointers when absent
@@ -131,11 +133,11 @@ def _backward(theta, h0, scale, log_gamma, h, dh):
         if nseg > 1:
             m = _empty((npair, nseg, k, k), h, torch.float32)
             c = _empty((npair, nseg, k), h, torch.float32)
-            kern.givens_bwd_kernel[(triton.cdiv(npair, cfg["LP_COMP"]), nseg)](
+            kernels.givens_recurrence_bwd_kernel[(cdiv(npair, cfg["LP_COMP"]), nseg)](
                 *args, m, c, npair, n, T, seg_len, nseg,
                 LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **consts,
             )
-        kern.givens_bwd_kernel[(triton.cdiv(npair, cfg["LP"]), nseg)](
+        kernels.givens_recurrence_bwd_kernel[(cdiv(npair, cfg["LP"]), nseg)](
             *args, m, c, npair, n, T, seg_len, nseg,
             LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
         )
@@ -145,8 +147,8 @@ def _backward(theta, h0, scale, log_gamma, h, dh):
 # ----------------------------------------------------------------------------- custom ops
 
 
-@torch.library.custom_op("mingru::givens_recurrence", mutates_args=())
-def givens_recurrence_op(
+@torch.library.custom_op("mingru::givens_recurrence_fwd", mutates_args=())
+def givens_recurrence_fwd(
     theta: torch.Tensor,
     b: torch.Tensor,
     h0: torch.Tensor,
@@ -157,13 +159,13 @@ def givens_recurrence_op(
     return _forward(theta, b, h0, scale, log_gamma)
 
 
-@givens_recurrence_op.register_fake
+@givens_recurrence_fwd.register_fake
 def _(theta, b, h0, scale, log_gamma):
     return b.new_empty(b.shape)
 
 
 @torch.library.custom_op("mingru::givens_recurrence_bwd", mutates_args=())
-def givens_recurrence_bwd_op(
+def givens_recurrence_bwd(
     theta: torch.Tensor,
     h0: torch.Tensor,
     scale: torch.Tensor | None,
@@ -177,7 +179,7 @@ def givens_recurrence_bwd_op(
     return tuple(theta.new_empty(0) if g is None else g for g in grads)
 
 
-@givens_recurrence_bwd_op.register_fake
+@givens_recurrence_bwd.register_fake
 def _(theta, h0, scale, log_gamma, h, dh):
     return (
         theta.new_empty(theta.shape),
@@ -195,7 +197,7 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(theta, h0, scale, log_gamma, output)
 
 
-def _autograd_backward(ctx, dh, bwd=givens_recurrence_bwd_op):
+def _autograd_backward(ctx, dh, bwd=givens_recurrence_bwd):
     theta, h0, scale, log_gamma, h = ctx.saved_tensors
     if dh is None:
         return None, None, None, None, None
@@ -204,5 +206,5 @@ def _autograd_backward(ctx, dh, bwd=givens_recurrence_bwd_op):
             dlog_gamma if ctx.has_gamma else None)
 
 
-_entry = dual_entry("givens_recurrence", givens_recurrence_op, _forward, _setup_context,
+_entry = dual_entry("givens_recurrence", givens_recurrence_fwd, _forward, _setup_context,
                     _autograd_backward, _backward)

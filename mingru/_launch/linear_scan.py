@@ -8,18 +8,19 @@ traces them. Backward saves ``a`` and the outputs ``P, Z`` only.
 from __future__ import annotations
 
 import torch
-from mingru_kernels import linear_scan as K
 
-from mingru._launch import _elementwise as E
+from mingru._launch import _elementwise as elementwise
 from mingru._launch._alloc import device_guard, new_tensor, poison
 from mingru._launch._op import dual_entry
+from mingru_kernels import linear_scan as kernels
+from mingru_kernels.launch import linear_scan as meta
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
 
 def unsupported_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:
     """Why the kernel cannot run ``linear_scan(a, b)``, or ``None``."""
-    return E.unsupported_reason(a)
+    return elementwise.unsupported_reason(a)
 
 
 def prefer_over_eager(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -35,50 +36,48 @@ def run(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _forward(a, b, P, Z, cfg) -> None:
     B, T, D = a.shape
     n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
-    grid, kw = K.grid(cfg, B), E.launch_kwargs(cfg)
-    dims = (T, D, int(cfg["chunk_len"]), n_chunks, n_dblk)
+    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     with device_guard(a):
         if cfg["strategy"] == "walk":
-            K.linear_scan_fwd_kernel[grid](a, b, P, Z, P, Z, *dims, MODE=K.WALK, **kw)
+            kernels.linear_scan_fwd_kernel[grid](a, b, P, Z, P, Z, *dims, MODE=meta.WALK, **kw)
             return
-        sa, sb, ca, cb = E.scratch(4, B, cfg, D, a.device)
-        K.linear_scan_fwd_kernel[grid](a, b, P, Z, sa, sb, *dims, MODE=K.SUMMARY, **kw)
-        K.linear_carry_kernel[K.carry_grid(cfg, B)](
+        sa, sb, ca, cb = elementwise.scratch(meta.FWD_SCRATCH, B, cfg, D, a.device)
+        kernels.linear_scan_fwd_kernel[grid](a, b, P, Z, sa, sb, *dims, MODE=meta.SUMMARY, **kw)
+        kernels.linear_carry_kernel[meta.carry_grid(cfg, B)](
             sa, sb, sb, ca, cb, cb, n_chunks, D, n_dblk,
-            REVERSE=False, STORE_A=True, HAS_Y=False, **E.carry_kwargs(cfg),
+            REVERSE=False, STORE_A=True, HAS_Y=False, **meta.carry_kwargs(cfg),
         )
-        K.linear_scan_fwd_kernel[grid](a, b, P, Z, ca, cb, *dims, MODE=K.APPLY, **kw)
+        kernels.linear_scan_fwd_kernel[grid](a, b, P, Z, ca, cb, *dims, MODE=meta.APPLY, **kw)
 
 
 def _backward(a, P, Z, dP, dZ, da, db, cfg) -> None:
     B, T, D = a.shape
     n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
-    grid, kw = K.grid(cfg, B), E.launch_kwargs(cfg)
-    dims = (T, D, int(cfg["chunk_len"]), n_chunks, n_dblk)
+    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     has_dp = dP is not None
     dP = dZ if dP is None else dP  # a placeholder pointer when HAS_DP is False
     with device_guard(a):
         if cfg["strategy"] == "walk":
-            K.linear_scan_bwd_kernel[grid](
-                a, P, Z, dP, dZ, da, db, da, da, da, *dims, MODE=K.WALK, HAS_DP=has_dp, **kw
+            kernels.linear_scan_bwd_kernel[grid](
+                a, P, Z, dP, dZ, da, db, da, da, da, *dims, MODE=meta.WALK, HAS_DP=has_dp, **kw
             )
             return
-        sc, sg, sgp, cg, cgp = E.scratch(5, B, cfg, D, a.device)
-        K.linear_scan_bwd_kernel[grid](
-            a, P, Z, dP, dZ, da, db, sc, sg, sgp, *dims, MODE=K.SUMMARY, HAS_DP=has_dp, **kw
+        sc, sg, sgp, cg, cgp = elementwise.scratch(meta.BWD_SCRATCH, B, cfg, D, a.device)
+        kernels.linear_scan_bwd_kernel[grid](
+            a, P, Z, dP, dZ, da, db, sc, sg, sgp, *dims, MODE=meta.SUMMARY, HAS_DP=has_dp, **kw
         )
-        K.linear_carry_kernel[K.carry_grid(cfg, B)](
+        kernels.linear_carry_kernel[meta.carry_grid(cfg, B)](
             sc, sg, sgp, sc, cg, cgp, n_chunks, D, n_dblk,
-            REVERSE=True, STORE_A=False, HAS_Y=has_dp, **E.carry_kwargs(cfg),
+            REVERSE=True, STORE_A=False, HAS_Y=has_dp, **meta.carry_kwargs(cfg),
         )
-        K.linear_scan_bwd_kernel[grid](
-            a, P, Z, dP, dZ, da, db, sc, cg, cgp, *dims, MODE=K.APPLY, HAS_DP=has_dp, **kw
+        kernels.linear_scan_bwd_kernel[grid](
+            a, P, Z, dP, dZ, da, db, sc, cg, cgp, *dims, MODE=meta.APPLY, HAS_DP=has_dp, **kw
         )
 
 
 def _fwd_impl(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     a, b = a.contiguous(), b.contiguous()
-    cfg = E.make_plan(a)
+    cfg = elementwise.make_plan("linear_scan", a)
     poisoned = poison()
     P = new_tensor(a.shape, a.dtype, a.device, poisoned)
     Z = new_tensor(a.shape, a.dtype, a.device, poisoned)
@@ -88,7 +87,7 @@ def _fwd_impl(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
 
 def _bwd_impl(a, P, Z, dP, dZ) -> tuple[torch.Tensor, torch.Tensor]:
     a = a.contiguous()
-    cfg = E.make_plan(a)
+    cfg = elementwise.make_plan("linear_scan", a)
     dZ = torch.zeros_like(Z) if dZ is None else dZ.contiguous()
     dP = None if dP is None else dP.contiguous()
     poisoned = poison()

@@ -1,41 +1,39 @@
 """Triton launcher for ``matrix_affine_scan`` (and ``matrix_scan``, which is its ``k=2, v=1``).
 
-Thin: shapes, buffers, grids and the autograd/compile registration. The kernels and their
-launch metadata live in :mod:`mingru_kernels.affine_scan`. The forward and backward are
-``torch.library`` custom ops (``mingru::matrix_affine_scan`` and its ``_bwd``) with fake
+Thin: shapes, buffers, grids and the autograd/compile registration. The kernels live in
+:mod:`mingru_kernels.matrix_affine_scan`, their launch metadata in
+:mod:`mingru_kernels.launch.matrix_affine_scan`. The forward and backward are
+``torch.library`` custom ops (``mingru::matrix_affine_scan_fwd`` and ``_bwd``) with fake
 implementations, so ``torch.compile(fullgraph=True)`` traces them without graph breaks.
 Saved for backward: ``A`` and the outputs ``P, Z`` only.
 
 Imported only by :mod:`mingru.dispatch`, after :func:`mingru.available` returned ``True``.
 """
 
-import torch
-import triton
-from mingru_kernels import affine_scan as kern
+from __future__ import annotations
 
-from mingru._launch._alloc import device_guard, new_tensor
+import torch
+
+from mingru._launch._alloc import device_guard, new_tensor, poison
 from mingru._launch._op import dual_entry
-from mingru.dispatch import interpreter_mode
+from mingru_kernels import matrix_affine_scan as kernels
+from mingru_kernels._seam import interpreter_mode
+from mingru_kernels.launch import matrix_affine_scan as meta
+from mingru_kernels.launch import switches
+from mingru_kernels.launch._elementwise import cdiv
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-SEG_LEN: int | None = None
-"""Force the segment length (tests use it to run the carry path on tiny ``T``)."""
-
-POISON_OUTPUTS = False
-"""Fill outputs and scratch with NaN before the kernels run (tests: unwritten slots fail)."""
-
 
 def unsupported_reason(A: torch.Tensor, Bm: torch.Tensor) -> str | None:
     """Why the kernel cannot run ``matrix_affine_scan(A, Bm)``, or ``None``."""
     k, v = A.shape[-1], Bm.shape[-1]
     if A.dtype not in KERNEL_DTYPES:
         return f"{A.dtype} runs eager (kernels take float32, bfloat16, float16)"
-    if k not in kern.SUPPORTED_SIZES:
+    if k not in meta.SUPPORTED_SIZES:
         return f"k={k} not in {{1, 2, 4, 8, 16}}"
-    if v not in kern.SUPPORTED_SIZES:
+    if v not in meta.SUPPORTED_SIZES:
         return f"v={v} not in {{1, 2, 4, 8, 16}}"
     if not A.is_cuda and not interpreter_mode():
         return f"inputs on {A.device} (the kernels need CUDA, or TRITON_INTERPRET=1)"
@@ -56,31 +54,37 @@ def run(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 # ----------------------------------------------------------------------------- plumbing
 
 
-def _empty(shape, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    return new_tensor(shape, like.dtype if dtype is None else dtype, like.device, POISON_OUTPUTS)
+def _empty(shape, like: torch.Tensor, dtype: torch.dtype | None = None,
+           poisoned: bool = False) -> torch.Tensor:
+    return new_tensor(shape, like.dtype if dtype is None else dtype, like.device, poisoned)
+
+
+def _segments(T: int) -> tuple[int, int]:
+    return meta.segment_plan(T, switches.plan_choices("matrix_affine_scan").get("seg_len"))
 
 
 def _forward(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     A, Bm = A.contiguous(), Bm.contiguous()
     B, T, n, k, _ = A.shape
     v = Bm.shape[-1]
-    P, Z = _empty(A.shape, A), _empty(Bm.shape, Bm)
+    poisoned = poison()
+    P, Z = _empty(A.shape, A, poisoned=poisoned), _empty(Bm.shape, Bm, poisoned=poisoned)
     npair = B * n
     if npair == 0:
         return P, Z
-    cfg = kern.affine_config(k, v)
-    seg_len, nseg = kern.segment_plan(T, SEG_LEN)
-    grid = (triton.cdiv(npair, cfg["LP"]), nseg)
+    cfg = meta.affine_config(k, v)
+    seg_len, nseg = _segments(T)
+    grid = (cdiv(npair, cfg["LP"]), nseg)
     consts = dict(K=k, V=v, LP=cfg["LP"], num_warps=cfg["num_warps"])
     with device_guard(A):
         m, c = A, Bm  # unread when nseg == 1
         if nseg > 1:
-            m = _empty((npair, nseg, k, k), A, torch.float32)
-            c = _empty((npair, nseg, k, v), A, torch.float32)
-            kern.affine_fwd_kernel[grid](
+            m = _empty((npair, nseg, k, k), A, torch.float32, poisoned)
+            c = _empty((npair, nseg, k, v), A, torch.float32, poisoned)
+            kernels.matrix_affine_scan_fwd_kernel[grid](
                 A, Bm, P, Z, m, c, npair, n, T, seg_len, nseg, COMPOSITE=True, **consts
             )
-        kern.affine_fwd_kernel[grid](
+        kernels.matrix_affine_scan_fwd_kernel[grid](
             A, Bm, P, Z, m, c, npair, n, T, seg_len, nseg, COMPOSITE=False, **consts
         )
     return P, Z
@@ -95,24 +99,25 @@ def _backward(
     dP = dP.contiguous() if has_dp else dZ  # dummy pointer when absent
     B, T, n, k, _ = A.shape
     v = Z.shape[-1]
-    dA, dB = _empty(A.shape, A), _empty(Z.shape, Z)
+    poisoned = poison()
+    dA, dB = _empty(A.shape, A, poisoned=poisoned), _empty(Z.shape, Z, poisoned=poisoned)
     npair = B * n
     if npair == 0:
         return dA, dB
-    cfg = kern.affine_config(k, v)
-    seg_len, nseg = kern.segment_plan(T, SEG_LEN)
-    grid = (triton.cdiv(npair, cfg["LP"]), nseg)
+    cfg = meta.affine_config(k, v)
+    seg_len, nseg = _segments(T)
+    grid = (cdiv(npair, cfg["LP"]), nseg)
     consts = dict(K=k, V=v, LP=cfg["LP"], HAS_DP=has_dp, num_warps=cfg["num_warps"])
     with device_guard(A):
         m, c = A, Z  # unread when nseg == 1
         if nseg > 1:
-            m = _empty((npair, nseg, k, k), A, torch.float32)
-            c = _empty((npair, nseg, k, v + k), A, torch.float32)
-            kern.affine_bwd_kernel[grid](
+            m = _empty((npair, nseg, k, k), A, torch.float32, poisoned)
+            c = _empty((npair, nseg, k, v + k), A, torch.float32, poisoned)
+            kernels.matrix_affine_scan_bwd_kernel[grid](
                 A, P, Z, dP, dZ, dA, dB, m, c, npair, n, T, seg_len, nseg,
                 COMPOSITE=True, **consts,
             )
-        kern.affine_bwd_kernel[grid](
+        kernels.matrix_affine_scan_bwd_kernel[grid](
             A, P, Z, dP, dZ, dA, dB, m, c, npair, n, T, seg_len, nseg,
             COMPOSITE=False, **consts,
         )
@@ -122,19 +127,19 @@ def _backward(
 # ----------------------------------------------------------------------------- custom ops
 
 
-@torch.library.custom_op("mingru::matrix_affine_scan", mutates_args=())
-def matrix_affine_scan_op(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+@torch.library.custom_op("mingru::matrix_affine_scan_fwd", mutates_args=())
+def matrix_affine_scan_fwd(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(P, Z)`` of the block affine scan on the Triton kernels."""
     return _forward(A, Bm)
 
 
-@matrix_affine_scan_op.register_fake
+@matrix_affine_scan_fwd.register_fake
 def _(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return A.new_empty(A.shape), Bm.new_empty(Bm.shape)
 
 
 @torch.library.custom_op("mingru::matrix_affine_scan_bwd", mutates_args=())
-def matrix_affine_scan_bwd_op(
+def matrix_affine_scan_bwd(
     A: torch.Tensor, P: torch.Tensor, Z: torch.Tensor,
     dP: torch.Tensor | None, dZ: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -142,7 +147,7 @@ def matrix_affine_scan_bwd_op(
     return _backward(A, P, Z, dP, dZ)
 
 
-@matrix_affine_scan_bwd_op.register_fake
+@matrix_affine_scan_bwd.register_fake
 def _(A, P, Z, dP, dZ):
     return A.new_empty(A.shape), Z.new_empty(Z.shape)
 
@@ -154,7 +159,7 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.set_materialize_grads(False)  # dP = None skips its scan; dZ = None becomes zeros
 
 
-def _autograd_backward(ctx, dP, dZ, bwd=matrix_affine_scan_bwd_op):
+def _autograd_backward(ctx, dP, dZ, bwd=matrix_affine_scan_bwd):
     if dP is None and dZ is None:
         return None, None
     A, P, Z = ctx.saved_tensors
@@ -163,5 +168,5 @@ def _autograd_backward(ctx, dP, dZ, bwd=matrix_affine_scan_bwd_op):
     return bwd(A, P, Z, dP, dZ)
 
 
-_entry = dual_entry("matrix_affine_scan", matrix_affine_scan_op, _forward, _setup_context,
+_entry = dual_entry("matrix_affine_scan", matrix_affine_scan_fwd, _forward, _setup_context,
                     _autograd_backward, _backward)

@@ -1,6 +1,6 @@
 """Triton launcher for :func:`mingru.parallel_scan_log`: the custom ops
 ``mingru::parallel_scan_log_fwd`` and ``mingru::parallel_scan_log_bwd`` (kernels in
-:mod:`mingru_kernels.log_scan`).
+:mod:`mingru_kernels.parallel_scan_log`).
 
 Registered with ``torch.library`` (fake + autograd) so ``torch.compile(fullgraph=True)``
 traces them. Backward saves the inputs and the output ``h`` (not ``log h``: the forward then
@@ -10,18 +10,19 @@ writes ``h`` only, the bandwidth floor; the backward takes ``log₂ h`` itself).
 from __future__ import annotations
 
 import torch
-from mingru_kernels import log_scan as K
 
-from mingru._launch import _elementwise as E
+from mingru._launch import _elementwise as elementwise
 from mingru._launch._alloc import device_guard, new_tensor, poison
 from mingru._launch._op import dual_entry
+from mingru_kernels import parallel_scan_log as kernels
+from mingru_kernels.launch import parallel_scan_log as meta
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
 
 def unsupported_reason(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> str | None:
     """Why the kernel cannot run ``parallel_scan_log(log_coeffs, log_values)``, or ``None``."""
-    return E.unsupported_reason(log_coeffs)
+    return elementwise.unsupported_reason(log_coeffs)
 
 
 def prefer_over_eager(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> bool:
@@ -37,44 +38,42 @@ def run(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
 def _forward(la, lv, h, cfg) -> None:
     B, T, D = la.shape
     n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
-    grid, kw = K.grid(cfg, B), E.launch_kwargs(cfg)
-    dims = (T, D, int(cfg["chunk_len"]), n_chunks, n_dblk)
+    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     with device_guard(la):
         if cfg["strategy"] == "walk":
-            K.log_scan_fwd_kernel[grid](la, lv, h, h, h, *dims, MODE=K.WALK, **kw)
+            kernels.parallel_scan_log_fwd_kernel[grid](la, lv, h, h, h, *dims, MODE=meta.WALK, **kw)
             return
-        sA, sL, cL = E.scratch(3, B, cfg, D, la.device)
-        K.log_scan_fwd_kernel[grid](la, lv, h, sA, sL, *dims, MODE=K.SUMMARY, **kw)
-        K.log_carry_kernel[K.carry_grid(cfg, B)](
-            sA, sL, lv, cL, T, n_chunks, D, n_dblk, **E.carry_kwargs(cfg)
+        sA, sL, cL = elementwise.scratch(meta.FWD_SCRATCH, B, cfg, D, la.device)
+        kernels.parallel_scan_log_fwd_kernel[grid](la, lv, h, sA, sL, *dims, MODE=meta.SUMMARY, **kw)
+        kernels.parallel_scan_log_carry_kernel[meta.carry_grid(cfg, B)](
+            sA, sL, lv, cL, T, n_chunks, D, n_dblk, **meta.carry_kwargs(cfg)
         )
-        K.log_scan_fwd_kernel[grid](la, lv, h, sA, cL, *dims, MODE=K.APPLY, **kw)
+        kernels.parallel_scan_log_fwd_kernel[grid](la, lv, h, sA, cL, *dims, MODE=meta.APPLY, **kw)
 
 
 def _backward(la, lv, h, dh, dla, dlv, cfg) -> None:
     B, T, D = la.shape
     n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
-    grid, kw = K.grid(cfg, B), E.launch_kwargs(cfg)
-    dims = (T, D, int(cfg["chunk_len"]), n_chunks, n_dblk)
+    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     with device_guard(la):
         if cfg["strategy"] == "walk":
-            K.log_scan_bwd_kernel[grid](la, lv, h, dh, dla, dlv, dla, dla, *dims,
-                                        MODE=K.WALK, **kw)
+            kernels.parallel_scan_log_bwd_kernel[grid](la, lv, h, dh, dla, dlv, dla, dla, *dims,
+                                        MODE=meta.WALK, **kw)
             return
-        sc, sg, cg = E.scratch(3, B, cfg, D, la.device)
-        K.log_scan_bwd_kernel[grid](la, lv, h, dh, dla, dlv, sc, sg, *dims,
-                                    MODE=K.SUMMARY, **kw)
-        K.linear_carry_kernel[K.carry_grid(cfg, B)](
+        sc, sg, cg = elementwise.scratch(meta.BWD_SCRATCH, B, cfg, D, la.device)
+        kernels.parallel_scan_log_bwd_kernel[grid](la, lv, h, dh, dla, dlv, sc, sg, *dims,
+                                    MODE=meta.SUMMARY, **kw)
+        kernels.linear_carry_kernel[meta.carry_grid(cfg, B)](
             sc, sg, sg, sc, cg, cg, n_chunks, D, n_dblk,
-            REVERSE=True, STORE_A=False, HAS_Y=False, **E.carry_kwargs(cfg),
+            REVERSE=True, STORE_A=False, HAS_Y=False, **meta.carry_kwargs(cfg),
         )
-        K.log_scan_bwd_kernel[grid](la, lv, h, dh, dla, dlv, sc, cg, *dims,
-                                    MODE=K.APPLY, **kw)
+        kernels.parallel_scan_log_bwd_kernel[grid](la, lv, h, dh, dla, dlv, sc, cg, *dims,
+                                    MODE=meta.APPLY, **kw)
 
 
 def _fwd_impl(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
     la, lv = log_coeffs.contiguous(), log_values.contiguous()
-    cfg = E.make_plan(la)
+    cfg = elementwise.make_plan("parallel_scan_log", la)
     h = new_tensor(la.shape, la.dtype, la.device)
     _forward(la, lv, h, cfg)
     return h
@@ -82,7 +81,7 @@ def _fwd_impl(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tenso
 
 def _bwd_impl(log_coeffs, log_values, h, dh) -> tuple[torch.Tensor, torch.Tensor]:
     la, lv = log_coeffs.contiguous(), log_values.contiguous()
-    cfg = E.make_plan(la)
+    cfg = elementwise.make_plan("parallel_scan_log", la)
     poisoned = poison()
     dla = new_tensor(la.shape, la.dtype, la.device, poisoned)
     dlv = new_tensor(lv.shape, lv.dtype, lv.device, poisoned)

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from mingru import _validate as V
-from mingru._spec import DECAY_MODES as DECAY_MODES
-from mingru._spec import MAX_GAP, check_decay, inverse_softplus
+from mingru_kernels._spec import DECAY_MODES as DECAY_MODES
+from mingru_kernels._spec import MAX_GAP, check_decay, inverse_softplus
 
 
 def g(x: torch.Tensor) -> torch.Tensor:

@@ -13,10 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mingru._eager.delta_rule import delta_rule_eager
-from mingru._spec import KEY_NORM_EPS, check_delta
-from mingru.dispatch import call
 from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token
+from mingru.scans import _delta_rule
+from mingru_kernels._spec import KEY_NORM_EPS, check_delta
 
 __all__ = ["KEY_NORM_EPS", "DeltaMinGRU"]
 
@@ -140,7 +139,7 @@ class DeltaMinGRU(nn.Module):
         if log_gamma is not None:
             log_gamma = log_gamma.expand(B, T, H).contiguous()  # fixed rate: one channel
         q, k, v, beta = self._project(x)
-        o, h_T = call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, self.chunk_size)
+        o, h_T = _delta_rule(q, k, v, beta, log_gamma, h0, self.chunk_size)
         y = self.out_proj(o.reshape(B, T, H * dv))
         if return_state:
             return y, h_T.reshape(B, 1, self.state_size)

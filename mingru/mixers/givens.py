@@ -18,9 +18,9 @@ import torch
 from torch import nn
 
 from mingru._eager.givens_recurrence import givens_step
-from mingru._spec import check_givens, check_size
 from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token
-from mingru.scans import givens_recurrence
+from mingru.scans import _givens_recurrence
+from mingru_kernels._spec import check_givens, check_size
 
 __all__ = ["BlockRotationBase", "GivensMinGRU"]
 
@@ -76,7 +76,7 @@ class BlockRotationBase(nn.Module):
             h0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, like=b)
             h0 = h0.reshape(B, n, k)
         log_gamma = self._log_gamma(delta_t, B, T, b)
-        h = givens_recurrence(theta.to(b.dtype), b, h0, _cast(scale, b), log_gamma)
+        h = _givens_recurrence(theta.to(b.dtype), b, h0, _cast(scale, b), log_gamma)
         return h.reshape(B, T, self.hidden_size)
 
     def step(

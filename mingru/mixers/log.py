@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mingru._spec import check_size
 from mingru.mixers._common import (
     TimeDecay,
     check_sequence,
@@ -25,6 +24,7 @@ from mingru.mixers._common import (
     log_g,
 )
 from mingru.scans import parallel_scan_log
+from mingru_kernels._spec import check_size
 
 __all__ = ["MinGRU", "check_non_negative", "check_size"]
 

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from mingru._spec import check_rotation_hidden, check_size, check_snap, snap_per_block
 from mingru.mixers._common import TimeDecay
 from mingru.mixers.givens import BlockRotationBase
+from mingru_kernels._spec import check_rotation_hidden, check_size, check_snap, snap_per_block
 
 __all__ = ["RotationMinGRU"]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mingru._spec import check_size
 from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token
 from mingru.scans import linear_scan
+from mingru_kernels._spec import check_size
 
 __all__ = ["SignedMinGRU"]
 

@@ -34,8 +34,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from mingru._spec import positive_int
-from mingru_jax._eager.affine_scan import matrix_affine_scan_eager
+from mingru_jax._eager.matrix_affine_scan import matrix_affine_scan_eager
+from mingru_kernels._spec import positive_int
 
 __all__ = ["delta_rule_eager"]
 

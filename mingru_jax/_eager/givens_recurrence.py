@@ -18,7 +18,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from mingru_jax._eager.affine_scan import matrix_affine_scan_eager
+from mingru_jax._eager.matrix_affine_scan import matrix_affine_scan_eager
 
 __all__ = ["givens_recurrence_eager", "givens_step", "givens_transitions", "rotate_rows"]
 

@@ -1,20 +1,23 @@
-"""Plumbing the jax-triton launchers share: support checks, the two execution routes, and the
-vmap rule that folds a batch axis into the kernels' leading ``B``.
+"""Plumbing the jax-triton launchers share: support checks, the one launch primitive with its
+two routes, and the vmap rule that folds a batch axis into the kernels' leading ``B``.
 
-Each launcher runs the SAME kernels from :mod:`mingru_kernels` through one of two routes,
-chosen at trace time:
+Each launcher writes its launch sequence once, as calls of :func:`launch` on the SAME kernels
+from :mod:`mingru_kernels`. :func:`launch` picks the route at trace time:
 
-* **GPU** (a jax GPU backend): :func:`gpu_call` launches a kernel with
-  ``jax_triton.triton_call``. jax-triton is imported lazily, inside that route only (it cannot
-  be imported on CPU-only jax, and importing it changes Triton's cache settings).
-* **Interpreter** (``TRITON_INTERPRET=1``, arrays on the host): :func:`host_call` is a
-  :func:`jax.pure_callback` into the PyTorch launcher's custom op on CPU tensors, which runs the
-  identical launch sequence through Triton's interpreter. This is how CPU-only CI tests the
-  JAX launchers; it works under :func:`jax.jit`.
+* **GPU** (a jax GPU backend): ``jax_triton.triton_call``. jax-triton is imported lazily,
+  inside this route only (it cannot be imported on CPU-only jax, and importing it changes
+  Triton's cache settings).
+* **Interpreter** (``TRITON_INTERPRET=1``, arrays on the host): a :func:`jax.pure_callback`
+  that runs the kernel through Triton's interpreter on NumPy buffers (:class:`_HostTensor`
+  gives them the few tensor methods the interpreter reads). No PyTorch is involved, so
+  CPU-only CI tests the JAX launch sequences themselves, torch-free, under :func:`jax.jit`.
 
-Neither route is differentiable or batchable by itself: each launcher wraps its forward and
-backward launch sequences with :func:`batched` (a ``custom_vmap`` rule) and combines them in a
-``jax.custom_vjp`` that saves inputs and outputs only.
+Outputs of the interpreter route are NaN-filled before the kernel runs
+(:func:`mingru_kernels.launch.switches.poison_outputs`), so an element a kernel forgets to
+write fails the comparison. Neither route is differentiable or batchable by itself: each
+launcher wraps its forward and backward launch sequences with :func:`batched` (a
+``custom_vmap`` rule) and combines them in a ``jax.custom_vjp`` that saves inputs and outputs
+only.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mingru_jax.dispatch import interpreter_mode
+from mingru_kernels._seam import interpreter_mode
+from mingru_kernels.launch.switches import poison_outputs
 
 KERNEL_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
@@ -108,54 +112,74 @@ def affine_scan_vjp(
     return op
 
 
-def _to_torch(x: np.ndarray | None):
-    import torch
+class _HostStorage:
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
 
-    if x is None:
+    def data_ptr(self) -> int:
+        return self.array.ctypes.data
+
+    def cpu(self) -> _HostStorage:
+        return self
+
+    def copy_(self, other: _HostStorage) -> None:
+        # The interpreter "copies back" from its host view; ours IS the buffer.
         return None
-    x = np.asarray(x)
-    if x.dtype == jnp.bfloat16:  # numpy has no bfloat16: move the bits
-        return torch.from_numpy(x.view(np.uint16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(x.copy())
 
 
-def _to_numpy(t, dtype) -> np.ndarray:
-    import torch
+class _HostTensor:
+    """A NumPy buffer seen as the tensor Triton's interpreter expects (the methods it calls
+    to find the memory and its element type; the interpreter then works on raw pointers)."""
 
-    t = t.detach().contiguous().cpu()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(jnp.bfloat16)
-    return t.numpy().astype(dtype, copy=False)
+    _TRITON_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
+                     "float64": "fp64", "int32": "i32", "int64": "i64"}
+
+    def __init__(self, array: np.ndarray | None) -> None:
+        self.array = array
+
+    @property
+    def dtype(self) -> str:
+        return self._TRITON_DTYPE[self.array.dtype.name]
+
+    def data_ptr(self) -> int:
+        return self.array.ctypes.data
+
+    def untyped_storage(self) -> _HostStorage:
+        return _HostStorage(self.array)
+
+    def storage_offset(self) -> int:
+        return 0
+
+    def size(self) -> tuple[int, ...]:
+        return self.array.shape
+
+    def stride(self) -> tuple[int, ...]:
+        return tuple(s // self.array.itemsize for s in self.array.strides)
+
+    def new_empty(self, *args: Any, **kwargs: Any) -> _HostTensor:
+        return _HostTensor(None)
+
+    def set_(self, storage: _HostStorage, *args: Any) -> _HostTensor:
+        self.array = storage.array
+        return self
+
+    def copy_(self, other: Any) -> None:
+        return None
 
 
-def host_call(
-    torch_op: Callable[..., Any],
-    out_specs: Sequence[jax.ShapeDtypeStruct],
-    *args: jax.Array | None,
-) -> tuple[jax.Array, ...]:
-    """Run the PyTorch launcher op ``torch_op`` on host copies of ``args`` (``None`` kept).
-
-    ``torch_op`` returns one tensor or a tuple; its first ``len(out_specs)`` results are
-    returned as arrays of ``out_specs``.
-    """
-    present = [i for i, a in enumerate(args) if a is not None]
+def _host_launch(kernel, grid, inputs, outputs, scalars, meta):
+    """The interpreter route of :func:`launch`: a pure callback running ``kernel`` on host
+    buffers (outputs NaN-filled first when the poison switch is on)."""
+    poisoned = poison_outputs()
 
     def host(*arrays):
-        import torch
+        ins = [_HostTensor(np.ascontiguousarray(a)) for a in arrays]
+        outs = [np.full(o.shape, np.nan, o.dtype) if poisoned else np.zeros(o.shape, o.dtype)
+                for o in outputs]
+        kernel[grid](*ins, *scalars, *(_HostTensor(o) for o in outs), **meta)
+        return tuple(outs)
 
-        full: list[Any] = [None] * len(args)
-        for i, arr in zip(present, arrays, strict=True):
-            full[i] = _to_torch(arr)
-        with torch.no_grad():
-            res = torch_op(*full)
-        res = res if isinstance(res, tuple) else (res,)
-        return tuple(
-            _to_numpy(r, s.dtype) for r, s in zip(res[: len(out_specs)], out_specs, strict=True)
-        )
-
-    return tuple(
-        jax.pure_callback(host, tuple(out_specs), *(args[i] for i in present))
-    )
+    return tuple(jax.pure_callback(host, tuple(outputs), *inputs))
 
 
 # ----------------------------------------------------------------------------- GPU route
@@ -170,7 +194,7 @@ def sm_count() -> int:
         return 132
 
 
-def gpu_call(
+def launch(
     kernel: Any,
     grid: tuple[int, ...],
     inputs: Sequence[jax.Array],
@@ -178,12 +202,15 @@ def gpu_call(
     scalars: Sequence[int] = (),
     **meta: Any,
 ) -> tuple[jax.Array, ...]:
-    """One jax-triton launch of an adapter ``kernel(*inputs, *scalars, *outputs, **meta)``.
+    """One launch of an adapter ``kernel(*inputs, *scalars, *outputs, **meta)``: through
+    jax-triton on a GPU backend, else through Triton's interpreter (see the module docstring).
 
     ``meta`` holds the constexprs and ``num_warps`` / ``num_stages``. The adapters (one per
     kernel, in each launcher module) reorder parameters into this layout and call the kernel
     from :mod:`mingru_kernels` unchanged.
     """
+    if not on_gpu():
+        return _host_launch(kernel, grid, inputs, outputs, scalars, meta)
     from mingru_jax.dispatch import import_jax_triton
 
     jt = import_jax_triton()  # lazily: the GPU route only

@@ -4,7 +4,8 @@
 A ``jax.custom_vjp`` over the chunked-WY kernels: the forward runs ``fwd_prep`` (per chunk),
 ``fwd_state`` (serial over chunks) and ``fwd_out``, and keeps the float32 chunk start states,
 chunk maps ``M`` and effective queries ``Qeff`` as residuals; the backward runs ``bwd_state``
-and ``bwd_grads``. See :mod:`mingru_jax._launch._common` for the GPU and interpreter routes.
+and ``bwd_grads``. See :mod:`mingru_jax._launch._common` for the two routes of each launch
+(jax-triton on a GPU, Triton's interpreter on the host).
 
 ``prefer_over_eager`` is ``False`` until this route has been measured on a GPU: under ``auto``
 the op stays on the JAX eager chunked form; ``use_backend("triton")`` selects the kernels.
@@ -16,10 +17,11 @@ import jax
 import jax.numpy as jnp
 import triton
 import triton.language as tl
-from mingru_kernels import delta_rule as K
 
-from mingru._spec import positive_int
 from mingru_jax._launch import _common as U
+from mingru_kernels import delta_rule as kernels
+from mingru_kernels.launch import delta_rule as meta
+from mingru_kernels.launch import switches
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
@@ -27,13 +29,12 @@ _HALF = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
 def unsupported_reason(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64) -> str | None:
-    """Why the kernels cannot run this call, or ``None``; malformed shapes raise ``ValueError``."""
-    K.check_shapes(q, k, v, beta, log_gamma, h0)
+    """Why the kernels cannot run this (validated) call, or ``None``."""
     for name, x in (("q", q), ("k", k), ("v", v), ("beta", beta), ("log_gamma", log_gamma),
                     ("h0", h0)):
         if x is not None and (why := U.unsupported_dtype_or_device(x)) is not None:
             return f"{name}: {why}"
-    return K.unsupported_size(*k.shape, v.shape[-1])
+    return meta.unsupported_size(*k.shape, v.shape[-1])
 
 
 def prefer_over_eager(*args, **kwargs) -> bool:
@@ -43,9 +44,8 @@ def prefer_over_eager(*args, **kwargs) -> bool:
 
 def run(q, k, v, beta, log_gamma=None, h0=None, chunk_size: int = 64):
     """``(o (B, T, H, d_v), h_T (B, H, d_k, d_v))`` on the Triton kernels, in ``q``'s dtype;
-    jit/grad/vmap-compatible. ``chunk_size`` (the eager twin's hint) is validated and otherwise
-    ignored: the kernels use their own chunk (see :mod:`mingru._launch.delta_rule`)."""
-    positive_int(chunk_size, "chunk_size")
+    jit/grad/vmap-compatible. ``chunk_size`` (the eager twin's hint, validated in
+    :mod:`mingru_jax.scans`) is ignored: the kernels use their own chunk."""
     return _op(q, k, v, beta, log_gamma, h0)
 
 
@@ -60,7 +60,7 @@ def _fwd_prep(q, k, v, beta, lg, T, H, DK, DV, NC, m, n, qeff, ou,
               BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
               SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr,
               PREC: tl.constexpr):
-    K.delta_fwd_prep_kernel(q, k, v, beta, lg, m, n, qeff, ou, T, H, DK, DV, NC,
+    kernels.delta_rule_fwd_prep_kernel(q, k, v, beta, lg, m, n, qeff, ou, T, H, DK, DV, NC,
                             NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY, PREC)
 
 
@@ -68,14 +68,14 @@ def _fwd_prep(q, k, v, beta, lg, T, H, DK, DV, NC, m, n, qeff, ou,
 def _fwd_state(h0, m, n, DK, DV, NC, states, ht,
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
                HAS_H0: tl.constexpr, PREC: tl.constexpr):
-    K.delta_fwd_state_kernel(h0, m, n, states, ht, DK, DV, NC, BK, BV, KS, VS, HAS_H0, PREC)
+    kernels.delta_rule_fwd_state_kernel(h0, m, n, states, ht, DK, DV, NC, BK, BV, KS, VS, HAS_H0, PREC)
 
 
 @triton.jit
 def _fwd_out(qeff, ou, states, T, H, DV, NC, o,
              C: tl.constexpr, CP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
              KS: tl.constexpr, PREC: tl.constexpr):
-    K.delta_fwd_out_kernel(qeff, ou, states, o, T, H, DV, NC, C, CP, BK, BV, KS, PREC)
+    kernels.delta_rule_fwd_out_kernel(qeff, ou, states, o, T, H, DV, NC, C, CP, BK, BV, KS, PREC)
 
 
 @triton.jit
@@ -83,7 +83,7 @@ def _bwd_state(dht, do, m, qeff, T, H, DK, DV, NC, dstates, dh0,
                C: tl.constexpr, CP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                KS: tl.constexpr, VS: tl.constexpr, HAS_DHT: tl.constexpr,
                HAS_H0: tl.constexpr, PREC: tl.constexpr):
-    K.delta_bwd_state_kernel(dht, do, m, qeff, dstates, dh0, T, H, DK, DV, NC,
+    kernels.delta_rule_bwd_state_kernel(dht, do, m, qeff, dstates, dh0, T, H, DK, DV, NC,
                              C, CP, BK, BV, KS, VS, HAS_DHT, HAS_H0, PREC)
 
 
@@ -94,62 +94,65 @@ def _bwd_grads(q, k, v, beta, lg, states, dstates, do, T, H, DK, DV, NC,
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
                SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr,
                PREC: tl.constexpr):
-    K.delta_bwd_grads_kernel(q, k, v, beta, lg, states, dstates, do, dq, dk, dv, dbeta, dlg,
+    kernels.delta_rule_bwd_grads_kernel(q, k, v, beta, lg, states, dstates, do, dq, dk, dv, dbeta, dlg,
                              T, H, DK, DV, NC,
                              NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY, PREC)
 
 
-# ----------------------------------------------------------------------------- GPU route
+# ----------------------------------------------------------------------------- launch sequences
 
 
 def _config(q, k, v) -> dict:
     _, _, nh, _, dk = k.shape
-    return K.launch_config(nh, dk, v.shape[-1], half=jnp.dtype(q.dtype) in _HALF)
+    choices = switches.plan_choices("delta_rule")
+    return meta.launch_config(nh, dk, v.shape[-1], half=jnp.dtype(q.dtype) in _HALF,
+                              micro_chunk=int(choices.get("micro_chunk", 0)),
+                              blocked=choices.get("blocked"))
 
 
-def _gpu_forward(q, k, v, beta, log_gamma, h0):
+def _launch_forward(q, k, v, beta, log_gamma, h0):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
     cfg = _config(q, k, v)
-    BH, nc = B * H, K.n_chunks(T, cfg)
-    shp = K.scratch_shapes(BH, T, cfg)
+    BH, nc = B * H, meta.n_chunks(T, cfg)
+    shp = meta.scratch_shapes(BH, T, cfg)
     lg = q if log_gamma is None else log_gamma  # placeholders, never read
     h0_in = q if h0 is None else h0
-    M, N, qeff, ou = U.gpu_call(
-        _fwd_prep, K.grid_chunks(T, BH, cfg), (q, k, v, beta, lg),
+    M, N, qeff, ou = U.launch(
+        _fwd_prep, meta.grid_chunks(T, BH, cfg), (q, k, v, beta, lg),
         tuple(U.f32(shp[n]) for n in ("M", "N", "Qeff", "Ou")), (T, H, dk, dv, nc),
-        **K.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=log_gamma is not None),
+        **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=log_gamma is not None),
     )
-    states, h_T = U.gpu_call(
-        _fwd_state, K.grid_state(BH, cfg), (h0_in, M, N),
+    states, h_T = U.launch(
+        _fwd_state, meta.grid_state(BH, cfg), (h0_in, M, N),
         (U.f32(shp["states"]), jax.ShapeDtypeStruct((B, H, dk, dv), q.dtype)), (dk, dv, nc),
-        **K.launch_kwargs(cfg, "fwd_state", HAS_H0=h0 is not None),
+        **meta.launch_kwargs(cfg, "fwd_state", HAS_H0=h0 is not None),
     )
-    (o,) = U.gpu_call(
-        _fwd_out, K.grid_chunks(T, BH, cfg), (qeff, ou, states),
+    (o,) = U.launch(
+        _fwd_out, meta.grid_chunks(T, BH, cfg), (qeff, ou, states),
         (jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),), (T, H, dv, nc),
-        **K.launch_kwargs(cfg, "fwd_out"),
+        **meta.launch_kwargs(cfg, "fwd_out"),
     )
     return o, h_T, states, M, qeff
 
 
-def _gpu_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T):
+def _launch_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
     cfg = _config(q, k, v)
-    BH, nc = B * H, K.n_chunks(T, cfg)
+    BH, nc = B * H, meta.n_chunks(T, cfg)
     dummy = U.f32((1,))
-    dstates, dh0 = U.gpu_call(
-        _bwd_state, K.grid_state(BH, cfg), (q if dh_T is None else dh_T, do, M, qeff),
+    dstates, dh0 = U.launch(
+        _bwd_state, meta.grid_state(BH, cfg), (q if dh_T is None else dh_T, do, M, qeff),
         (U.f32(states.shape), dummy if h0 is None else U.like(h0)), (T, H, dk, dv, nc),
-        **K.launch_kwargs(cfg, "bwd_state", HAS_DHT=dh_T is not None, HAS_H0=h0 is not None),
+        **meta.launch_kwargs(cfg, "bwd_state", HAS_DHT=dh_T is not None, HAS_H0=h0 is not None),
     )
     lg = q if log_gamma is None else log_gamma
-    dq, dk_, dv_, dbeta, dlg = U.gpu_call(
-        _bwd_grads, K.grid_chunks(T, BH, cfg), (q, k, v, beta, lg, states, dstates, do),
+    dq, dk_, dv_, dbeta, dlg = U.launch(
+        _bwd_grads, meta.grid_chunks(T, BH, cfg), (q, k, v, beta, lg, states, dstates, do),
         (U.like(q), U.like(k), U.like(v), U.like(beta),
          dummy if log_gamma is None else U.like(log_gamma)), (T, H, dk, dv, nc),
-        **K.launch_kwargs(cfg, "bwd_grads", HAS_DECAY=log_gamma is not None),
+        **meta.launch_kwargs(cfg, "bwd_grads", HAS_DECAY=log_gamma is not None),
     )
     return dq, dk_, dv_, dbeta, dlg, dh0
 
@@ -157,39 +160,13 @@ def _gpu_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T):
 # ----------------------------------------------------------------------------- custom_vjp
 
 
-def _residual_specs(q, k, v):
-    B, T, _, H, _ = k.shape
-    shp = K.scratch_shapes(B * H, T, _config(q, k, v))
-    return tuple(U.f32(shp[n]) for n in ("states", "M", "Qeff"))
-
-
-@U.batched
-def _forward(q, k, v, beta, log_gamma, h0):
-    if U.on_gpu():
-        return _gpu_forward(q, k, v, beta, log_gamma, h0)
-    from mingru._launch.delta_rule import delta_rule_fwd
-
-    B, T, _, H, dk = k.shape
-    dv = v.shape[-1]
-    specs = (jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),
-             jax.ShapeDtypeStruct((B, H, dk, dv), q.dtype), *_residual_specs(q, k, v))
-    return U.host_call(lambda *xs: delta_rule_fwd(*xs, 0), specs, q, k, v, beta, log_gamma, h0)
+_forward = U.batched(_launch_forward)
 
 
 @U.batched
 def _backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T):
-    if U.on_gpu():
-        grads = _gpu_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T)
-    else:
-        from mingru._launch.delta_rule import delta_rule_bwd
-
-        # The torch op returns (dq, dk, dv, dβ, d log γ, dh0), empty placeholders when absent.
-        specs = (U.like(q), U.like(k), U.like(v), U.like(beta),
-                 U.f32((0,)) if log_gamma is None else U.like(log_gamma),
-                 U.f32((0,)) if h0 is None else U.like(h0))
-        grads = U.host_call(lambda *xs: delta_rule_bwd(*xs, 0), specs,
-                            q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T)
-    dq, dk, dv, dbeta, dlg, dh0 = grads
+    dq, dk, dv, dbeta, dlg, dh0 = _launch_backward(q, k, v, beta, log_gamma, h0, states, M, qeff,
+                                                   do, dh_T)
     # Only present inputs get a gradient; the batch rule needs a leading B on every output.
     return tuple(g for g in (dq, dk, dv, dbeta, None if log_gamma is None else dlg,
                              None if h0 is None else dh0) if g is not None)

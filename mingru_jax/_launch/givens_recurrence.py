@@ -1,9 +1,10 @@
 """jax-triton launcher for the fused rotation/Givens recurrence (dispatch op
-``givens_recurrence``; kernels in :mod:`mingru_kernels.givens_scan`, the same ones the PyTorch
+``givens_recurrence``; kernels in :mod:`mingru_kernels.givens_recurrence`, the same ones the PyTorch
 launcher runs).
 
 A ``jax.custom_vjp`` over the forward and backward kernels; the backward saves the inputs and
-the output ``h`` only (no per-token matrices). See :mod:`mingru_jax._launch._common`.
+the output ``h`` only (no per-token matrices). See :mod:`mingru_jax._launch._common` for the
+two routes of each launch (jax-triton on a GPU, Triton's interpreter on the host).
 """
 
 from __future__ import annotations
@@ -11,20 +12,22 @@ from __future__ import annotations
 import jax
 import triton
 import triton.language as tl
-from mingru_kernels import givens_scan as G
-from mingru_kernels.givens_scan import givens_bwd_kernel, givens_fwd_kernel
 
 from mingru_jax._launch import _common as U
+from mingru_kernels.givens_recurrence import (
+    givens_recurrence_bwd_kernel,
+    givens_recurrence_fwd_kernel,
+)
+from mingru_kernels.launch import givens_recurrence as meta
+from mingru_kernels.launch import switches
+from mingru_kernels.launch._elementwise import cdiv
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
-
-SUPPORTED_K = (2, 4, 8, 16)
-
 
 def unsupported_reason(theta, b, h0, scale=None, log_gamma=None) -> str | None:
     """Why the kernel cannot run this call, or ``None``."""
     k = b.shape[-1]
-    if k not in SUPPORTED_K:
+    if k not in meta.SUPPORTED_K:
         return f"k={k} not in {{2, 4, 8, 16}}"
     return U.unsupported_dtype_or_device(theta)
 
@@ -55,10 +58,10 @@ def _fwd_adapter(th, b, s, g, h0, s1, s2, npair, n, T, seg_len, nseg, o1, o2,
                  HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, COMPOSITE: tl.constexpr):
     # COMPOSITE writes (m, c) = (o1, o2); otherwise h = o1 reading (m, c) = (s1, s2).
     if COMPOSITE:
-        givens_fwd_kernel(th, b, s, g, h0, s1, o1, o2, npair, n, T, seg_len, nseg,
+        givens_recurrence_fwd_kernel(th, b, s, g, h0, s1, o1, o2, npair, n, T, seg_len, nseg,
                           K2, R, RP, LP, HAS_SCALE, HAS_GAMMA, COMPOSITE)
     else:
-        givens_fwd_kernel(th, b, s, g, h0, o1, s1, s2, npair, n, T, seg_len, nseg,
+        givens_recurrence_fwd_kernel(th, b, s, g, h0, o1, s1, s2, npair, n, T, seg_len, nseg,
                           K2, R, RP, LP, HAS_SCALE, HAS_GAMMA, COMPOSITE)
 
 
@@ -69,68 +72,68 @@ def _bwd_adapter(th, s, g, h, h0, dh, s1, s2, npair, n, T, seg_len, nseg,
                  HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, COMPOSITE: tl.constexpr):
     # COMPOSITE writes (m, c) = (o1, o2); otherwise (dθ, db, ds, dγ, dh0) = o1..o5.
     if COMPOSITE:
-        givens_bwd_kernel(th, s, g, h, h0, dh, s1, s1, s1, s1, s1, o1, o2,
+        givens_recurrence_bwd_kernel(th, s, g, h, h0, dh, s1, s1, s1, s1, s1, o1, o2,
                           npair, n, T, seg_len, nseg,
                           K2, R, RP, LP, HAS_SCALE, HAS_GAMMA, COMPOSITE)
     else:
-        givens_bwd_kernel(th, s, g, h, h0, dh, o1, o2, o3, o4, o5, s1, s2,
+        givens_recurrence_bwd_kernel(th, s, g, h, h0, dh, o1, o2, o3, o4, o5, s1, s2,
                           npair, n, T, seg_len, nseg,
                           K2, R, RP, LP, HAS_SCALE, HAS_GAMMA, COMPOSITE)
 
 
-# ----------------------------------------------------------------------------- GPU route
+# ----------------------------------------------------------------------------- launch sequences
 
 
 def _setup(theta):
     B, T, n, R, k2 = theta.shape
     k = 2 * k2
-    cfg = G.givens_config(k, R)
-    seg_len, nseg = G.segment_plan(T)
+    cfg = meta.givens_config(k, R)
+    seg_len, nseg = meta.segment_plan(T, switches.plan_choices("givens_recurrence").get("seg_len"))
     return B * n, k, cfg, (B * n, n, T, seg_len, nseg), nseg
 
 
-def _gpu_forward(theta, b, h0, scale, log_gamma):
+def _launch_forward(theta, b, h0, scale, log_gamma):
     npair, k, cfg, dims, nseg = _setup(theta)
-    meta = dict(K2=k // 2, R=theta.shape[3], RP=cfg["RP"], HAS_SCALE=scale is not None,
+    consts = dict(K2=k // 2, R=theta.shape[3], RP=cfg["RP"], HAS_SCALE=scale is not None,
                 HAS_GAMMA=log_gamma is not None)
     s = b if scale is None else scale  # dummy pointers when absent
     g = b if log_gamma is None else log_gamma
     m, c = b, b  # unread when nseg == 1
     if nseg > 1:
-        m, c = U.gpu_call(
-            _fwd_adapter, (triton.cdiv(npair, cfg["LP_COMP"]), nseg), (theta, b, s, g, h0, b, b),
+        m, c = U.launch(
+            _fwd_adapter, (cdiv(npair, cfg["LP_COMP"]), nseg), (theta, b, s, g, h0, b, b),
             (U.f32((npair, nseg, k, k)), U.f32((npair, nseg, k))), dims,
-            LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **meta,
+            LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **consts,
         )
-    h, _ = U.gpu_call(
-        _fwd_adapter, (triton.cdiv(npair, cfg["LP"]), nseg), (theta, b, s, g, h0, m, c),
+    h, _ = U.launch(
+        _fwd_adapter, (cdiv(npair, cfg["LP"]), nseg), (theta, b, s, g, h0, m, c),
         (U.like(b), U.f32((1,))), dims,
-        LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **meta,
+        LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
     )
     return (h,)
 
 
-def _gpu_backward(theta, h0, scale, log_gamma, h, dh):
+def _launch_backward(theta, h0, scale, log_gamma, h, dh):
     npair, k, cfg, dims, nseg = _setup(theta)
-    meta = dict(K2=k // 2, R=theta.shape[3], RP=cfg["RP"], HAS_SCALE=scale is not None,
+    consts = dict(K2=k // 2, R=theta.shape[3], RP=cfg["RP"], HAS_SCALE=scale is not None,
                 HAS_GAMMA=log_gamma is not None)
     s = h if scale is None else scale
     g = h if log_gamma is None else log_gamma
     ins = (theta, s, g, h, h0, dh)
     m, c = h, h
     if nseg > 1:
-        m, c = U.gpu_call(
-            _bwd_adapter, (triton.cdiv(npair, cfg["LP_COMP"]), nseg), (*ins, h, h),
+        m, c = U.launch(
+            _bwd_adapter, (cdiv(npair, cfg["LP_COMP"]), nseg), (*ins, h, h),
             (U.f32((npair, nseg, k, k)), U.f32((npair, nseg, k)),
              U.f32((1,)), U.f32((1,)), U.f32((1,))), dims,
-            LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **meta,
+            LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **consts,
         )[:2]
     dummy = U.f32((1,))
     outs = (U.like(theta), U.like(h), dummy if scale is None else U.like(scale),
             dummy if log_gamma is None else U.like(log_gamma), U.like(h0))
-    dth, db, ds, dg, dh0 = U.gpu_call(
-        _bwd_adapter, (triton.cdiv(npair, cfg["LP"]), nseg), (*ins, m, c), outs, dims,
-        LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **meta,
+    dth, db, ds, dg, dh0 = U.launch(
+        _bwd_adapter, (cdiv(npair, cfg["LP"]), nseg), (*ins, m, c), outs, dims,
+        LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
     )
     return dth, db, dh0, ds, dg
 
@@ -142,28 +145,12 @@ def _present(*xs):
     return tuple(x for x in xs if x is not None)
 
 
-@U.batched
-def _forward(theta, b, h0, scale, log_gamma):
-    if U.on_gpu():
-        return _gpu_forward(theta, b, h0, scale, log_gamma)
-    from mingru._launch.givens_recurrence import givens_recurrence_op
-
-    return U.host_call(givens_recurrence_op, (U.like(b),), theta, b, h0, scale, log_gamma)
+_forward = U.batched(_launch_forward)
 
 
 @U.batched
 def _backward(theta, h0, scale, log_gamma, h, dh):
-    if U.on_gpu():
-        grads = _gpu_backward(theta, h0, scale, log_gamma, h, dh)
-    else:
-        from mingru._launch.givens_recurrence import givens_recurrence_bwd_op
-
-        # The torch op returns (dθ, db, dh0, dscale, dlog_gamma), empty placeholders when absent.
-        specs = [U.like(theta), U.like(h), U.like(h0),
-                 U.like(scale) if scale is not None else U.f32((0,)),
-                 U.like(log_gamma) if log_gamma is not None else U.f32((0,))]
-        grads = U.host_call(givens_recurrence_bwd_op, specs, theta, h0, scale, log_gamma, h, dh)
-    dth, db, dh0, ds, dg = grads
+    dth, db, dh0, ds, dg = _launch_backward(theta, h0, scale, log_gamma, h, dh)
     # Only present inputs get a gradient; the batch rule needs a leading B on every output.
     return _present(dth, db, dh0, ds if scale is not None else None,
                     dg if log_gamma is not None else None)

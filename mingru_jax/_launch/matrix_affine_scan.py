@@ -1,8 +1,9 @@
 """jax-triton launcher for :func:`mingru_jax.matrix_affine_scan` (and ``matrix_scan``; kernels
-in :mod:`mingru_kernels.affine_scan`, the same ones the PyTorch launcher runs).
+in :mod:`mingru_kernels.matrix_affine_scan`, the same ones the PyTorch launcher runs).
 
 A ``jax.custom_vjp`` over the forward and backward kernels; the backward saves ``A`` and the
-outputs ``P, Z`` only. See :mod:`mingru_jax._launch._common` for the two routes.
+outputs ``P, Z`` only. See :mod:`mingru_jax._launch._common` for the two routes of each
+launch (jax-triton on a GPU, Triton's interpreter on the host).
 """
 
 from __future__ import annotations
@@ -10,10 +11,15 @@ from __future__ import annotations
 import jax
 import triton
 import triton.language as tl
-from mingru_kernels import affine_scan as K
-from mingru_kernels.affine_scan import affine_bwd_kernel, affine_fwd_kernel
 
 from mingru_jax._launch import _common as U
+from mingru_kernels.launch import matrix_affine_scan as meta
+from mingru_kernels.launch import switches
+from mingru_kernels.launch._elementwise import cdiv
+from mingru_kernels.matrix_affine_scan import (
+    matrix_affine_scan_bwd_kernel,
+    matrix_affine_scan_fwd_kernel,
+)
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
@@ -21,9 +27,9 @@ __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 def unsupported_reason(A: jax.Array, Bm: jax.Array) -> str | None:
     """Why the kernel cannot run ``matrix_affine_scan(A, Bm)``, or ``None``."""
     k, v = A.shape[-1], Bm.shape[-1]
-    if k not in K.SUPPORTED_SIZES:
+    if k not in meta.SUPPORTED_SIZES:
         return f"k={k} not in {{1, 2, 4, 8, 16}}"
-    if v not in K.SUPPORTED_SIZES:
+    if v not in meta.SUPPORTED_SIZES:
         return f"v={v} not in {{1, 2, 4, 8, 16}}"
     return U.unsupported_dtype_or_device(A)
 
@@ -47,9 +53,9 @@ def _fwd_adapter(a, b, s1, s2, npair, n, T, seg_len, nseg, o1, o2,
                  K: tl.constexpr, V: tl.constexpr, LP: tl.constexpr, COMPOSITE: tl.constexpr):
     # COMPOSITE writes (m, c) = (o1, o2); otherwise (P, Z) = (o1, o2) reading (m, c) = (s1, s2).
     if COMPOSITE:
-        affine_fwd_kernel(a, b, s1, s2, o1, o2, npair, n, T, seg_len, nseg, K, V, LP, COMPOSITE)
+        matrix_affine_scan_fwd_kernel(a, b, s1, s2, o1, o2, npair, n, T, seg_len, nseg, K, V, LP, COMPOSITE)
     else:
-        affine_fwd_kernel(a, b, o1, o2, s1, s2, npair, n, T, seg_len, nseg, K, V, LP, COMPOSITE)
+        matrix_affine_scan_fwd_kernel(a, b, o1, o2, s1, s2, npair, n, T, seg_len, nseg, K, V, LP, COMPOSITE)
 
 
 @triton.jit(do_not_specialize=["T", "seg_len", "nseg"])
@@ -57,72 +63,60 @@ def _bwd_adapter(a, P, Z, dP, dZ, s1, s2, npair, n, T, seg_len, nseg, o1, o2,
                  K: tl.constexpr, V: tl.constexpr, LP: tl.constexpr,
                  HAS_DP: tl.constexpr, COMPOSITE: tl.constexpr):
     if COMPOSITE:
-        affine_bwd_kernel(a, P, Z, dP, dZ, s1, s2, o1, o2, npair, n, T, seg_len, nseg,
+        matrix_affine_scan_bwd_kernel(a, P, Z, dP, dZ, s1, s2, o1, o2, npair, n, T, seg_len, nseg,
                              K, V, LP, HAS_DP, COMPOSITE)
     else:
-        affine_bwd_kernel(a, P, Z, dP, dZ, o1, o2, s1, s2, npair, n, T, seg_len, nseg,
+        matrix_affine_scan_bwd_kernel(a, P, Z, dP, dZ, o1, o2, s1, s2, npair, n, T, seg_len, nseg,
                              K, V, LP, HAS_DP, COMPOSITE)
 
 
-# ----------------------------------------------------------------------------- GPU route
+# ----------------------------------------------------------------------------- launch sequences
 
 
-def _gpu_forward(A, Bm):
+def _segments(T: int) -> tuple[int, int]:
+    return meta.segment_plan(T, switches.plan_choices("matrix_affine_scan").get("seg_len"))
+
+
+def _launch_forward(A, Bm):
     B, T, n, k, _ = A.shape
     v = Bm.shape[-1]
     npair = B * n
-    cfg = K.affine_config(k, v)
-    seg_len, nseg = K.segment_plan(T)
-    grid = (triton.cdiv(npair, cfg["LP"]), nseg)
-    meta = dict(K=k, V=v, LP=cfg["LP"], num_warps=cfg["num_warps"])
+    cfg = meta.affine_config(k, v)
+    seg_len, nseg = _segments(T)
+    grid = (cdiv(npair, cfg["LP"]), nseg)
+    consts = dict(K=k, V=v, LP=cfg["LP"], num_warps=cfg["num_warps"])
     dims = (npair, n, T, seg_len, nseg)
     m, c = A, Bm  # unread when nseg == 1
     if nseg > 1:
-        m, c = U.gpu_call(_fwd_adapter, grid, (A, Bm, A, Bm),
+        m, c = U.launch(_fwd_adapter, grid, (A, Bm, A, Bm),
                           (U.f32((npair, nseg, k, k)), U.f32((npair, nseg, k, v))), dims,
-                          COMPOSITE=True, **meta)
-    return U.gpu_call(_fwd_adapter, grid, (A, Bm, m, c), (U.like(A), U.like(Bm)), dims,
-                      COMPOSITE=False, **meta)
+                          COMPOSITE=True, **consts)
+    return U.launch(_fwd_adapter, grid, (A, Bm, m, c), (U.like(A), U.like(Bm)), dims,
+                      COMPOSITE=False, **consts)
 
 
-def _gpu_backward(A, P, Z, dP, dZ):
+def _launch_backward(A, P, Z, dP, dZ):
     B, T, n, k, _ = A.shape
     v = Z.shape[-1]
     npair = B * n
-    cfg = K.affine_config(k, v)
-    seg_len, nseg = K.segment_plan(T)
-    grid = (triton.cdiv(npair, cfg["LP"]), nseg)
-    meta = dict(K=k, V=v, LP=cfg["LP"], HAS_DP=True, num_warps=cfg["num_warps"])
+    cfg = meta.affine_config(k, v)
+    seg_len, nseg = _segments(T)
+    grid = (cdiv(npair, cfg["LP"]), nseg)
+    consts = dict(K=k, V=v, LP=cfg["LP"], HAS_DP=True, num_warps=cfg["num_warps"])
     dims = (npair, n, T, seg_len, nseg)
     ins = (A, P, Z, dP, dZ)
     m, c = A, Z
     if nseg > 1:
-        m, c = U.gpu_call(_bwd_adapter, grid, (*ins, A, Z),
+        m, c = U.launch(_bwd_adapter, grid, (*ins, A, Z),
                           (U.f32((npair, nseg, k, k)), U.f32((npair, nseg, k, v + k))), dims,
-                          COMPOSITE=True, **meta)
-    return U.gpu_call(_bwd_adapter, grid, (*ins, m, c), (U.like(A), U.like(Z)), dims,
-                      COMPOSITE=False, **meta)
+                          COMPOSITE=True, **consts)
+    return U.launch(_bwd_adapter, grid, (*ins, m, c), (U.like(A), U.like(Z)), dims,
+                      COMPOSITE=False, **consts)
 
 
 # ----------------------------------------------------------------------------- custom_vjp
 
 
-@U.batched
-def _forward(A, Bm):
-    if U.on_gpu():
-        return _gpu_forward(A, Bm)
-    from mingru._launch.matrix_affine_scan import matrix_affine_scan_op
-
-    return U.host_call(matrix_affine_scan_op, (U.like(A), U.like(Bm)), A, Bm)
-
-
-@U.batched
-def _backward(A, P, Z, dP, dZ):
-    if U.on_gpu():
-        return _gpu_backward(A, P, Z, dP, dZ)
-    from mingru._launch.matrix_affine_scan import matrix_affine_scan_bwd_op
-
-    return U.host_call(matrix_affine_scan_bwd_op, (U.like(A), U.like(Z)), A, P, Z, dP, dZ)
-
-
+_forward = U.batched(_launch_forward)
+_backward = U.batched(_launch_backward)
 _op = U.affine_scan_vjp(_forward, _backward)

@@ -1,8 +1,9 @@
 """jax-triton launcher for :func:`mingru_jax.parallel_scan_log` (kernels in
-:mod:`mingru_kernels.log_scan`, the same ones the PyTorch launcher runs).
+:mod:`mingru_kernels.parallel_scan_log`, the same ones the PyTorch launcher runs).
 
 A ``jax.custom_vjp`` over the forward and backward kernels; the backward saves the inputs and
-the output ``h`` only. See :mod:`mingru_jax._launch._common` for the two routes.
+the output ``h`` only. See :mod:`mingru_jax._launch._common` for the two routes of each
+launch (jax-triton on a GPU, Triton's interpreter on the host).
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from __future__ import annotations
 import jax
 import triton
 import triton.language as tl
-from mingru_kernels import _scan_common as C
-from mingru_kernels import log_scan as K
 
 from mingru_jax._launch import _common as U
-from mingru_jax._launch.linear_scan import _carry_adapter, _carry_kw, _kw, _plan
+from mingru_jax._launch import _elementwise as elementwise
+from mingru_kernels import _scan_common as scan_common
+from mingru_kernels import parallel_scan_log as kernels
+from mingru_kernels.launch import parallel_scan_log as meta
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
@@ -42,89 +44,73 @@ def run(log_coeffs: jax.Array, log_values: jax.Array) -> jax.Array:
 def _fwd_adapter(la, lv, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2,
                  MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     # SUMMARY writes (sA, sL) = (o1, o2); WALK / APPLY write h = o1 reading (sA, cL) = (s1, s2).
-    if MODE == C.K_SUMMARY:
-        K.log_scan_fwd_kernel(la, lv, s1, o1, o2, T, D, chunk_len, n_chunks, n_dblk,
+    if MODE == scan_common.K_SUMMARY:
+        kernels.parallel_scan_log_fwd_kernel(la, lv, s1, o1, o2, T, D, chunk_len, n_chunks, n_dblk,
                               MODE, BLOCK_T, BLOCK_D)
     else:
-        K.log_scan_fwd_kernel(la, lv, o1, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
+        kernels.parallel_scan_log_fwd_kernel(la, lv, o1, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
                               MODE, BLOCK_T, BLOCK_D)
 
 
 @triton.jit(do_not_specialize=["T", "n_chunks"])
 def _log_carry_adapter(sA, sL, lv, T, n_chunks, D, n_dblk, cL,
                        BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    K.log_carry_kernel(sA, sL, lv, cL, T, n_chunks, D, n_dblk, BLOCK_N, BLOCK_D)
+    kernels.parallel_scan_log_carry_kernel(sA, sL, lv, cL, T, n_chunks, D, n_dblk, BLOCK_N, BLOCK_D)
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
 def _bwd_adapter(la, lv, h, dh, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2,
                  MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (dla, dlv) = (o1, o2).
-    if MODE == C.K_SUMMARY:
-        K.log_scan_bwd_kernel(la, lv, h, dh, s1, s2, o1, o2, T, D, chunk_len, n_chunks, n_dblk,
+    if MODE == scan_common.K_SUMMARY:
+        kernels.parallel_scan_log_bwd_kernel(la, lv, h, dh, s1, s2, o1, o2, T, D, chunk_len, n_chunks, n_dblk,
                               MODE, BLOCK_T, BLOCK_D)
     else:
-        K.log_scan_bwd_kernel(la, lv, h, dh, o1, o2, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
+        kernels.parallel_scan_log_bwd_kernel(la, lv, h, dh, o1, o2, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
                               MODE, BLOCK_T, BLOCK_D)
 
 
-# ----------------------------------------------------------------------------- GPU route
+# ----------------------------------------------------------------------------- launch sequences
 
 
-def _gpu_forward(la, lv):
+def _launch_forward(la, lv):
     B, T, D = la.shape
-    cfg = _plan(la)
-    grid, kw = K.grid(cfg, B), _kw(cfg)
+    cfg = elementwise.plan("parallel_scan_log", la)
+    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
-    dims = (T, D, int(cfg["chunk_len"]), n_chunks, n_dblk)
     outs = (U.like(la), U.f32((1,)))
     if cfg["strategy"] == "walk":
-        return U.gpu_call(_fwd_adapter, grid, (la, lv, la, la), outs, dims, MODE=K.WALK, **kw)[:1]
+        return U.launch(_fwd_adapter, grid, (la, lv, la, la), outs, dims, MODE=meta.WALK, **kw)[:1]
     s = U.f32((B, n_chunks, D))
-    sA, sL = U.gpu_call(_fwd_adapter, grid, (la, lv, la, la), (s, s), dims, MODE=K.SUMMARY, **kw)
-    (cL,) = U.gpu_call(_log_carry_adapter, K.carry_grid(cfg, B), (sA, sL, lv), (s,),
-                       (T, n_chunks, D, n_dblk), **_carry_kw(cfg))
-    return U.gpu_call(_fwd_adapter, grid, (la, lv, sA, cL), outs, dims, MODE=K.APPLY, **kw)[:1]
+    sA, sL = U.launch(_fwd_adapter, grid, (la, lv, la, la), (s, s), dims, MODE=meta.SUMMARY, **kw)
+    (cL,) = U.launch(_log_carry_adapter, meta.carry_grid(cfg, B), (sA, sL, lv), (s,),
+                       (T, n_chunks, D, n_dblk), **meta.carry_kwargs(cfg))
+    return U.launch(_fwd_adapter, grid, (la, lv, sA, cL), outs, dims, MODE=meta.APPLY, **kw)[:1]
 
 
-def _gpu_backward(la, lv, h, dh):
+def _launch_backward(la, lv, h, dh):
     B, T, D = la.shape
-    cfg = _plan(la)
-    grid, kw = K.grid(cfg, B), _kw(cfg)
+    cfg = elementwise.plan("parallel_scan_log", la)
+    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
-    dims = (T, D, int(cfg["chunk_len"]), n_chunks, n_dblk)
     ins = (la, lv, h, dh)
     outs = (U.like(la), U.like(lv))
     if cfg["strategy"] == "walk":
-        return U.gpu_call(_bwd_adapter, grid, (*ins, la, la), outs, dims, MODE=K.WALK, **kw)
+        return U.launch(_bwd_adapter, grid, (*ins, la, la), outs, dims, MODE=meta.WALK, **kw)
     s = U.f32((B, n_chunks, D))
-    sc, sg = U.gpu_call(_bwd_adapter, grid, (*ins, la, la), (s, s), dims, MODE=K.SUMMARY, **kw)
-    _, cg, _ = U.gpu_call(
-        _carry_adapter, K.carry_grid(cfg, B), (sc, sg, sg), (U.f32((1,)), s, U.f32((1,))),
-        (n_chunks, D, n_dblk), REVERSE=True, STORE_A=False, HAS_Y=False, **_carry_kw(cfg),
+    sc, sg = U.launch(_bwd_adapter, grid, (*ins, la, la), (s, s), dims, MODE=meta.SUMMARY, **kw)
+    _, cg, _ = U.launch(
+        elementwise.carry_adapter, meta.carry_grid(cfg, B), (sc, sg, sg), (U.f32((1,)), s, U.f32((1,))),
+        (n_chunks, D, n_dblk), REVERSE=True, STORE_A=False, HAS_Y=False, **meta.carry_kwargs(cfg),
     )
-    return U.gpu_call(_bwd_adapter, grid, (*ins, sc, cg), outs, dims, MODE=K.APPLY, **kw)
+    return U.launch(_bwd_adapter, grid, (*ins, sc, cg), outs, dims, MODE=meta.APPLY, **kw)
 
 
 # ----------------------------------------------------------------------------- custom_vjp
 
 
-@U.batched
-def _forward(la, lv):
-    if U.on_gpu():
-        return _gpu_forward(la, lv)
-    from mingru._launch.parallel_scan_log import parallel_scan_log_fwd
-
-    return U.host_call(parallel_scan_log_fwd, (U.like(la),), la, lv)
-
-
-@U.batched
-def _backward(la, lv, h, dh):
-    if U.on_gpu():
-        return _gpu_backward(la, lv, h, dh)
-    from mingru._launch.parallel_scan_log import parallel_scan_log_bwd
-
-    return U.host_call(parallel_scan_log_bwd, (U.like(la), U.like(lv)), la, lv, h, dh)
+_forward = U.batched(_launch_forward)
+_backward = U.batched(_launch_backward)
 
 
 @jax.custom_vjp

@@ -25,10 +25,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from mingru._spec import DECAY_MODES as DECAY_MODES
-from mingru._spec import MAX_GAP, check_decay, inverse_softplus
-from mingru._spec import check_size as check_size
 from mingru_jax import _validate as V
+from mingru_kernels._spec import DECAY_MODES as DECAY_MODES
+from mingru_kernels._spec import MAX_GAP, check_decay, inverse_softplus
+from mingru_kernels._spec import check_size as check_size
 
 LN_EPS = 1e-5
 

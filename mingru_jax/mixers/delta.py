@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from mingru._spec import KEY_NORM_EPS, check_delta
 from mingru_jax.mixers._common import (
     MixerCell,
     TimeDecay,
@@ -22,7 +21,8 @@ from mingru_jax.mixers._common import (
     check_token,
     linear,
 )
-from mingru_jax.scans import delta_rule
+from mingru_jax.scans import _delta_rule
+from mingru_kernels._spec import KEY_NORM_EPS, check_delta
 
 __all__ = ["KEY_NORM_EPS", "DeltaMinGRU", "DeltaMinGRUCell"]
 
@@ -154,7 +154,7 @@ class DeltaMinGRU(nnx.Module):
         log_gamma = self.decay.log_gamma(delta_t, B, T, dtype)
         if log_gamma is not None:
             log_gamma = jnp.broadcast_to(log_gamma, (B, T, H))  # fixed rate: one channel
-        o, h_T = delta_rule(q, k, v, beta, log_gamma, h0, self.chunk_size)
+        o, h_T = _delta_rule(q, k, v, beta, log_gamma, h0, self.chunk_size)
         y = self.out_proj(o.reshape(B, T, H * dv))
         if return_state:
             return y, h_T.reshape(B, 1, self.state_size)

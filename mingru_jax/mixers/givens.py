@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from mingru._spec import check_givens
 from mingru_jax._eager.givens_recurrence import givens_step
 from mingru_jax.mixers._common import (
     MixerCell,
@@ -30,7 +29,8 @@ from mingru_jax.mixers._common import (
     check_token,
     linear,
 )
-from mingru_jax.scans import givens_recurrence
+from mingru_jax.scans import _givens_recurrence
+from mingru_kernels._spec import check_givens
 
 __all__ = ["BlockRotationBase", "GivensMinGRU", "GivensMinGRUCell"]
 
@@ -87,7 +87,7 @@ class BlockRotationBase(nnx.Module):
             h0 = h0.reshape(B, n, k)
         theta, scale = self.transition(x)
         log_gamma = self._log_gamma(delta_t, B, T, dtype)
-        h = givens_recurrence(theta.astype(dtype), b, h0, scale, log_gamma)
+        h = _givens_recurrence(theta.astype(dtype), b, h0, scale, log_gamma)
         return h.reshape(B, T, self.hidden_size)
 
     def step(

@@ -18,9 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from mingru._spec import check_rotation_hidden, check_snap, snap_per_block
 from mingru_jax.mixers._common import MixerCell, TimeDecay, check_size, linear
 from mingru_jax.mixers.givens import BlockRotationBase
+from mingru_kernels._spec import check_rotation_hidden, check_snap, snap_per_block
 
 __all__ = ["RotationMinGRU", "RotationMinGRUCell"]
 

@@ -1,6 +1,6 @@
 """Eager block-matrix affine scan ``H_t = A_t H_{t-1} + B_t``.
 
-The twin of :mod:`mingru._eager.affine_scan`: one :func:`jax.lax.associative_scan` with the
+The twin of :mod:`mingru._eager.matrix_affine_scan`: one :func:`jax.lax.associative_scan` with the
 block-matrix combine ``(A₂A₁, A₂B₁ + B₂)``; ``A (B, T, n, k, k)``, ``B (B, T, n, k, v)``.
 Gradients by JAX's autodiff.
 """

@@ -2,12 +2,18 @@
 the per-kernel constexprs and launch settings, chunk counts, scratch shapes and grids.
 
 Pure Python (no triton, torch or jax import), shared by the PyTorch launcher
-(``mingru._launch.delta_rule``) and the JAX launcher (``mingru_jax._launch.delta_rule``);
-re-exported by :mod:`mingru_kernels.delta_rule`, so a launcher needs one import per op.
-Nothing here depends on ``T`` except the runtime chunk count and grid sizes.
+(``mingru._launch.delta_rule``) and the JAX launcher (``mingru_jax._launch.delta_rule``).
+Nothing here depends on ``T`` except the runtime chunk count and grid sizes. The shape rules
+of the op's arguments are :func:`mingru_kernels._spec.check_delta_rule_shapes`.
 """
 
-from typing import Any
+from __future__ import annotations
+
+from mingru_kernels.launch._elementwise import next_pow2
+
+PLAN_KEYS = ("micro_chunk", "blocked")
+"""The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`):
+``micro_chunk`` and ``blocked`` of :func:`launch_config`."""
 
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
@@ -47,30 +53,6 @@ KERNEL_CONSTEXPRS = {
 """The constexpr parameters each kernel takes from :func:`launch_config`."""
 
 
-def _shape_error(name: str, x: Any, expected: str) -> ValueError:
-    return ValueError(f"delta_rule: {name} must have shape {expected}; got {tuple(x.shape)}")
-
-
-def check_shapes(q: Any, k: Any, v: Any, beta: Any, log_gamma: Any = None,
-                 h0: Any = None) -> None:
-    """Raise ``ValueError`` naming the argument whose shape does not fit ``k (B, T, nh, H,
-    d_k)``. Framework-free (reads ``.shape`` only): both frontends' launchers call it."""
-    if len(k.shape) != 5:
-        raise _shape_error("k", k, "(B, T, nh, H, d_k)")
-    B, T, nh, H, dk = tuple(k.shape)
-    if tuple(q.shape) != (B, T, H, dk):
-        raise _shape_error("q", q, f"(B, T, H, d_k) = {(B, T, H, dk)}")
-    if len(v.shape) != 5 or tuple(v.shape[:4]) != (B, T, nh, H):
-        raise _shape_error("v", v, f"(B, T, nh, H, d_v) with (B, T, nh, H) = {(B, T, nh, H)}")
-    dv = v.shape[4]
-    if tuple(beta.shape) != (B, T, nh, H):
-        raise _shape_error("beta", beta, f"(B, T, nh, H) = {(B, T, nh, H)}")
-    if log_gamma is not None and tuple(log_gamma.shape) != (B, T, H):
-        raise _shape_error("log_gamma", log_gamma, f"(B, T, H) = {(B, T, H)}")
-    if h0 is not None and tuple(h0.shape) != (B, H, dk, dv):
-        raise _shape_error("h0", h0, f"(B, H, d_k, d_v) = {(B, H, dk, dv)}")
-
-
 def unsupported_size(B: int, T: int, nh: int, H: int, dk: int, dv: int) -> str | None:
     """Why the kernels cannot serve these sizes (the frontends' ``unsupported_reason``
     adds dtype and device), or ``None``."""
@@ -85,13 +67,9 @@ def unsupported_size(B: int, T: int, nh: int, H: int, dk: int, dv: int) -> str |
     return None
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
 def block_size(n: int) -> int:
     """Padded tile width for a head dimension: a power of two, at least 16."""
-    return max(16, _next_pow2(n))
+    return max(16, next_pow2(n))
 
 
 def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: int = 0,
@@ -106,7 +84,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     """
     if not 1 <= nh <= MAX_NH:
         raise ValueError(f"nh must be in [1, {MAX_NH}]; got {nh}")
-    lp = micro_chunk or max(DEFAULT_MICRO_CHUNK, _next_pow2(nh))
+    lp = micro_chunk or max(DEFAULT_MICRO_CHUNK, next_pow2(nh))
     if lp not in (16, 32, 64) or lp < nh:
         raise ValueError(f"micro_chunk must be 16, 32 or 64 and >= nh ({nh}); got {lp}")
     bk, bv = block_size(dk), block_size(dv)
@@ -115,7 +93,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "NH": nh,
         "C": lp // nh,
         "LP": lp,
-        "CP": max(16, _next_pow2(lp // nh)),
+        "CP": max(16, next_pow2(lp // nh)),
         "BK": bk,
         "BV": bv,
         "KS": min(KS, bk),

@@ -1,4 +1,4 @@
-"""Framework-free pieces of the mixer/block/stack API, shared by ``mingru`` and ``mingru_jax``.
+"""Framework-free rules of the mixer/block/stack API, shared by ``mingru`` and ``mingru_jax``.
 
 The two frontends mirror each other on purpose (tensor code stays in each), but argument
 checks, the mixer registry and the stack's per-layer resolution touch no tensors, so they live
@@ -6,7 +6,7 @@ here once. This module must import neither torch, jax nor triton: ``mingru_jax``
 without pulling in PyTorch.
 
 Example:
-    >>> from mingru import _spec
+    >>> from mingru_kernels import _spec
     >>> _spec.check_givens(16, block_size=4, rounds=2)
     4
     >>> _spec.stack_layer_specs(["signed", "givens"], {"givens": {"decay": "fixed"}}, 2, "all")
@@ -30,6 +30,7 @@ __all__ = [
     "block_mixer_kwargs",
     "check_block_args",
     "check_decay",
+    "check_delta_rule_shapes",
     "check_delta",
     "check_givens",
     "check_mixer_name",
@@ -194,6 +195,33 @@ def check_delta(
     d_k = positive_int(d_k, "d_k")
     d_v = d_k if d_v is None else positive_int(d_v, "d_v")
     return DeltaSizes(input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size)
+
+
+# -- the delta-rule op ---------------------------------------------------------------------
+
+
+def _shape_error(name: str, x: Any, expected: str) -> ValueError:
+    return ValueError(f"delta_rule: {name} must have shape {expected}; got {tuple(x.shape)}")
+
+
+def check_delta_rule_shapes(q: Any, k: Any, v: Any, beta: Any, log_gamma: Any = None,
+                            h0: Any = None) -> None:
+    """Raise ``ValueError`` naming the argument whose shape does not fit ``k (B, T, nh, H,
+    d_k)``. Reads ``.shape`` only: both frontends' ``scans._delta_rule`` call it."""
+    if len(k.shape) != 5:
+        raise _shape_error("k", k, "(B, T, nh, H, d_k)")
+    B, T, nh, H, dk = tuple(k.shape)
+    if tuple(q.shape) != (B, T, H, dk):
+        raise _shape_error("q", q, f"(B, T, H, d_k) = {(B, T, H, dk)}")
+    if len(v.shape) != 5 or tuple(v.shape[:4]) != (B, T, nh, H):
+        raise _shape_error("v", v, f"(B, T, nh, H, d_v) with (B, T, nh, H) = {(B, T, nh, H)}")
+    dv = v.shape[4]
+    if tuple(beta.shape) != (B, T, nh, H):
+        raise _shape_error("beta", beta, f"(B, T, nh, H) = {(B, T, nh, H)}")
+    if log_gamma is not None and tuple(log_gamma.shape) != (B, T, H):
+        raise _shape_error("log_gamma", log_gamma, f"(B, T, H) = {(B, T, H)}")
+    if h0 is not None and tuple(h0.shape) != (B, H, dk, dv):
+        raise _shape_error("h0", h0, f"(B, H, d_k, d_v) = {(B, H, dk, dv)}")
 
 
 # -- block and stack ----------------------------------------------------------------------

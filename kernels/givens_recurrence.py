@@ -14,7 +14,7 @@ The rotations act on the state vector directly; cos/sin are computed in-kernel a
 ``y[m] = v[2m+1]`` (``[LP, W, k/2]`` tiles, ``W`` columns): even rounds rotate ``(x_m, y_m)``,
 odd rounds ``(y_m, x_{m+1})`` (a cyclic roll of ``x``, done as a tiny select-sum).
 
-Parallel in T exactly like :mod:`mingru_kernels.affine_scan` (segments; each output program
+Parallel in T exactly like :mod:`mingru_kernels.matrix_affine_scan` (segments; each output program
 folds the composites of the segments before its own): the composite pass applies each token's
 transition to the ``k`` identity columns, so a segment's product is composed once per segment,
 in registers, and written as one ``k×k`` matrix per segment.
@@ -35,41 +35,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .affine_scan import _both, _fold, _grid, _ld, _pair_base, segment_plan
+from mingru_kernels.matrix_affine_scan import _both, _fold, _grid, _ld, _pair_base
 
-__all__ = ["givens_bwd_kernel", "givens_config", "givens_fwd_kernel", "segment_plan"]
-
-_THREADS = 128  # one state element (a row pair of one column of one pair) per thread
-_MAX_PAIRS = 64
-
-
-def _pow2_floor(x: int) -> int:
-    return 1 << (max(1, x).bit_length() - 1)
-
-
-def _lp_warps(state_per_pair: int, temp_per_pair: int) -> tuple[int, int]:
-    lp = min(_MAX_PAIRS, _pow2_floor(max(1, _THREADS // state_per_pair)))
-    # enough warps that the largest temporary holds ≤ 4 elements per thread
-    return lp, max(1, min(8, _pow2_floor(lp * temp_per_pair // 128)))
-
-
-def givens_config(k: int, rounds: int) -> dict[str, int]:
-    """Launch constants: ``RP`` (rounds padded to a power of two), and pairs per program /
-    warps for the output walks (``LP``, ``num_warps``; one state column of ``k/2`` row pairs
-    per pair) and for the composite walks (``LP_COMP``, ``num_warps_comp``; ``k`` columns).
-    About one row pair per thread keeps registers low and many programs resident, which is
-    what a latency-bound sequential walk needs.
-
-    Example:
-        >>> givens_config(8, 3)["LP"], givens_config(8, 3)["RP"]
-        (32, 4)
-    """
-    k2 = k // 2
-    rp = triton.next_power_of_2(rounds)
-    lp, warps = _lp_warps(k2, max(k2 * k2, rp * k2))  # roll select / angle tile
-    lpc, warpsc = _lp_warps(k * k2, k * k2 * k2)
-    return {"RP": rp, "LP": lp, "num_warps": warps, "LP_COMP": lpc, "num_warps_comp": warpsc}
-
+__all__ = ["givens_recurrence_bwd_kernel", "givens_recurrence_fwd_kernel"]
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -206,7 +174,7 @@ def _coef_loads(th_ptr, s_ptr, g_ptr, th_off, v_off, g_off, live, thmask,
 
 
 @triton.jit(do_not_specialize=["T", "seg_len", "nseg"])
-def givens_fwd_kernel(
+def givens_recurrence_fwd_kernel(
     th_ptr, b_ptr, s_ptr, g_ptr,  # theta, b, scale (or dummy), log_gamma (or dummy)
     h0_ptr, h_ptr,  # initial state (B, n, k); output (B, T, n, k)
     m_ptr, c_ptr,  # fp32 segment composites (npair, nseg, k, k) and (npair, nseg, k)
@@ -301,7 +269,7 @@ def _grad_loads(th_ptr, s_ptr, g_ptr, h_ptr, h0_ptr, dh_ptr, th_off, v_off, g_of
 
 
 @triton.jit(do_not_specialize=["T", "seg_len", "nseg"])
-def givens_bwd_kernel(
+def givens_recurrence_bwd_kernel(
     th_ptr, s_ptr, g_ptr, h_ptr, h0_ptr,  # saved inputs (scale, log_gamma may be dummies) and h
     dh_ptr,  # incoming gradient (B, T, n, k)
     dth_ptr, db_ptr, ds_ptr, dg_ptr, dh0_ptr,  # outputs (ds, dg dummies when absent)

@@ -7,9 +7,9 @@ so ``H_t = P_t H_0 + Z_t``. A *pair* is one ``(batch, block)``; pair ``q = b·n 
 Parallel in T by segments (chunked scan with carry): two launches when ``nseg > 1``, one
 otherwise.
 
-1. ``affine_fwd_kernel`` with ``COMPOSITE=True``: one program per (pair tile, segment) walks
+1. ``matrix_affine_scan_fwd_kernel`` with ``COMPOSITE=True``: one program per (pair tile, segment) walks
    its segment from ``[I | 0]`` and writes the segment composite ``(P_seg, Z_seg)``.
-2. ``affine_fwd_kernel`` with ``COMPOSITE=False``: each program first folds the composites of
+2. ``matrix_affine_scan_fwd_kernel`` with ``COMPOSITE=False``: each program first folds the composites of
    the segments before its own (``X ← P_s X + [0 | Z_s]``: the carry pass, done where it is
    needed instead of in a launch of its own), then walks its segment again, writing
    ``P_t, Z_t``.
@@ -18,7 +18,7 @@ A segment walk is sequential in registers (fp32); a ``k×k`` block is a ``[k, k]
 ``[LP, k, k]`` tile (``LP`` pairs per program) and products are broadcast-multiply-sums (``tl.dot``
 needs dims ≥ 16 on GPU and would use TF32). The next step's tiles are loaded before the current
 step is computed, so global-load latency overlaps the arithmetic. The chain of dependent steps is
-``2·seg_len + nseg`` instead of ``T``; :func:`segment_plan` picks ``seg_len ≈ sqrt(T/2)``.
+``2·seg_len + nseg`` instead of ``T``; :func:`mingru_kernels.launch.matrix_affine_scan.segment_plan` picks ``seg_len ≈ sqrt(T/2)``.
 
 Backward (adjoint, walked right to left with the same two phases): with
 ``U_t = A_tᵀ [G_t | GP_t]`` (the adjoint passed to step ``t-1``),
@@ -30,7 +30,8 @@ the incoming gradients.
 Scratch: the composites, fp32 ``(npair, nseg, k, k)`` and ``(npair, nseg, k, w)`` — one
 ``k×k`` matrix per SEGMENT, never per token.
 
-Framework-free: imports triton only; the torch and JAX launchers share the metadata below.
+Framework-free: imports triton only. The launch metadata the torch and JAX launchers share
+(sizes, segment plan, pairs per program) is :mod:`mingru_kernels.launch.matrix_affine_scan`.
 """
 
 from __future__ import annotations
@@ -38,68 +39,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = [
-    "SUPPORTED_SIZES",
-    "affine_bwd_kernel",
-    "affine_config",
-    "affine_fwd_kernel",
-    "segment_plan",
-]
-
-SUPPORTED_SIZES = (1, 2, 4, 8, 16)
-"""Block sizes ``k`` and state widths ``v`` the kernels compile for."""
-
-SINGLE_PASS_MAX_T = 32
-"""Up to this length one walk per pair beats two launches (composites, then outputs)."""
-
-_ELEMENT_BUDGET = 1024  # elements of the largest per-step temporary in one program
-_MAX_PAIRS = 64
-_MAX_GRID_Y = 65535  # CUDA's limit on grid dim 1, which counts segments
-
-
-def _pow2_floor(x: int) -> int:
-    return 1 << (max(1, x).bit_length() - 1)
-
-
-def segment_plan(T: int, seg_len: int | None = None) -> tuple[int, int]:
-    """``(seg_len, nseg)`` for a length-``T`` walk.
-
-    Short sequences run as one segment; longer ones use ``seg_len ≈ sqrt(T/2)`` (a power of
-    two ≥ 8), which minimises the dependent chain ``2·seg_len + nseg``. ``seg_len`` forces a
-    length (tests use it to exercise the carry path on tiny ``T``). Only the grid depends on
-    ``T``; no kernel is compiled per ``T``.
-
-    Example:
-        >>> segment_plan(20), segment_plan(1024), segment_plan(23, seg_len=4)
-        ((20, 1), (32, 32), (4, 6))
-    """
-    if T < 1:
-        raise ValueError(f"T must be ≥ 1; got {T}")
-    if seg_len is None:
-        if T <= SINGLE_PASS_MAX_T:
-            return T, 1
-        seg_len = 8
-        while 2 * seg_len * seg_len < T:
-            seg_len *= 2
-    seg_len = max(1, min(int(seg_len), T), -(-T // _MAX_GRID_Y))
-    return seg_len, -(-T // seg_len)
-
-
-def affine_config(k: int, v: int) -> dict[str, int]:
-    """Launch constants for the walk kernels: pairs per program ``LP`` and ``num_warps``.
-
-    ``LP`` keeps the largest per-step temporary (the ``[LP, k, k, max(k, v)]`` product) near
-    1024 fp32 elements, so registers stay low and many programs are resident.
-
-    Example:
-        >>> affine_config(2, 1), affine_config(16, 1)
-        ({'LP': 64, 'num_warps': 4}, {'LP': 1, 'num_warps': 8})
-    """
-    per_pair = k * k * max(k, v)  # the [LP, k, k, max(k, v)] broadcast product
-    lp = min(_MAX_PAIRS, _pow2_floor(_ELEMENT_BUDGET // per_pair))
-    warps = 8 if lp * per_pair > _ELEMENT_BUDGET else 4
-    return {"LP": lp, "num_warps": warps}
-
+__all__ = ["matrix_affine_scan_bwd_kernel", "matrix_affine_scan_fwd_kernel"]
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -196,7 +136,7 @@ def _fold(m_ptr, c_ptr, X, qq, seg, nseg, live,
 
 
 @triton.jit(do_not_specialize=["T", "seg_len", "nseg"])
-def affine_fwd_kernel(
+def matrix_affine_scan_fwd_kernel(
     a_ptr, b_ptr, p_ptr, z_ptr,  # inputs (B,T,n,k,k), (B,T,n,k,v); outputs alike
     m_ptr, c_ptr,  # fp32 segment composites (npair, nseg, k, k) and (npair, nseg, k, v)
     npair, n, T, seg_len, nseg,
@@ -274,7 +214,7 @@ def _bwd_loads(a_ptr, p_ptr, z_ptr, dp_ptr, dz_ptr, a_off, b_off, a_step, b_step
 
 
 @triton.jit(do_not_specialize=["T", "seg_len", "nseg"])
-def affine_bwd_kernel(
+def matrix_affine_scan_bwd_kernel(
     a_ptr, p_ptr, z_ptr,  # saved forward inputs/outputs
     dp_ptr, dz_ptr,  # incoming gradients (dp_ptr unused unless HAS_DP)
     da_ptr, db_ptr,  # outputs, in the dtype of A / Bm

@@ -13,7 +13,7 @@ fp32 even where the products underflow. The carry (``log₂ h`` at the tile star
 into the tile's first row; ``h = 2^{log₂ h}`` is stored. Base 2 because ``exp2``/``log2`` are
 single hardware instructions and the kernel is close to the special-function throughput.
 
-Backward, in linear space (like ``mingru._eager.log_scan``): the adjoint
+Backward, in linear space (like ``mingru._eager.parallel_scan_log``): the adjoint
 ``g_t = dh_t + a_{t+1} g_{t+1}`` is a reversed linear scan with ``a_{t+1} = exp(log a_{t+1})``;
 ``d log b_t = g_t b_t``, ``d log a_t = g_t a_t h_{t-1}`` and ``d log h_0 = d log a_1``. It reads
 the saved OUTPUT ``h`` (no extra forward buffer, so the forward writes only ``h``) and forms
@@ -22,10 +22,10 @@ the saved OUTPUT ``h`` (no extra forward buffer, so the forward writes only ``h`
 
 Launch sequences (``cfg = plan(B, T, D)``; buffers fp32 ``(B, N, D)``):
 
-* walk: ``log_scan_fwd_kernel[grid](..., MODE=WALK)``;
-  ``log_scan_bwd_kernel[grid](..., MODE=WALK)``.
+* walk: ``parallel_scan_log_fwd_kernel[grid](..., MODE=WALK)``;
+  ``parallel_scan_log_bwd_kernel[grid](..., MODE=WALK)``.
 * chunked forward: ``fwd[grid](la, lv, h, sA, sL, MODE=SUMMARY)``;
-  ``log_carry_kernel[carry_grid](sA, sL, lv, cL)``; ``fwd[grid](la, lv, h, -, cL, MODE=APPLY)``.
+  ``parallel_scan_log_carry_kernel[carry_grid](sA, sL, lv, cL)``; ``fwd[grid](la, lv, h, -, cL, MODE=APPLY)``.
 * chunked backward: ``bwd[grid](..., sc, sg, MODE=SUMMARY)``;
   ``linear_carry_kernel[carry_grid](sc, sg, -, -, cg, -, REVERSE=True, STORE_A=False,
   HAS_Y=False)``; ``bwd[grid](..., -, cg, MODE=APPLY)``.
@@ -36,40 +36,28 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._scan_common import (
-    APPLY,
+from mingru_kernels._scan_common import (
     K_APPLY,
     K_SUMMARY,
     K_WALK,
     LOG2E,
-    SUMMARY,
-    WALK,
-    carry_grid,
-    grid,
     linear_carry_kernel,
     log_pair,
     logaddexp2,
     mul_add,
-    plan,
     take_row,
 )
 
 __all__ = [
-    "APPLY",
-    "SUMMARY",
-    "WALK",
-    "carry_grid",
-    "grid",
     "linear_carry_kernel",
-    "log_carry_kernel",
-    "log_scan_bwd_kernel",
-    "log_scan_fwd_kernel",
-    "plan",
+    "parallel_scan_log_bwd_kernel",
+    "parallel_scan_log_carry_kernel",
+    "parallel_scan_log_fwd_kernel",
 ]
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def log_scan_fwd_kernel(
+def parallel_scan_log_fwd_kernel(
     la_ptr,  # (B, T, D) log a
     lv_ptr,  # (B, T+1, D) log h_0 | log b
     h_ptr,  # (B, T, D) out, input dtype
@@ -131,7 +119,7 @@ def log_scan_fwd_kernel(
 
 
 @triton.jit(do_not_specialize=["T", "n_chunks"])
-def log_carry_kernel(
+def parallel_scan_log_carry_kernel(
     sA_ptr, sL_ptr,  # (B, N, D) fp32 base-2 chunk maps from phase 1
     lv_ptr,  # (B, T+1, D): slot 0 is log h_0
     cL_ptr,  # (B, N, D) fp32 out: log2 h at each chunk's start
@@ -166,7 +154,7 @@ def log_carry_kernel(
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def log_scan_bwd_kernel(
+def parallel_scan_log_bwd_kernel(
     la_ptr, lv_ptr,  # inputs: (B, T, D) log a; (B, T+1, D) log h_0 | log b
     h_ptr, dh_ptr,  # (B, T, D) the saved output h and its gradient
     dla_ptr, dlv_ptr,  # out: (B, T, D) and (B, T+1, D) gradients, input dtype

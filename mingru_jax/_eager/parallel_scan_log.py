@@ -1,6 +1,6 @@
 """Eager log-space scan (Heinsen 2023) for ``h_t = a_t h_{t-1} + b_t`` with ``a, b > 0``.
 
-The twin of :mod:`mingru._eager.log_scan`. Inputs are ``log a`` ``(B, T, D)`` and
+The twin of :mod:`mingru._eager.parallel_scan_log`. Inputs are ``log a`` ``(B, T, D)`` and
 ``log_values`` ``(B, T+1, D)`` (slot 0 = ``log h_0``). The start state is the constant map
 ``(log 1, log h_0)`` prepended to the sequence, and the whole sequence is one
 :func:`jax.lax.associative_scan` over ``(log a, log b)`` pairs with the log-pair combine

@@ -1,0 +1,148 @@
+"""Launch plan of the elementwise scans (``linear_scan``, ``parallel_scan_log``), pure Python.
+
+Two strategies (see :func:`plan`):
+
+* ``walk``: grid ``B × D-blocks``; each program walks the whole sequence tile by tile,
+  carrying the state in registers. Reads inputs once, writes outputs once.
+* ``chunked``: for small ``B·D`` with long T. Phase 1 (grid ``B × chunks × D-blocks``) reduces
+  each chunk to its map; phase 2 (the carry kernel; grid ``B × D-blocks``) scans the chunk maps
+  into each chunk's carry-in; phase 3 (same grid as phase 1) rescans each chunk from its
+  carry-in and writes the outputs. Inputs are read twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# Kernel MODE values (the MODE constexpr): which of three roles a scan kernel plays.
+WALK = 0  # carry starts at the sequence's initial state; write outputs
+SUMMARY = 1  # phase 1: reduce each chunk to its map; write the chunk summary only
+APPLY = 2  # phase 3: carry starts at the chunk's carry-in (from phase 2); write outputs
+
+# Default tile: 64 steps × 32 channels (128-byte fp32 rows), 4 warps.
+BLOCK_T = 64
+BLOCK_D = 32
+BLOCK_N = 16  # chunk summaries per tile in the carry pass
+NUM_WARPS = 4
+# The walk keeps the reads at one pass; pick it when it alone yields this many programs per SM.
+WALK_MIN_PROGRAMS_PER_SM = 2
+# The chunked strategy aims at this many programs per SM.
+CHUNKED_PROGRAMS_PER_SM = 4
+# Sequences of at most this many tiles always walk. The chunked strategy costs two more kernel
+# launches and four scratch buffers per direction: tens of microseconds of host time each on an
+# H200 host (scripts/profile_overhead.py), more than a walk of a few short tiles takes on the
+# GPU, so below this length more parallelism in T does not pay for itself.
+WALK_MAX_TILES = 16
+# DEFAULT_SM_COUNT is what the planner assumes when the caller cannot ask the device (an H200).
+DEFAULT_SM_COUNT = 132
+
+PLAN_KEYS = ("strategy", "block_t", "block_d", "chunk_len", "num_warps", "num_stages")
+"""The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`)."""
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for positive ints."""
+    return -(-int(a) // int(b))
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two ``≥ n`` (1 for ``n ≤ 1``)."""
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def pow2_floor(n: int) -> int:
+    """The largest power of two ``≤ max(1, n)``."""
+    return 1 << (max(1, int(n)).bit_length() - 1)
+
+
+def plan(
+    B: int,
+    T: int,
+    D: int,
+    *,
+    n_sm: int = DEFAULT_SM_COUNT,
+    strategy: str | None = None,
+    block_t: int | None = None,
+    block_d: int | None = None,
+    chunk_len: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> dict[str, int | str]:
+    """Choose tile sizes and the strategy for a ``(B, T, D)`` elementwise scan.
+
+    Keyword overrides exist for tests and tuning sweeps. ``T`` only sets runtime values (chunk
+    length and count), never a compile-time constant, so every T of a shape class reuses one
+    compiled kernel.
+
+    Returns a dict with ``strategy`` (``"walk"`` or ``"chunked"``), ``block_t``, ``block_d``,
+    ``num_warps``, ``num_stages`` (0: Triton's default), ``n_dblk`` (D-blocks), ``chunk_len``
+    (steps per chunk; ``T`` for the walk) and ``n_chunks`` (1 for the walk).
+
+    Example:
+        >>> plan(16, 16384, 128)["strategy"]
+        'chunked'
+        >>> plan(8, 65536, 1536)["strategy"]
+        'walk'
+        >>> plan(16, 1024, 64)["strategy"]   # 16 tiles: short enough to walk
+        'walk'
+    """
+    if min(B, T, D) < 1:
+        raise ValueError(f"plan needs B, T, D >= 1; got {(B, T, D)}")
+    bt = int(block_t or BLOCK_T)
+    bd = int(block_d or min(BLOCK_D, max(4, next_pow2(D))))
+    if bt & (bt - 1) or bd & (bd - 1):
+        raise ValueError(f"block sizes must be powers of two; got block_t={bt}, block_d={bd}")
+    nw = int(num_warps or NUM_WARPS)
+    ns = int(num_stages or 0)
+    n_dblk = cdiv(D, bd)
+    walk_programs = B * n_dblk
+    if strategy is None:
+        long_enough = T > WALK_MAX_TILES * bt
+        strategy = (
+            "chunked"
+            if long_enough and walk_programs < WALK_MIN_PROGRAMS_PER_SM * n_sm
+            else "walk"
+        )
+    if strategy not in ("walk", "chunked"):
+        raise ValueError(f"strategy must be 'walk' or 'chunked'; got {strategy!r}")
+    if strategy == "walk":
+        return dict(strategy="walk", block_t=bt, block_d=bd, num_warps=nw, num_stages=ns,
+                    n_dblk=n_dblk, chunk_len=T, n_chunks=1)
+    if chunk_len is None:
+        want = cdiv(CHUNKED_PROGRAMS_PER_SM * n_sm, walk_programs)
+        chunk_len = cdiv(cdiv(T, want), bt) * bt
+    chunk_len = int(chunk_len)
+    if chunk_len < 1 or chunk_len % bt:
+        raise ValueError(f"chunk_len must be a positive multiple of block_t={bt}; got {chunk_len}")
+    return dict(strategy="chunked", block_t=bt, block_d=bd, num_warps=nw, num_stages=ns,
+                n_dblk=n_dblk, chunk_len=chunk_len, n_chunks=cdiv(T, chunk_len))
+
+
+def grid(cfg: Mapping[str, Any], B: int) -> tuple[int]:
+    """Grid of the scan kernels (walk, phase 1, phase 3): one program per (b, chunk, D-block)."""
+    return (B * int(cfg["n_chunks"]) * int(cfg["n_dblk"]),)
+
+
+def carry_grid(cfg: Mapping[str, Any], B: int) -> tuple[int]:
+    """Grid of the carry pass (phase 2): one program per (b, D-block)."""
+    return (B * int(cfg["n_dblk"]),)
+
+
+def dims(cfg: Mapping[str, Any], T: int, D: int) -> tuple[int, int, int, int, int]:
+    """The runtime size arguments of the scan kernels: ``(T, D, chunk_len, n_chunks, n_dblk)``."""
+    return (T, D, int(cfg["chunk_len"]), int(cfg["n_chunks"]), int(cfg["n_dblk"]))
+
+
+def launch_kwargs(cfg: Mapping[str, Any]) -> dict[str, int]:
+    """Compile-time block sizes, warps (and pipelining stages if set) for the scan kernels."""
+    kw = dict(BLOCK_T=int(cfg["block_t"]), BLOCK_D=int(cfg["block_d"]),
+              num_warps=int(cfg["num_warps"]))
+    if int(cfg["num_stages"]):
+        kw["num_stages"] = int(cfg["num_stages"])
+    return kw
+
+
+def carry_kwargs(cfg: Mapping[str, Any]) -> dict[str, int]:
+    """Compile-time sizes for the carry pass (phase 2)."""
+    return dict(BLOCK_N=BLOCK_N, BLOCK_D=int(cfg["block_d"]), num_warps=int(cfg["num_warps"]))

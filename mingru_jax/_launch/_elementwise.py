@@ -1,0 +1,34 @@
+"""Pieces the elementwise-scan launchers (``linear_scan``, ``parallel_scan_log``) share: the
+launch plan on this device (forced choices honoured) and the carry-pass adapter.
+
+The twin of :mod:`mingru._launch._elementwise`; the planner itself is pure Python in
+:mod:`mingru_kernels.launch._elementwise`.
+"""
+
+from __future__ import annotations
+
+import jax
+import triton
+import triton.language as tl
+
+from mingru_jax._launch import _common as U
+from mingru_kernels import _scan_common as scan_common
+from mingru_kernels.launch import _elementwise as meta
+from mingru_kernels.launch import switches
+
+__all__ = ["carry_adapter", "plan"]
+
+
+def plan(op: str, x: jax.Array) -> dict:
+    """The plan of the elementwise scan ``op`` for ``x (B, T, D)`` (forced choices honoured)."""
+    B, T, D = x.shape
+    return meta.plan(B, T, D, n_sm=U.sm_count(), **switches.plan_choices(op))
+
+
+# jax-triton passes outputs after the inputs and runtime scalars; the adapter reorders them.
+@triton.jit
+def carry_adapter(sa, sx, sy, n_chunks, D, n_dblk, ca, cx, cy,
+                   REVERSE: tl.constexpr, STORE_A: tl.constexpr, HAS_Y: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    scan_common.linear_carry_kernel(sa, sx, sy, ca, cx, cy, n_chunks, D, n_dblk,
+                          REVERSE, STORE_A, HAS_Y, BLOCK_N, BLOCK_D)
