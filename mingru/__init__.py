@@ -12,9 +12,19 @@ Example:
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# PyTorch is an extra, not a dependency (a Flax user installs no torch). Checked without
+# importing it, so `import mingru` stays cheap.
+if importlib.util.find_spec("torch") is None:
+    raise ImportError(
+        "mingru is the PyTorch frontend of mingru-scans and needs PyTorch: install the extra "
+        "with pip install '.[torch]' from a checkout of this repository (the Flax frontend is "
+        "mingru_jax, extra '.[jax]')"
+    )
 
 # Public name -> defining module. Resolved on first attribute access so that importing the
 # package stays cheap and never pulls in optional backends.

@@ -97,7 +97,7 @@ class MinGRUStack(nn.Module):
         delta_t: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, State]:
         """``(out (B, T, d_model), new_state)`` for ``x (B, T, input_size)``."""
-        check_sequence(x, self.input_size)
+        check_sequence(x, self.input_size, module=self)
         state = self._check_state(state)
         h = self.in_proj(x)
         new_state: State = []
@@ -113,7 +113,7 @@ class MinGRUStack(nn.Module):
         delta_t: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, State]:
         """``(out_t (B, d_model), new_state)`` for one token ``x_t (B, input_size)``."""
-        check_token(x_t, self.input_size)
+        check_token(x_t, self.input_size, module=self)
         state = self._check_state(state)
         h = self.in_proj(x_t)
         new_state: State = []

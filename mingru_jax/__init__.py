@@ -15,9 +15,19 @@ Example:
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# JAX and Flax are an extra, not dependencies. Checked without importing them.
+_missing = [name for name in ("jax", "flax") if importlib.util.find_spec(name) is None]
+if _missing:
+    raise ImportError(
+        f"mingru_jax is the Flax frontend of mingru-scans and needs {' and '.join(_missing)}: "
+        "install the extra with pip install '.[jax]' from a checkout of this repository (the "
+        "PyTorch frontend is mingru, extra '.[torch]')"
+    )
 
 # Public name -> defining module. Resolved on first attribute access so that importing the
 # package stays cheap and never pulls in optional backends.

@@ -129,7 +129,7 @@ class MinGRUBlock(nnx.Module):
     ) -> tuple[jax.Array, jax.Array]:
         """``(out (B, T, d_model), state (B, 1, S))`` for ``x (B, T, d_model)``; ``h_0`` is
         a previous ``state`` (``None``: the mixer's default)."""
-        x = check_sequence(x, self.d_model)
+        x = check_sequence(x, self.d_model, module=self)
         u = self.norm1(x)
         if self.mixer_name == "delta":
             y, state = self.mixer(u, h_0=h_0, delta_t=delta_t, return_state=True)
@@ -145,7 +145,7 @@ class MinGRUBlock(nnx.Module):
         delta_t: jax.Array | None = None,
     ) -> tuple[jax.Array, jax.Array]:
         """``(out_t (B, d_model), state (B, S))`` for one token ``x_t (B, d_model)``."""
-        x_t = check_token(x_t, self.d_model)
+        x_t = check_token(x_t, self.d_model, module=self)
         u = self.norm1(x_t)
         if self.mixer_name == "delta":
             y, state = self.mixer.step(u, h_prev=h_prev, delta_t=delta_t)

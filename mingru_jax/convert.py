@@ -178,6 +178,31 @@ def _pairs(torch_module: Any, nnx_module: nnx.Module):
     return out
 
 
+def _check_arguments(fn: str, torch_module: Any, nnx_module: Any) -> None:
+    """``TypeError`` naming the expected types (swapped arguments included), and an
+    ``ImportError`` naming the extra when PyTorch is missing."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise ImportError(
+            f"{fn} needs PyTorch for the torch side: pip install '.[torch]' (from a checkout "
+            "of mingru-scans)"
+        ) from exc
+    order = ("torch_module, nnx_module" if fn == "torch_to_nnx"
+             else "nnx_module, torch_module")
+    swapped = isinstance(torch_module, nnx.Module) and isinstance(nnx_module, torch.nn.Module)
+    hint = f" (the arguments look swapped: {fn} takes {order})" if swapped else ""
+    if not isinstance(torch_module, torch.nn.Module):
+        raise TypeError(
+            f"{fn}: torch_module must be a torch.nn.Module; got {type(torch_module).__name__}"
+            + hint
+        )
+    if not isinstance(nnx_module, nnx.Module):
+        raise TypeError(
+            f"{fn}: nnx_module must be a flax.nnx.Module; got {type(nnx_module).__name__}" + hint
+        )
+
+
 def torch_to_nnx(torch_module: Any, nnx_module: nnx.Module) -> nnx.Module:
     """Copy every parameter of a :mod:`mingru` module into its :mod:`mingru_jax` twin.
 
@@ -190,6 +215,7 @@ def torch_to_nnx(torch_module: Any, nnx_module: nnx.Module) -> nnx.Module:
         ``nnx_module``, updated in place (values cast to its parameter dtypes).
 
     Raises:
+        TypeError: when an argument is not a module of the expected framework (e.g. swapped).
         ValueError: when the modules are not twins (names, shapes or settings differ).
 
     Example:
@@ -198,6 +224,7 @@ def torch_to_nnx(torch_module: Any, nnx_module: nnx.Module) -> nnx.Module:
         >>> fx = mingru_jax.MinGRU(4, 6, rngs=nnx.Rngs(0))
         >>> fx = mingru_jax.torch_to_nnx(mingru.MinGRU(4, 6), fx)
     """
+    _check_arguments("torch_to_nnx", torch_module, nnx_module)
     import torch
 
     for param, var, transpose, _ in _pairs(torch_module, nnx_module):
@@ -223,6 +250,7 @@ def nnx_to_torch(nnx_module: nnx.Module, torch_module: Any) -> Any:
         its device).
 
     Raises:
+        TypeError: when an argument is not a module of the expected framework (e.g. swapped).
         ValueError: when the modules are not twins (names, shapes or settings differ).
 
     Example:
@@ -231,6 +259,7 @@ def nnx_to_torch(nnx_module: nnx.Module, torch_module: Any) -> Any:
         >>> fx = mingru_jax.MinGRU(4, 6, rngs=nnx.Rngs(0))
         >>> pt = mingru_jax.nnx_to_torch(fx, mingru.MinGRU(4, 6))
     """
+    _check_arguments("nnx_to_torch", torch_module, nnx_module)
     import torch
 
     with torch.no_grad():

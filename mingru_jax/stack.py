@@ -113,7 +113,7 @@ class MinGRUStack(nnx.Module):
         delta_t: jax.Array | None = None,
     ) -> tuple[jax.Array, State]:
         """``(out (B, T, d_model), new_state)`` for ``x (B, T, input_size)``."""
-        x = check_sequence(x, self.input_size)
+        x = check_sequence(x, self.input_size, module=self)
         state = self._check_state(state)
         h = self._project(x)
         new_state: State = []
@@ -129,7 +129,7 @@ class MinGRUStack(nnx.Module):
         delta_t: jax.Array | None = None,
     ) -> tuple[jax.Array, State]:
         """``(out_t (B, d_model), new_state)`` for one token ``x_t (B, input_size)``."""
-        x_t = check_token(x_t, self.input_size)
+        x_t = check_token(x_t, self.input_size, module=self)
         state = self._check_state(state)
         h = self._project(x_t)
         new_state: State = []

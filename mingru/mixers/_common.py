@@ -113,20 +113,50 @@ class TimeDecay(nn.Module):
         return f"mode={self.mode!r}, decay_rate={self.decay_rate}, log1p_delta={self.log1p_delta}"
 
 
-def check_sequence(x: object, input_size: int, name: str = "x") -> torch.Tensor:
-    """``x`` must be a floating ``(B, T, input_size)`` tensor with ``T ≥ 1``."""
+def check_sequence(
+    x: object, input_size: int, name: str = "x", module: nn.Module | None = None
+) -> torch.Tensor:
+    """``x`` must be a floating ``(B, T, input_size)`` tensor with ``T ≥ 1`` (and of
+    ``module``'s dtype, see :func:`check_input_dtype`)."""
     V.float_tensor(x, name, 3, f"(B, T, {input_size})")
     if x.shape[-1] != input_size or x.shape[1] < 1 or x.shape[0] < 1:
         raise ValueError(f"{name} must have shape (B, T, {input_size}) with B, T ≥ 1; got {tuple(x.shape)}")
+    if module is not None:
+        check_input_dtype(x, module, name)
     return x
 
 
-def check_token(x: object, input_size: int, name: str = "x_t") -> torch.Tensor:
-    """``x_t`` must be a floating ``(B, input_size)`` tensor."""
+def check_token(
+    x: object, input_size: int, name: str = "x_t", module: nn.Module | None = None
+) -> torch.Tensor:
+    """``x_t`` must be a floating ``(B, input_size)`` tensor (of ``module``'s dtype)."""
     V.float_tensor(x, name, 2, f"(B, {input_size})")
     if x.shape[-1] != input_size:
         raise ValueError(f"{name} must have shape (B, {input_size}); got {tuple(x.shape)}")
+    if module is not None:
+        check_input_dtype(x, module, name)
     return x
+
+
+def check_input_dtype(x: torch.Tensor, module: nn.Module, name: str = "x") -> None:
+    """The input-dtype rule of every mixer, block and stack (the same in ``mingru_jax``).
+
+    ``x`` must have the dtype of the module's parameters, unless a compute dtype is set for the
+    call: inside ``torch.autocast`` (for ``x``'s device type) autocast decides, as it does for
+    ``nn.Linear``. A mismatch is a ``TypeError`` naming ``x`` and the module dtype, never a
+    silent cast (which would change precision behind the user's back) and never torch's
+    ``mat1 and mat2 must have the same dtype``.
+    """
+    ref = next(module.parameters(), None)
+    if ref is None or x.dtype == ref.dtype:
+        return
+    if torch.is_autocast_enabled(x.device.type):
+        return
+    raise TypeError(
+        f"{name} has dtype {x.dtype}, but {type(module).__name__}'s parameters are "
+        f"{ref.dtype}: cast the input ({name}.to({ref.dtype})) or the module "
+        f"(module.to({x.dtype})), or run under torch.autocast"
+    )
 
 
 def check_state(

@@ -128,7 +128,7 @@ class DeltaMinGRU(nn.Module):
         return_state: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Parallel (chunked WY) forward; see the class docstring for shapes."""
-        x = check_sequence(x, self.input_size)
+        x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         H, dk, dv = self.n_heads, self.d_k, self.d_v
         h0 = None
@@ -152,7 +152,7 @@ class DeltaMinGRU(nn.Module):
         delta_t: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One token, ``O(1)`` in ``T``: ``(y_t (B, hidden_size), h_t (B, Z))``."""
-        x_t = check_token(x_t, self.input_size)
+        x_t = check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
         H, dk, dv = self.n_heads, self.d_k, self.d_v
         if h_prev is None:

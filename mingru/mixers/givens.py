@@ -65,7 +65,7 @@ class BlockRotationBase(nn.Module):
     ) -> torch.Tensor:
         """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; ``h_0 (B, 1, hidden)``
         overrides the learned initial state; ``delta_t (B, T)`` or ``(B, T, 1)`` with decay."""
-        check_sequence(x, self.input_size)
+        check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         n, k = self.n_blocks, self.block_size
         b = self._input_term(x)  # its dtype (not x's, which autocast may differ from) rules
@@ -87,7 +87,7 @@ class BlockRotationBase(nn.Module):
     ) -> torch.Tensor:
         """One token: ``h_t (B, hidden)`` from ``x_t (B, input_size)`` and ``h_prev (B, hidden)``
         (default: the learned ``h0``); rotates the state vector, never forms a matrix."""
-        check_token(x_t, self.input_size)
+        check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
         n, k = self.n_blocks, self.block_size
         b = self._input_term(x_t)

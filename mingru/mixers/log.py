@@ -101,7 +101,7 @@ class MinGRU(nn.Module):
         delta_t: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring."""
-        check_sequence(x, self.input_size)
+        check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         k_z = self.linear_z(x)  # its dtype (not x's, which autocast may differ from) rules
         log_a = -F.softplus(k_z)
@@ -119,7 +119,7 @@ class MinGRU(nn.Module):
         delta_t: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One token: ``h_t (B, hidden)`` from ``x_t (B, input_size)``, ``h_prev (B, hidden)``."""
-        check_token(x_t, self.input_size)
+        check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
         k_z = self.linear_z(x_t)
         if h_prev is None:
@@ -141,11 +141,15 @@ class MinGRU(nn.Module):
 
 
 def check_non_negative(h: torch.Tensor, name: str) -> None:
-    """Reject negative MinGRU states. Skipped while torch.compile traces (a data-dependent
-    branch would break the graph); eager calls always check."""
+    """Reject negative or NaN MinGRU states (``h >= 0`` is False for NaN, so NaN cannot slip
+    through). Skipped while torch.compile traces (a data-dependent branch would break the
+    graph); eager calls always check."""
     if torch.compiler.is_compiling():
         return
-    if bool((h < 0).any()):
+    if not bool((h >= 0).all()):
+        n_nan = int(torch.isnan(h).sum())
+        if n_nan:
+            raise ValueError(f"{name} must be a non-negative MinGRU state; got {n_nan} NaN entries")
         raise ValueError(
             f"{name} must be a non-negative MinGRU state (not a pre-activation); "
             f"got a minimum of {h.min().item():.4g}"

@@ -94,7 +94,7 @@ class SignedMinGRU(nn.Module):
         delta_t: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring."""
-        check_sequence(x, self.input_size)
+        check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         a, b = self._gates(x, delta_t, T)
         if h_0 is not None:
@@ -111,7 +111,7 @@ class SignedMinGRU(nn.Module):
         delta_t: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One token: ``h_t (B, hidden)`` from ``x_t (B, input_size)``, ``h_prev (B, hidden)``."""
-        check_token(x_t, self.input_size)
+        check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
         a, b = self._gates(x_t, delta_t, None)
         if h_prev is not None:

@@ -179,22 +179,61 @@ class TimeDecay(nnx.Module):
         return (-(sanitize_delta_t(dt, self.log1p_delta) * rate)).astype(dtype)
 
 
-def check_sequence(x: object, input_size: int, name: str = "x") -> jax.Array:
-    """``x`` must be a floating ``(B, T, input_size)`` array with ``B, T ≥ 1``."""
+def check_sequence(
+    x: object, input_size: int, name: str = "x", module: nnx.Module | None = None
+) -> jax.Array:
+    """``x`` must be a floating ``(B, T, input_size)`` array with ``B, T ≥ 1`` (and of
+    ``module``'s dtype, see :func:`check_input_dtype`)."""
     x = V.float_array(x, name, 3, f"(B, T, {input_size})")
     if x.shape[-1] != input_size or x.shape[1] < 1 or x.shape[0] < 1:
         raise ValueError(
             f"{name} must have shape (B, T, {input_size}) with B, T ≥ 1; got {tuple(x.shape)}"
         )
+    if module is not None:
+        check_input_dtype(x, module, name)
     return x
 
 
-def check_token(x: object, input_size: int, name: str = "x_t") -> jax.Array:
-    """``x_t`` must be a floating ``(B, input_size)`` array."""
+def check_token(
+    x: object, input_size: int, name: str = "x_t", module: nnx.Module | None = None
+) -> jax.Array:
+    """``x_t`` must be a floating ``(B, input_size)`` array (of ``module``'s dtype)."""
     x = V.float_array(x, name, 2, f"(B, {input_size})")
     if x.shape[-1] != input_size:
         raise ValueError(f"{name} must have shape (B, {input_size}); got {tuple(x.shape)}")
+    if module is not None:
+        check_input_dtype(x, module, name)
     return x
+
+
+def _module_dtypes(module: nnx.Module) -> tuple[Any, Any] | None:
+    """``(dtype, param_dtype)`` of the first ``nnx.Linear`` / ``nnx.LayerNorm`` in ``module``."""
+    for _, node in nnx.iter_graph(module):
+        if isinstance(node, (nnx.Linear, nnx.LayerNorm)):
+            return node.dtype, node.param_dtype
+    return None
+
+
+def check_input_dtype(x: jax.Array, module: nnx.Module, name: str = "x") -> None:
+    """The input-dtype rule of every mixer, block and stack (the same in ``mingru``).
+
+    ``x`` must have the module's parameter dtype (``param_dtype``), unless a compute dtype is
+    set: a module built with ``dtype=...`` computes in that dtype and casts ``x`` to it, as
+    Flax layers do (the twin of ``torch.autocast`` in the PyTorch frontend). A mismatch is a
+    ``TypeError`` naming ``x`` and the module dtype, never a silent promotion.
+    """
+    dtypes = _module_dtypes(module)
+    if dtypes is None:
+        return
+    dtype, param_dtype = dtypes
+    if dtype is not None or jnp.dtype(x.dtype) == jnp.dtype(param_dtype):
+        return
+    raise TypeError(
+        f"{name} has dtype {jnp.dtype(x.dtype)}, but {type(module).__name__}'s parameters are "
+        f"{jnp.dtype(param_dtype)}: cast the input ({name}.astype({jnp.dtype(param_dtype)})), "
+        f"build the module with param_dtype={jnp.dtype(x.dtype)}, or pass dtype= to compute "
+        "in a given dtype"
+    )
 
 
 def check_state(

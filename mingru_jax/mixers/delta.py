@@ -142,7 +142,7 @@ class DeltaMinGRU(nnx.Module):
         return_state: bool = False,
     ) -> jax.Array | tuple[jax.Array, jax.Array]:
         """Parallel (chunked WY) forward; see the class docstring for shapes."""
-        x = check_sequence(x, self.input_size)
+        x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         H, dk, dv = self.n_heads, self.d_k, self.d_v
         q, k, v, beta = self._project(x)
@@ -167,7 +167,7 @@ class DeltaMinGRU(nnx.Module):
         delta_t: jax.Array | None = None,
     ) -> tuple[jax.Array, jax.Array]:
         """One token, ``O(1)`` in ``T``: ``(y_t (B, hidden_size), h_t (B, Z))``."""
-        x_t = check_token(x_t, self.input_size)
+        x_t = check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
         H, dk, dv = self.n_heads, self.d_k, self.d_v
         q, k, v, beta = self._project(x_t)

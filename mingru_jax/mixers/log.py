@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.experimental import checkify
 
 from mingru_jax.mixers._common import (
     MixerCell,
@@ -34,12 +35,21 @@ __all__ = ["MinGRU", "MinGRUCell"]
 
 
 def _check_non_negative(h: jax.Array, name: str) -> None:
-    # A value check: possible only on concrete arrays (under jit a negative state gives NaN).
-    if is_concrete(h) and bool(jnp.any(h < 0)):
-        raise ValueError(
-            f"{name} must be a non-negative MinGRU state (not a pre-activation); "
-            f"got a minimum of {float(jnp.min(h)):.4g}"
-        )
+    """Reject negative or NaN MinGRU states (``h >= 0`` is False for NaN).
+
+    On concrete arrays this raises ``ValueError`` at once. Under ``jit`` the values are not
+    known while tracing, so the rule becomes a :func:`jax.experimental.checkify.check`: wrap the
+    jitted function in ``checkify.checkify(..., errors=checkify.user_checks)`` and call
+    ``err.throw()`` to raise it (without ``checkify`` the check costs nothing and a negative
+    state gives NaN states, as the log-space scan must take ``log h_0``).
+    """
+    message = (f"{name} must be a non-negative MinGRU state (not a pre-activation, not NaN); "
+               "got a minimum of {minimum}")
+    if is_concrete(h):
+        if not bool(jnp.all(h >= 0)):
+            raise ValueError(message.format(minimum=f"{float(jnp.min(h)):.4g}"))
+        return
+    checkify.check(jnp.all(h >= 0), message, minimum=jnp.min(h), debug=True)
 
 
 class MinGRU(nnx.Module):
@@ -62,7 +72,9 @@ class MinGRU(nnx.Module):
     Shapes: ``__call__(x (B, T, input_size), h_0=None (B, 1, hidden), delta_t=None (B, T) or
     (B, T, 1)) -> h (B, T, hidden)``, the states ``h_1 … h_T``; ``step(x_t (B, input_size),
     h_prev=None (B, hidden), delta_t=None (B,) or (B, 1)) -> h_t (B, hidden)``. A given state
-    must be non-negative (checked on concrete arrays; under ``jit`` a negative one gives NaN).
+    must be non-negative and not NaN: a ``ValueError`` on concrete arrays; under ``jit`` a
+    ``checkify`` check (wrap the jitted function in ``checkify.checkify(...,
+    errors=checkify.user_checks)`` to raise it; unwrapped, a negative state gives NaN).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -124,7 +136,7 @@ class MinGRU(nnx.Module):
         delta_t: jax.Array | None = None,
     ) -> jax.Array:
         """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring."""
-        x = check_sequence(x, self.input_size)
+        x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         k_z = self.linear_z(x)
         dtype = k_z.dtype
@@ -148,7 +160,7 @@ class MinGRU(nnx.Module):
         delta_t: jax.Array | None = None,
     ) -> jax.Array:
         """One token: ``h_t (B, hidden)`` from ``x_t (B, input_size)``, ``h_prev (B, hidden)``."""
-        x_t = check_token(x_t, self.input_size)
+        x_t = check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
         k_z = self.linear_z(x_t)
         dtype = k_z.dtype

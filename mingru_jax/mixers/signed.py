@@ -120,7 +120,7 @@ class SignedMinGRU(nnx.Module):
         delta_t: jax.Array | None = None,
     ) -> jax.Array:
         """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring."""
-        x = check_sequence(x, self.input_size)
+        x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         a, b = self._gates(x, delta_t, T)
         if h_0 is not None:
@@ -137,7 +137,7 @@ class SignedMinGRU(nnx.Module):
         delta_t: jax.Array | None = None,
     ) -> jax.Array:
         """One token: ``h_t (B, hidden)`` from ``x_t (B, input_size)``, ``h_prev (B, hidden)``."""
-        x_t = check_token(x_t, self.input_size)
+        x_t = check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
         a, b = self._gates(x_t, delta_t, None)
         if h_prev is not None:
