@@ -58,6 +58,16 @@ def logaddexp2(x, y):
 
 
 @triton.jit
+def max_plus(A1, M1, A2, M2):
+    """:func:`log_pair` in the max-plus (tropical) semiring: ``(A1 + A2, max(A2 + M1, M2))``.
+
+    Scanned over ``(log₂ a, log₂ b)`` it gives the log of the LARGEST term of the zero-start
+    solution, within ``log₂(t + 1)`` of ``log₂ h_t`` — a scale for exact linear-space scans,
+    found with adds and compares only (no special functions)."""
+    return A1 + A2, tl.maximum(A2 + M1, M2)
+
+
+@triton.jit
 def log_pair(A1, L1, A2, L2):
     """:func:`mul_add` on ``(log₂ a, log₂ b)`` pairs of positive maps."""
     return A1 + A2, logaddexp2(A2 + L1, L2)

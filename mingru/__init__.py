@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "MinGRUFallbackWarning": "mingru.dispatch",
     "parallel_scan_log": "mingru.scans",
     "linear_scan": "mingru.scans",
+    "linear_recurrence": "mingru.scans",
     "matrix_scan": "mingru.scans",
     "matrix_affine_scan": "mingru.scans",
     "MinGRU": "mingru.mixers.log",
@@ -70,5 +71,11 @@ if TYPE_CHECKING:  # static analysers see the real names
     from mingru.mixers.log import MinGRU
     from mingru.mixers.rotation import RotationMinGRU
     from mingru.mixers.signed import SignedMinGRU
-    from mingru.scans import linear_scan, matrix_affine_scan, matrix_scan, parallel_scan_log
+    from mingru.scans import (
+        linear_recurrence,
+        linear_scan,
+        matrix_affine_scan,
+        matrix_scan,
+        parallel_scan_log,
+    )
     from mingru.stack import MinGRUStack

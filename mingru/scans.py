@@ -17,13 +17,16 @@ import torch
 from mingru import _validate
 from mingru._eager.delta_rule import delta_rule_eager
 from mingru._eager.givens_recurrence import givens_recurrence_eager
+from mingru._eager.linear_recurrence import linear_recurrence_eager
 from mingru._eager.linear_scan import linear_scan_eager
 from mingru._eager.matrix_affine_scan import matrix_affine_scan_eager
 from mingru._eager.parallel_scan_log import parallel_scan_log_eager
 from mingru.dispatch import call
 from mingru_kernels._spec import check_delta_rule_shapes, positive_int
 
-__all__ = ["linear_scan", "matrix_affine_scan", "matrix_scan", "parallel_scan_log"]
+__all__ = [
+    "linear_recurrence", "linear_scan", "matrix_affine_scan", "matrix_scan", "parallel_scan_log",
+]
 
 
 def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
@@ -77,6 +80,52 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.T
     _validate.nonempty_time(a, "a")
     _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
     return call("linear_scan", linear_scan_eager, a, b)
+
+
+def linear_recurrence(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    return_final_state: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The states of ``h_t = a_t h_{t-1} + b_t`` (``a`` may be negative), from an initial state.
+
+    The states-only form of :func:`linear_scan`: it reads ``a, b`` once and writes ``h`` once
+    (no running product), and takes ``h_0`` and returns ``h_T`` so long sequences can be
+    processed in chunks (streaming, truncated BPTT): chaining calls through the final state
+    equals one call on the concatenation, outputs and gradients.
+
+    Args:
+        a: ``(B, T, D)`` transitions.
+        b: ``(B, T, D)`` inputs.
+        initial_state: ``(B, D)`` state ``h_0`` before the first step; zeros when ``None``.
+        return_final_state: also return ``h_T``.
+
+    Returns:
+        ``h`` ``(B, T, D)`` (the states ``h_1 … h_T``), or ``(h, h_T)`` with ``h_T`` ``(B, D)``;
+        in the input dtype, differentiable in ``a``, ``b`` and ``initial_state``.
+
+    Example:
+        >>> import torch
+        >>> from mingru import linear_recurrence
+        >>> a, b = torch.tanh(torch.randn(2, 7, 4)), torch.randn(2, 7, 4)
+        >>> h, h_T = linear_recurrence(a[:, :4], b[:, :4], return_final_state=True)
+        >>> h2 = linear_recurrence(a[:, 4:], b[:, 4:], initial_state=h_T)  # continue
+        >>> torch.allclose(torch.cat([h, h2], 1), linear_recurrence(a, b), atol=1e-6)
+        True
+    """
+    _validate.float_tensor(a, "a", 3, "(B, T, D)")
+    _validate.float_tensor(b, "b", 3, "(B, T, D)")
+    named = [("a", a), ("b", b)]
+    _validate.nonempty_time(a, "a")
+    _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
+    if initial_state is not None:
+        _validate.float_tensor(initial_state, "initial_state", 2, "(B, D)")
+        _validate.shape_is(initial_state, "initial_state", (a.shape[0], a.shape[2]), "(B, D)")
+        named.append(("initial_state", initial_state))
+    _validate.same_kind(named)
+    return call("linear_recurrence", linear_recurrence_eager, a, b, initial_state,
+                bool(return_final_state))
 
 
 def matrix_affine_scan(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -38,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "MinGRUFallbackWarning": "mingru_jax.dispatch",
     "parallel_scan_log": "mingru_jax.scans",
     "linear_scan": "mingru_jax.scans",
+    "linear_recurrence": "mingru_jax.scans",
     "matrix_scan": "mingru_jax.scans",
     "matrix_affine_scan": "mingru_jax.scans",
     "MinGRU": "mingru_jax.mixers.log",
@@ -73,6 +74,7 @@ __all__ = [
     "SignedMinGRUCell",
     "__version__",
     "available",
+    "linear_recurrence",
     "linear_scan",
     "matrix_affine_scan",
     "matrix_scan",
@@ -106,5 +108,11 @@ if TYPE_CHECKING:  # static analysers see the real names
     from mingru_jax.mixers.log import MinGRU, MinGRUCell
     from mingru_jax.mixers.rotation import RotationMinGRU, RotationMinGRUCell
     from mingru_jax.mixers.signed import SignedMinGRU, SignedMinGRUCell
-    from mingru_jax.scans import linear_scan, matrix_affine_scan, matrix_scan, parallel_scan_log
+    from mingru_jax.scans import (
+        linear_recurrence,
+        linear_scan,
+        matrix_affine_scan,
+        matrix_scan,
+        parallel_scan_log,
+    )
     from mingru_jax.stack import MinGRUStack

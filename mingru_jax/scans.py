@@ -17,13 +17,16 @@ import jax
 from mingru_jax import _validate as V
 from mingru_jax._eager.delta_rule import delta_rule_eager
 from mingru_jax._eager.givens_recurrence import givens_recurrence_eager
+from mingru_jax._eager.linear_recurrence import linear_recurrence_eager
 from mingru_jax._eager.linear_scan import linear_scan_eager
 from mingru_jax._eager.matrix_affine_scan import matrix_affine_scan_eager
 from mingru_jax._eager.parallel_scan_log import parallel_scan_log_eager
 from mingru_jax.dispatch import call
 from mingru_kernels._spec import check_delta_rule_shapes, positive_int
 
-__all__ = ["linear_scan", "matrix_affine_scan", "matrix_scan", "parallel_scan_log"]
+__all__ = [
+    "linear_recurrence", "linear_scan", "matrix_affine_scan", "matrix_scan", "parallel_scan_log",
+]
 
 
 def parallel_scan_log(log_coeffs: jax.Array, log_values: jax.Array) -> jax.Array:
@@ -77,6 +80,53 @@ def linear_scan(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
     V.nonempty_time(a, "a")
     V.shape_is(b, "b", a.shape, "(B, T, D) like a")
     return call("linear_scan", linear_scan_eager, a, b)
+
+
+def linear_recurrence(
+    a: jax.Array,
+    b: jax.Array,
+    initial_state: jax.Array | None = None,
+    return_final_state: bool = False,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """The states of ``h_t = a_t h_{t-1} + b_t`` (``a`` may be negative), from an initial state.
+
+    The states-only form of :func:`linear_scan`: it reads ``a, b`` once and writes ``h`` once
+    (no running product), and takes ``h_0`` and returns ``h_T`` so long sequences can be
+    processed in chunks (streaming, truncated BPTT): chaining calls through the final state
+    equals one call on the concatenation, outputs and gradients.
+
+    Args:
+        a: ``(B, T, D)`` transitions.
+        b: ``(B, T, D)`` inputs.
+        initial_state: ``(B, D)`` state ``h_0`` before the first step; zeros when ``None``.
+        return_final_state: also return ``h_T``.
+
+    Returns:
+        ``h`` ``(B, T, D)`` (the states ``h_1 … h_T``), or ``(h, h_T)`` with ``h_T`` ``(B, D)``;
+        in the input dtype, differentiable in ``a``, ``b`` and ``initial_state``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from mingru_jax import linear_recurrence
+        >>> a = jnp.tanh(jax.random.normal(jax.random.key(0), (2, 7, 4)))
+        >>> b = jax.random.normal(jax.random.key(1), (2, 7, 4))
+        >>> h, h_T = linear_recurrence(a[:, :4], b[:, :4], return_final_state=True)
+        >>> h2 = linear_recurrence(a[:, 4:], b[:, 4:], initial_state=h_T)  # continue
+        >>> bool(jnp.allclose(jnp.concatenate([h, h2], 1), linear_recurrence(a, b), atol=1e-6))
+        True
+    """
+    a = V.float_array(a, "a", 3, "(B, T, D)")
+    b = V.float_array(b, "b", 3, "(B, T, D)")
+    named = [("a", a), ("b", b)]
+    V.nonempty_time(a, "a")
+    V.shape_is(b, "b", a.shape, "(B, T, D) like a")
+    if initial_state is not None:
+        initial_state = V.float_array(initial_state, "initial_state", 2, "(B, D)")
+        V.shape_is(initial_state, "initial_state", (a.shape[0], a.shape[2]), "(B, D)")
+        named.append(("initial_state", initial_state))
+    V.same_dtype(named)
+    return call("linear_recurrence", linear_recurrence_eager, a, b, initial_state,
+                bool(return_final_state))
 
 
 def matrix_affine_scan(A: jax.Array, Bm: jax.Array) -> tuple[jax.Array, jax.Array]:

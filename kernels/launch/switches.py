@@ -34,6 +34,7 @@ from mingru_kernels._seam import interpreter_mode
 from mingru_kernels.launch import (
     delta_rule,
     givens_recurrence,
+    linear_recurrence,
     linear_scan,
     matrix_affine_scan,
     parallel_scan_log,
@@ -43,6 +44,7 @@ __all__ = ["PLAN_KEYS", "forced", "plan_choices", "poison_outputs"]
 
 PLAN_KEYS: dict[str, tuple[str, ...]] = {
     "linear_scan": linear_scan.PLAN_KEYS,
+    "linear_recurrence": linear_recurrence.PLAN_KEYS,
     "parallel_scan_log": parallel_scan_log.PLAN_KEYS,
     "matrix_affine_scan": matrix_affine_scan.PLAN_KEYS,
     "givens_recurrence": givens_recurrence.PLAN_KEYS,

@@ -27,6 +27,12 @@ def _linear_scan() -> ModuleType:
     return linear_scan
 
 
+def _linear_recurrence() -> ModuleType:
+    from mingru._launch import linear_recurrence
+
+    return linear_recurrence
+
+
 def _parallel_scan_log() -> ModuleType:
     from mingru._launch import parallel_scan_log
 
@@ -53,6 +59,7 @@ def _delta_rule() -> ModuleType:
 
 LAUNCHERS: dict[str, Callable[[], ModuleType]] = {
     "linear_scan": _linear_scan,
+    "linear_recurrence": _linear_recurrence,
     "parallel_scan_log": _parallel_scan_log,
     "matrix_affine_scan": _matrix_affine_scan,
     "givens_recurrence": _givens_recurrence,

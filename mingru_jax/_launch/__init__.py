@@ -1,7 +1,7 @@
 """Thin jax-triton launchers, one module per op, imported only by :mod:`mingru_jax.dispatch`.
 
 ``LAUNCHERS`` maps an op name (``"parallel_scan_log"``, ``"linear_scan"``,
-``"matrix_affine_scan"``, ``"givens_recurrence"``, ``"delta_rule"``) to the module that
+``"linear_recurrence"``, ``"matrix_affine_scan"``, ``"givens_recurrence"``, ``"delta_rule"``) to the module that
 launches its kernel from ``mingru_kernels``. Importing this package never imports Triton or
 jax-triton; a launcher module is imported only when dispatch routes a call to it.
 
@@ -17,6 +17,7 @@ Each launcher module provides (the same protocol as ``mingru._launch``):
 
 LAUNCHERS: dict[str, str] = {
     "linear_scan": "mingru_jax._launch.linear_scan",
+    "linear_recurrence": "mingru_jax._launch.linear_recurrence",
     "parallel_scan_log": "mingru_jax._launch.parallel_scan_log",
     "matrix_affine_scan": "mingru_jax._launch.matrix_affine_scan",
     "givens_recurrence": "mingru_jax._launch.givens_recurrence",

@@ -1,0 +1,33 @@
+"""Launch metadata of ``linear_recurrence`` (kernels in :mod:`mingru_kernels.linear_recurrence`), pure Python.
+
+The elementwise scans share one planner (:mod:`mingru_kernels.launch._elementwise`); this
+module names it for the op and adds the op's scratch counts.
+
+Example:
+    >>> from mingru_kernels.launch import linear_recurrence
+    >>> linear_recurrence.plan(16, 16384, 128)["strategy"]
+    'chunked'
+"""
+
+from mingru_kernels.launch._elementwise import (
+    APPLY,
+    PLAN_KEYS,
+    SUMMARY,
+    WALK,
+    carry_grid,
+    carry_kwargs,
+    dims,
+    grid,
+    launch_kwargs,
+    plan,
+)
+
+__all__ = [
+    "APPLY", "BWD_SCRATCH", "FWD_SCRATCH", "PLAN_KEYS", "SUMMARY", "WALK", "carry_grid",
+    "carry_kwargs", "dims", "grid", "launch_kwargs", "plan",
+]
+
+FWD_SCRATCH = 4
+"""fp32 ``(B, n_chunks, D)`` buffers the chunked forward needs (chunk maps and carries)."""
+BWD_SCRATCH = 3
+"""The same for the chunked backward."""

@@ -1,0 +1,184 @@
+"""Fused Triton kernels for the states-only recurrence ``h_t = a_t h_{t-1} + b_t`` with an
+initial and a final state (op ``linear_recurrence``).
+
+Framework-free (``triton`` only); the launchers are ``mingru._launch.linear_recurrence`` and
+``mingru_jax._launch.linear_recurrence``, the launch metadata
+:mod:`mingru_kernels.launch.linear_recurrence`.
+
+Forward: ``a, b (B, T, D)`` and ``h_0 (B, D)`` (zeros when ``HAS_H0`` is False) →
+``h (B, T, D)`` and ``h_T (B, D)``, in the input dtype (fp32 accumulation). Unlike
+``linear_scan`` it writes the states only — one read of ``a, b`` and one write of ``h``, the
+bandwidth floor — because ``h_0`` enters the first row's map instead of being applied to a
+stored running product afterwards.
+
+Backward: the adjoint ``g_t = dh_t + a_{t+1} g_{t+1}`` with ``g_{T-1} = dh_{T-1} + dh_T``
+(the final state is the last row) is a reversed linear scan; then ``db_t = g_t``,
+``da_t = g_t h_{t-1}`` (``h_{-1} = h_0``) and ``dh_0 = a_0 g_0``. Saved: ``a``, ``h_0`` and the
+output ``h``.
+
+Launch sequences (``cfg = plan(B, T, D)``; chunk buffers fp32 ``(B, N, D)``), as
+``linear_scan`` with ``HAS_Y = False``:
+
+* walk: ``fwd[grid](..., MODE=WALK)``; ``bwd[grid](..., MODE=WALK)``.
+* chunked forward: ``fwd[grid](..., sa, sb, MODE=SUMMARY)``;
+  ``linear_carry_kernel[carry_grid](sa, sb, -, ca, cb, -, REVERSE=False, STORE_A=True)``;
+  ``fwd[grid](..., ca, cb, MODE=APPLY)`` (carry-in state ``ca·h_0 + cb``).
+* chunked backward: ``bwd[grid](..., sc, sg, MODE=SUMMARY)``;
+  ``linear_carry_kernel[carry_grid](sc, sg, -, -, cg, -, REVERSE=True, STORE_A=False)``;
+  ``bwd[grid](..., -, cg, MODE=APPLY)``.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from mingru_kernels._scan_common import (
+    K_APPLY,
+    K_SUMMARY,
+    linear_carry_kernel,
+    mul_add,
+    take_row,
+)
+
+__all__ = ["linear_carry_kernel", "linear_recurrence_bwd_kernel", "linear_recurrence_fwd_kernel"]
+
+
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
+def linear_recurrence_fwd_kernel(
+    a_ptr, b_ptr,  # (B, T, D) inputs, contiguous
+    h0_ptr,  # (B, D) initial state (read only when HAS_H0)
+    h_ptr, ht_ptr,  # out: (B, T, D) states, (B, D) final state; input dtype
+    sa_ptr, sb_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-in maps in (APPLY)
+    T, D, chunk_len, n_chunks, n_dblk,
+    MODE: tl.constexpr, HAS_H0: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    pid_d = pid % n_dblk
+    rest = pid // n_dblk
+    pid_c = rest % n_chunks
+    pid_b = rest // n_chunks
+    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    col_ok = cols < D
+    rows = tl.arange(0, BLOCK_T)
+    intra = rows[:, None] * D + cols[None, :]
+    first = rows[:, None] == 0
+    t_start = pid_c * chunk_len
+    t_end = tl.minimum(T, t_start + chunk_len)
+    seq = pid_b.to(tl.int64) * T * D
+    s_off = (pid_b.to(tl.int64) * n_chunks + pid_c) * D + cols
+    state_off = pid_b.to(tl.int64) * D + cols
+
+    cp = tl.full([BLOCK_D], 1.0, tl.float32)
+    cz = tl.zeros([BLOCK_D], tl.float32)
+    if MODE != K_SUMMARY:
+        if HAS_H0:
+            cz = tl.load(h0_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
+        if MODE == K_APPLY:
+            # The carry-in map of this chunk (everything before it) applied to h_0.
+            ca = tl.load(sa_ptr + s_off, mask=col_ok, other=1.0)
+            cb = tl.load(sb_ptr + s_off, mask=col_ok, other=0.0)
+            cz = ca * cz + cb
+
+    for k in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
+        t0 = t_start + k * BLOCK_T
+        m = ((t0 + rows) < t_end)[:, None] & col_ok[None, :]
+        tile = seq + t0.to(tl.int64) * D
+        # Padding rows load the identity map (1, 0), so the tile's last row is its total.
+        a = tl.load(a_ptr + tile + intra, mask=m, other=1.0).to(tl.float32)
+        b = tl.load(b_ptr + tile + intra, mask=m, other=0.0).to(tl.float32)
+        if MODE == K_SUMMARY:
+            # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
+            # and take the last row (padding rows hold the identity).
+            _sa, _sb = tl.associative_scan((a, b), 0, mul_add)
+            cp, cz = mul_add(cp, cz, take_row(_sa, rows, BLOCK_T - 1),
+                             take_row(_sb, rows, BLOCK_T - 1))
+        else:
+            # The carried state enters the first row's input: the scan yields h directly.
+            b = tl.where(first, a * cz[None, :] + b, b)
+            _, H = tl.associative_scan((a, b), 0, mul_add)
+            tl.store(h_ptr + tile + intra, H.to(h_ptr.dtype.element_ty), mask=m)
+            cz = take_row(H, rows, BLOCK_T - 1)
+
+    if MODE == K_SUMMARY:
+        tl.store(sa_ptr + s_off, cp, mask=col_ok)
+        tl.store(sb_ptr + s_off, cz, mask=col_ok)
+    elif pid_c == n_chunks - 1:
+        tl.store(ht_ptr + state_off, cz.to(ht_ptr.dtype.element_ty), mask=col_ok)
+
+
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
+def linear_recurrence_bwd_kernel(
+    a_ptr, h_ptr, h0_ptr,  # (B, T, D) input a, the saved states h; (B, D) h_0 (if HAS_H0)
+    dh_ptr, dht_ptr,  # (B, T, D) gradient of h; (B, D) gradient of h_T (if HAS_DHT)
+    da_ptr, db_ptr, dh0_ptr,  # out: (B, T, D), (B, T, D), (B, D) (if HAS_H0); input dtype
+    sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY)
+    T, D, chunk_len, n_chunks, n_dblk,
+    MODE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    pid_d = pid % n_dblk
+    rest = pid // n_dblk
+    pid_c = rest % n_chunks
+    pid_b = rest // n_chunks
+    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    col_ok = cols < D
+    rows = tl.arange(0, BLOCK_T)
+    # Row r of a tile is time t_hi - r: the adjoint runs backwards in time.
+    rev = cols[None, :] - rows[:, None] * D
+    first = rows[:, None] == 0
+    t_start = pid_c * chunk_len
+    t_end = tl.minimum(T, t_start + chunk_len)
+    seq = pid_b.to(tl.int64) * T * D
+    s_off = (pid_b.to(tl.int64) * n_chunks + pid_c) * D + cols
+    state_off = pid_b.to(tl.int64) * D + cols
+
+    cc = tl.full([BLOCK_D], 1.0, tl.float32)
+    if MODE == K_APPLY:
+        cg = tl.load(sg_ptr + s_off, mask=col_ok, other=0.0)
+    else:
+        cg = tl.zeros([BLOCK_D], tl.float32)
+    if HAS_DHT:
+        dht = tl.load(dht_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
+    if HAS_H0:
+        h0 = tl.load(h0_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
+
+    for k in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
+        t_hi = t_end - 1 - k * BLOCK_T
+        t = t_hi - rows
+        ok = t >= t_start
+        m = ok[:, None] & col_ok[None, :]
+        tile = seq + t_hi.to(tl.int64) * D
+        # Coefficient of step t is a_{t+1} (0 past the end); padding rows are the identity.
+        coef = tl.load(a_ptr + tile + D + rev, mask=m & (t + 1 < T)[:, None], other=0.0)
+        coef = tl.where(ok[:, None], coef.to(tl.float32), 1.0)
+        g = tl.load(dh_ptr + tile + rev, mask=m, other=0.0).to(tl.float32)
+        if HAS_DHT:
+            g = tl.where((t == T - 1)[:, None], g + dht[None, :], g)
+        if MODE == K_SUMMARY:
+            # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
+            # and take the last row (padding rows hold the identity).
+            _sc, _sg = tl.associative_scan((coef, g), 0, mul_add)
+            cc, cg = mul_add(cc, cg, take_row(_sc, rows, BLOCK_T - 1),
+                             take_row(_sg, rows, BLOCK_T - 1))
+        else:
+            g = tl.where(first, coef * cg[None, :] + g, g)
+            _, G = tl.associative_scan((coef, g), 0, mul_add)
+            h_prev = tl.load(h_ptr + tile - D + rev, mask=m & (t >= 1)[:, None], other=0.0)
+            h_prev = h_prev.to(tl.float32)
+            if HAS_H0:
+                h_prev = tl.where((t == 0)[:, None], h0[None, :], h_prev)
+            tl.store(da_ptr + tile + rev, (G * h_prev).to(da_ptr.dtype.element_ty), mask=m)
+            tl.store(db_ptr + tile + rev, G.to(db_ptr.dtype.element_ty), mask=m)
+            cg = take_row(G, rows, BLOCK_T - 1)
+
+    if MODE == K_SUMMARY:
+        tl.store(sc_ptr + s_off, cc, mask=col_ok)
+        tl.store(sg_ptr + s_off, cg, mask=col_ok)
+    elif HAS_H0:
+        if pid_c == 0:
+            # After the walk down to t = 0, the carry is g_0: dh_0 = a_0 g_0.
+            a0 = tl.load(a_ptr + seq + cols, mask=col_ok, other=0.0).to(tl.float32)
+            tl.store(dh0_ptr + state_off, (a0 * cg).to(dh0_ptr.dtype.element_ty), mask=col_ok)

@@ -1,0 +1,179 @@
+"""Triton launcher for :func:`mingru.linear_recurrence`: the custom ops
+``mingru::linear_recurrence_fwd`` and ``mingru::linear_recurrence_bwd`` (kernels in
+:mod:`mingru_kernels.linear_recurrence`).
+
+Registered with ``torch.library`` (fake + autograd) so ``torch.compile(fullgraph=True)``
+traces them. The forward always returns ``(h, h_T)`` (``h_T`` costs one row); backward saves
+``a``, ``h_0`` and the output ``h`` only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mingru._launch import _elementwise as elementwise
+from mingru._launch._alloc import device_guard, new_tensor, poison
+from mingru._launch._op import dual_entry
+from mingru_kernels import linear_recurrence as kernels
+from mingru_kernels.launch import linear_recurrence as meta
+
+__all__ = ["prefer_over_eager", "run", "unsupported_reason"]
+
+
+def unsupported_reason(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    return_final_state: bool = False,
+) -> str | None:
+    """Why the kernel cannot run this call, or ``None``."""
+    return elementwise.unsupported_reason(a)
+
+
+def prefer_over_eager(*args, **kwargs) -> bool:
+    """Whether ``auto`` should pick the kernel: one read and one write, never slower than the
+    eager scan (which materialises the running product too)."""
+    return True
+
+
+def run(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    return_final_state: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """``h`` (or ``(h, h_T)``) for ``a, b (B, T, D)`` and ``initial_state (B, D)``;
+    differentiable in all three."""
+    h, h_T = _entry(a, b, initial_state)
+    return (h, h_T) if return_final_state else h
+
+
+def _forward(a, b, h0, h, h_T, cfg) -> None:
+    B, T, D = a.shape
+    n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
+    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
+    has_h0 = h0 is not None
+    h0 = a if h0 is None else h0  # a placeholder pointer when HAS_H0 is False
+    with device_guard(a):
+        if cfg["strategy"] == "walk":
+            kernels.linear_recurrence_fwd_kernel[grid](
+                a, b, h0, h, h_T, h, h, *dims, MODE=meta.WALK, HAS_H0=has_h0, **kw)
+            return
+        sa, sb, ca, cb = elementwise.scratch(meta.FWD_SCRATCH, B, cfg, D, a.device)
+        kernels.linear_recurrence_fwd_kernel[grid](
+            a, b, h0, h, h_T, sa, sb, *dims, MODE=meta.SUMMARY, HAS_H0=has_h0, **kw)
+        kernels.linear_carry_kernel[meta.carry_grid(cfg, B)](
+            sa, sb, sb, ca, cb, cb, n_chunks, D, n_dblk,
+            REVERSE=False, STORE_A=True, HAS_Y=False, **meta.carry_kwargs(cfg),
+        )
+        kernels.linear_recurrence_fwd_kernel[grid](
+            a, b, h0, h, h_T, ca, cb, *dims, MODE=meta.APPLY, HAS_H0=has_h0, **kw)
+
+
+def _backward(a, h, h0, dh, dh_T, da, db, dh0, cfg) -> None:
+    B, T, D = a.shape
+    n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
+    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
+    flags = dict(HAS_H0=h0 is not None, HAS_DHT=dh_T is not None)
+    h0 = a if h0 is None else h0  # placeholder pointers when absent
+    dh_T = a if dh_T is None else dh_T
+    dh0 = da if dh0 is None else dh0
+    args = (a, h, h0, dh, dh_T, da, db, dh0)
+    with device_guard(a):
+        if cfg["strategy"] == "walk":
+            kernels.linear_recurrence_bwd_kernel[grid](
+                *args, da, da, *dims, MODE=meta.WALK, **flags, **kw)
+            return
+        sc, sg, cg = elementwise.scratch(meta.BWD_SCRATCH, B, cfg, D, a.device)
+        kernels.linear_recurrence_bwd_kernel[grid](
+            *args, sc, sg, *dims, MODE=meta.SUMMARY, **flags, **kw)
+        kernels.linear_carry_kernel[meta.carry_grid(cfg, B)](
+            sc, sg, sg, sc, cg, cg, n_chunks, D, n_dblk,
+            REVERSE=True, STORE_A=False, HAS_Y=False, **meta.carry_kwargs(cfg),
+        )
+        kernels.linear_recurrence_bwd_kernel[grid](
+            *args, sc, cg, *dims, MODE=meta.APPLY, **flags, **kw)
+
+
+def _fwd_impl(a: torch.Tensor, b: torch.Tensor,
+              h0: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    a, b = a.contiguous(), b.contiguous()
+    h0 = None if h0 is None else h0.contiguous()
+    cfg = elementwise.make_plan("linear_recurrence", a)
+    poisoned = poison()
+    B, _, D = a.shape
+    h = new_tensor(a.shape, a.dtype, a.device, poisoned)
+    h_T = new_tensor((B, D), a.dtype, a.device, poisoned)
+    _forward(a, b, h0, h, h_T, cfg)
+    return h, h_T
+
+
+def _bwd_impl(a, h, h0, dh, dh_T) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    a, h = a.contiguous(), h.contiguous()
+    h0 = None if h0 is None else h0.contiguous()
+    cfg = elementwise.make_plan("linear_recurrence", a)
+    dh = torch.zeros_like(h) if dh is None else dh.contiguous()
+    dh_T = None if dh_T is None else dh_T.contiguous()
+    poisoned = poison()
+    da = new_tensor(a.shape, a.dtype, a.device, poisoned)
+    db = new_tensor(a.shape, a.dtype, a.device, poisoned)
+    dh0 = None if h0 is None else new_tensor(h0.shape, h0.dtype, h0.device, poisoned)
+    _backward(a, h, h0, dh, dh_T, da, db, dh0, cfg)
+    return da, db, a.new_empty(0) if dh0 is None else dh0
+
+
+@torch.library.custom_op("mingru::linear_recurrence_fwd", mutates_args=())
+def linear_recurrence_fwd(
+    a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward op: ``(h (B, T, D), h_T (B, D))``."""
+    return _fwd_impl(a, b, h0)
+
+
+@linear_recurrence_fwd.register_fake
+def _(a, b, h0):
+    B, _, D = a.shape
+    return (torch.empty_like(a, memory_format=torch.contiguous_format),
+            a.new_empty((B, D)))
+
+
+@torch.library.custom_op("mingru::linear_recurrence_bwd", mutates_args=())
+def linear_recurrence_bwd(
+    a: torch.Tensor,
+    h: torch.Tensor,
+    h0: torch.Tensor | None,
+    dh: torch.Tensor | None,
+    dh_T: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward op: ``(da, db, dh0)`` (an empty ``dh0`` when there is no ``h0``)."""
+    return _bwd_impl(a, h, h0, dh, dh_T)
+
+
+@linear_recurrence_bwd.register_fake
+def _(a, h, h0, dh, dh_T):
+    return (
+        torch.empty_like(a, memory_format=torch.contiguous_format),
+        torch.empty_like(a, memory_format=torch.contiguous_format),
+        a.new_empty(0) if h0 is None else torch.empty_like(h0),
+    )
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    a, _, h0 = inputs
+    h, _ = output
+    ctx.has_h0 = h0 is not None
+    ctx.save_for_backward(a, h, h0)
+    # Unused outputs arrive as None (in eager): a missing dh_T skips its fold.
+    ctx.set_materialize_grads(False)
+
+
+def _backward_formula(ctx, dh, dh_T, bwd=linear_recurrence_bwd):
+    if dh is None and dh_T is None:
+        return None, None, None
+    a, h, h0 = ctx.saved_tensors
+    da, db, dh0 = bwd(a, h, h0, dh, dh_T)
+    return da, db, dh0 if ctx.has_h0 else None
+
+
+_entry = dual_entry("linear_recurrence", linear_recurrence_fwd, _fwd_impl, _setup_context,
+                    _backward_formula, _bwd_impl)
