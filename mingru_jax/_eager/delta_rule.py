@@ -34,6 +34,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from mingru_jax._eager._combine import fp32_matmuls
 from mingru_jax._eager.matrix_affine_scan import matrix_affine_scan_eager
 from mingru_kernels._spec import positive_int
 
@@ -48,6 +49,7 @@ def _pad_time(x: jax.Array, total: int) -> jax.Array:
     return jnp.pad(x, [(0, 0), (0, extra)] + [(0, 0)] * (x.ndim - 2))
 
 
+@fp32_matmuls
 def delta_rule_eager(
     q: jax.Array,
     k: jax.Array,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from mingru_jax._eager._combine import fp32_matmuls
 from mingru_jax._eager.matrix_affine_scan import matrix_affine_scan_eager
 
 __all__ = ["givens_recurrence_eager", "givens_step", "givens_transitions", "rotate_rows"]
@@ -65,6 +66,7 @@ def givens_transitions(
     return M
 
 
+@fp32_matmuls
 def givens_recurrence_eager(
     theta: jax.Array,
     b: jax.Array,

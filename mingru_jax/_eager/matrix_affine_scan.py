@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import jax
 
-from mingru_jax._eager._combine import block_matrix, scan
+from mingru_jax._eager._combine import block_matrix, fp32_matmuls, scan
 
 
+@fp32_matmuls
 def matrix_affine_scan_eager(A: jax.Array, Bm: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(P, Z)`` for ``H_t = A_t H_{t-1} + B_t``; shapes ``(B,T,n,k,k)`` and ``(B,T,n,k,v)``.
 

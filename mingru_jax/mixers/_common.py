@@ -79,6 +79,8 @@ def linear(
         param_dtype=param_dtype,
         kernel_init=init,
         bias_init=init,
+        # Full float32 products, as torch.nn.Linear computes them (JAX's GPU default is TF32).
+        precision=jax.lax.Precision.HIGHEST,
         rngs=rngs,
     )
 

@@ -26,6 +26,10 @@ from mingru_kernels._spec import KEY_NORM_EPS, check_delta
 
 __all__ = ["KEY_NORM_EPS", "DeltaMinGRU", "DeltaMinGRUCell"]
 
+# Full float32 products in the step form too (JAX's GPU default for float32 dots is TF32).
+_FP32 = jax.lax.Precision.HIGHEST
+
+
 def _l2_normalize(x: jax.Array) -> jax.Array:
     norm = jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True))
     return x / jnp.maximum(norm, KEY_NORM_EPS)
@@ -182,9 +186,9 @@ class DeltaMinGRU(nnx.Module):
             S = jnp.exp(jnp.broadcast_to(log_gamma, (B, H)))[..., None, None] * S
         for j in range(self.nh):
             kj = k[:, j]
-            err = v[:, j] - jnp.einsum("bhk,bhkv->bhv", kj, S)  # v − Sᵀk
+            err = v[:, j] - jnp.einsum("bhk,bhkv->bhv", kj, S, precision=_FP32)  # v − Sᵀk
             S = S + beta[:, j, :, None, None] * kj[..., None] * err[..., None, :]
-        o = jnp.einsum("bhk,bhkv->bhv", q, S)
+        o = jnp.einsum("bhk,bhkv->bhv", q, S, precision=_FP32)
         return self.out_proj(o.reshape(B, H * dv)), S.reshape(B, self.state_size)
 
 
