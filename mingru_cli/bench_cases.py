@@ -3,7 +3,7 @@ and the per-backend callables (eager, Triton, torch.compile, JAX, peer kernels).
 
 A :class:`Case` is one (op, shape) pair. ``make()`` builds fresh inputs; ``runners`` maps a
 backend name to a function of those inputs returning a tensor or a tuple of tensors. The
-harness in :mod:`mingru.bench` times ``fwd`` (under ``no_grad``) and ``fwd+bwd`` (forward,
+harness in :mod:`mingru_cli.bench` times ``fwd`` (under ``no_grad``) and ``fwd+bwd`` (forward,
 then ``.float().sum().backward()`` over every output) for each backend.
 
 The sequential loops are the obvious implementation — a few PyTorch ops per time step — written
@@ -197,15 +197,15 @@ def fused_eager(op: str) -> Runner:
 
 
 def fused_public(op: str) -> Runner:
-    """The fused op through the dispatch seam (so ``use_backend`` picks eager or Triton)."""
+    """The fused op through its validated private entry and the dispatch seam (so
+    ``use_backend`` picks eager or Triton)."""
     if op == "givens_recurrence":
-        from mingru.scans import givens_recurrence
+        from mingru.scans import _givens_recurrence
 
-        return lambda theta, b, h0: givens_recurrence(theta, b, h0)
-    from mingru._eager.delta_rule import delta_rule_eager
-    from mingru.dispatch import call
+        return lambda theta, b, h0: _givens_recurrence(theta, b, h0)
+    from mingru.scans import _delta_rule
 
-    return lambda q, k, v, beta: call("delta_rule", delta_rule_eager, q, k, v, beta, None, None, 64)
+    return lambda q, k, v, beta: _delta_rule(q, k, v, beta, None, None, 64)
 
 
 def delta_rule_flops(B: int, T: int, heads: int, nh: int, dk: int, dv: int) -> dict[str, float]:
@@ -272,10 +272,6 @@ def _with_backend(mode: str, fn: Runner) -> Runner:
     return run
 
 
-_EAGER_MODULES = {"parallel_scan_log": "log_scan", "linear_scan": "linear_scan",
-                  "matrix_affine_scan": "affine_scan"}
-
-
 def _eager_twin(op: str) -> Runner:
     """The library's eager implementation of ``op``, bypassing dispatch (for torch.compile)."""
     if op == "matrix_scan":
@@ -286,7 +282,7 @@ def _eager_twin(op: str) -> Runner:
             return P, Z.squeeze(-1)
 
         return matrix_scan_eager
-    module = importlib.import_module(f"mingru._eager.{_EAGER_MODULES[op]}")
+    module = importlib.import_module(f"mingru._eager.{op}")
     return getattr(module, f"{op}_eager")
 
 

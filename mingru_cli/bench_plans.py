@@ -27,20 +27,41 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mingru import bench_cases as C
+from mingru_cli import bench_cases as C
 
-__all__ = ["ALL_BACKENDS", "GROUPS", "Plan", "make_plan"]
+__all__ = ["ALL_BACKENDS", "CASE_NAMES", "GROUPS", "Plan", "make_plan"]
 
 ALL_BACKENDS = ("loop", "eager", "compile", "triton", "jax", "jax-triton", "accelerated_scan", "fla")
 GROUPS = {
     "cpu": ("cpu-mixers", "cpu-scans"),
     "cuda": ("gpu-scans", "gpu-huge", "gpu-fused", "gpu-delta", "gpu-mixers", "gpu-memory"),
 }
+# The delta-rule variants of gpu-delta: (dtype, micro-steps nh).
+DELTA_VARIANTS = ((torch.float32, 2), (torch.bfloat16, 1))
+GIVENS_MEMORY_CASE = "givens(64,k8,R3)"
+
+
+def _delta_case_name(dtype: torch.dtype, nh: int) -> str:
+    return f"delta_rule {str(dtype).removeprefix('torch.')} nh{nh}"
+
+
+# The case (op) names of each group: what ``--ops`` filters by substring.
+CASE_NAMES: dict[str, tuple[str, ...]] = {
+    "cpu-mixers": C.MIXERS,
+    "cpu-scans": C.SCAN_OPS,
+    "gpu-scans": C.SCAN_OPS,
+    "gpu-huge": ("parallel_scan_log", "linear_scan"),
+    "gpu-fused": C.FUSED_OPS,
+    "gpu-delta": tuple(_delta_case_name(dt, nh) for dt, nh in DELTA_VARIANTS),
+    "gpu-mixers": C.MIXERS,
+    "gpu-memory": (GIVENS_MEMORY_CASE,),
+}
+
 NOTES = {
     "cpu-mixers": "Each mixer (input = hidden = d), `loop` = the mixer's `step()` called token "
                   "by token; `eager` = its parallel forward.",
     "cpu-scans": "`loop` = a plain sequential PyTorch loop (one step per token) written in "
-                 "`mingru/bench_cases.py`; `eager` = the library's odd–even parallel scan. "
+                 "`mingru_cli/bench_cases.py`; `eager` = the library's odd–even parallel scan. "
                  "matrix_scan: n=D/2 blocks of 2×2; matrix_affine_scan: n=D/8 blocks of 8×8, v=1.",
     "gpu-scans": "matrix_scan: n=D/2 blocks of 2×2; matrix_affine_scan: n=D/8 blocks of 8×8, "
                  "v=1. Peers solve the same diagonal recurrence (positive a) in their own layout.",
@@ -168,30 +189,30 @@ class Plan:
 
     def _cpu_mixers(self) -> Iterator[C.Case]:
         B, T, d = (4, 32, 16) if self.quick else (32, 256, 64)
-        for name in filter(self._selected, C.MIXERS):
+        for name in filter(self._selected, CASE_NAMES["cpu-mixers"]):
             yield self._mixer_case("cpu-mixers", name, B, T, d)
 
     def _cpu_scans(self) -> Iterator[C.Case]:
         B, T, D = (4, 64, 16) if self.quick else (16, 1024, 64)
-        for op in filter(self._selected, C.SCAN_OPS):
+        for op in filter(self._selected, CASE_NAMES["cpu-scans"]):
             yield self._scan_case("cpu-scans", op, B, T, D)
 
     def _gpu_scans(self) -> Iterator[C.Case]:
         shapes = [(128, 64, 64), (16, 1024, 64)] + ([] if self.quick else [(16, 16384, 128)])
-        for op in filter(self._selected, C.SCAN_OPS):
+        for op in filter(self._selected, CASE_NAMES["gpu-scans"]):
             for B, T, D in shapes:
                 yield self._scan_case("gpu-scans", op, B, T, D, loop_max_t=1024,
                                       compile_max_t=1024)
 
     def _gpu_huge(self) -> Iterator[C.Case]:
         B, T, D = (8, 4096, 256) if self.quick else (8, 65536, 1536)
-        for op in filter(self._selected, ("parallel_scan_log", "linear_scan")):
+        for op in filter(self._selected, CASE_NAMES["gpu-huge"]):
             yield self._scan_case("gpu-huge", op, B, T, D, modes=("fwd",), loop_max_t=0,
                                   compile_max_t=0)
 
     def _gpu_fused(self) -> Iterator[C.Case]:
         B, T, D = 16, 1024, 64
-        for op in filter(self._selected, C.FUSED_OPS):
+        for op in filter(self._selected, CASE_NAMES["gpu-fused"]):
             make = C.fused_inputs(op, B, T, D, self.device, self.dtype)
             case = C.Case("gpu-fused", op, f"B{B} T{T} D{D}", make)
             public = C.fused_public(op)
@@ -210,8 +231,8 @@ class Plan:
         public = C.fused_public("delta_rule")
         for dk in (16, 64):
             for T in (64, 256, 1024):
-                for dtype, nh in ((torch.float32, 2), (torch.bfloat16, 1)):
-                    name = f"delta_rule {str(dtype).removeprefix('torch.')} nh{nh}"
+                for dtype, nh in DELTA_VARIANTS:
+                    name = _delta_case_name(dtype, nh)
                     if not self._selected(name):
                         continue
                     make = C.fused_inputs("delta_rule", B, T, H * dk, self.device, dtype,
@@ -234,14 +255,14 @@ class Plan:
 
     def _gpu_mixers(self) -> Iterator[C.Case]:
         B, T, d = (16, 1024, 64) if self.quick else (16, 4096, 256)
-        for name in filter(self._selected, C.MIXERS):
+        for name in filter(self._selected, CASE_NAMES["gpu-mixers"]):
             yield self._mixer_case("gpu-mixers", name, B, T, d, loop=False,
                                    compile_=not self.quick)
 
     def _gpu_memory(self) -> Iterator[C.Case]:
         import mingru
 
-        name = "givens(64,k8,R3)"
+        name = GIVENS_MEMORY_CASE
         if not self._selected(name):
             return
         torch.manual_seed(0)
@@ -272,6 +293,7 @@ def make_plan(device: str, quick: bool = False, dtype: torch.dtype = torch.float
             raise ValueError(f"--groups: unknown group {g!r}; choose from {', '.join(known)}")
         if g.startswith("gpu") and device != "cuda":
             raise ValueError(f"--groups: {g!r} needs --device cuda")
+    _check_ops(ops, groups)
     explicit = backends is not None
     backends = list(backends or ALL_BACKENDS)
     for b in backends:
@@ -302,3 +324,16 @@ def make_plan(device: str, quick: bool = False, dtype: torch.dtype = torch.float
                 warmup=warmup if warmup is not None else default_warm,
                 repeats=repeats if repeats is not None else default_rep,
                 notes={g: NOTES.get(g, "") for g in groups}, skip=skip, ops=ops)
+
+
+def _check_ops(ops: list[str] | None, groups: list[str]) -> None:
+    """Every ``--ops`` entry must select at least one case of the chosen groups."""
+    if not ops:
+        return
+    names = list(dict.fromkeys(n for g in groups for n in CASE_NAMES[g]))
+    unknown = [o for o in ops if not any(o in n for n in names)]
+    if unknown:
+        raise ValueError(
+            f"--ops: {', '.join(map(repr, unknown))} matches no case in group(s) "
+            f"{', '.join(groups)}; valid names (or any part of one): {', '.join(names)}"
+        )

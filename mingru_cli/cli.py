@@ -1,15 +1,20 @@
-"""The ``mingru`` command line (also ``python -m mingru``).
+"""The ``mingru`` command line (also ``python -m mingru_cli`` and ``python -m mingru``).
 
 Commands:
 
-* ``mingru info``  — backend status of both frontends (``mingru``, ``mingru_jax``), versions,
-  GPU, and the ``MINGRU_SCAN`` mode in force.
+* ``mingru info``  — which frontends are installed (``mingru`` for PyTorch, ``mingru_jax`` for
+  Flax) and the backend status of each, versions, GPU, and the ``MINGRU_SCAN`` mode in force.
 * ``mingru train`` — train small models on synthetic state-tracking tasks and print accuracy
-  per evaluation length (see :mod:`mingru.train`).
-* ``mingru bench`` — the scan / mixer benchmark (see :mod:`mingru.bench`).
+  per evaluation length (see :mod:`mingru_cli.train`).
+* ``mingru bench`` — the scan / mixer benchmark (see :mod:`mingru_cli.bench`).
+
+Importing this module, building the parser, ``--help`` and ``info`` import neither torch nor
+jax up front: ``info`` imports each framework only to report on it (and reports a missing one
+as not installed), ``train`` and ``bench`` import torch when they run and exit with a one-line
+error when it is missing.
 
 Example:
-    >>> from mingru.cli import main
+    >>> from mingru_cli.cli import main
     >>> main(["info"])  # doctest: +SKIP
 """
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -24,7 +30,14 @@ import shlex
 import sys
 from typing import Any
 
+from mingru_cli._bench_args import add_arguments as _add_bench_arguments
+from mingru_cli.config import MIXER_NAMES, TASK_DEFAULTS, TASKS, TrainConfig
+
 __all__ = ["build_parser", "info", "main"]
+
+TORCH_MISSING = "not installed (pip install '.[torch]')"
+JAX_MISSING = "not installed (pip install '.[jax]')"
+FRONTENDS = {"mingru": "mingru (PyTorch)", "mingru_jax": "mingru_jax (Flax)"}
 
 
 def _module_version(name: str) -> str | None:
@@ -36,75 +49,117 @@ def _module_version(name: str) -> str | None:
     return str(getattr(mod, "__version__", "unknown"))
 
 
+def _package_version() -> str:
+    """The installed ``mingru-scans`` version (read from package metadata, no imports)."""
+    try:
+        return importlib.metadata.version("mingru-scans")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _scan_mode() -> str:
+    """``MINGRU_SCAN`` as both frontends read it, or why it is invalid."""
+    from mingru_kernels._seam import env_mode
+
+    try:
+        return env_mode()
+    except ValueError as exc:  # a bad MINGRU_SCAN value: report it rather than crash
+        return f"invalid: {exc}"
+
+
+def _frontend(name: str, framework: str, missing: str) -> tuple[str | None, bool | str]:
+    """``(version, available())`` of frontend ``name``; the version is ``None`` (and the
+    status says why) when it cannot be imported. Never raises."""
+    try:
+        importlib.import_module(framework)
+    except ModuleNotFoundError as exc:
+        if exc.name == framework:
+            return None, missing
+        return None, f"{framework} fails to import: {type(exc).__name__}: {exc}"
+    except Exception as exc:  # a broken framework install: say so, do not call it missing
+        return None, f"{framework} fails to import: {type(exc).__name__}: {exc}"
+    try:
+        mod = importlib.import_module(name)
+        available = mod.available
+    except Exception as exc:
+        return None, f"{name} not importable: {type(exc).__name__}: {exc}"
+    version = str(getattr(mod, "__version__", "unknown"))
+    try:
+        return version, available()
+    except Exception as exc:  # report, never crash `info`
+        return version, f"{name}.available() raised: {exc}"
+
+
 def info() -> dict[str, Any]:
-    """Collect what ``mingru info`` prints: versions, devices, backend status, dispatch mode."""
-    import torch
-
-    import mingru
-
+    """Collect what ``mingru info`` prints: installed frontends, versions, devices, backend
+    status, dispatch mode. Works with either framework alone (or none)."""
+    mingru_version, mingru_status = _frontend("mingru", "torch", TORCH_MISSING)
+    jax_version, jax_status = _frontend("mingru_jax", "jax", JAX_MISSING)
     data: dict[str, Any] = {
-        "mingru": mingru.__version__,
+        "mingru-scans": _package_version(),
+        "frontends": [name for name, v in (("mingru", mingru_version),
+                                           ("mingru_jax", jax_version)) if v is not None],
+        "mingru": mingru_version,
+        "mingru_jax": jax_version,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "torch": torch.__version__,
+        "torch": _module_version("torch"),
         "triton": _module_version("triton"),
         "jax": _module_version("jax"),
         "flax": _module_version("flax"),
-        "cuda_available": torch.cuda.is_available(),
-        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "cuda_available": None,
+        "gpu": None,
         "cpu_count": os.cpu_count(),
         "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", ""),
+        "MINGRU_SCAN": _scan_mode(),
+        "mingru.available": mingru_status,
+        "mingru_jax.available": jax_status,
     }
-    try:
-        data["MINGRU_SCAN"] = mingru.scan_mode()
-    except ValueError as exc:  # a bad MINGRU_SCAN value: report it rather than crash
-        data["MINGRU_SCAN"] = f"invalid: {exc}"
-    status = mingru.available()
-    data["mingru.available"] = status
-    data["mingru_jax.available"] = _jax_status()
+    if data["torch"] is not None:
+        import torch
+
+        data["cuda_available"] = torch.cuda.is_available()
+        data["gpu"] = torch.cuda.get_device_name(0) if data["cuda_available"] else None
     if data["jax"] is not None:
         try:
             import jax
 
-            data["jax_devices"] = [str(d) for d in jax.devices()]
+            devices = jax.devices()
+            data["jax_devices"] = [str(d) for d in devices]
+            if data["gpu"] is None:
+                gpus = [d for d in devices if d.platform == "gpu"]
+                data["gpu"] = gpus[0].device_kind if gpus else None
         except Exception as exc:  # pragma: no cover - broken jax install
             data["jax_devices"] = f"error: {exc}"
     return data
 
 
-def _jax_status() -> bool | str:
-    """``mingru_jax.available()``, or why it cannot be asked."""
-    if _module_version("jax") is None:
-        return "jax is not installed (pip install 'mingru-scans[jax]')"
-    try:
-        mingru_jax = importlib.import_module("mingru_jax")
-        available = mingru_jax.available
-    except Exception as exc:
-        return f"mingru_jax not importable: {exc}"
-    try:
-        return available()
-    except Exception as exc:  # report, never crash `info`
-        return f"mingru_jax.available() raised: {exc}"
-
-
 def _print_info(data: dict[str, Any]) -> None:
-    def show(status: bool | str) -> str:
-        return "available (Triton kernels can serve)" if status is True else f"eager only — {status}"
+    def show(name: str) -> str:
+        status = data[f"{name}.available"]
+        if data[name] is None:  # not installed / not importable: the status says why
+            return str(status)
+        if status is True:
+            return "available (Triton kernels can serve)"
+        return f"eager only — {status}"
 
+    present = [FRONTENDS[n] for n in data["frontends"]]
     rows = [
-        ("mingru", data["mingru"]),
+        ("mingru-scans", data["mingru-scans"]),
+        ("frontends", ", ".join(present) if present
+         else "none (pip install '.[torch]' and/or '.[jax]')"),
         ("python", data["python"]),
         ("platform", data["platform"]),
-        ("torch", data["torch"]),
+        ("torch", data["torch"] or TORCH_MISSING),
         ("triton", data["triton"] or "not installed"),
-        ("jax", data["jax"] or "not installed"),
+        ("jax", data["jax"] or JAX_MISSING),
         ("flax", data["flax"] or "not installed"),
-        ("GPU", data["gpu"] or "none (CUDA not available)"),
+        ("GPU", data["gpu"] or "none (no CUDA device found)"),
         ("CPU cores", data["cpu_count"]),
         ("MINGRU_SCAN", data["MINGRU_SCAN"]),
         ("TRITON_INTERPRET", data["TRITON_INTERPRET"] or "unset"),
-        ("mingru (PyTorch)", show(data["mingru.available"])),
-        ("mingru_jax (Flax)", show(data["mingru_jax.available"])),
+        (FRONTENDS["mingru"], show("mingru")),
+        (FRONTENDS["mingru_jax"], show("mingru_jax")),
     ]
     if "jax_devices" in data:
         rows.append(("jax devices", ", ".join(data["jax_devices"])
@@ -112,6 +167,17 @@ def _print_info(data: dict[str, Any]) -> None:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key.ljust(width)}  {value}")
+
+
+def _need_torch(why: str = "") -> None:
+    """A one-line ``RuntimeError`` (printed by :func:`main` after ``mingru <command>: error:``)
+    when torch is not installed."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise RuntimeError(
+            f"needs PyTorch{why}, which is not installed: pip install '.[torch]'"
+        ) from None
 
 
 def _int_list(text: str) -> list[int]:
@@ -135,9 +201,6 @@ def _json_dict(text: str) -> dict[str, Any]:
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    from mingru.tasks import TASKS
-    from mingru.train import MIXER_NAMES, TASK_DEFAULTS, TrainConfig
-
     d = TrainConfig()
     defaults = "; ".join(f"{t}: {' vs '.join(v['mixers'])}, {v.get('layers', 1)} layer(s), "
                          f"{v['steps']} steps" for t, v in TASK_DEFAULTS.items())
@@ -191,9 +254,11 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    _need_torch(" (the synthetic tasks are generated with torch, also for "
+                "--framework jax)" if args.framework == "jax" else "")
     import torch
 
-    from mingru.train import TrainConfig, run
+    from mingru_cli.train import run
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     cfg = TrainConfig(
@@ -210,20 +275,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    from mingru.bench import add_arguments
-
     p = sub.add_parser(
         "bench",
         help="benchmark scans and mixers across backends (JSON + markdown + PNG)",
         description="Time the scans and mixers on every backend that can run here: eager, "
                     "Triton, torch.compile, JAX, peer kernels, and a sequential-loop baseline.",
     )
-    add_arguments(p)
+    _add_bench_arguments(p)
     p.set_defaults(func=_cmd_bench)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from mingru.bench import run_from_args
+    _need_torch()
+    from mingru_cli.bench import run_from_args
 
     return run_from_args(args)
 
@@ -238,15 +302,15 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``mingru`` argument parser (subcommands ``info``, ``train``, ``bench``)."""
-    import mingru
-
+    """The ``mingru`` argument parser (subcommands ``info``, ``train``, ``bench``); imports
+    neither torch nor jax."""
     parser = argparse.ArgumentParser(
         prog="mingru", description="mingru-scans: parallel-scan minGRU mixers (PyTorch + Flax)."
     )
-    parser.add_argument("--version", action="version", version=f"mingru-scans {mingru.__version__}")
+    parser.add_argument("--version", action="version", version=f"mingru-scans {_package_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    p_info = sub.add_parser("info", help="backend status, versions, GPU, MINGRU_SCAN")
+    p_info = sub.add_parser("info", help="installed frontends, backend status, versions, GPU, "
+                                         "MINGRU_SCAN")
     p_info.add_argument("--json", action="store_true", help="print as JSON")
     p_info.set_defaults(func=_cmd_info)
     _add_train(sub)

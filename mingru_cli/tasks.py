@@ -15,7 +15,7 @@ which positions are scored:
 
 Example:
     >>> import torch
-    >>> from mingru.tasks import make_task
+    >>> from mingru_cli.tasks import make_task
     >>> task = make_task("parity")
     >>> batch = task.sample(4, 16, torch.Generator().manual_seed(0))
     >>> batch.tokens.shape, batch.labels.shape, batch.mask.shape
@@ -28,6 +28,8 @@ import itertools
 from dataclasses import dataclass
 
 import torch
+
+from mingru_cli.config import TASKS
 
 __all__ = [
     "TASKS",
@@ -172,9 +174,6 @@ class MQARTask(Task):
         tokens[rows, slots] = torch.gather(keys, 1, order) + 1
         labels[rows, slots] = torch.gather(values, 1, order)
         return Batch(tokens, labels, labels >= 0)
-
-
-TASKS = ("parity", "s3", "s5", "mqar")
 
 
 def make_task(name: str, **kwargs: int) -> Task:

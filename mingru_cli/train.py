@@ -4,11 +4,12 @@ lengths beyond the training length.
 Model: token embedding → :class:`mingru.MinGRUStack` → linear head, one label per position.
 Each requested mixer spec trains its own model on the same data stream (same seed), so the
 final per-length table compares mixers side by side. The PyTorch path lives here; the JAX
-path (``framework="jax"``) is in :mod:`mingru.train_jax` and shares the data, the schedule and
-the reporting.
+path (``framework="jax"``) is in :mod:`mingru_cli.train_jax`. Both share the configuration
+(:mod:`mingru_cli.config`) and the data, schedule and fit loop
+(:mod:`mingru_cli._train_common`); neither imports the other at module level.
 
 Example:
-    >>> from mingru.train import TrainConfig, run
+    >>> from mingru_cli.train import TrainConfig, run
     >>> cfg = TrainConfig(task="parity", mixers=["signed"], steps=5, batch_size=8,
     ...                   eval_lens=[16], eval_size=8, progress=False, verbose=False)
     >>> result = run(cfg)
@@ -18,153 +19,48 @@ Example:
 
 from __future__ import annotations
 
-import copy
 import json
-import math
 import os
 import platform
 import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from mingru.tasks import Batch, Task, make_task
+from mingru_cli._train_common import (
+    build_task,
+    chance_accuracy,
+    eval_sets,
+    fit_loop,
+    lr_at,
+)
+from mingru_cli.config import (
+    MIXER_NAMES,
+    TASK_DEFAULTS,
+    TrainConfig,
+    parse_mixer_spec,
+    stack_arguments,
+)
+from mingru_cli.tasks import Batch, Task
 
+# MIXER_NAMES, TASK_DEFAULTS, TrainConfig, parse_mixer_spec, stack_arguments and lr_at are
+# defined in mingru_cli.config / mingru_cli._train_common and re-exported here.
 __all__ = [
     "MIXER_NAMES",
+    "TASK_DEFAULTS",
     "SequenceModel",
     "TrainConfig",
+    "check_device",
+    "fit_torch",
     "format_table",
     "lr_at",
     "parse_mixer_spec",
     "run",
+    "stack_arguments",
 ]
-
-MIXER_NAMES = ("log", "signed", "rotation", "givens", "delta")
-
-# Per-task defaults used when the command line leaves a choice open. They were picked by
-# measurement on a 2-core CPU (see docs/results/ladder.md) so the no-flag demo is quick and
-# shows the capability gap.
-TASK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "parity": {"mixers": ["signed", "log"], "steps": 300},
-    "s3": {"mixers": ["givens", "log"], "steps": 1000},
-    "s5": {"mixers": ["givens", "log"], "steps": 2000},
-    # Recall needs two layers: the first carries the key into the value's position, the
-    # second stores the pair. MinGRU is the first layer in both, only the memory differs.
-    "mqar": {"mixers": ["log,delta", "log"], "layers": 2, "steps": 1000},
-}
-
-
-@dataclass
-class TrainConfig:
-    """Everything one ``mingru train`` invocation needs. Field names match the CLI flags."""
-
-    task: str = "parity"
-    mixers: list[str] | None = None  # None → TASK_DEFAULTS[task]["mixers"]
-    framework: str = "torch"
-    layers: int | None = None  # None → TASK_DEFAULTS or 1
-    d_model: int = 64
-    mlp_expansion: int = 2
-    mixer_kwargs: dict[str, Any] = field(default_factory=dict)
-    steps: int | None = None  # None → TASK_DEFAULTS[task]["steps"]
-    batch_size: int = 32
-    lr: float = 3e-3
-    weight_decay: float = 0.0
-    warmup: float = 0.05
-    grad_clip: float = 1.0
-    train_len: int = 64
-    eval_lens: list[int] = field(default_factory=lambda: [64, 256, 1024])
-    val_len: int | None = 128
-    eval_every: int | None = None  # None → max(10, steps // 20)
-    eval_size: int = 128
-    seed: int = 0
-    device: str = "cpu"
-    threads: int | None = 1  # CPU intra-op threads; None = torch's default
-    out: str | None = None
-    progress: bool = True
-    verbose: bool = True
-    mqar_pairs: int = 8
-    mqar_keys: int = 32
-    mqar_values: int = 32
-
-    def resolved(self) -> TrainConfig:
-        """A copy with task defaults filled in and every field checked."""
-        cfg = copy.deepcopy(self)
-        defaults = TASK_DEFAULTS.get(cfg.task)
-        if defaults is None:
-            raise ValueError(f"task must be one of {', '.join(TASK_DEFAULTS)}; got {cfg.task!r}")
-        if cfg.mixers is None:
-            cfg.mixers = list(defaults["mixers"])
-        if cfg.layers is None:
-            cfg.layers = int(defaults.get("layers", 1))
-        if cfg.steps is None:
-            cfg.steps = int(defaults["steps"])
-        if cfg.framework not in ("torch", "jax"):
-            raise ValueError(f"framework must be 'torch' or 'jax'; got {cfg.framework!r}")
-        for name, low in (("layers", 1), ("d_model", 2), ("steps", 1), ("batch_size", 1),
-                          ("train_len", 1), ("eval_size", 1), ("mlp_expansion", 0)):
-            value = getattr(cfg, name)
-            if not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int ≥ {low}; got {value!r}")
-        if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
-            raise ValueError(f"lr must be a finite number > 0; got {cfg.lr!r}")
-        if not cfg.eval_lens or any(int(n) < 1 for n in cfg.eval_lens):
-            raise ValueError(f"eval_lens must be a non-empty list of lengths ≥ 1; got {cfg.eval_lens!r}")
-        cfg.eval_lens = [int(n) for n in cfg.eval_lens]
-        if cfg.val_len is not None and cfg.val_len < 1:
-            raise ValueError(f"val_len must be ≥ 1 or None; got {cfg.val_len!r}")
-        if cfg.eval_every is None:
-            cfg.eval_every = max(10, cfg.steps // 20)
-        for spec in cfg.mixers:
-            parse_mixer_spec(spec, cfg.layers)
-        return cfg
-
-
-def parse_mixer_spec(spec: str, layers: int) -> str | list[str]:
-    """``"signed"`` → ``"signed"`` (all layers); ``"signed,givens"`` → one name per layer.
-
-    A per-layer list must have ``layers`` entries, or ``layers`` must be 1 (the default), in
-    which case the list sets the depth.
-    """
-    names = [s.strip() for s in spec.split(",") if s.strip()]
-    if not names:
-        raise ValueError(f"mixer spec is empty: {spec!r}")
-    for name in names:
-        if name not in MIXER_NAMES:
-            raise ValueError(f"mixer must be one of {', '.join(MIXER_NAMES)}; got {name!r} in {spec!r}")
-    if len(names) == 1:
-        return names[0]
-    if layers not in (1, len(names)):
-        raise ValueError(f"mixer spec {spec!r} names {len(names)} layers but --layers is {layers}")
-    return names
-
-
-def stack_arguments(spec: str, cfg: TrainConfig) -> tuple[str | list[str], int, dict[str, Any] | None]:
-    """``(mixer, n_layers, mixer_kwargs)`` for :class:`MinGRUStack` from one spec.
-
-    ``cfg.mixer_kwargs`` is either flat (one mixer's arguments, for single-name specs) or
-    keyed by mixer name (``{"givens": {"block_size": 4}}``), which works for every spec: each
-    model takes the entries of the mixers it uses.
-    """
-    mixer = parse_mixer_spec(spec, cfg.layers)
-    n_layers = len(mixer) if isinstance(mixer, list) else cfg.layers
-    given = dict(cfg.mixer_kwargs or {})
-    keyed = bool(given) and all(k in MIXER_NAMES and isinstance(v, dict) for k, v in given.items())
-    if isinstance(mixer, list):
-        if given and not keyed:
-            raise ValueError(
-                "with a per-layer mixer list, mixer_kwargs must be keyed by mixer name, "
-                'e.g. {"givens": {"block_size": 4}}'
-            )
-        kwargs = {k: v for k, v in given.items() if k in mixer}
-    else:
-        kwargs = dict(given.get(mixer, {})) if keyed else given
-    return mixer, n_layers, kwargs or None
 
 
 class SequenceModel(nn.Module):
@@ -193,62 +89,6 @@ class SequenceModel(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         out, _ = self.stack(self.embed(tokens))
         return self.head(out)
-
-
-def lr_at(step: int, steps: int, peak: float, warmup: float) -> float:
-    """Linear warm-up over ``warmup·steps`` steps, then cosine decay to 10% of ``peak``."""
-    n_warm = max(1, int(round(warmup * steps)))
-    if step < n_warm:
-        return peak * (step + 1) / n_warm
-    frac = (step - n_warm) / max(1, steps - n_warm)
-    return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, frac))))
-
-
-def build_task(cfg: TrainConfig) -> Task:
-    if cfg.task == "mqar":
-        return make_task("mqar", n_pairs=cfg.mqar_pairs, n_keys=cfg.mqar_keys, n_values=cfg.mqar_values)
-    return make_task(cfg.task)
-
-
-def eval_sets(task: Task, cfg: TrainConfig) -> tuple[dict[int, Batch], Batch | None]:
-    """Fixed evaluation sets per length (and the validation set), independent of training data."""
-    sets = {}
-    for n in cfg.eval_lens:
-        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + 7919 * n + 1)
-        sets[n] = task.sample(cfg.eval_size, n, gen)
-    val = None
-    if cfg.val_len is not None:
-        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + 7919 * cfg.val_len + 2)
-        val = task.sample(cfg.eval_size, cfg.val_len, gen)
-    return sets, val
-
-
-def train_batches(task: Task, cfg: TrainConfig) -> Iterator[Batch]:
-    gen = torch.Generator().manual_seed(cfg.seed)
-    while True:
-        yield task.sample(cfg.batch_size, cfg.train_len, gen)
-
-
-def chance_accuracy(task: Task) -> float:
-    return 1.0 / task.n_classes
-
-
-def _progress(total: int, desc: str, enabled: bool):
-    """A tqdm bar when tqdm is installed and wanted; otherwise a silent stand-in."""
-    if enabled:
-        try:
-            from tqdm.auto import tqdm
-
-            return tqdm(total=total, desc=desc, leave=True, dynamic_ncols=True, file=sys.stderr)
-        except ImportError:
-            pass
-
-    class _Silent:
-        def update(self, n: int = 1) -> None: ...
-        def set_postfix(self, **kw: Any) -> None: ...
-        def close(self) -> None: ...
-
-    return _Silent()
 
 
 def torch_accuracy(model: nn.Module, batch: Batch, device: str, chunk: int = 64) -> float:
@@ -294,53 +134,13 @@ def fit_torch(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
         return float(loss.detach()), float(acc)
 
     snapshot = lambda: {k: v.detach().clone() for k, v in model.state_dict().items()}
-    record = _fit_loop(
+    record = fit_loop(
         spec, task, cfg, val, step_fn,
         evaluate=lambda b: torch_accuracy(model, b, cfg.device),
         snapshot=snapshot, restore=model.load_state_dict,
     )
     record["parameters"] = sum(p.numel() for p in model.parameters())
     record["accuracy"] = {str(n): torch_accuracy(model, b, cfg.device) for n, b in evals.items()}
-    return record
-
-
-def _fit_loop(spec: str, task: Task, cfg: TrainConfig, val: Batch | None,
-              step_fn: Callable[[Batch, float], tuple[float, float]],
-              evaluate: Callable[[Batch], float], snapshot: Callable[[], Any],
-              restore: Callable[[Any], Any]) -> dict[str, Any]:
-    """The framework-neutral loop: schedule, progress bar, validation-based checkpoint choice."""
-    assert cfg.eval_every is not None
-    bar = _progress(cfg.steps, f"{cfg.task}/{spec}", cfg.progress)
-    curve: list[dict[str, float]] = []
-    best = (-1.0, -1, None)  # (val accuracy, step, weights)
-    loss_avg = acc_avg = None
-    start = time.perf_counter()
-    batches = train_batches(task, cfg)
-    for step in range(cfg.steps):
-        loss, acc = step_fn(next(batches), lr_at(step, cfg.steps, cfg.lr, cfg.warmup))
-        loss_avg = loss if loss_avg is None else 0.9 * loss_avg + 0.1 * loss
-        acc_avg = acc if acc_avg is None else 0.9 * acc_avg + 0.1 * acc
-        last = step == cfg.steps - 1
-        if (step + 1) % cfg.eval_every == 0 or last:
-            point = {"step": step + 1, "loss": round(loss_avg, 5), "train_acc": round(acc_avg, 5)}
-            if val is not None:
-                v = evaluate(val)
-                point["val_acc"] = round(v, 5)
-                if v >= best[0]:  # ties keep the later (longer-trained) checkpoint
-                    best = (v, step + 1, snapshot())
-            curve.append(point)
-            bar.set_postfix(loss=f"{loss_avg:.3f}", acc=f"{acc_avg:.3f}",
-                            **({"val": f"{point['val_acc']:.3f}"} if val is not None else {}))
-        bar.update(1)
-    bar.close()
-    seconds = time.perf_counter() - start
-    record: dict[str, Any] = {"mixer": spec, "train_seconds": round(seconds, 2), "curve": curve,
-                              "final_loss": round(float(loss_avg or 0.0), 5)}
-    if val is not None and best[2] is not None:
-        restore(best[2])
-        record.update(selected_step=best[1], val_acc=round(best[0], 5))
-    else:
-        record["selected_step"] = cfg.steps
     return record
 
 
@@ -408,9 +208,27 @@ def save_plot(result: dict[str, Any], path: Path) -> bool:
     return True
 
 
+def check_device(device: str) -> None:
+    """Raise a one-line ``RuntimeError`` when the torch ``device`` cannot be used here
+    (``cuda`` without CUDA, a GPU index past the last one, an unknown device string)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise RuntimeError(f"--device {device!r} is not a torch device: {exc}") from None
+    if dev.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"--device {device} was asked for but CUDA is not available")
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise RuntimeError(f"--device {device} was asked for but only "
+                           f"{torch.cuda.device_count()} CUDA device(s) are visible")
+
+
 def run(cfg: TrainConfig, command: str | None = None) -> dict[str, Any]:
     """Train every requested mixer, evaluate per length, optionally write ``--out`` files."""
     cfg = cfg.resolved()
+    if cfg.framework == "torch":  # the JAX path places arrays itself and ignores ``device``
+        check_device(cfg.device)
     threads = torch.get_num_threads()
     if cfg.threads is not None and cfg.device == "cpu":
         # Tiny models train fastest single-threaded: intra-op threads mostly spin-wait, and
@@ -428,7 +246,7 @@ def _run(cfg: TrainConfig, command: str | None) -> dict[str, Any]:
         task.check_length(n)
     evals, val = eval_sets(task, cfg)
     if cfg.framework == "jax":
-        from mingru.train_jax import fit_jax as fit
+        from mingru_cli.train_jax import fit_jax as fit
     else:
         fit = fit_torch
     models = [fit(spec, task, cfg, evals, val) for spec in cfg.mixers]

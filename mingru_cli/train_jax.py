@@ -1,17 +1,22 @@
 """The JAX path of ``mingru train --framework jax``: the same model (embedding →
 ``mingru_jax.MinGRUStack`` → linear head), data, schedule and reporting as the PyTorch path in
-:mod:`mingru.train`, trained with optax AdamW (same betas, eps and weight decay as
+:mod:`mingru_cli.train`, trained with optax AdamW (same betas, eps and weight decay as
 ``torch.optim.AdamW`` with the flags given) under ``jax.jit``.
 
-JAX, Flax and optax are imported only here, so the PyTorch demo never needs them.
+JAX, Flax and optax are imported only here, so the PyTorch demo never needs them. This module
+shares the configuration (:mod:`mingru_cli.config`) and the data and fit loop
+(:mod:`mingru_cli._train_common`) with the PyTorch path and never imports
+:mod:`mingru_cli.train`. The synthetic tasks (:mod:`mingru_cli.tasks`) generate their data
+with torch on CPU, so this path needs torch installed too (a CPU build is enough).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from mingru.tasks import Batch, Task
-from mingru.train import TrainConfig, _fit_loop, stack_arguments
+from mingru_cli._train_common import fit_loop
+from mingru_cli.config import TrainConfig, stack_arguments
+from mingru_cli.tasks import Batch, Task
 
 __all__ = ["fit_jax"]
 
@@ -110,7 +115,7 @@ def fit_jax(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
     def restore(p: Any) -> None:
         state["params"] = p
 
-    record = _fit_loop(spec, task, cfg, val, step_fn, evaluate,
+    record = fit_loop(spec, task, cfg, val, step_fn, evaluate,
                        snapshot=lambda: state["params"], restore=restore)
     record["parameters"] = int(sum(x.size for x in jax.tree.leaves(state["params"])))
     record["accuracy"] = {str(n): evaluate(b) for n, b in evals.items()}

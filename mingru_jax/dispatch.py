@@ -28,11 +28,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from mingru_jax._launch import LAUNCHERS
+from mingru_jax._launch import LAUNCHERS, import_jax_triton
 from mingru_kernels._seam import (
     MODES,
     WarnOnce,
@@ -131,26 +130,6 @@ def available() -> bool | str:
         except Exception as exc:
             return f"jax_triton not importable: {exc}"
     return True
-
-
-def import_jax_triton() -> Any:
-    """Import jax-triton without letting it break PyTorch's Triton in the same process.
-
-    jax-triton 0.3 sets ``TRITON_CACHE_DIR=""`` when imported; after that every Triton kernel
-    that PyTorch compiles in this process fails with "Could not create or locate cache dir"
-    (seen on an H200 when one process benchmarked both frontends). jax-triton's own launches
-    do not use that cache, so the variable is put back as it was.
-    """
-    had = "TRITON_CACHE_DIR" in os.environ
-    before = os.environ.get("TRITON_CACHE_DIR")
-    try:
-        import jax_triton
-    finally:
-        if had:
-            os.environ["TRITON_CACHE_DIR"] = before
-        else:
-            os.environ.pop("TRITON_CACHE_DIR", None)
-    return jax_triton
 
 
 def _platform(args: tuple[Any, ...]) -> str:

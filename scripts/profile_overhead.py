@@ -120,11 +120,11 @@ def main() -> None:
         P, Z = op(a, b)
         (P.sum() + Z.sum()).backward()
 
-    from mingru._launch._elementwise import plan_override
+    from mingru_kernels.launch import switches
 
     def chunked(fn):
         def call():
-            with plan_override(strategy="chunked"):
+            with switches.forced("linear_scan", strategy="chunked"):
                 fn()
         return call
 

@@ -15,6 +15,30 @@ Each launcher module provides (the same protocol as ``mingru._launch``):
   ``jax.custom_vjp`` over the backward kernel) and vmap-compatible.
 """
 
+import os
+from typing import Any
+
+
+def import_jax_triton() -> Any:
+    """Import jax-triton without letting it break PyTorch's Triton in the same process.
+
+    jax-triton 0.3 sets ``TRITON_CACHE_DIR=""`` when imported; after that every Triton kernel
+    that PyTorch compiles in this process fails with "Could not create or locate cache dir"
+    (seen on an H200 when one process benchmarked both frontends). jax-triton's own launches
+    do not use that cache, so the variable is put back as it was.
+    """
+    had = "TRITON_CACHE_DIR" in os.environ
+    before = os.environ.get("TRITON_CACHE_DIR")
+    try:
+        import jax_triton
+    finally:
+        if had:
+            os.environ["TRITON_CACHE_DIR"] = before
+        else:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+    return jax_triton
+
+
 LAUNCHERS: dict[str, str] = {
     "linear_scan": "mingru_jax._launch.linear_scan",
     "linear_recurrence": "mingru_jax._launch.linear_recurrence",

@@ -211,7 +211,7 @@ def launch(
     """
     if not on_gpu():
         return _host_launch(kernel, grid, inputs, outputs, scalars, meta)
-    from mingru_jax.dispatch import import_jax_triton
+    from mingru_jax._launch import import_jax_triton
 
     jt = import_jax_triton()  # lazily: the GPU route only
 

@@ -1,0 +1,12 @@
+"""mingru_cli — the ``mingru`` command line, the benchmark harness and the training demo.
+
+Not library code: it uses the frontends (``mingru`` for PyTorch, ``mingru_jax`` for Flax) and
+the kernels (``mingru_kernels``); none of them imports this package. Importing it, building
+the parser, ``mingru --help`` and ``mingru info`` need neither torch nor jax; ``train`` and
+``bench`` need torch.
+
+Modules: :mod:`mingru_cli.cli` (the entry point, ``main``), :mod:`mingru_cli.config`
+(``TrainConfig`` and the names of tasks and mixers, pure Python), :mod:`mingru_cli.tasks`,
+:mod:`mingru_cli.train` (PyTorch), :mod:`mingru_cli.train_jax` (Flax),
+:mod:`mingru_cli.bench`, :mod:`mingru_cli.bench_cases`, :mod:`mingru_cli.bench_plans`.
+"""

@@ -1,0 +1,150 @@
+"""What one ``mingru train`` run is: :class:`TrainConfig`, the task and mixer names, the
+per-task defaults and the mixer-spec parsing. Pure Python (no torch, no jax), so the command
+line can build its parser and ``--help`` with either framework alone, and both training paths
+(:mod:`mingru_cli.train`, :mod:`mingru_cli.train_jax`) share it.
+
+Example:
+    >>> from mingru_cli.config import TrainConfig
+    >>> cfg = TrainConfig(task="mqar").resolved()
+    >>> cfg.mixers, cfg.layers, cfg.steps
+    (['log,delta', 'log'], 2, 1000)
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "MIXER_NAMES",
+    "TASKS",
+    "TASK_DEFAULTS",
+    "TrainConfig",
+    "parse_mixer_spec",
+    "stack_arguments",
+]
+
+MIXER_NAMES = ("log", "signed", "rotation", "givens", "delta")
+
+TASKS = ("parity", "s3", "s5", "mqar")
+
+# Per-task defaults used when the command line leaves a choice open. They were picked by
+# measurement on a 2-core CPU (see docs/results/ladder.md) so the no-flag demo is quick and
+# shows the capability gap.
+TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "parity": {"mixers": ["signed", "log"], "steps": 300},
+    "s3": {"mixers": ["givens", "log"], "steps": 1000},
+    "s5": {"mixers": ["givens", "log"], "steps": 2000},
+    # Recall needs two layers: the first carries the key into the value's position, the
+    # second stores the pair. MinGRU is the first layer in both, only the memory differs.
+    "mqar": {"mixers": ["log,delta", "log"], "layers": 2, "steps": 1000},
+}
+
+
+@dataclass
+class TrainConfig:
+    """Everything one ``mingru train`` invocation needs. Field names match the CLI flags."""
+
+    task: str = "parity"
+    mixers: list[str] | None = None  # None → TASK_DEFAULTS[task]["mixers"]
+    framework: str = "torch"
+    layers: int | None = None  # None → TASK_DEFAULTS or 1
+    d_model: int = 64
+    mlp_expansion: int = 2
+    mixer_kwargs: dict[str, Any] = field(default_factory=dict)
+    steps: int | None = None  # None → TASK_DEFAULTS[task]["steps"]
+    batch_size: int = 32
+    lr: float = 3e-3
+    weight_decay: float = 0.0
+    warmup: float = 0.05
+    grad_clip: float = 1.0
+    train_len: int = 64
+    eval_lens: list[int] = field(default_factory=lambda: [64, 256, 1024])
+    val_len: int | None = 128
+    eval_every: int | None = None  # None → max(10, steps // 20)
+    eval_size: int = 128
+    seed: int = 0
+    device: str = "cpu"
+    threads: int | None = 1  # CPU intra-op threads; None = torch's default
+    out: str | None = None
+    progress: bool = True
+    verbose: bool = True
+    mqar_pairs: int = 8
+    mqar_keys: int = 32
+    mqar_values: int = 32
+
+    def resolved(self) -> TrainConfig:
+        """A copy with task defaults filled in and every field checked."""
+        cfg = copy.deepcopy(self)
+        defaults = TASK_DEFAULTS.get(cfg.task)
+        if defaults is None:
+            raise ValueError(f"task must be one of {', '.join(TASK_DEFAULTS)}; got {cfg.task!r}")
+        if cfg.mixers is None:
+            cfg.mixers = list(defaults["mixers"])
+        if cfg.layers is None:
+            cfg.layers = int(defaults.get("layers", 1))
+        if cfg.steps is None:
+            cfg.steps = int(defaults["steps"])
+        if cfg.framework not in ("torch", "jax"):
+            raise ValueError(f"framework must be 'torch' or 'jax'; got {cfg.framework!r}")
+        for name, low in (("layers", 1), ("d_model", 2), ("steps", 1), ("batch_size", 1),
+                          ("train_len", 1), ("eval_size", 1), ("mlp_expansion", 0)):
+            value = getattr(cfg, name)
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int ≥ {low}; got {value!r}")
+        if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
+            raise ValueError(f"lr must be a finite number > 0; got {cfg.lr!r}")
+        if not cfg.eval_lens or any(int(n) < 1 for n in cfg.eval_lens):
+            raise ValueError(f"eval_lens must be a non-empty list of lengths ≥ 1; got {cfg.eval_lens!r}")
+        cfg.eval_lens = [int(n) for n in cfg.eval_lens]
+        if cfg.val_len is not None and cfg.val_len < 1:
+            raise ValueError(f"val_len must be ≥ 1 or None; got {cfg.val_len!r}")
+        if cfg.eval_every is None:
+            cfg.eval_every = max(10, cfg.steps // 20)
+        for spec in cfg.mixers:
+            parse_mixer_spec(spec, cfg.layers)
+        return cfg
+
+
+def parse_mixer_spec(spec: str, layers: int) -> str | list[str]:
+    """``"signed"`` → ``"signed"`` (all layers); ``"signed,givens"`` → one name per layer.
+
+    A per-layer list must have ``layers`` entries, or ``layers`` must be 1 (the default), in
+    which case the list sets the depth.
+    """
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    if not names:
+        raise ValueError(f"mixer spec is empty: {spec!r}")
+    for name in names:
+        if name not in MIXER_NAMES:
+            raise ValueError(f"mixer must be one of {', '.join(MIXER_NAMES)}; got {name!r} in {spec!r}")
+    if len(names) == 1:
+        return names[0]
+    if layers not in (1, len(names)):
+        raise ValueError(f"mixer spec {spec!r} names {len(names)} layers but --layers is {layers}")
+    return names
+
+
+def stack_arguments(spec: str, cfg: TrainConfig) -> tuple[str | list[str], int, dict[str, Any] | None]:
+    """``(mixer, n_layers, mixer_kwargs)`` for ``MinGRUStack`` (either frontend) from one spec.
+
+    ``cfg.mixer_kwargs`` is either flat (one mixer's arguments, for single-name specs) or
+    keyed by mixer name (``{"givens": {"block_size": 4}}``), which works for every spec: each
+    model takes the entries of the mixers it uses.
+    """
+    mixer = parse_mixer_spec(spec, cfg.layers)
+    n_layers = len(mixer) if isinstance(mixer, list) else cfg.layers
+    given = dict(cfg.mixer_kwargs or {})
+    keyed = bool(given) and all(k in MIXER_NAMES and isinstance(v, dict) for k, v in given.items())
+    if isinstance(mixer, list):
+        if given and not keyed:
+            raise ValueError(
+                "with a per-layer mixer list, mixer_kwargs must be keyed by mixer name, "
+                'e.g. {"givens": {"block_size": 4}}'
+            )
+        kwargs = {k: v for k, v in given.items() if k in mixer}
+    else:
+        kwargs = dict(given.get(mixer, {})) if keyed else given
+    return mixer, n_layers, kwargs or None
