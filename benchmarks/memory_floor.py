@@ -154,11 +154,14 @@ def versions() -> dict[str, str]:
             v[name] = __import__(name).__version__
         except Exception as exc:  # not installed, or no __version__
             v[name] = f"n/a ({type(exc).__name__})"
-    try:
-        v["commit"] = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"],
-                                              text=True).strip()
-    except Exception:
-        v["commit"] = "unknown"
+    # MINGRU_COMMIT names the commit when the tree was copied without its git metadata.
+    v["commit"] = os.environ.get("MINGRU_COMMIT", "")
+    if not v["commit"]:
+        try:
+            v["commit"] = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"],
+                                                  text=True).strip()
+        except Exception:
+            v["commit"] = "unknown"
     return v
 
 

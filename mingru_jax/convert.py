@@ -192,15 +192,16 @@ def _check_arguments(fn: str, torch_module: Any, nnx_module: Any) -> None:
              else "nnx_module, torch_module")
     swapped = isinstance(torch_module, nnx.Module) and isinstance(nnx_module, torch.nn.Module)
     hint = f" (the arguments look swapped: {fn} takes {order})" if swapped else ""
-    if not isinstance(torch_module, torch.nn.Module):
-        raise TypeError(
-            f"{fn}: torch_module must be a torch.nn.Module; got {type(torch_module).__name__}"
-            + hint
-        )
-    if not isinstance(nnx_module, nnx.Module):
-        raise TypeError(
-            f"{fn}: nnx_module must be a flax.nnx.Module; got {type(nnx_module).__name__}" + hint
-        )
+    checks = [
+        ("torch_module", torch_module, torch.nn.Module, "torch.nn.Module"),
+        ("nnx_module", nnx_module, nnx.Module, "flax.nnx.Module"),
+    ]
+    if fn == "nnx_to_torch":  # report the first argument first
+        checks.reverse()
+    for name, value, cls, cls_name in checks:
+        if not isinstance(value, cls):
+            raise TypeError(f"{fn}: {name} must be a {cls_name}; got {type(value).__name__}"
+                            + hint)
 
 
 def torch_to_nnx(torch_module: Any, nnx_module: nnx.Module) -> nnx.Module:

@@ -1,19 +1,65 @@
-"""Test-session setup. Kernel tests on CPU run through Triton's interpreter, which must be
-switched on before anything imports triton (kernels bind their mode at decoration time)."""
+"""Test-session setup, framework-free (imports neither torch nor jax: ``pytest tests/jax``
+runs without torch installed).
+
+* Without a CUDA device, kernel tests run through Triton's interpreter: ``TRITON_INTERPRET=1``
+  must be set before anything imports triton (kernels bind their mode at decoration time).
+  The device is asked of the CUDA driver itself, not of a framework.
+* ``gpu``-marked tests are skipped without a CUDA device.
+* XLA's backend optimisation is turned down before jax initialises: the JAX tests compile
+  many tiny graphs, where compile time, not run time, is the cost.
+* Every test starts from ``torch.manual_seed(0)`` when torch is in use (already imported by
+  the test's module); torch is never imported here. Without torch installed, the folders
+  that need it are not collected.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import importlib.util
 import os
+import sys
 
 import pytest
-import torch
 
-if not torch.cuda.is_available():
+
+def _installed(name: str) -> bool:
+    """Whether ``name`` can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# The PyTorch frontend and the kernel tests (run through the PyTorch launchers) need torch;
+# without it only the framework-free and the JAX tests are collected (parity skips itself).
+collect_ignore = [] if _installed("torch") else ["torch", "kernels"]
+
+
+@functools.cache
+def cuda_device_present() -> bool:
+    """Whether the CUDA driver reports at least one device (honours CUDA_VISIBLE_DEVICES)."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    count = ctypes.c_int(0)
+    return cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 and (
+        count.value > 0
+    )
+
+
+if not cuda_device_present():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
+    ).strip()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if torch.cuda.is_available():
+    if cuda_device_present():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
@@ -23,4 +69,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def _seeded() -> None:
-    torch.manual_seed(0)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(0)

@@ -68,12 +68,17 @@ def plan(
     chunk_len: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    walk_tile: tuple[int, int, int] | None = None,
+    chunked_tile: tuple[int, int, int] | None = None,
 ) -> dict[str, int | str]:
     """Choose tile sizes and the strategy for a ``(B, T, D)`` elementwise scan.
 
     Keyword overrides exist for tests and tuning sweeps. ``T`` only sets runtime values (chunk
     length and count), never a compile-time constant, so every T of a shape class reuses one
-    compiled kernel.
+    compiled kernel. ``walk_tile`` / ``chunked_tile`` are an op's measured
+    ``(block_t, block_d, num_warps)`` for a long walk (more than ``WALK_MAX_TILES`` default
+    tiles) and for the chunked strategy (the ``TILES`` of its launch module); the strategy
+    itself is chosen with the default tile, and forced choices win over both.
 
     Returns a dict with ``strategy`` (``"walk"`` or ``"chunked"``), ``block_t``, ``block_d``,
     ``num_warps``, ``num_stages`` (0: Triton's default), ``n_dblk`` (D-blocks), ``chunk_len``
@@ -106,6 +111,14 @@ def plan(
         )
     if strategy not in ("walk", "chunked"):
         raise ValueError(f"strategy must be 'walk' or 'chunked'; got {strategy!r}")
+    tuned = chunked_tile if strategy == "chunked" else (
+        walk_tile if T > WALK_MAX_TILES * BLOCK_T else None)
+    if tuned is not None:
+        bt = int(block_t or tuned[0])
+        bd = int(block_d or tuned[1])
+        nw = int(num_warps or tuned[2])
+        n_dblk = cdiv(D, bd)
+        walk_programs = B * n_dblk
     if strategy == "walk":
         return dict(strategy="walk", block_t=bt, block_d=bd, num_warps=nw, num_stages=ns,
                     n_dblk=n_dblk, chunk_len=T, n_chunks=1)

@@ -23,6 +23,7 @@ from mingru_kernels.launch._elementwise import (
 )
 
 __all__ = [
+    "TILES",
     "APPLY", "BWD_SCRATCH", "FWD_SCRATCH", "PLAN_KEYS", "SUMMARY", "WALK", "carry_grid",
     "carry_kwargs", "dims", "grid", "launch_kwargs", "plan",
 ]
@@ -31,3 +32,7 @@ FWD_SCRATCH = 4
 """fp32 ``(B, n_chunks, D)`` buffers the chunked forward needs (chunk maps and carries)."""
 BWD_SCRATCH = 3
 """The same for the chunked backward."""
+
+TILES: dict = dict(walk_tile=(128, 32, 4), chunked_tile=(64, 64, 2))
+"""The forward's measured tiles, passed to :func:`plan` (``scripts/plan_sweep.py`` on an NVIDIA
+H200, forward times with ``triton.testing.do_bench``: at B8 T65536 D1536 (walk) 3.02 → 2.52 ms and at B16 T16384 D128 (chunked) 0.244 → 0.197 ms)."""

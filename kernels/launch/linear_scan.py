@@ -23,6 +23,7 @@ from mingru_kernels.launch._elementwise import (
 )
 
 __all__ = [
+    "TILES",
     "APPLY", "BWD_SCRATCH", "FWD_SCRATCH", "PLAN_KEYS", "SUMMARY", "WALK", "carry_grid",
     "carry_kwargs", "dims", "grid", "launch_kwargs", "plan",
 ]
@@ -31,3 +32,7 @@ FWD_SCRATCH = 4
 """fp32 ``(B, n_chunks, D)`` buffers the chunked forward needs (chunk maps and carries)."""
 BWD_SCRATCH = 5
 """The same for the chunked backward."""
+
+TILES: dict = {}
+"""The forward's measured tiles, passed to :func:`plan` (``scripts/plan_sweep.py`` on an NVIDIA
+H200, forward times with ``triton.testing.do_bench``: none measured yet: the default tile)."""

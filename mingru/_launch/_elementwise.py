@@ -41,8 +41,10 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def make_plan(op: str, x: torch.Tensor) -> Mapping[str, int | str]:
-    """The launch plan of ``op`` for a ``(B, T, D)`` scan input ``x`` on its device (read-only).
+def make_plan(op: str, x: torch.Tensor,
+              tiles: Mapping[str, Any] | None = None) -> Mapping[str, int | str]:
+    """The launch plan of ``op`` for a ``(B, T, D)`` scan input ``x`` on its device (read-only);
+    ``tiles`` are the op's measured tiles (its launch module's ``TILES``, forward only).
 
     Called inside the custom ops' real implementations (never while ``torch.compile``
     traces), so forced choices and the device query stay out of the graph. Plans are cached
@@ -55,13 +57,14 @@ def make_plan(op: str, x: torch.Tensor) -> Mapping[str, int | str]:
         index = x.device.index if x.device.index is not None else torch.cuda.current_device()
         n_sm = _sm_count(index)
     B, T, D = x.shape
-    return _cached_plan(B, T, D, n_sm, tuple(sorted(choices.items())))
+    return _cached_plan(B, T, D, n_sm, tuple(sorted(choices.items())),
+                        tuple(sorted((tiles or {}).items())))
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached_plan(B: int, T: int, D: int, n_sm: int,
-                 choices: tuple[tuple[str, Any], ...]) -> Mapping[str, int | str]:
-    kwargs = dict(choices)
+def _cached_plan(B: int, T: int, D: int, n_sm: int, choices: tuple[tuple[str, Any], ...],
+                 tiles: tuple[tuple[str, Any], ...] = ()) -> Mapping[str, int | str]:
+    kwargs = {**dict(tiles), **dict(choices)}
     if n_sm:
         kwargs["n_sm"] = n_sm
     return types.MappingProxyType(elementwise_plan.plan(B, T, D, **kwargs))

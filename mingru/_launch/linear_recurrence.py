@@ -99,7 +99,7 @@ def _fwd_impl(a: torch.Tensor, b: torch.Tensor,
               h0: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     a, b = a.contiguous(), b.contiguous()
     h0 = None if h0 is None else h0.contiguous()
-    cfg = elementwise.make_plan("linear_recurrence", a)
+    cfg = elementwise.make_plan("linear_recurrence", a, meta.TILES)
     poisoned = poison()
     B, _, D = a.shape
     h = new_tensor(a.shape, a.dtype, a.device, poisoned)

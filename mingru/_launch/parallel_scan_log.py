@@ -73,7 +73,7 @@ def _backward(la, lv, h, dh, dla, dlv, cfg) -> None:
 
 def _fwd_impl(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
     la, lv = log_coeffs.contiguous(), log_values.contiguous()
-    cfg = elementwise.make_plan("parallel_scan_log", la)
+    cfg = elementwise.make_plan("parallel_scan_log", la, meta.TILES)
     h = new_tensor(la.shape, la.dtype, la.device)
     _forward(la, lv, h, cfg)
     return h

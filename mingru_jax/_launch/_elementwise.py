@@ -19,10 +19,12 @@ from mingru_kernels.launch import switches
 __all__ = ["carry_adapter", "plan"]
 
 
-def plan(op: str, x: jax.Array) -> dict:
-    """The plan of the elementwise scan ``op`` for ``x (B, T, D)`` (forced choices honoured)."""
+def plan(op: str, x: jax.Array, tiles: dict | None = None) -> dict:
+    """The plan of the elementwise scan ``op`` for ``x (B, T, D)``: the op's measured
+    ``tiles`` (forward only), forced choices honoured."""
     B, T, D = x.shape
-    return meta.plan(B, T, D, n_sm=U.sm_count(), **switches.plan_choices(op))
+    return meta.plan(B, T, D, n_sm=U.sm_count(), **{**(tiles or {}),
+                                                    **switches.plan_choices(op)})
 
 
 # jax-triton passes outputs after the inputs and runtime scalars; the adapter reorders them.

@@ -80,7 +80,7 @@ def _bwd_adapter(a, h, h0, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o
 
 def _launch_forward(a, b, h0):
     B, T, D = a.shape
-    cfg = elementwise.plan("linear_recurrence", a)
+    cfg = elementwise.plan("linear_recurrence", a, meta.TILES)
     grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     outs = (U.like(a), U.like(h0))
     if cfg["strategy"] == "walk":

@@ -75,7 +75,7 @@ def _bwd_adapter(la, lv, h, dh, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o
 
 def _launch_forward(la, lv):
     B, T, D = la.shape
-    cfg = elementwise.plan("parallel_scan_log", la)
+    cfg = elementwise.plan("parallel_scan_log", la, meta.TILES)
     grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
     outs = (U.like(la), U.f32((1,)))

@@ -1,19 +1,12 @@
 """mingru_jax mixers, block and stack: forward vs step (through the ``flax.nnx.RNN`` cells),
 chaining state, jit + vmap + float64 gradient checks, decay conventions, and bad input.
 
-Numbers against independent oracles are checked in tests/test_jax_parity.py (against the
-PyTorch twins and the float64 loop oracles in tests/oracles.py). Every model call here is
-jitted once per shape: compile time, not run time, is the cost on CPU.
+Numbers against independent oracles are checked in tests/parity/test_convert.py (against the
+PyTorch twins and the float64 oracles of tests/reference.py). Every model call here is jitted
+once per shape: compile time, not run time, is the cost on CPU.
 """
 
 from __future__ import annotations
-
-import os
-
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
-    ).strip()
 
 import math
 

@@ -1,20 +1,13 @@
-"""mingru_jax scans (and the internal Givens recurrence and delta rule) against float64
-plain-loop oracles written here in NumPy, independently of the module code; plus jit, vmap
-and float64 gradient checks, long-T stability and bad-input errors.
+"""mingru_jax scans (and the internal Givens recurrence and delta rule) against the float64
+NumPy loops of tests/reference.py, independent of the module code; plus jit, vmap and float64
+gradient checks, long-T stability and bad-input errors.
 
 JAX compile time dominates on CPU: every check runs through ``jax.jit`` (one compile per
-shape) with tiny shapes, and XLA's backend optimisation is turned down for the test process.
+shape) with tiny shapes, and XLA's backend optimisation is turned down for the test process
+(tests/conftest.py).
 """
 
 from __future__ import annotations
-
-import os
-
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    # Tiny graphs: compile time, not run time, is the cost. Set before jax initialises.
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
-    ).strip()
 
 import numpy as np
 import pytest
@@ -25,92 +18,15 @@ import jax.numpy as jnp  # noqa: E402
 from jax.test_util import check_grads  # noqa: E402
 
 from mingru_jax import linear_scan, matrix_affine_scan, matrix_scan, parallel_scan_log  # noqa: E402
-from mingru_jax.scans import delta_rule, givens_recurrence  # noqa: E402
-
-# ---------------------------------------------------------------- float64 loop oracles
-
-
-def loop_log(log_a, log_values):
-    h = np.exp(log_values[:, 0])
-    out = []
-    for t in range(log_a.shape[1]):
-        h = np.exp(log_a[:, t]) * h + np.exp(log_values[:, t + 1])
-        out.append(h)
-    return np.stack(out, 1)
-
-
-def loop_linear(a, b):
-    P, Z = np.ones_like(a[:, 0]), np.zeros_like(b[:, 0])
-    Ps, Zs = [], []
-    for t in range(a.shape[1]):
-        P, Z = a[:, t] * P, a[:, t] * Z + b[:, t]
-        Ps.append(P)
-        Zs.append(Z)
-    return np.stack(Ps, 1), np.stack(Zs, 1)
-
-
-def loop_affine(A, Bm):
-    k = A.shape[-1]
-    P = np.broadcast_to(np.eye(k), A[:, 0].shape).copy()
-    Z = np.zeros_like(Bm[:, 0])
-    Ps, Zs = [], []
-    for t in range(A.shape[1]):
-        P, Z = A[:, t] @ P, A[:, t] @ Z + Bm[:, t]
-        Ps.append(P)
-        Zs.append(Z)
-    return np.stack(Ps, 1), np.stack(Zs, 1)
-
-
-def givens_matrix(angles, k):
-    """``G_{R-1} ⋯ G_0`` for one block from ``angles (R, k/2)``, one plane at a time."""
-    M = np.eye(k)
-    for r in range(angles.shape[0]):
-        G = np.eye(k)
-        for m in range(k // 2):
-            i = (r % 2 + 2 * m) % k
-            j = (i + 1) % k
-            c, s = np.cos(angles[r, m]), np.sin(angles[r, m])
-            G[i, i], G[i, j], G[j, i], G[j, j] = c, -s, s, c
-        M = G @ M
-    return M
-
-
-def loop_givens(theta, b, h0, scale=None, log_gamma=None):
-    B, T, n, R, half = theta.shape
-    k = 2 * half
-    h = h0.copy()
-    out = np.zeros((B, T, n, k))
-    for bi in range(B):
-        for t in range(T):
-            for blk in range(n):
-                M = givens_matrix(theta[bi, t, blk], k)
-                if scale is not None:
-                    M = M @ np.diag(scale[bi, t, blk])
-                if log_gamma is not None:
-                    M = np.exp(log_gamma[bi, t, blk]) * M
-                h[bi, blk] = M @ h[bi, blk] + b[bi, t, blk]
-            out[bi, t] = h[bi]
-    return out
-
-
-def loop_delta(q, k, v, beta, log_gamma=None, h0=None):
-    B, T, nh, H, dk = k.shape
-    dv = v.shape[-1]
-    S = np.zeros((B, H, dk, dv)) if h0 is None else h0.copy()
-    out = np.zeros((B, T, H, dv))
-    for bi in range(B):
-        for hh in range(H):
-            St = S[bi, hh]
-            for t in range(T):
-                if log_gamma is not None:
-                    St = np.exp(log_gamma[bi, t, hh]) * St
-                for j in range(nh):
-                    kj = k[bi, t, j, hh]
-                    St = St - beta[bi, t, j, hh] * np.outer(kj, kj @ St - v[bi, t, j, hh])
-                out[bi, t, hh] = St.T @ q[bi, t, hh]
-            S[bi, hh] = St
-    return out, S
-
+from mingru_jax.scans import _delta_rule, _givens_recurrence  # noqa: E402
+from tests.helpers import close  # noqa: E402
+from tests.reference import (  # noqa: E402
+    loop_affine,
+    loop_delta,
+    loop_givens,
+    loop_linear,
+    loop_log,
+)
 
 # ---------------------------------------------------------------- helpers
 
@@ -134,10 +50,6 @@ def delta_inputs(rng, B=2, T=5, nh=2, H=2, dk=3, dv=2):
     )
 
 
-def close(got, want, tol):
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
 # ---------------------------------------------------------------- oracles (float64)
@@ -151,7 +63,7 @@ def test_parallel_scan_log_matches_loop(T):
     log_v[1, 0] = -np.inf  # h_0 = 0 for the second sequence
     with jax.enable_x64(True):
         h = jax.jit(parallel_scan_log)(jnp.asarray(log_a), jnp.asarray(log_v))
-        close(h, loop_log(log_a, log_v), 1e-12)
+        close(h, loop_log(log_a, log_v), 1e-12, elementwise=True)
 
 
 def test_parallel_scan_log_long_float32_accurate():
@@ -178,8 +90,8 @@ def test_linear_scan_matches_loop():
     with jax.enable_x64(True):
         P, Z = jax.jit(linear_scan)(jnp.asarray(a), jnp.asarray(b))
         Pr, Zr = loop_linear(a, b)
-        close(P, Pr, 1e-12)
-        close(Z, Zr, 1e-12)
+        close(P, Pr, 1e-12, elementwise=True)
+        close(Z, Zr, 1e-12, elementwise=True)
 
 
 @pytest.mark.parametrize("k,v", [(3, 2), (2, 1)])
@@ -190,12 +102,12 @@ def test_matrix_affine_scan_matches_loop(k, v):
     with jax.enable_x64(True):
         P, Z = jax.jit(matrix_affine_scan)(jnp.asarray(A), jnp.asarray(Bm))
         Pr, Zr = loop_affine(A, Bm)
-        close(P, Pr, 1e-12)
-        close(Z, Zr, 1e-12)
+        close(P, Pr, 1e-12, elementwise=True)
+        close(Z, Zr, 1e-12, elementwise=True)
         if k == 2 and v == 1:  # matrix_scan is the k = 2, v = 1 case
             P2, Z2 = jax.jit(matrix_scan)(jnp.asarray(A), jnp.asarray(Bm[..., 0]))
-            close(P2, Pr, 1e-12)
-            close(Z2, Zr[..., 0], 1e-12)
+            close(P2, Pr, 1e-12, elementwise=True)
+            close(Z2, Zr[..., 0], 1e-12, elementwise=True)
 
 
 @pytest.mark.parametrize("with_extras", [False, True])
@@ -209,8 +121,8 @@ def test_givens_recurrence_matches_loop(with_extras):
     lg = -rand(rng, B, T, n, lo=0.0, hi=1.0) if with_extras else None
     with jax.enable_x64(True):
         args = [jnp.asarray(x) if x is not None else None for x in (theta, b, h0, scale, lg)]
-        h = jax.jit(givens_recurrence)(*args)
-        close(h, loop_givens(theta, b, h0, scale, lg), 1e-12)
+        h = jax.jit(_givens_recurrence)(*args)
+        close(h, loop_givens(theta, b, h0, scale, lg), 1e-12, elementwise=True)
 
 
 def test_delta_rule_matches_loop_for_every_chunk_size():
@@ -220,9 +132,9 @@ def test_delta_rule_matches_loop_for_every_chunk_size():
     with jax.enable_x64(True):
         args = {key: jnp.asarray(val) for key, val in inp.items()}
         for chunk in (1, 2, 64):  # T = 5: partial last chunk, and one chunk longer than T
-            o, S = jax.jit(delta_rule, static_argnames="chunk_size")(**args, chunk_size=chunk)
-            close(o, o_ref, 1e-11)
-            close(S, S_ref, 1e-11)
+            o, S = jax.jit(_delta_rule, static_argnames="chunk_size")(**args, chunk_size=chunk)
+            close(o, o_ref, 1e-11, elementwise=True)
+            close(S, S_ref, 1e-11, elementwise=True)
 
 
 def test_delta_rule_huge_gap_resets_cleanly():
@@ -231,10 +143,10 @@ def test_delta_rule_huge_gap_resets_cleanly():
     inp = delta_inputs(rng, B=1, T=4)
     inp["log_gamma"][0, 2] = -1e10
     o_ref, S_ref = loop_delta(**inp)
-    o, S = jax.jit(delta_rule)(**{key: jnp.asarray(val, jnp.float32) for key, val in inp.items()})
+    o, S = jax.jit(_delta_rule)(**{key: jnp.asarray(val, jnp.float32) for key, val in inp.items()})
     assert np.isfinite(np.asarray(o)).all()
-    close(o, o_ref, 1e-5)
-    close(S, S_ref, 1e-5)
+    close(o, o_ref, 1e-5, elementwise=True)
+    close(S, S_ref, 1e-5, elementwise=True)
 
 
 # ---------------------------------------------------------------- jit + vmap + grad
@@ -263,7 +175,7 @@ def _vmapped_grad_check(fn, args, oracle, tol=1e-11):
         ref = oracle(*[np.asarray(a[i]) for a in args])
         ref = ref if isinstance(ref, tuple) else (ref,)
         for got, want in zip(outs, ref, strict=True):
-            close(got[i], want, tol)
+            close(got[i], want, tol, elementwise=True)
     check_grads(f, args, order=1, modes=("rev",), atol=1e-6, rtol=1e-6)
 
 
@@ -302,7 +214,7 @@ def test_givens_recurrence_jit_vmap_grad():
             jnp.asarray(rand(rng, 2, 1, 3, 1, 4, lo=-1.0, hi=1.0)),  # scale
             jnp.asarray(-rand(rng, 2, 1, 3, 1, lo=0.0, hi=1.0)),  # log_gamma
         )
-        _vmapped_grad_check(givens_recurrence, args, loop_givens)
+        _vmapped_grad_check(_givens_recurrence, args, loop_givens)
 
 
 def test_delta_rule_jit_vmap_grad():
@@ -310,7 +222,7 @@ def test_delta_rule_jit_vmap_grad():
     inp = delta_inputs(rng, B=1, T=3, nh=2, H=1, dk=2, dv=2)
     with jax.enable_x64(True):
         args = tuple(jnp.asarray(np.stack([val, val * 0.9])) for val in inp.values())
-        fn = lambda q, k, v, beta, lg, h0: delta_rule(q, k, v, beta, lg, h0, chunk_size=2)
+        fn = lambda q, k, v, beta, lg, h0: _delta_rule(q, k, v, beta, lg, h0, chunk_size=2)
         oracle = lambda q, k, v, beta, lg, h0: loop_delta(q, k, v, beta, lg, h0)
         _vmapped_grad_check(fn, args, oracle)
 
@@ -341,10 +253,10 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match=r"M must have shape \(B, T, n, 2, 2\)"):
         matrix_scan(jnp.ones((1, 2, 1, 3, 3)), jnp.ones((1, 2, 1, 3)))
     with pytest.raises(ValueError, match=r"h0 must have shape \(B, n, k\)"):
-        givens_recurrence(jnp.ones((1, 2, 3, 1, 2)), jnp.ones((1, 2, 3, 4)), jnp.ones((1, 3, 2)))
+        _givens_recurrence(jnp.ones((1, 2, 3, 1, 2)), jnp.ones((1, 2, 3, 4)), jnp.ones((1, 3, 2)))
     with pytest.raises(TypeError, match="log_gamma must have the dtype of theta"):
-        givens_recurrence(jnp.ones((1, 2, 3, 1, 2)), jnp.ones((1, 2, 3, 4)), jnp.ones((1, 3, 4)),
+        _givens_recurrence(jnp.ones((1, 2, 3, 1, 2)), jnp.ones((1, 2, 3, 4)), jnp.ones((1, 3, 4)),
                           None, jnp.ones((1, 2, 3), jnp.float16))
     with pytest.raises(ValueError, match="chunk_size"):
-        delta_rule(*[jnp.ones(s) for s in [(1, 2, 1, 2), (1, 2, 1, 1, 2), (1, 2, 1, 1, 2),
+        _delta_rule(*[jnp.ones(s) for s in [(1, 2, 1, 2), (1, 2, 1, 1, 2), (1, 2, 1, 1, 2),
                                             (1, 2, 1, 1)]], chunk_size=0)

@@ -1,12 +1,13 @@
 """Triton kernels of the delta rule (op ``"delta_rule"``, DeltaNet / DeltaProduct).
 
-On CPU the kernels run through Triton's interpreter (conftest sets ``TRITON_INTERPRET=1``);
-on a CUDA machine the same tests run on the GPU. Every case checks the float32 kernel's
-outputs AND the gradients of all inputs against a plain float64 per-token loop written here
-(forward) and float64 autograd through the eager op (backward), with NaN-poisoned output
-and scratch buffers (``mingru._launch.delta_rule._POISON``) so any element a kernel fails to
-write shows up as NaN. The ``gpu`` class adds bfloat16, long sequences, head size 64 and
-``torch.compile(fullgraph=True)``.
+On CPU the kernels run through Triton's interpreter (tests/conftest.py sets
+``TRITON_INTERPRET=1``); on a CUDA machine the same tests run on the GPU. Every case checks the
+float32 kernel's outputs AND the gradients of all inputs against the float64 per-token loop of
+tests/reference.py (forward) and float64 autograd through the eager op (backward), with
+NaN-poisoned output and scratch buffers (tests/kernels/conftest.py) so any element a kernel
+fails to write shows up as NaN. Chunk layouts are forced with
+``switches.forced("delta_rule", micro_chunk=..., blocked=...)``. The ``gpu`` class adds
+bfloat16, long sequences, head size 64 and ``torch.compile(fullgraph=True)``.
 """
 
 from __future__ import annotations
@@ -19,46 +20,27 @@ import torch.nn.functional as F
 
 import mingru
 from mingru._eager.delta_rule import delta_rule_eager
-from mingru.dispatch import call
 from mingru.mixers.delta import DeltaMinGRU
+from mingru.scans import _delta_rule
+from mingru_kernels.launch import switches
+from tests.helpers import rel_err
+from tests.kernels.cases import DEVICE, F64
+from tests.reference import loop_delta
 
-F64 = torch.float64
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 NAMES = ("q", "k", "v", "beta", "log_gamma", "h0")
-
-
-@pytest.fixture(autouse=True)
-def _poison(monkeypatch):
-    from mingru._launch import delta_rule as launcher
-
-    monkeypatch.setattr(launcher, "_POISON", True)
+# Chunk layouts: micro-steps per chunk (16/32/64) and the triangular inverse (rows or blocked).
+LAYOUTS = {
+    "L16": dict(micro_chunk=16),
+    "L32-rows": dict(micro_chunk=32, blocked=False),
+    "L64-blocked": dict(micro_chunk=64, blocked=True),
+    "L64-rows": dict(micro_chunk=64, blocked=False),
+}
 
 
 def _launcher():
     from mingru._launch import delta_rule as launcher
 
     return launcher
-
-
-# --- independent oracle: one token, one micro-step at a time --------------------------------
-
-
-def oracle(q, k, v, beta, log_gamma, h0):
-    """``(o, h_T)`` in float64 straight from the recurrence."""
-    B, T, nh, H, dk = k.shape
-    dv = v.shape[-1]
-    S = torch.zeros(B, H, dk, dv, dtype=F64) if h0 is None else h0.detach().double().clone()
-    outs = []
-    for t in range(T):
-        if log_gamma is not None:
-            S = torch.exp(log_gamma[:, t].detach().double())[..., None, None] * S
-        for j in range(nh):
-            kj = k[:, t, j].detach().double()
-            bj = beta[:, t, j].detach().double()[..., None]
-            err = v[:, t, j].detach().double() - torch.einsum("bhk,bhkv->bhv", kj, S)
-            S = S + (bj * kj)[..., :, None] * err[..., None, :]
-        outs.append(torch.einsum("bhk,bhkv->bhv", q[:, t].detach().double(), S))
-    return torch.stack(outs, dim=1), S
 
 
 def make_inputs(B, T, nh, H, dk, dv, decay=True, h0=True, gaps=False, seed=0):
@@ -76,25 +58,19 @@ def make_inputs(B, T, nh, H, dk, dv, decay=True, h0=True, gaps=False, seed=0):
     return [q, k, v, beta, lg, s0]
 
 
-def rel_err(a, b):
-    return ((a.double().cpu() - b.double().cpu()).abs().max() / b.abs().max().clamp_min(1e-30)).item()
-
-
-def kernel_fwd_bwd(args, dtype, wo, wh, tuning=0):
-    """Outputs and input gradients of ``Σ o·wo + Σ h_T·wh`` on the Triton path."""
+def kernel_fwd_bwd(args, dtype, wo, wh, layout=None):
+    """Outputs and input gradients of ``Σ o·wo + Σ h_T·wh`` on the Triton path, with the chunk
+    ``layout`` forced (``None``: the launcher's own)."""
     xs = [None if a is None else a.to(DEVICE, dtype).requires_grad_(True) for a in args]
-    if tuning:
-        o, h = _launcher()._run(*xs, tuning)
-    else:
-        with mingru.use_backend("triton"):
-            o, h = call("delta_rule", delta_rule_eager, *xs, 5)
-    ((o.double() * wo.to(DEVICE)).sum() + (h.double() * wh.to(DEVICE)).sum()).backward()
+    with mingru.use_backend("triton"), switches.forced("delta_rule", **(layout or {})):
+        o, h = _delta_rule(*xs, chunk_size=5)
+        ((o.double() * wo.to(DEVICE)).sum() + (h.double() * wh.to(DEVICE)).sum()).backward()
     return o, h, [None if x is None else x.grad for x in xs]
 
 
 def reference(args, wo=None, wh=None):
-    """Float64 oracle outputs and float64 autograd gradients through the eager op."""
-    o_ref, h_ref = oracle(*args)
+    """Float64 loop outputs and float64 autograd gradients through the eager op."""
+    o_ref, h_ref = loop_delta(*args)
     wo = torch.randn_like(o_ref) if wo is None else wo
     wh = torch.randn_like(h_ref) if wh is None else wh
     xs = [None if a is None else a.clone().requires_grad_(True) for a in args]
@@ -103,9 +79,9 @@ def reference(args, wo=None, wh=None):
     return o_ref, h_ref, [None if x is None else x.grad for x in xs], wo, wh
 
 
-def check(args, dtype=torch.float32, tol=2e-5, tuning=0):
+def check(args, dtype=torch.float32, tol=2e-5, layout=None):
     o_ref, h_ref, g_ref, wo, wh = reference(args)
-    o, h, grads = kernel_fwd_bwd(args, dtype, wo, wh, tuning)
+    o, h, grads = kernel_fwd_bwd(args, dtype, wo, wh, layout)
     assert o.dtype == dtype and h.dtype == dtype
     assert o.shape == o_ref.shape and h.shape == h_ref.shape
     errs = {"o": rel_err(o, o_ref), "h_T": rel_err(h, h_ref)}
@@ -139,20 +115,20 @@ def test_forward_and_gradients_match_float64(case):
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("tuning", [16, 1032, 2064, 1064], ids=["L16", "L32-blocked", "L64-blocked", "L64-rows"])
-def test_every_chunk_layout(tuning):
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_every_chunk_layout(layout):
     """Internal chunk lengths 16/32/64 micro-steps and both triangular inverses."""
-    check(make_inputs(1, 40, 2, 2, 16, 16, True, True, True, seed=1), tuning=tuning)
+    check(make_inputs(1, 40, 2, 2, 16, 16, True, True, True, seed=1), layout=LAYOUTS[layout])
 
 
 @pytest.mark.interpreter
 def test_matches_eager_backend_and_ignores_chunk_size():
     args = [None if a is None else a.float().to(DEVICE) for a in make_inputs(2, 11, 2, 2, 16, 16)]
     with mingru.use_backend("eager"):
-        o_e, h_e = call("delta_rule", delta_rule_eager, *args, 3)
+        o_e, h_e = _delta_rule(*args, chunk_size=3)
     with mingru.use_backend("triton"):
-        o1, h1 = call("delta_rule", delta_rule_eager, *args, 1)
-        o2, h2 = call("delta_rule", delta_rule_eager, *args, 64)
+        o1, h1 = _delta_rule(*args, chunk_size=1)
+        o2, h2 = _delta_rule(*args, chunk_size=64)
     assert torch.equal(o1, o2) and torch.equal(h1, h2)  # chunk_size is a hint for eager only
     assert rel_err(o1, o_e) <= 1e-5 and rel_err(h1, h_e) <= 1e-5
 
@@ -193,22 +169,24 @@ def test_unsupported_and_bad_calls():
     args = [a.to(DEVICE) for a in make_inputs(1, 3, 1, 2, 16, 16)]  # float64: no kernel
     assert "dtype" in launcher.unsupported_reason(*args)
     with mingru.use_backend("triton"), pytest.raises(RuntimeError, match="dtype"):
-        call("delta_rule", delta_rule_eager, *args, 64)
+        _delta_rule(*args, chunk_size=64)
     f32 = [a.float() for a in args]
     assert launcher.unsupported_reason(*f32) is None and launcher.prefer_over_eager(*f32) in (
         True,
         False,
     )
-    with pytest.raises(ValueError, match="beta"):
-        launcher.run(*f32[:3], f32[3][..., :1], *f32[4:])
-    with pytest.raises(ValueError, match="h0"):
-        launcher.run(*f32[:5], f32[5][:, :, :3])
-    with pytest.raises(ValueError, match="log_gamma"):
-        launcher.unsupported_reason(*f32[:4], f32[4][:, :2], f32[5])
-    with pytest.raises(ValueError, match="chunk_size"):
-        launcher.run(*f32, chunk_size=0)
-    with pytest.raises(TypeError, match="q"):
-        launcher.run(f32[0].long(), *f32[1:])
+    # The one validated entry (mingru.scans._delta_rule) checks every call before dispatch.
+    with mingru.use_backend("triton"):
+        with pytest.raises(ValueError, match="beta"):
+            _delta_rule(*f32[:3], f32[3][..., :1], *f32[4:])
+        with pytest.raises(ValueError, match="h0"):
+            _delta_rule(*f32[:5], f32[5][:, :, :3])
+        with pytest.raises(ValueError, match="log_gamma"):
+            _delta_rule(*f32[:4], f32[4][:, :2], f32[5])
+        with pytest.raises(ValueError, match="chunk_size"):
+            _delta_rule(*f32, chunk_size=0)
+        with pytest.raises(TypeError, match="q"):
+            _delta_rule(f32[0].long(), *f32[1:])
 
 
 @pytest.mark.interpreter
@@ -272,9 +250,10 @@ class TestGPU:
             if g is not None:
                 assert rel_err(g, x.grad) <= tol, name
 
-    @pytest.mark.parametrize("tuning", [16, 1032, 2064])
-    def test_chunk_layouts_head64(self, tuning):
-        check(make_inputs(2, 300, 2, 2, 64, 64, True, True, True), tol=1e-4, tuning=tuning)
+    @pytest.mark.parametrize("layout", ["L16", "L32-rows", "L64-blocked"])
+    def test_chunk_layouts_head64(self, layout):
+        check(make_inputs(2, 300, 2, 2, 64, 64, True, True, True), tol=1e-4,
+              layout=LAYOUTS[layout])
 
     def test_compile_fullgraph_mixer(self):
         torch.manual_seed(0)

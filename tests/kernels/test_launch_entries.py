@@ -1,7 +1,8 @@
 """The launchers' two ways in agree: eager calls go through an ``autograd.Function`` (cheap on
 the host) and ``torch.compile`` traces the ``torch.library`` custom op; both run the same
 forward and backward implementations, so outputs and gradients must be identical, bit for bit.
-On CPU the kernels run through Triton's interpreter (tests/conftest.py)."""
+On CPU the kernels run through Triton's interpreter (tests/conftest.py), with NaN-poisoned
+outputs (tests/kernels/conftest.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ import torch.nn.functional as F
 
 import mingru  # noqa: F401  (registers the dispatch seam)
 from mingru._launch import LAUNCHERS
-
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+from tests.kernels.cases import DEVICE
 
 
 def _t(*shape, positive=False):
@@ -25,13 +25,15 @@ def _cases():
     k = F.normalize(_t(B, T, 2, 2, 16), dim=-1)
     return {
         "linear_scan": ((torch.tanh(_t(B, T, 5)), _t(B, T, 5)), "linear_scan_fwd"),
+        "linear_recurrence": ((torch.tanh(_t(B, T, 5)), _t(B, T, 5), _t(B, 5)),
+                              "linear_recurrence_fwd"),
         "parallel_scan_log": ((-_t(B, T, 5, positive=True), _t(B, T + 1, 5)),
                               "parallel_scan_log_fwd"),
         "matrix_affine_scan": ((0.5 * _t(B, T, 3, 2, 2), _t(B, T, 3, 2, 1)),
-                               "matrix_affine_scan"),
+                               "matrix_affine_scan_fwd"),
         "givens_recurrence": ((0.3 * _t(B, T, 2, 2, 2), _t(B, T, 2, 4), _t(B, 2, 4),
                                torch.tanh(_t(B, T, 2, 4)), -_t(B, T, 2, positive=True)),
-                              "givens_recurrence"),
+                              "givens_recurrence_fwd"),
         "delta_rule": ((_t(B, T, 2, 16), k, _t(B, T, 2, 2, 16),
                         torch.sigmoid(_t(B, T, 2, 2)), -_t(B, T, 2, positive=True),
                         _t(B, 2, 16, 16), 0), "delta_rule_fwd"),

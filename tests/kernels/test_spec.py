@@ -1,4 +1,5 @@
-"""mingru_kernels._spec: the framework-free checks and registry shared by both frontends."""
+"""mingru_kernels._spec and mingru_kernels._seam: the framework-free checks, registry and
+dispatch rules shared by both frontends."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from mingru_kernels import _spec
 
 def test_import_is_framework_free():
     code = (
-        "import sys, mingru_kernels._spec, mingru_kernels._seam\n"
+        "import sys, mingru_kernels._spec, mingru_kernels._seam, mingru_kernels.launch.switches\n"
         "bad = [m for m in ('torch', 'jax', 'flax', 'triton') if m in sys.modules]\n"
         "print(','.join(bad))\n"
     )
@@ -138,14 +139,14 @@ def test_both_dispatch_seams_share_one_rule_set():
     """The mode names and the auto/eager/triton decision exist once, in mingru_kernels._seam."""
     import mingru.dispatch as torch_dispatch
     import mingru_jax.dispatch as jax_dispatch
-    from mingru import _seam
+    from mingru_kernels import _seam
 
     assert torch_dispatch.MODES is jax_dispatch.MODES is _seam.MODES
     assert torch_dispatch.choose_launcher is jax_dispatch.choose_launcher is _seam.choose_launcher
 
 
 def test_choose_launcher_rules():
-    from mingru import _seam
+    from mingru_kernels import _seam
 
     class Fast:
         @staticmethod
@@ -176,7 +177,7 @@ def test_choose_launcher_rules():
 
 
 def test_choose_launcher_triton_off_accelerator_needs_the_interpreter(monkeypatch):
-    from mingru import _seam
+    from mingru_kernels import _seam
 
     def pick():
         return _seam.choose_launcher(

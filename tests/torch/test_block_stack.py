@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from mingru import MinGRUBlock, MinGRUStack
+from tests.helpers import close
 
 F64 = torch.float64
 B, D = 2, 8
@@ -26,12 +27,6 @@ NAMES = [
     pytest.param(name, marks=needs_delta) if name == "delta" else name for name in KWARGS
 ]
 DECAY = {"decay": "learnable", "decay_rate": 0.5, "log1p_delta": True}
-
-
-def close(a, b, tol=1e-10):
-    assert a.shape == b.shape
-    err = (a - b).abs().max().item()
-    assert err <= tol * max(1.0, b.abs().max().item()), err
 
 
 def block(name, seed=0, **kw):

@@ -1,4 +1,5 @@
-"""DeltaMinGRU and the eager delta rule against a plain float64 loop written from the recurrence."""
+"""DeltaMinGRU and the eager delta rule against the float64 loops of tests/reference.py (the
+mixer oracle ``reference.delta`` and the op loop ``reference.loop_delta``)."""
 
 from __future__ import annotations
 
@@ -10,76 +11,11 @@ import torch
 
 from mingru._eager.delta_rule import delta_rule_eager
 from mingru.mixers.delta import DeltaMinGRU
+from tests import reference
+from tests.helpers import close
 
 F64 = torch.float64
-
-
-# --- independent oracle: one token, one micro-step at a time, explicit matrices -------------
-
-
-def oracle_gamma(mixer, delta_t):
-    """γ (B, T, H) from the raw gaps, following SPEC §5.1 independently of the module."""
-    dt = delta_t.reshape(delta_t.shape[0], delta_t.shape[1]).to(F64)
-    dt = torch.where(torch.isnan(dt), torch.zeros_like(dt), dt)
-    dt = torch.where(dt < 0, torch.zeros_like(dt), dt)
-    dt = torch.where(dt > 1e10, torch.full_like(dt, 1e10), dt)  # also +inf
-    if mixer.decay.log1p_delta:
-        dt = torch.log(1 + dt)
-    if mixer.decay.mode == "learnable":
-        rate = torch.log(1 + torch.exp(mixer.decay.rho.detach().to(F64)))  # softplus
-    else:
-        rate = torch.full((mixer.n_heads,), mixer.decay.decay_rate, dtype=F64)
-    return torch.exp(-dt[..., None] * rate)
-
-
-def oracle(mixer, x, h0=None, delta_t=None):
-    """``(y (B,T,hidden), S_T (B,H,d_k,d_v))`` straight from the per-token recurrence."""
-    x = x.detach().to(F64)
-    B, T, _ = x.shape
-    H, dk, dv, nh = mixer.n_heads, mixer.d_k, mixer.d_v, mixer.nh
-
-    def lin(layer, inp):
-        out = inp @ layer.weight.detach().to(F64).T
-        return out if layer.bias is None else out + layer.bias.detach().to(F64)
-
-    gamma = None if delta_t is None else oracle_gamma(mixer, delta_t)
-    S = torch.zeros(B, H, dk, dv, dtype=F64)
-    if h0 is not None:
-        S = h0.detach().to(F64).reshape(B, H, dk, dv).clone()
-    eye = torch.eye(dk, dtype=F64)
-    outs = []
-    for t in range(T):
-        xt = x[:, t]
-        if gamma is not None:
-            S = gamma[:, t, :, None, None] * S
-        for j in range(nh):
-            k = lin(mixer.linear_k[j], xt).reshape(B, H, dk)
-            k = k / torch.sqrt((k * k).sum(-1, keepdim=True)).clamp_min(1e-6)
-            v = lin(mixer.linear_v[j], xt).reshape(B, H, dv)
-            beta = 2.0 / (1.0 + torch.exp(-lin(mixer.linear_beta[j], xt)))
-            b = beta[..., None, None]
-            householder = eye - b * (k[..., :, None] * k[..., None, :])
-            S = householder @ S + b * (k[..., :, None] * v[..., None, :])
-        q = lin(mixer.linear_q, xt).reshape(B, H, dk, 1)
-        o = (S.transpose(-1, -2) @ q).squeeze(-1)  # Sᵀ q
-        outs.append(lin(mixer.out_proj, o.reshape(B, H * dv)))
-    return torch.stack(outs, dim=1), S
-
-
-def oracle_op(q, k, v, beta, log_gamma, h0):
-    """The op's contract, token by token, micro-step by micro-step."""
-    B, T, nh, H, dk = k.shape
-    S = h0.clone()
-    eye = torch.eye(dk, dtype=q.dtype)
-    outs = []
-    for t in range(T):
-        S = torch.exp(log_gamma[:, t])[..., None, None] * S
-        for j in range(nh):
-            kj, vj, bj = k[:, t, j], v[:, t, j], beta[:, t, j][..., None, None]
-            outer_kk = kj[..., :, None] * kj[..., None, :]
-            S = (eye - bj * outer_kk) @ S + bj * kj[..., :, None] * vj[..., None, :]
-        outs.append((S.transpose(-1, -2) @ q[:, t, ..., None]).squeeze(-1))
-    return torch.stack(outs, dim=1), S
+TOL = 1e-11  # float64 against the oracles: max error relative to max(1, largest reference)
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -105,11 +41,6 @@ def op_inputs(B, T, nh, H, dk, dv, dtype=F64):
     return q, k, v, beta, log_gamma, h0
 
 
-def close(a, b, tol=1e-11):
-    err = (a - b).abs().max().item()
-    assert err <= tol * max(1.0, b.abs().max().item()), err
-
-
 # --- forward vs oracle ----------------------------------------------------------------------
 
 
@@ -127,10 +58,10 @@ def test_forward_matches_oracle(nh, decay, T):
     dt = gaps(B, T) if decay else None
     for given in (None, h0):
         y, state = m(x, h_0=given, delta_t=dt, return_state=True)
-        y_ref, S_ref = oracle(m, x, given, dt)
+        y_ref, S_ref = reference.delta(m, x, given, dt)
         assert y.shape == (B, T, 6) and state.shape == (B, 1, m.state_size)
-        close(y, y_ref)
-        close(state, S_ref.reshape(B, 1, -1))  # row-major from (H, d_k, d_v)
+        close(y, y_ref, TOL)
+        close(state, S_ref.reshape(B, 1, -1), TOL)  # row-major from (H, d_k, d_v)
 
 
 def test_explicit_head_sizes_and_no_bias():
@@ -138,9 +69,9 @@ def test_explicit_head_sizes_and_no_bias():
     assert m.out_proj.bias is None and m.state_size == 3 * 2 * 3
     x = torch.randn(2, 5, 4, dtype=F64)
     y, state = m(x, return_state=True)
-    y_ref, S_ref = oracle(m, x)
-    close(y, y_ref)
-    close(state, S_ref.reshape(2, 1, -1))
+    y_ref, S_ref = reference.delta(m, x)
+    close(y, y_ref, TOL)
+    close(state, S_ref.reshape(2, 1, -1), TOL)
 
 
 def test_parameter_names_and_order():
@@ -160,13 +91,13 @@ def test_op_matches_oracle_and_nonunit_keys():
     q, k, v, beta, log_gamma, h0 = args
     k = k * 1.3  # the op itself must not assume unit keys
     o, S = delta_rule_eager(q, k, v, beta, log_gamma, h0, chunk_size=4)
-    o_ref, S_ref = oracle_op(q, k, v, beta, log_gamma, h0)
-    close(o, o_ref)
-    close(S, S_ref)
+    o_ref, S_ref = reference.loop_delta(q, k, v, beta, log_gamma, h0)
+    close(o, o_ref, TOL)
+    close(S, S_ref, TOL)
     o0, S0 = delta_rule_eager(q, k, v, beta, chunk_size=4)
-    o0_ref, S0_ref = oracle_op(q, k, v, beta, torch.zeros_like(log_gamma), torch.zeros_like(h0))
-    close(o0, o0_ref)
-    close(S0, S0_ref)
+    o0_ref, S0_ref = reference.loop_delta(q, k, v, beta, torch.zeros_like(log_gamma), torch.zeros_like(h0))
+    close(o0, o0_ref, TOL)
+    close(S0, S0_ref, TOL)
 
 
 # --- forward vs step ----------------------------------------------------------------------
@@ -199,12 +130,12 @@ def test_chunk_size_never_changes_result(nh):
     x = torch.randn(B, T, 5, dtype=F64)
     h0 = torch.randn(B, 1, m.state_size, dtype=F64)
     dt = gaps(B, T)
-    y_ref, S_ref = oracle(m, x, h0, dt)
+    y_ref, S_ref = reference.delta(m, x, h0, dt)
     for cs in (1, 2, 3, T, T + 5, 64):  # 2 and 3 leave a ragged last chunk
         m.chunk_size = cs
         y, state = m(x, h_0=h0, delta_t=dt, return_state=True)
-        close(y, y_ref)
-        close(state, S_ref.reshape(B, 1, -1))
+        close(y, y_ref, TOL)
+        close(state, S_ref.reshape(B, 1, -1), TOL)
 
 
 def test_chaining_states_matches_one_call():
@@ -225,11 +156,11 @@ def test_chaining_states_matches_one_call():
     y1, s1 = m(x[:, :cut], h_0=h0, delta_t=dt[:, :cut], return_state=True)
     y2, s2 = m(x[:, cut:], h_0=s1, delta_t=dt[:, cut:], return_state=True)
     y12 = torch.cat([y1, y2], dim=1)
-    close(y12, y)
-    close(s2, s)
+    close(y12, y, TOL)
+    close(s2, s, TOL)
     g_split = grads((y12 * w_y).sum() + (s2 * w_s).sum())
     for a, b in zip(g_split, g_full, strict=True):
-        close(a, b)
+        close(a, b, TOL)
 
 
 # --- decay ------------------------------------------------------------------------------
@@ -265,12 +196,12 @@ def test_bad_gaps_are_sanitized_and_finite():
     )
     h0 = torch.randn(B, 1, m.state_size, dtype=F64)
     y, s = m(x, h_0=h0, delta_t=dt, return_state=True)
-    y_ref, S_ref = oracle(m, x, h0, dt)
-    close(y, y_ref)
-    close(s, S_ref.reshape(B, 1, -1))
+    y_ref, S_ref = reference.delta(m, x, h0, dt)
+    close(y, y_ref, TOL)
+    close(s, S_ref.reshape(B, 1, -1), TOL)
     # A gap of 1e10 wipes the state: the rest equals a fresh start at that token.
     y_tail = m(x[:1, 1:], delta_t=dt[:1, 1:])
-    close(y[:1, 1:], y_tail)
+    close(y[:1, 1:], y_tail, TOL)
     # Finite forward and gradients in float32 too (the 1e10 cap must not overflow anything).
     m32 = copy.deepcopy(m).float()
     x32 = x.float().requires_grad_(True)
@@ -287,10 +218,10 @@ def test_huge_log_gamma_in_the_op():
     log_gamma[:, 4, 0] = -math.inf
     for cs in (1, 4, 6):
         o, S = delta_rule_eager(q, k, v, beta, log_gamma, h0, chunk_size=cs)
-        o_ref, S_ref = oracle_op(q, k, v, beta, log_gamma, h0)
+        o_ref, S_ref = reference.loop_delta(q, k, v, beta, log_gamma, h0)
         assert torch.isfinite(o).all() and torch.isfinite(S).all()
-        close(o, o_ref)
-        close(S, S_ref)
+        close(o, o_ref, TOL)
+        close(S, S_ref, TOL)
 
 
 # --- errors -----------------------------------------------------------------------------
@@ -392,7 +323,7 @@ def test_float32_close_to_float64():
 def test_half_inputs_keep_their_dtype(dtype):
     args = op_inputs(1, 5, 2, 2, 4, 4)
     o, S = delta_rule_eager(*(a.to(dtype) for a in args), chunk_size=2)
-    o_ref, S_ref = oracle_op(*args)
+    o_ref, S_ref = reference.loop_delta(*args)
     assert o.dtype == dtype and S.dtype == dtype
     rel = ((o.double() - o_ref).abs().max() / o_ref.abs().max()).item()
     assert rel <= 5e-2, rel

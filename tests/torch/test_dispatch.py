@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -57,11 +58,30 @@ def test_triton_mode_on_cpu_raises_runtime_error_with_reason():
     assert "RuntimeError" in r.stderr and "MINGRU_SCAN=triton" in r.stderr
 
 
+AVAILABLE_WITHOUT_CUDA = """
+import torch
+torch.cuda.is_available = lambda: False  # no CUDA, whatever this machine has
+import mingru
+from mingru import dispatch
+dispatch._status.clear()  # nothing cached from before the patch
+assert mingru.available is dispatch.available
+print(repr(mingru.available()))
+"""
+
+
 def test_available_reports_reason_without_cuda():
-    r = run_py("import mingru; print(repr(mingru.available()))")
+    """Without CUDA, ``available()`` is exactly the reason string; in interpreter mode the
+    Triton path serves on CPU, so it is ``True`` whenever triton imports."""
+    r = run_py(AVAILABLE_WITHOUT_CUDA, CUDA_VISIBLE_DEVICES="")
     assert r.returncode == 0, r.stderr
-    if not torch.cuda.is_available():
-        assert "CUDA not available" in r.stdout
+    assert r.stdout.strip() == repr("CUDA not available")
+
+    r = run_py(AVAILABLE_WITHOUT_CUDA, CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1")
+    assert r.returncode == 0, r.stderr
+    if importlib.util.find_spec("triton") is not None:
+        assert r.stdout.strip() == "True"
+    else:
+        assert r.stdout.strip().startswith("'triton not importable: ")
 
 
 def test_mode_is_read_at_call_time(monkeypatch):

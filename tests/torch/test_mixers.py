@@ -1,19 +1,21 @@
-"""MinGRU, SignedMinGRU, RotationMinGRU and GivensMinGRU against independent float64 oracles
-(tests/oracles.py), plus forward/step agreement, chunking, decay properties and bad input."""
+"""MinGRU, SignedMinGRU, RotationMinGRU and GivensMinGRU against the independent float64
+oracles of tests/reference.py, plus forward/step agreement, chunking, decay properties and
+bad input."""
 
 from __future__ import annotations
 
 import copy
 import math
 
-import oracles
 import pytest
 import torch
 from torch.func import functional_call
 
 from mingru import GivensMinGRU, MinGRU, RotationMinGRU, SignedMinGRU
 from mingru._eager.givens_recurrence import givens_transitions
-from mingru.scans import givens_recurrence
+from mingru.scans import _givens_recurrence
+from tests import reference
+from tests.helpers import close
 
 F64 = torch.float64
 B, IN = 2, 5
@@ -64,12 +66,6 @@ def inputs(m, T: int, seed: int = 2):
     return x, h0, dt
 
 
-def close(a, b, tol=1e-10):
-    assert a.shape == b.shape
-    err = (a - b).abs().max().item()
-    assert err <= tol * max(1.0, b.abs().max().item()), err
-
-
 # ---------------------------------------------------------------- oracle agreement
 
 
@@ -84,14 +80,14 @@ def test_matches_oracle(case, decay, T, given_h0):
     dt = dt if decay != "none" else None
     got = m(x, h0, dt)
     assert got.dtype == F64 and got.shape == (B, T, m.hidden_size)
-    close(got, oracles.oracle_for(m)(m, x, h0, dt))
+    close(got, reference.oracle_for(m)(m, x, h0, dt))
 
 
 def test_mingru_zero_and_default_h0():
     m = make("log")
     x, _, _ = inputs(m, 5)
     zero = torch.zeros(B, 1, 6, dtype=F64)
-    close(m(x, zero), oracles.mingru(m, x, zero))
+    close(m(x, zero), reference.mingru(m, x, zero))
     assert (m(x, zero) > 0).all()
     # The default start is g(0) = 0.5.
     half = torch.full((B, 1, 6), 0.5, dtype=F64)
@@ -167,7 +163,7 @@ def test_givens_transitions_special_orthogonal(k, R):
     close(M @ M.transpose(-1, -2), eye, 1e-12)
     close(torch.linalg.det(M), torch.ones(2, 3, 2, dtype=F64), 1e-12)
     # The eager builder equals the explicit product of full plane-rotation matrices.
-    close(M[1, 2, 0], oracles.givens_matrix(theta[1, 2, 0], k), 1e-12)
+    close(M[1, 2, 0], reference.givens_matrix(theta[1, 2, 0], k), 1e-12)
 
 
 def test_givens_module_transitions_orthogonal():
@@ -366,17 +362,17 @@ def test_mingru_rejects_negative_state():
 
 def test_givens_recurrence_validates():
     theta, b, h0 = torch.randn(2, 3, 2, 1, 2), torch.randn(2, 3, 2, 4), torch.randn(2, 2, 4)
-    assert givens_recurrence(theta, b, h0).shape == (2, 3, 2, 4)
+    assert _givens_recurrence(theta, b, h0).shape == (2, 3, 2, 4)
     with pytest.raises(ValueError, match="b"):
-        givens_recurrence(theta, b[..., :2], h0)
+        _givens_recurrence(theta, b[..., :2], h0)
     with pytest.raises(ValueError, match="h0"):
-        givens_recurrence(theta, b, h0[:1])
+        _givens_recurrence(theta, b, h0[:1])
     with pytest.raises(ValueError, match="scale"):
-        givens_recurrence(theta, b, h0, scale=torch.randn(2, 3, 2, 2))
+        _givens_recurrence(theta, b, h0, scale=torch.randn(2, 3, 2, 2))
     with pytest.raises(ValueError, match="log_gamma"):
-        givens_recurrence(theta, b, h0, log_gamma=torch.randn(2, 3, 1))
+        _givens_recurrence(theta, b, h0, log_gamma=torch.randn(2, 3, 1))
     with pytest.raises(TypeError, match="b"):
-        givens_recurrence(theta, b.double(), h0)
+        _givens_recurrence(theta, b.double(), h0)
 
 
 # ---------------------------------------------------------------- dtypes and gradients

@@ -1,4 +1,4 @@
-"""The four public scans (eager path) against plain sequential float64 loops."""
+"""The four public scans (eager path) against the float64 loops of tests/reference.py."""
 
 from __future__ import annotations
 
@@ -8,38 +8,10 @@ import torch.nn.functional as F
 
 import mingru
 from mingru import linear_scan, matrix_affine_scan, matrix_scan, parallel_scan_log
+from tests.helpers import rel_err
+from tests.reference import loop_affine, loop_linear, loop_log
 
 F64 = torch.float64
-
-
-# --- independent oracles: one step at a time, nothing shared with the library -------------
-
-
-def loop_affine(a, b, h0, step):
-    """Run ``h_t = step(a_t, h_{t-1}) + b_t`` one token at a time; returns stacked states."""
-    h, out = h0, []
-    for t in range(a.shape[1]):
-        h = step(a[:, t], h) + b[:, t]
-        out.append(h)
-    return torch.stack(out, dim=1)
-
-
-def loop_log(log_a, log_values):
-    return loop_affine(log_a.exp(), log_values[:, 1:].exp(), log_values[:, 0].exp(), lambda a, h: a * h)
-
-
-def loop_linear(a, b):
-    Z = loop_affine(a, b, torch.zeros_like(a[:, 0]), lambda a, h: a * h)
-    P = loop_affine(a, torch.zeros_like(b), torch.ones_like(a[:, 0]), lambda a, h: a * h)
-    return P, Z
-
-
-def loop_matrix(A, Bm):
-    k = A.shape[-1]
-    Z = loop_affine(A, Bm, torch.zeros_like(Bm[:, 0]), lambda A, H: A @ H)
-    eye = torch.eye(k, dtype=A.dtype).expand_as(A[:, 0])
-    P = loop_affine(A, torch.zeros_like(A), eye, lambda A, H: A @ H)
-    return P, Z
 
 
 # --- inputs --------------------------------------------------------------------------------
@@ -51,10 +23,6 @@ def log_inputs(B, T, D, dtype=F64):
     log_a = -F.softplus(torch.randn(B, T, D, dtype=dtype) * 2)
     log_values = torch.randn(B, T + 1, D, dtype=dtype)
     return log_a, log_values
-
-
-def rel_err(x, ref):
-    return ((x.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
 
 
 # --- forward vs oracle ------------------------------------------------------------------------
@@ -91,7 +59,7 @@ def test_matrix_affine_scan_matches_loop(T, k, v):
     A = torch.randn(2, T, 3, k, k, dtype=F64) / k**0.5
     Bm = torch.randn(2, T, 3, k, v, dtype=F64)
     P, Z = matrix_affine_scan(A, Bm)
-    P_ref, Z_ref = loop_matrix(A, Bm)
+    P_ref, Z_ref = loop_affine(A, Bm)
     torch.testing.assert_close(P, P_ref, rtol=1e-9, atol=1e-11)
     torch.testing.assert_close(Z, Z_ref, rtol=1e-9, atol=1e-11)
 
@@ -101,7 +69,7 @@ def test_matrix_scan_equals_affine_with_v1(T):
     M = torch.randn(2, T, 4, 2, 2, dtype=F64) * 0.7
     b = torch.randn(2, T, 4, 2, dtype=F64)
     P, Z = matrix_scan(M, b)
-    P_ref, Z_ref = loop_matrix(M, b.unsqueeze(-1))
+    P_ref, Z_ref = loop_affine(M, b.unsqueeze(-1))
     torch.testing.assert_close(P, P_ref, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(Z, Z_ref.squeeze(-1), rtol=1e-10, atol=1e-12)
 
@@ -125,7 +93,7 @@ def test_fp32_within_1e4_of_oracle(T):
     A = torch.linalg.qr(torch.randn(2, T, 3, 4, 4, dtype=F64))[0] * 0.95
     Bm = torch.randn(2, T, 3, 4, 1, dtype=F64)
     P, Z = matrix_affine_scan(A.float(), Bm.float())
-    P_ref, Z_ref = loop_matrix(A, Bm)
+    P_ref, Z_ref = loop_affine(A, Bm)
     assert rel_err(Z, Z_ref) < 1e-4 and rel_err(P, P_ref) < 1e-4
 
 

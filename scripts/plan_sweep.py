@@ -1,0 +1,79 @@
+"""Sweep the elementwise scans' launch plan on a CUDA GPU (a tuning tool, not a test).
+
+For each op and shape, time the forward (and forward+backward) under forced plan choices
+(:func:`mingru_kernels.launch.switches.forced`) with ``triton.testing.do_bench``, and print a
+table sorted by time, so the planner's defaults can be set from measurements.
+
+    python scripts/plan_sweep.py [--ops parallel_scan_log,linear_recurrence] [--bwd]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+import torch
+from triton.testing import do_bench
+
+import mingru
+from mingru_kernels.launch import switches
+
+SHAPES = {"big": (8, 65536, 1536), "16k": (16, 16384, 128)}
+GRID = {
+    "block_t": (32, 64, 128),
+    "block_d": (16, 32, 64),
+    "num_warps": (2, 4, 8),
+}
+
+
+def inputs(op, B, T, D, grad):
+    if op == "parallel_scan_log":
+        xs = (-torch.rand(B, T, D, device="cuda"), torch.randn(B, T + 1, D, device="cuda"))
+    else:
+        xs = (torch.rand(B, T, D, device="cuda"), torch.randn(B, T, D, device="cuda"))
+    return tuple(x.requires_grad_(grad) for x in xs)
+
+
+def time_call(fn, xs, bwd: bool) -> float:
+    def run():
+        if bwd:
+            fn(*xs).sum().backward()
+        else:
+            with torch.no_grad():
+                fn(*xs)
+
+    return do_bench(run, warmup=10, rep=40, return_mode="median")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ops", default="parallel_scan_log,linear_recurrence")
+    parser.add_argument("--shapes", default="big,16k")
+    parser.add_argument("--bwd", action="store_true")
+    args = parser.parse_args()
+    for op, shape in itertools.product(args.ops.split(","), args.shapes.split(",")):
+        B, T, D = SHAPES[shape]
+        xs = inputs(op, B, T, D, args.bwd)
+        fn = getattr(mingru, op)
+        rows = []
+        for bt, bd, nw in itertools.product(*GRID.values()):
+            try:
+                with mingru.use_backend("triton"), switches.forced(
+                        op, block_t=bt, block_d=bd, num_warps=nw):
+                    ms = time_call(fn, xs, args.bwd)
+            except Exception as exc:  # an unsupported combination (registers, shared memory)
+                ms = float("nan")
+                print(f"{op} {shape} {bt} {bd} {nw}: {type(exc).__name__}: {exc}"[:200])
+            rows.append((ms, bt, bd, nw))
+        with mingru.use_backend("triton"):
+            default = time_call(fn, xs, args.bwd)
+        rows.sort()
+        print(json.dumps({"op": op, "shape": shape, "bwd": args.bwd, "default_ms": default,
+                          "best": rows[:6]}), flush=True)
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

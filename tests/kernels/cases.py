@@ -1,0 +1,119 @@
+"""Inputs, forced launch plans and autograd helpers shared by the kernel tests (PyTorch)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import torch.nn.functional as F
+
+import mingru
+from mingru_kernels.launch import switches
+
+F64 = torch.float64
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def grads(fn, inputs, cotangents):
+    """Outputs and input gradients of ``fn`` for the given output cotangents (``None``: that
+    output is unused)."""
+    leaves = [x.detach().clone().requires_grad_() for x in inputs]
+    outs = fn(*leaves)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    pairs = [(o, c) for o, c in zip(outs, cotangents, strict=True) if c is not None]
+    torch.autograd.backward([o for o, _ in pairs], [c for _, c in pairs])
+    return [o.detach() for o in outs], [x.grad for x in leaves]
+
+
+def eager_f64(fn, inputs, cotangents):
+    """:func:`grads` of the eager op in float64 (the GPU tests' reference)."""
+    with mingru.use_backend("eager"):
+        return grads(fn, [x.to(F64) for x in inputs], [c.to(F64) for c in cotangents])
+
+
+def weighted_grads(outputs, weights, inputs):
+    """Gradients of ``Σ_i Σ outputs_i · weights_i`` with respect to ``inputs``."""
+    loss = sum((o * w).sum() for o, w in zip(outputs, weights, strict=True))
+    return torch.autograd.grad(loss, inputs)
+
+
+def leaves(*xs):
+    """Fresh leaf copies that require grad (``None`` stays ``None``)."""
+    return [None if x is None else x.detach().clone().requires_grad_() for x in xs]
+
+
+# --- the elementwise scans (linear_scan, parallel_scan_log) ------------------------------------
+
+
+@contextlib.contextmanager
+def triton_plan(*ops, **plan):
+    """The Triton backend, with the launch plan of each of ``ops`` forced to ``plan``."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mingru.use_backend("triton"))
+        for op in ops:
+            stack.enter_context(switches.forced(op, **plan))
+        yield
+
+
+# Plans forced in the interpreter tests. "walk" uses several tiles along T and several
+# D-blocks; "chunked" several tiles per chunk; "many-chunks" more chunks than one carry tile
+# (BLOCK_N = 16), so the carry pass loops too.
+PLANS = {
+    "walk": dict(strategy="walk", block_t=8, block_d=8),
+    "chunked": dict(strategy="chunked", block_t=4, block_d=16, chunk_len=8),
+    "many-chunks": dict(strategy="chunked", block_t=2, block_d=4, chunk_len=2),
+}
+SHAPES = [(1, 1, 3), (2, 5, 17), (2, 37, 3), (1, 37, 17)]
+CASES = [(p, s) for p in ("walk", "chunked") for s in SHAPES] + [("many-chunks", (1, 37, 3))]
+
+
+def case_id(case):
+    plan, (B, T, D) = case
+    return f"{plan}-B{B}T{T}D{D}"
+
+
+def linear_inputs(B, T, D, dtype=torch.float32, device=DEVICE):
+    a = torch.tanh(torch.randn(B, T, D, dtype=F64) * 1.5)  # signed, some |a| close to 1
+    b = torch.randn(B, T, D, dtype=F64)
+    return a.to(dtype).to(device), b.to(dtype).to(device)
+
+
+def log_inputs(B, T, D, h0="finite", hard=False, dtype=torch.float32, device=DEVICE):
+    """``log a ≤ 0`` like MinGRU's gates; ``hard`` makes products underflow within a few steps."""
+    scale = 20.0 if hard else 2.0
+    log_a = -F.softplus(torch.randn(B, T, D, dtype=F64) * scale)
+    log_values = torch.randn(B, T + 1, D, dtype=F64) * (4.0 if hard else 1.0)
+    if h0 == "-inf":
+        log_values[:, 0] = float("-inf")
+    return log_a.to(dtype).to(device), log_values.to(dtype).to(device)
+
+
+# --- the block scans (matrix_affine_scan, givens_recurrence) -----------------------------------
+
+
+def affine_inputs(B, T, n, k, v, dtype=torch.float32, contraction=0.9):
+    A = (contraction / math.sqrt(k)) * torch.randn(B, T, n, k, k, dtype=F64)
+    Bm = torch.randn(B, T, n, k, v, dtype=F64)
+    return A.to(DEVICE, dtype), Bm.to(DEVICE, dtype)
+
+
+def givens_inputs(B, T, n, k, R, with_scale, with_gamma, dtype=torch.float32):
+    theta = 2.0 * torch.randn(B, T, n, R, k // 2, dtype=F64)
+    b = torch.randn(B, T, n, k, dtype=F64)
+    h0 = torch.randn(B, n, k, dtype=F64)
+    scale = torch.tanh(torch.randn(B, T, n, k, dtype=F64)) if with_scale else None
+    log_gamma = torch.log(0.5 + 0.45 * torch.rand(B, T, n, dtype=F64)) if with_gamma else None
+    return tuple(None if x is None else x.to(DEVICE, dtype) for x in (theta, b, h0, scale, log_gamma))
+
+
+@contextlib.contextmanager
+def segments(seg_len):
+    """Force the segment length of both block-scan launchers (``None``: their own plans)."""
+    if seg_len is None:
+        yield
+        return
+    with switches.forced("matrix_affine_scan", seg_len=seg_len), switches.forced(
+        "givens_recurrence", seg_len=seg_len
+    ):
+        yield

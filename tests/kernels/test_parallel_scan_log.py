@@ -1,0 +1,91 @@
+"""Triton kernels of ``parallel_scan_log`` (what it shares with ``linear_scan`` — the planner,
+compile tracing, half precision — is tested in test_linear_scan.py).
+
+On CPU the kernels run through Triton's interpreter; on a CUDA machine the same tests run on
+the GPU. Every case compares forward AND backward against the eager op and against the float64
+loop of tests/reference.py, under both forced launch strategies, with NaN-poisoned outputs
+and scratch buffers (tests/kernels/conftest.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mingru
+from tests.helpers import rel_err
+from tests.kernels.cases import (
+    CASES,
+    DEVICE,
+    F64,
+    PLANS,
+    case_id,
+    eager_f64,
+    grads,
+    log_inputs,
+    triton_plan,
+)
+from tests.reference import loop_log
+
+pytestmark = pytest.mark.usefixtures("fast_interpreter")
+
+LOG_CASES = [(p, s, h0) for (p, s) in CASES for h0 in ("finite", "-inf")]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize(
+    "case", LOG_CASES, ids=lambda c: f"{case_id(c[:2])}-h0{c[2]}"
+)
+def test_parallel_scan_log_forward_backward(case):
+    plan, (B, T, D), h0 = case
+    la, lv = log_inputs(B, T, D, h0)
+    cot = (torch.randn(B, T, D, device=DEVICE),)
+    with triton_plan("parallel_scan_log", **PLANS[plan]):
+        (h,), (dla, dlv) = grads(mingru.parallel_scan_log, (la, lv), cot)
+    with mingru.use_backend("eager"):
+        (he,), (dlae, dlve) = grads(mingru.parallel_scan_log, (la, lv), cot)
+    (ho,), (dlao, dlvo) = grads(loop_log, (la.to(F64), lv.to(F64)), [cot[0].to(F64)])
+    assert h.dtype == torch.float32 and h.shape == (B, T, D) and (h > 0).all()
+    assert dlv.shape == (B, T + 1, D)
+    if h0 == "-inf":  # h_0 = 0: its log has gradient 0, not NaN
+        assert (dlv[:, 0] == 0).all()
+    for x, eager, oracle in ((h, he, ho), (dla, dlae, dlao), (dlv, dlve, dlvo)):
+        assert rel_err(x, oracle) < 1e-5
+        assert rel_err(x, eager) < 1e-5
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("plan", ["walk", "many-chunks"])
+def test_parallel_scan_log_underflowing_products(plan):
+    """Products of a underflow fp32 within a few steps (Σ log a ≈ -10³): still exact."""
+    B, T, D = 1, 37, 3
+    la, lv = log_inputs(B, T, D, hard=True)
+    assert la.sum(1).min() < -300
+    cot = (torch.randn(B, T, D, device=DEVICE),)
+    with triton_plan("parallel_scan_log", **PLANS[plan]):
+        (h,), (dla, dlv) = grads(mingru.parallel_scan_log, (la, lv), cot)
+    (ho,), (dlao, dlvo) = grads(loop_log, (la.to(F64), lv.to(F64)), [cot[0].to(F64)])
+    # per element: the states span many orders of magnitude
+    assert ((h.double().cpu() - ho.cpu()).abs() / ho.cpu()).max() < 1e-5
+    assert rel_err(dla, dlao) < 1e-5 and rel_err(dlv, dlvo) < 1e-5
+
+
+# --- GPU (H200): long T ------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+class TestGPU:
+    D = 500
+
+    @pytest.mark.parametrize("strategy", [None, "walk"])
+    @pytest.mark.parametrize("h0", ["finite", "-inf"])
+    @pytest.mark.parametrize("T", [1, 63, 1000, 65536, 100_000])
+    def test_log_fp32(self, T, h0, strategy):
+        la, lv = log_inputs(1, T, self.D, h0, device="cuda")
+        cot = (torch.randn_like(la),)
+        with triton_plan("parallel_scan_log",
+                         **({} if strategy is None else {"strategy": strategy})):
+            outs, gs = grads(mingru.parallel_scan_log, (la, lv), cot)
+        ref_outs, ref_gs = eager_f64(mingru.parallel_scan_log, (la, lv), cot)
+        for x, r in zip(outs + gs, ref_outs + ref_gs, strict=True):
+            assert rel_err(x, r) <= 1e-5
