@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from mingru_cli import bench_cases as C
+from mingru_cli import bench_cases
 from mingru_cli._bench_args import add_arguments
 from mingru_cli.bench_plans import Plan, make_plan
 
@@ -147,16 +147,16 @@ def copy_bandwidth(device: str, repeats: int = 5) -> float:
 
 
 def _nbytes(ts: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in C.all_outputs(ts))
+    return sum(t.numel() * t.element_size() for t in bench_cases.all_outputs(ts))
 
 
-def _fwd_bwd(run: Callable[..., Any], xs: C.Tensors, module: torch.nn.Module | None) -> Callable[[], None]:
+def _fwd_bwd(run: Callable[..., Any], xs: bench_cases.Tensors, module: torch.nn.Module | None) -> Callable[[], None]:
     params = list(module.parameters()) if module is not None else []
 
     def call() -> None:
         for t in (*xs, *params):
             t.grad = None
-        outs = C.all_outputs(run(*xs))
+        outs = bench_cases.all_outputs(run(*xs))
         loss = outs[0].float().sum()
         for o in outs[1:]:
             loss = loss + o.float().sum()
@@ -165,7 +165,7 @@ def _fwd_bwd(run: Callable[..., Any], xs: C.Tensors, module: torch.nn.Module | N
     return call
 
 
-def _fwd(run: Callable[..., Any], xs: C.Tensors) -> Callable[[], Any]:
+def _fwd(run: Callable[..., Any], xs: bench_cases.Tensors) -> Callable[[], Any]:
     def call() -> Any:
         with torch.no_grad():
             return run(*xs)
@@ -188,7 +188,7 @@ def _peak_mb(call: Callable[[], Any]) -> float | None:
 
 def _max_diff(a: Any, b: Any) -> float | None:
     try:
-        outs_a, outs_b = C.all_outputs(a), C.all_outputs(b)
+        outs_a, outs_b = bench_cases.all_outputs(a), bench_cases.all_outputs(b)
         return max(float((x.float() - y.float()).abs().max().cpu()) for x, y in zip(outs_a, outs_b, strict=True))
     except Exception:
         return None
@@ -201,7 +201,7 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _run_case(case: C.Case, plan: Plan, bandwidth: float | None) -> list[dict[str, Any]]:
+def _run_case(case: bench_cases.Case, plan: Plan, bandwidth: float | None) -> list[dict[str, Any]]:
     rows = []
     for mode in case.modes:
         ref_out = None
@@ -229,7 +229,7 @@ def _run_case(case: C.Case, plan: Plan, bandwidth: float | None) -> list[dict[st
     return rows
 
 
-def _time_backend(case: C.Case, plan: Plan, mode: str, backend: str, runner: Any,
+def _time_backend(case: bench_cases.Case, plan: Plan, mode: str, backend: str, runner: Any,
                   ref_out: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if backend.startswith("jax"):

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mingru_cli import bench_cases as C
+from mingru_cli import bench_cases
 
 __all__ = ["ALL_BACKENDS", "CASE_NAMES", "GROUPS", "Plan", "make_plan"]
 
@@ -47,13 +47,13 @@ def _delta_case_name(dtype: torch.dtype, nh: int) -> str:
 
 # The case (op) names of each group: what ``--ops`` filters by substring.
 CASE_NAMES: dict[str, tuple[str, ...]] = {
-    "cpu-mixers": C.MIXERS,
-    "cpu-scans": C.SCAN_OPS,
-    "gpu-scans": C.SCAN_OPS,
+    "cpu-mixers": bench_cases.MIXERS,
+    "cpu-scans": bench_cases.SCAN_OPS,
+    "gpu-scans": bench_cases.SCAN_OPS,
     "gpu-huge": ("parallel_scan_log", "linear_scan"),
-    "gpu-fused": C.FUSED_OPS,
+    "gpu-fused": bench_cases.FUSED_OPS,
     "gpu-delta": tuple(_delta_case_name(dt, nh) for dt, nh in DELTA_VARIANTS),
-    "gpu-mixers": C.MIXERS,
+    "gpu-mixers": bench_cases.MIXERS,
     "gpu-memory": (GIVENS_MEMORY_CASE,),
 }
 
@@ -102,7 +102,7 @@ class Plan:
     def wants(self, backend: str) -> bool:
         return backend in self.backends and backend not in self.skip
 
-    def cases(self) -> Iterator[C.Case]:
+    def cases(self) -> Iterator[bench_cases.Case]:
         for group in self.groups:
             yield from getattr(self, "_" + group.replace("-", "_"))()
 
@@ -114,31 +114,31 @@ class Plan:
     # ---- groups
 
     def _scan_case(self, group: str, op: str, B: int, T: int, D: int, modes=("fwd", "fwd+bwd"),
-                   loop_max_t: int = 1 << 30, compile_max_t: int = 1 << 30) -> C.Case:
+                   loop_max_t: int = 1 << 30, compile_max_t: int = 1 << 30) -> bench_cases.Case:
         import mingru
 
-        make = C.scan_inputs(op, B, T, D, self.device, self.dtype)
-        case = C.Case(group, op, f"B{B} T{T} D{D}", make, modes=tuple(modes))
+        make = bench_cases.scan_inputs(op, B, T, D, self.device, self.dtype)
+        case = bench_cases.Case(group, op, f"B{B} T{T} D{D}", make, modes=tuple(modes))
         public = getattr(mingru, op)
         if self.wants("loop"):
             if T <= loop_max_t:
-                case.runners["loop"] = C.LOOPS[op]
+                case.runners["loop"] = bench_cases.LOOPS[op]
             else:
                 case.skip["loop"] = (f"only up to T={loop_max_t} in this group" if loop_max_t
                                      else "not run in this group")
         if self.wants("eager"):
-            case.runners["eager"] = C._with_backend("eager", public)
+            case.runners["eager"] = bench_cases._with_backend("eager", public)
         if self.wants("compile"):
             if T <= compile_max_t:
-                case.runners["compile"] = C.compiled(C._eager_twin(op))
+                case.runners["compile"] = bench_cases.compiled(bench_cases._eager_twin(op))
             else:
                 case.skip["compile"] = (f"only up to T={compile_max_t} in this group (compile time)"
                                         if compile_max_t else "not run in this group")
         if self.wants("triton"):
-            case.runners["triton"] = C._with_backend("triton", public)
+            case.runners["triton"] = bench_cases._with_backend("triton", public)
         if self.wants("jax") or self.wants("jax-triton"):
             try:
-                runners = C.jax_scan_runners(op, make)
+                runners = bench_cases.jax_scan_runners(op, make)
             except Exception as exc:  # record, do not abort the whole benchmark
                 case.skip["jax"] = f"{type(exc).__name__}: {exc}"
                 runners = {}
@@ -146,38 +146,38 @@ class Plan:
                 if self.wants(name):
                     case.runners[name] = runner
         if op == "linear_scan" and self.device == "cuda":
-            for name, runner in C.peer_linear_scan_runners(make).items():
+            for name, runner in bench_cases.peer_linear_scan_runners(make).items():
                 if self.wants(name):
                     case.runners[name] = runner
         self._note_skips(case)
         return case
 
-    def _note_skips(self, case: C.Case) -> None:
+    def _note_skips(self, case: bench_cases.Case) -> None:
         for backend, why in self.skip.items():
             if backend in self.backends and backend not in case.skip:
                 case.skip[backend] = why
 
     def _mixer_case(self, group: str, name: str, B: int, T: int, d: int,
-                    loop: bool = True, compile_: bool = True) -> C.Case:
-        mixer = C.build_mixer(name, d, self.device, self.dtype)
+                    loop: bool = True, compile_: bool = True) -> bench_cases.Case:
+        mixer = bench_cases.build_mixer(name, d, self.device, self.dtype)
 
-        def make(rg: bool) -> C.Tensors:
+        def make(rg: bool) -> bench_cases.Tensors:
             g = torch.Generator().manual_seed(1)
             x = torch.randn(B, T, d, generator=g).to(self.device, self.dtype)
             return (x.requires_grad_(rg),)
 
-        case = C.Case(group, name, f"B{B} T{T} d{d}", make, module=mixer)
+        case = bench_cases.Case(group, name, f"B{B} T{T} d{d}", make, module=mixer)
         if loop and self.wants("loop"):
-            case.runners["loop"] = lambda x: C.loop_mixer(mixer, x)
+            case.runners["loop"] = lambda x: bench_cases.loop_mixer(mixer, x)
         if self.wants("eager"):
-            case.runners["eager"] = C._with_backend("eager", mixer)
+            case.runners["eager"] = bench_cases._with_backend("eager", mixer)
         if compile_ and self.wants("compile"):
-            case.runners["compile"] = C._with_backend("eager", C.compiled(mixer))
+            case.runners["compile"] = bench_cases._with_backend("eager", bench_cases.compiled(mixer))
         if self.wants("triton"):
-            case.runners["triton"] = C._with_backend("triton", mixer)
+            case.runners["triton"] = bench_cases._with_backend("triton", mixer)
         if self.wants("jax") or self.wants("jax-triton"):
             try:
-                runners = C.jax_mixer_runners(name, d, make, self.dtype)
+                runners = bench_cases.jax_mixer_runners(name, d, make, self.dtype)
             except Exception as exc:  # e.g. an older mingru_jax: record, do not abort
                 case.skip["jax"] = f"{type(exc).__name__}: {exc}"
                 runners = {}
@@ -187,79 +187,79 @@ class Plan:
         self._note_skips(case)
         return case
 
-    def _cpu_mixers(self) -> Iterator[C.Case]:
+    def _cpu_mixers(self) -> Iterator[bench_cases.Case]:
         B, T, d = (4, 32, 16) if self.quick else (32, 256, 64)
         for name in filter(self._selected, CASE_NAMES["cpu-mixers"]):
             yield self._mixer_case("cpu-mixers", name, B, T, d)
 
-    def _cpu_scans(self) -> Iterator[C.Case]:
+    def _cpu_scans(self) -> Iterator[bench_cases.Case]:
         B, T, D = (4, 64, 16) if self.quick else (16, 1024, 64)
         for op in filter(self._selected, CASE_NAMES["cpu-scans"]):
             yield self._scan_case("cpu-scans", op, B, T, D)
 
-    def _gpu_scans(self) -> Iterator[C.Case]:
+    def _gpu_scans(self) -> Iterator[bench_cases.Case]:
         shapes = [(128, 64, 64), (16, 1024, 64)] + ([] if self.quick else [(16, 16384, 128)])
         for op in filter(self._selected, CASE_NAMES["gpu-scans"]):
             for B, T, D in shapes:
                 yield self._scan_case("gpu-scans", op, B, T, D, loop_max_t=1024,
                                       compile_max_t=1024)
 
-    def _gpu_huge(self) -> Iterator[C.Case]:
+    def _gpu_huge(self) -> Iterator[bench_cases.Case]:
         B, T, D = (8, 4096, 256) if self.quick else (8, 65536, 1536)
         for op in filter(self._selected, CASE_NAMES["gpu-huge"]):
             yield self._scan_case("gpu-huge", op, B, T, D, modes=("fwd",), loop_max_t=0,
                                   compile_max_t=0)
 
-    def _gpu_fused(self) -> Iterator[C.Case]:
+    def _gpu_fused(self) -> Iterator[bench_cases.Case]:
         B, T, D = 16, 1024, 64
         for op in filter(self._selected, CASE_NAMES["gpu-fused"]):
-            make = C.fused_inputs(op, B, T, D, self.device, self.dtype)
-            case = C.Case("gpu-fused", op, f"B{B} T{T} D{D}", make)
-            public = C.fused_public(op)
+            make = bench_cases.fused_inputs(op, B, T, D, self.device, self.dtype)
+            case = bench_cases.Case("gpu-fused", op, f"B{B} T{T} D{D}", make)
+            public = bench_cases.fused_public(op)
             if self.wants("eager"):
-                case.runners["eager"] = C._with_backend("eager", public)
+                case.runners["eager"] = bench_cases._with_backend("eager", public)
             if self.wants("compile") and not self.quick:
-                case.runners["compile"] = C.compiled(C.fused_eager(op))
+                case.runners["compile"] = bench_cases.compiled(bench_cases.fused_eager(op))
             if self.wants("triton"):
-                case.runners["triton"] = C._with_backend("triton", public)
+                case.runners["triton"] = bench_cases._with_backend("triton", public)
             if op == "delta_rule" and self.wants("fla"):
-                case.runners.update(C.peer_delta_runners(make))
+                case.runners.update(bench_cases.peer_delta_runners(make))
             yield case
 
-    def _gpu_delta(self) -> Iterator[C.Case]:
+    def _gpu_delta(self) -> Iterator[bench_cases.Case]:
         B, H = (8, 4) if self.quick else (128, 4)
-        public = C.fused_public("delta_rule")
+        public = bench_cases.fused_public("delta_rule")
         for dk in (16, 64):
             for T in (64, 256, 1024):
                 for dtype, nh in DELTA_VARIANTS:
                     name = _delta_case_name(dtype, nh)
                     if not self._selected(name):
                         continue
-                    make = C.fused_inputs("delta_rule", B, T, H * dk, self.device, dtype,
+                    make = bench_cases.fused_inputs("delta_rule", B, T, H * dk, self.device, dtype,
                                           heads=H, nh=nh)
-                    case = C.Case("gpu-delta", name, f"B{B} T{T} H{H} d{dk}", make,
-                                  flops=C.delta_rule_flops(B, T, H, nh, dk, dk))
+                    case = bench_cases.Case("gpu-delta", name, f"B{B} T{T} H{H} d{dk}", make,
+                                  flops=bench_cases.delta_rule_flops(B, T, H, nh, dk, dk))
                     if dtype == torch.float32:
                         if self.wants("eager"):
-                            case.runners["eager"] = C._with_backend("eager", public)
+                            case.runners["eager"] = bench_cases._with_backend("eager", public)
                         if self.wants("compile") and T >= 256:
-                            case.runners["compile"] = C.compiled(C.fused_eager("delta_rule"))
+                            case.runners["compile"] = bench_cases.compiled(bench_cases.fused_eager("delta_rule"))
                         elif self.wants("compile"):
                             case.skip["compile"] = "only at T ≥ 256 in this group (the target)"
                     if self.wants("triton"):
-                        case.runners["triton"] = C._with_backend("triton", public)
+                        case.runners["triton"] = bench_cases._with_backend("triton", public)
                     if dtype == torch.bfloat16 and self.wants("fla"):
-                        case.runners.update(C.peer_delta_runners(make))
+                        case.runners.update(bench_cases.peer_delta_runners(make))
                     self._note_skips(case)
                     yield case
 
-    def _gpu_mixers(self) -> Iterator[C.Case]:
+    def _gpu_mixers(self) -> Iterator[bench_cases.Case]:
         B, T, d = (16, 1024, 64) if self.quick else (16, 4096, 256)
         for name in filter(self._selected, CASE_NAMES["gpu-mixers"]):
             yield self._mixer_case("gpu-mixers", name, B, T, d, loop=False,
                                    compile_=not self.quick)
 
-    def _gpu_memory(self) -> Iterator[C.Case]:
+    def _gpu_memory(self) -> Iterator[bench_cases.Case]:
         import mingru
 
         name = GIVENS_MEMORY_CASE
@@ -268,16 +268,16 @@ class Plan:
         torch.manual_seed(0)
         mixer = mingru.GivensMinGRU(64, 64, block_size=8, rounds=3).to(self.device, self.dtype)
 
-        def make(rg: bool) -> C.Tensors:
+        def make(rg: bool) -> bench_cases.Tensors:
             g = torch.Generator().manual_seed(2)
             return (torch.randn(128, 64, 64, generator=g).to(self.device, self.dtype)
                     .requires_grad_(rg),)
 
-        case = C.Case("gpu-memory", name, "B128 T64 d64", make,
+        case = bench_cases.Case("gpu-memory", name, "B128 T64 d64", make,
                       modes=("fwd+bwd",), module=mixer)
         for backend in ("eager", "triton"):
             if self.wants(backend):
-                case.runners[backend] = C._with_backend(backend, mixer)
+                case.runners[backend] = bench_cases._with_backend(backend, mixer)
         yield case
 
 
@@ -302,19 +302,19 @@ def make_plan(device: str, quick: bool = False, dtype: torch.dtype = torch.float
     skip: dict[str, str] = {}
     if quick and not explicit:
         skip["compile"] = "--quick"
-    why = C.triton_status(device)
+    why = bench_cases.triton_status(device)
     if why is None and device == "cpu" and not (explicit and "triton" in backends):
         why = "CPU run (the interpreter is for correctness; ask with --backends ...,triton)"
     if why is not None:
         skip["triton"] = why
-    if (why := C.jax_status()) is not None:
+    if (why := bench_cases.jax_status()) is not None:
         skip["jax"] = skip["jax-triton"] = why
     elif device != "cuda":
         skip["jax-triton"] = "needs CUDA"
     for peer in ("accelerated_scan", "fla"):
         if device != "cuda":
             skip[peer] = "needs CUDA"
-        elif (why := C.peer_status(peer if peer != "fla" else "fla.ops.hgrn")) is not None:
+        elif (why := bench_cases.peer_status(peer if peer != "fla" else "fla.ops.hgrn")) is not None:
             skip[peer] = why
     if device == "cpu":
         default_warm, default_rep = (1, 3) if quick else (2, 7)

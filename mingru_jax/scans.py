@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import jax
 
-from mingru_jax import _validate as V
+from mingru_jax import _validate
 from mingru_jax._eager.delta_rule import delta_rule_eager
 from mingru_jax._eager.givens_recurrence import givens_recurrence_eager
 from mingru_jax._eager.linear_recurrence import linear_recurrence_eager
@@ -48,12 +48,12 @@ def parallel_scan_log(log_coeffs: jax.Array, log_values: jax.Array) -> jax.Array
         >>> h.shape
         (2, 5, 3)
     """
-    log_coeffs = V.float_array(log_coeffs, "log_coeffs", 3, "(B, T, D)")
-    log_values = V.float_array(log_values, "log_values", 3, "(B, T+1, D)")
-    V.same_dtype([("log_coeffs", log_coeffs), ("log_values", log_values)])
-    V.nonempty_time(log_coeffs, "log_coeffs")
+    log_coeffs = _validate.float_array(log_coeffs, "log_coeffs", 3, "(B, T, D)")
+    log_values = _validate.float_array(log_values, "log_values", 3, "(B, T+1, D)")
+    _validate.same_dtype([("log_coeffs", log_coeffs), ("log_values", log_values)])
+    _validate.nonempty_time(log_coeffs, "log_coeffs")
     B, T, D = log_coeffs.shape
-    V.shape_is(log_values, "log_values", (B, T + 1, D), "(B, T+1, D)")
+    _validate.shape_is(log_values, "log_values", (B, T + 1, D), "(B, T+1, D)")
     return call("parallel_scan_log", parallel_scan_log_eager, log_coeffs, log_values)
 
 
@@ -74,11 +74,11 @@ def linear_scan(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
         >>> P, Z = linear_scan(jnp.full((2, 7, 4), -0.5), jnp.ones((2, 7, 4)))
         >>> h = P * jnp.ones((2, 1, 4)) + Z   # h_0 = 1
     """
-    a = V.float_array(a, "a", 3, "(B, T, D)")
-    b = V.float_array(b, "b", 3, "(B, T, D)")
-    V.same_dtype([("a", a), ("b", b)])
-    V.nonempty_time(a, "a")
-    V.shape_is(b, "b", a.shape, "(B, T, D) like a")
+    a = _validate.float_array(a, "a", 3, "(B, T, D)")
+    b = _validate.float_array(b, "b", 3, "(B, T, D)")
+    _validate.same_dtype([("a", a), ("b", b)])
+    _validate.nonempty_time(a, "a")
+    _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
     return call("linear_scan", linear_scan_eager, a, b)
 
 
@@ -115,16 +115,16 @@ def linear_recurrence(
         >>> bool(jnp.allclose(jnp.concatenate([h, h2], 1), linear_recurrence(a, b), atol=1e-6))
         True
     """
-    a = V.float_array(a, "a", 3, "(B, T, D)")
-    b = V.float_array(b, "b", 3, "(B, T, D)")
+    a = _validate.float_array(a, "a", 3, "(B, T, D)")
+    b = _validate.float_array(b, "b", 3, "(B, T, D)")
     named = [("a", a), ("b", b)]
-    V.nonempty_time(a, "a")
-    V.shape_is(b, "b", a.shape, "(B, T, D) like a")
+    _validate.nonempty_time(a, "a")
+    _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
     if initial_state is not None:
-        initial_state = V.float_array(initial_state, "initial_state", 2, "(B, D)")
-        V.shape_is(initial_state, "initial_state", (a.shape[0], a.shape[2]), "(B, D)")
+        initial_state = _validate.float_array(initial_state, "initial_state", 2, "(B, D)")
+        _validate.shape_is(initial_state, "initial_state", (a.shape[0], a.shape[2]), "(B, D)")
         named.append(("initial_state", initial_state))
-    V.same_dtype(named)
+    _validate.same_dtype(named)
     return call("linear_recurrence", linear_recurrence_eager, a, b, initial_state,
                 bool(return_final_state))
 
@@ -148,10 +148,10 @@ def matrix_affine_scan(A: jax.Array, Bm: jax.Array) -> tuple[jax.Array, jax.Arra
         >>> Z.shape
         (1, 9, 3, 4, 2)
     """
-    A = V.float_array(A, "A", 5, "(B, T, n, k, k)")
-    Bm = V.float_array(Bm, "Bm", 5, "(B, T, n, k, v)")
-    V.same_dtype([("A", A), ("Bm", Bm)])
-    V.nonempty_time(A, "A")
+    A = _validate.float_array(A, "A", 5, "(B, T, n, k, k)")
+    Bm = _validate.float_array(Bm, "Bm", 5, "(B, T, n, k, v)")
+    _validate.same_dtype([("A", A), ("Bm", Bm)])
+    _validate.nonempty_time(A, "A")
     B, T, n, k, k2 = A.shape
     if k != k2 or k < 1:
         raise ValueError(f"A must have square blocks (B, T, n, k, k); got {tuple(A.shape)}")
@@ -182,13 +182,13 @@ def matrix_scan(M: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
         >>> P.shape, Z.shape
         ((2, 5, 3, 2, 2), (2, 5, 3, 2))
     """
-    M = V.float_array(M, "M", 5, "(B, T, n, 2, 2)")
-    b = V.float_array(b, "b", 4, "(B, T, n, 2)")
-    V.same_dtype([("M", M), ("b", b)])
-    V.nonempty_time(M, "M")
+    M = _validate.float_array(M, "M", 5, "(B, T, n, 2, 2)")
+    b = _validate.float_array(b, "b", 4, "(B, T, n, 2)")
+    _validate.same_dtype([("M", M), ("b", b)])
+    _validate.nonempty_time(M, "M")
     if tuple(M.shape[3:]) != (2, 2):
         raise ValueError(f"M must have shape (B, T, n, 2, 2); got {tuple(M.shape)}")
-    V.shape_is(b, "b", M.shape[:4], "(B, T, n, 2)")
+    _validate.shape_is(b, "b", M.shape[:4], "(B, T, n, 2)")
     P, Z = matrix_affine_scan(M, b[..., None])
     return P, Z[..., 0]
 
@@ -207,28 +207,28 @@ def _givens_recurrence(
     or ``None``, ``log_gamma (B, T, n)`` or ``None``, all one float dtype; returns
     ``h (B, T, n, k)``. See ``mingru_jax._eager.givens_recurrence``.
     """
-    theta = V.float_array(theta, "theta", 5, "(B, T, n, R, k/2)")
-    b = V.float_array(b, "b", 4, "(B, T, n, k)")
-    h0 = V.float_array(h0, "h0", 3, "(B, n, k)")
+    theta = _validate.float_array(theta, "theta", 5, "(B, T, n, R, k/2)")
+    b = _validate.float_array(b, "b", 4, "(B, T, n, k)")
+    h0 = _validate.float_array(h0, "h0", 3, "(B, n, k)")
     named = [("theta", theta), ("b", b), ("h0", h0)]
-    V.nonempty_time(theta, "theta")
+    _validate.nonempty_time(theta, "theta")
     B, T, n, R, half = theta.shape
     if R < 1 or half < 1:
         raise ValueError(
             f"theta must have shape (B, T, n, R, k/2) with R ≥ 1, k ≥ 2; got {tuple(theta.shape)}"
         )
     k = 2 * half
-    V.shape_is(b, "b", (B, T, n, k), "(B, T, n, k)")
-    V.shape_is(h0, "h0", (B, n, k), "(B, n, k)")
+    _validate.shape_is(b, "b", (B, T, n, k), "(B, T, n, k)")
+    _validate.shape_is(h0, "h0", (B, n, k), "(B, n, k)")
     if scale is not None:
-        scale = V.float_array(scale, "scale", 4, "(B, T, n, k)")
-        V.shape_is(scale, "scale", (B, T, n, k), "(B, T, n, k)")
+        scale = _validate.float_array(scale, "scale", 4, "(B, T, n, k)")
+        _validate.shape_is(scale, "scale", (B, T, n, k), "(B, T, n, k)")
         named.append(("scale", scale))
     if log_gamma is not None:
-        log_gamma = V.float_array(log_gamma, "log_gamma", 3, "(B, T, n)")
-        V.shape_is(log_gamma, "log_gamma", (B, T, n), "(B, T, n)")
+        log_gamma = _validate.float_array(log_gamma, "log_gamma", 3, "(B, T, n)")
+        _validate.shape_is(log_gamma, "log_gamma", (B, T, n), "(B, T, n)")
         named.append(("log_gamma", log_gamma))
-    V.same_dtype(named)
+    _validate.same_dtype(named)
     return call("givens_recurrence", givens_recurrence_eager, theta, b, h0, scale, log_gamma)
 
 
@@ -251,7 +251,7 @@ def _delta_rule(
     named = [("q", q), ("k", k), ("v", v), ("beta", beta)]
     named += [(n, t) for n, t in (("log_gamma", log_gamma), ("h0", h0)) if t is not None]
     for name, t in named:
-        V.floating(t, f"delta_rule: {name}")
+        _validate.floating(t, f"delta_rule: {name}")
     positive_int(chunk_size, "chunk_size")
     check_delta_rule_shapes(q, k, v, beta, log_gamma, h0)
     return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mingru import _validate as V
+from mingru import _validate
 from mingru_kernels._spec import DECAY_MODES as DECAY_MODES
 from mingru_kernels._spec import MAX_GAP, check_decay, inverse_softplus
 
@@ -118,7 +118,7 @@ def check_sequence(
 ) -> torch.Tensor:
     """``x`` must be a floating ``(B, T, input_size)`` tensor with ``T ≥ 1`` (and of
     ``module``'s dtype, see :func:`check_input_dtype`)."""
-    V.float_tensor(x, name, 3, f"(B, T, {input_size})")
+    _validate.float_tensor(x, name, 3, f"(B, T, {input_size})")
     if x.shape[-1] != input_size or x.shape[1] < 1 or x.shape[0] < 1:
         raise ValueError(f"{name} must have shape (B, T, {input_size}) with B, T ≥ 1; got {tuple(x.shape)}")
     if module is not None:
@@ -130,7 +130,7 @@ def check_token(
     x: object, input_size: int, name: str = "x_t", module: nn.Module | None = None
 ) -> torch.Tensor:
     """``x_t`` must be a floating ``(B, input_size)`` tensor (of ``module``'s dtype)."""
-    V.float_tensor(x, name, 2, f"(B, {input_size})")
+    _validate.float_tensor(x, name, 2, f"(B, {input_size})")
     if x.shape[-1] != input_size:
         raise ValueError(f"{name} must have shape (B, {input_size}); got {tuple(x.shape)}")
     if module is not None:
@@ -165,7 +165,7 @@ def check_state(
     """A state: ``(B, 1, size)`` for ``forward`` (``sequence=True``) or ``(B, size)`` for ``step``."""
     shape = (batch, 1, size) if sequence else (batch, size)
     txt = f"(B, 1, {size})" if sequence else f"(B, {size})"
-    V.float_tensor(h, name, len(shape), txt)
+    _validate.float_tensor(h, name, len(shape), txt)
     if tuple(h.shape) != shape:
         raise ValueError(f"{name} must have shape {txt} = {shape}; got {tuple(h.shape)}")
     if h.device != like.device:

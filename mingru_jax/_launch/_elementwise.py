@@ -11,7 +11,7 @@ import jax
 import triton
 import triton.language as tl
 
-from mingru_jax._launch import _common as U
+from mingru_jax._launch import _common as common
 from mingru_kernels import _scan_common as scan_common
 from mingru_kernels.launch import _elementwise as meta
 from mingru_kernels.launch import switches
@@ -23,7 +23,7 @@ def plan(op: str, x: jax.Array, tiles: dict | None = None) -> dict:
     """The plan of the elementwise scan ``op`` for ``x (B, T, D)``: the op's measured
     ``tiles`` (forward only), forced choices honoured."""
     B, T, D = x.shape
-    return meta.plan(B, T, D, n_sm=U.sm_count(), **{**(tiles or {}),
+    return meta.plan(B, T, D, n_sm=common.sm_count(), **{**(tiles or {}),
                                                     **switches.plan_choices(op)})
 
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import triton
 import triton.language as tl
 
-from mingru_jax._launch import _common as U
+from mingru_jax._launch import _common as common
 from mingru_kernels import delta_rule as kernels
 from mingru_kernels.launch import delta_rule as meta
 from mingru_kernels.launch import switches
@@ -32,7 +32,7 @@ def unsupported_reason(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64) ->
     """Why the kernels cannot run this (validated) call, or ``None``."""
     for name, x in (("q", q), ("k", k), ("v", v), ("beta", beta), ("log_gamma", log_gamma),
                     ("h0", h0)):
-        if x is not None and (why := U.unsupported_dtype_or_device(x)) is not None:
+        if x is not None and (why := common.unsupported_dtype_or_device(x)) is not None:
             return f"{name}: {why}"
     return meta.unsupported_size(*k.shape, v.shape[-1])
 
@@ -118,17 +118,17 @@ def _launch_forward(q, k, v, beta, log_gamma, h0):
     shp = meta.scratch_shapes(BH, T, cfg)
     lg = q if log_gamma is None else log_gamma  # placeholders, never read
     h0_in = q if h0 is None else h0
-    M, N, qeff, ou = U.launch(
+    M, N, qeff, ou = common.launch(
         _fwd_prep, meta.grid_chunks(T, BH, cfg), (q, k, v, beta, lg),
-        tuple(U.f32(shp[n]) for n in ("M", "N", "Qeff", "Ou")), (T, H, dk, dv, nc),
+        tuple(common.f32(shp[n]) for n in ("M", "N", "Qeff", "Ou")), (T, H, dk, dv, nc),
         **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=log_gamma is not None),
     )
-    states, h_T = U.launch(
+    states, h_T = common.launch(
         _fwd_state, meta.grid_state(BH, cfg), (h0_in, M, N),
-        (U.f32(shp["states"]), jax.ShapeDtypeStruct((B, H, dk, dv), q.dtype)), (dk, dv, nc),
+        (common.f32(shp["states"]), jax.ShapeDtypeStruct((B, H, dk, dv), q.dtype)), (dk, dv, nc),
         **meta.launch_kwargs(cfg, "fwd_state", HAS_H0=h0 is not None),
     )
-    (o,) = U.launch(
+    (o,) = common.launch(
         _fwd_out, meta.grid_chunks(T, BH, cfg), (qeff, ou, states),
         (jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),), (T, H, dv, nc),
         **meta.launch_kwargs(cfg, "fwd_out"),
@@ -141,17 +141,17 @@ def _launch_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T):
     dv = v.shape[-1]
     cfg = _config(q, k, v)
     BH, nc = B * H, meta.n_chunks(T, cfg)
-    dummy = U.f32((1,))
-    dstates, dh0 = U.launch(
+    dummy = common.f32((1,))
+    dstates, dh0 = common.launch(
         _bwd_state, meta.grid_state(BH, cfg), (q if dh_T is None else dh_T, do, M, qeff),
-        (U.f32(states.shape), dummy if h0 is None else U.like(h0)), (T, H, dk, dv, nc),
+        (common.f32(states.shape), dummy if h0 is None else common.like(h0)), (T, H, dk, dv, nc),
         **meta.launch_kwargs(cfg, "bwd_state", HAS_DHT=dh_T is not None, HAS_H0=h0 is not None),
     )
     lg = q if log_gamma is None else log_gamma
-    dq, dk_, dv_, dbeta, dlg = U.launch(
+    dq, dk_, dv_, dbeta, dlg = common.launch(
         _bwd_grads, meta.grid_chunks(T, BH, cfg), (q, k, v, beta, lg, states, dstates, do),
-        (U.like(q), U.like(k), U.like(v), U.like(beta),
-         dummy if log_gamma is None else U.like(log_gamma)), (T, H, dk, dv, nc),
+        (common.like(q), common.like(k), common.like(v), common.like(beta),
+         dummy if log_gamma is None else common.like(log_gamma)), (T, H, dk, dv, nc),
         **meta.launch_kwargs(cfg, "bwd_grads", HAS_DECAY=log_gamma is not None),
     )
     return dq, dk_, dv_, dbeta, dlg, dh0
@@ -160,10 +160,10 @@ def _launch_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T):
 # ----------------------------------------------------------------------------- custom_vjp
 
 
-_forward = U.batched(_launch_forward)
+_forward = common.batched(_launch_forward)
 
 
-@U.batched
+@common.batched
 def _backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T):
     dq, dk, dv, dbeta, dlg, dh0 = _launch_backward(q, k, v, beta, log_gamma, h0, states, M, qeff,
                                                    do, dh_T)

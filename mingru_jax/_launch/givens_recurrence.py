@@ -13,7 +13,7 @@ import jax
 import triton
 import triton.language as tl
 
-from mingru_jax._launch import _common as U
+from mingru_jax._launch import _common as common
 from mingru_kernels.givens_recurrence import (
     givens_recurrence_bwd_kernel,
     givens_recurrence_fwd_kernel,
@@ -29,7 +29,7 @@ def unsupported_reason(theta, b, h0, scale=None, log_gamma=None) -> str | None:
     k = b.shape[-1]
     if k not in meta.SUPPORTED_K:
         return f"k={k} not in {{2, 4, 8, 16}}"
-    return U.unsupported_dtype_or_device(theta)
+    return common.unsupported_dtype_or_device(theta)
 
 
 def prefer_over_eager(*args, **kwargs) -> bool:
@@ -100,14 +100,14 @@ def _launch_forward(theta, b, h0, scale, log_gamma):
     g = b if log_gamma is None else log_gamma
     m, c = b, b  # unread when nseg == 1
     if nseg > 1:
-        m, c = U.launch(
+        m, c = common.launch(
             _fwd_adapter, (cdiv(npair, cfg["LP_COMP"]), nseg), (theta, b, s, g, h0, b, b),
-            (U.f32((npair, nseg, k, k)), U.f32((npair, nseg, k))), dims,
+            (common.f32((npair, nseg, k, k)), common.f32((npair, nseg, k))), dims,
             LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **consts,
         )
-    h, _ = U.launch(
+    h, _ = common.launch(
         _fwd_adapter, (cdiv(npair, cfg["LP"]), nseg), (theta, b, s, g, h0, m, c),
-        (U.like(b), U.f32((1,))), dims,
+        (common.like(b), common.f32((1,))), dims,
         LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
     )
     return (h,)
@@ -122,16 +122,16 @@ def _launch_backward(theta, h0, scale, log_gamma, h, dh):
     ins = (theta, s, g, h, h0, dh)
     m, c = h, h
     if nseg > 1:
-        m, c = U.launch(
+        m, c = common.launch(
             _bwd_adapter, (cdiv(npair, cfg["LP_COMP"]), nseg), (*ins, h, h),
-            (U.f32((npair, nseg, k, k)), U.f32((npair, nseg, k)),
-             U.f32((1,)), U.f32((1,)), U.f32((1,))), dims,
+            (common.f32((npair, nseg, k, k)), common.f32((npair, nseg, k)),
+             common.f32((1,)), common.f32((1,)), common.f32((1,))), dims,
             LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **consts,
         )[:2]
-    dummy = U.f32((1,))
-    outs = (U.like(theta), U.like(h), dummy if scale is None else U.like(scale),
-            dummy if log_gamma is None else U.like(log_gamma), U.like(h0))
-    dth, db, ds, dg, dh0 = U.launch(
+    dummy = common.f32((1,))
+    outs = (common.like(theta), common.like(h), dummy if scale is None else common.like(scale),
+            dummy if log_gamma is None else common.like(log_gamma), common.like(h0))
+    dth, db, ds, dg, dh0 = common.launch(
         _bwd_adapter, (cdiv(npair, cfg["LP"]), nseg), (*ins, m, c), outs, dims,
         LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
     )
@@ -145,10 +145,10 @@ def _present(*xs):
     return tuple(x for x in xs if x is not None)
 
 
-_forward = U.batched(_launch_forward)
+_forward = common.batched(_launch_forward)
 
 
-@U.batched
+@common.batched
 def _backward(theta, h0, scale, log_gamma, h, dh):
     dth, db, dh0, ds, dg = _launch_backward(theta, h0, scale, log_gamma, h, dh)
     # Only present inputs get a gradient; the batch rule needs a leading B on every output.

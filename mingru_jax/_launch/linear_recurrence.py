@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import triton
 import triton.language as tl
 
-from mingru_jax._launch import _common as U
+from mingru_jax._launch import _common as common
 from mingru_jax._launch import _elementwise as elementwise
 from mingru_kernels import _scan_common as scan_common
 from mingru_kernels import linear_recurrence as kernels
@@ -25,7 +25,7 @@ __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
 def unsupported_reason(a, b, initial_state=None, return_final_state=False) -> str | None:
     """Why the kernel cannot run this call, or ``None``."""
-    return U.unsupported_dtype_or_device(a)
+    return common.unsupported_dtype_or_device(a)
 
 
 def prefer_over_eager(*args, **kwargs) -> bool:
@@ -82,18 +82,18 @@ def _launch_forward(a, b, h0):
     B, T, D = a.shape
     cfg = elementwise.plan("linear_recurrence", a, meta.TILES)
     grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
-    outs = (U.like(a), U.like(h0))
+    outs = (common.like(a), common.like(h0))
     if cfg["strategy"] == "walk":
-        return U.launch(_fwd_adapter, grid, (a, b, h0, a, a), outs, dims, MODE=meta.WALK, **kw)
-    s = U.f32((B, int(cfg["n_chunks"]), D))
-    sa, sb = U.launch(_fwd_adapter, grid, (a, b, h0, a, a), (s, s), dims,
+        return common.launch(_fwd_adapter, grid, (a, b, h0, a, a), outs, dims, MODE=meta.WALK, **kw)
+    s = common.f32((B, int(cfg["n_chunks"]), D))
+    sa, sb = common.launch(_fwd_adapter, grid, (a, b, h0, a, a), (s, s), dims,
                       MODE=meta.SUMMARY, **kw)
-    ca, cb, _ = U.launch(
+    ca, cb, _ = common.launch(
         elementwise.carry_adapter, meta.carry_grid(cfg, B), (sa, sb, sb),
-        (s, s, U.f32((1,))), (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
+        (s, s, common.f32((1,))), (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
         REVERSE=False, STORE_A=True, HAS_Y=False, **meta.carry_kwargs(cfg),
     )
-    return U.launch(_fwd_adapter, grid, (a, b, h0, ca, cb), outs, dims, MODE=meta.APPLY, **kw)
+    return common.launch(_fwd_adapter, grid, (a, b, h0, ca, cb), outs, dims, MODE=meta.APPLY, **kw)
 
 
 def _launch_backward(a, h, h0, dh, dh_T):
@@ -101,25 +101,25 @@ def _launch_backward(a, h, h0, dh, dh_T):
     cfg = elementwise.plan("linear_recurrence", a)
     grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     ins = (a, h, h0, dh, dh_T)
-    outs = (U.like(a), U.like(a), U.like(h0))
+    outs = (common.like(a), common.like(a), common.like(h0))
     if cfg["strategy"] == "walk":
-        return U.launch(_bwd_adapter, grid, (*ins, a, a), outs, dims, MODE=meta.WALK, **kw)
-    s = U.f32((B, int(cfg["n_chunks"]), D))
-    sc, sg, _ = U.launch(_bwd_adapter, grid, (*ins, a, a), (s, s, U.f32((1,))), dims,
+        return common.launch(_bwd_adapter, grid, (*ins, a, a), outs, dims, MODE=meta.WALK, **kw)
+    s = common.f32((B, int(cfg["n_chunks"]), D))
+    sc, sg, _ = common.launch(_bwd_adapter, grid, (*ins, a, a), (s, s, common.f32((1,))), dims,
                          MODE=meta.SUMMARY, **kw)
-    _, cg, _ = U.launch(
+    _, cg, _ = common.launch(
         elementwise.carry_adapter, meta.carry_grid(cfg, B), (sc, sg, sg),
-        (U.f32((1,)), s, U.f32((1,))), (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
+        (common.f32((1,)), s, common.f32((1,))), (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
         REVERSE=True, STORE_A=False, HAS_Y=False, **meta.carry_kwargs(cfg),
     )
-    return U.launch(_bwd_adapter, grid, (*ins, sc, cg), outs, dims, MODE=meta.APPLY, **kw)
+    return common.launch(_bwd_adapter, grid, (*ins, sc, cg), outs, dims, MODE=meta.APPLY, **kw)
 
 
 # ----------------------------------------------------------------------------- custom_vjp
 
 
-_forward = U.batched(_launch_forward)
-_backward = U.batched(_launch_backward)
+_forward = common.batched(_launch_forward)
+_backward = common.batched(_launch_backward)
 
 
 @jax.custom_vjp

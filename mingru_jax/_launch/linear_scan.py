@@ -12,7 +12,7 @@ import jax
 import triton
 import triton.language as tl
 
-from mingru_jax._launch import _common as U
+from mingru_jax._launch import _common as common
 from mingru_jax._launch import _elementwise as elementwise
 from mingru_kernels import _scan_common as scan_common
 from mingru_kernels import linear_scan as kernels
@@ -23,7 +23,7 @@ __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
 def unsupported_reason(a: jax.Array, b: jax.Array) -> str | None:
     """Why the kernel cannot run ``linear_scan(a, b)``, or ``None``."""
-    return U.unsupported_dtype_or_device(a)
+    return common.unsupported_dtype_or_device(a)
 
 
 def prefer_over_eager(a: jax.Array, b: jax.Array) -> bool:
@@ -76,17 +76,17 @@ def _launch_forward(a, b):
     B, T, D = a.shape
     cfg = elementwise.plan("linear_scan", a)
     grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
-    outs = (U.like(a), U.like(a))
+    outs = (common.like(a), common.like(a))
     if cfg["strategy"] == "walk":
-        return U.launch(_fwd_adapter, grid, (a, b, a, b), outs, dims, MODE=meta.WALK, **kw)
-    s = U.f32((B, int(cfg["n_chunks"]), D))
-    sa, sb = U.launch(_fwd_adapter, grid, (a, b, a, b), (s, s), dims, MODE=meta.SUMMARY, **kw)
-    ca, cb, _ = U.launch(
+        return common.launch(_fwd_adapter, grid, (a, b, a, b), outs, dims, MODE=meta.WALK, **kw)
+    s = common.f32((B, int(cfg["n_chunks"]), D))
+    sa, sb = common.launch(_fwd_adapter, grid, (a, b, a, b), (s, s), dims, MODE=meta.SUMMARY, **kw)
+    ca, cb, _ = common.launch(
         elementwise.carry_adapter, meta.carry_grid(cfg, B), (sa, sb, sb),
-        (s, s, U.f32((1,))), (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
+        (s, s, common.f32((1,))), (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
         REVERSE=False, STORE_A=True, HAS_Y=False, **meta.carry_kwargs(cfg),
     )
-    return U.launch(_fwd_adapter, grid, (a, b, ca, cb), outs, dims, MODE=meta.APPLY, **kw)
+    return common.launch(_fwd_adapter, grid, (a, b, ca, cb), outs, dims, MODE=meta.APPLY, **kw)
 
 
 def _launch_backward(a, P, Z, dP, dZ):
@@ -94,20 +94,20 @@ def _launch_backward(a, P, Z, dP, dZ):
     cfg = elementwise.plan("linear_scan", a)
     grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     ins = (a, P, Z, dP, dZ)
-    outs = (U.like(a), U.like(a), U.f32((1,)))
+    outs = (common.like(a), common.like(a), common.f32((1,)))
     if cfg["strategy"] == "walk":
-        da, db, _ = U.launch(_bwd_adapter, grid, (*ins, a, a, a), outs, dims,
+        da, db, _ = common.launch(_bwd_adapter, grid, (*ins, a, a, a), outs, dims,
                                MODE=meta.WALK, HAS_DP=True, **kw)
         return da, db
-    s = U.f32((B, int(cfg["n_chunks"]), D))
-    sc, sg, sgp = U.launch(_bwd_adapter, grid, (*ins, a, a, a), (s, s, s), dims,
+    s = common.f32((B, int(cfg["n_chunks"]), D))
+    sc, sg, sgp = common.launch(_bwd_adapter, grid, (*ins, a, a, a), (s, s, s), dims,
                              MODE=meta.SUMMARY, HAS_DP=True, **kw)
-    _, cg, cgp = U.launch(
+    _, cg, cgp = common.launch(
         elementwise.carry_adapter, meta.carry_grid(cfg, B), (sc, sg, sgp),
-        (U.f32((1,)), s, s), (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
+        (common.f32((1,)), s, s), (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
         REVERSE=True, STORE_A=False, HAS_Y=True, **meta.carry_kwargs(cfg),
     )
-    da, db, _ = U.launch(_bwd_adapter, grid, (*ins, sc, cg, cgp), outs, dims,
+    da, db, _ = common.launch(_bwd_adapter, grid, (*ins, sc, cg, cgp), outs, dims,
                            MODE=meta.APPLY, HAS_DP=True, **kw)
     return da, db
 
@@ -115,6 +115,6 @@ def _launch_backward(a, P, Z, dP, dZ):
 # ----------------------------------------------------------------------------- custom_vjp
 
 
-_forward = U.batched(_launch_forward)
-_backward = U.batched(_launch_backward)
-_op = U.affine_scan_vjp(_forward, _backward)
+_forward = common.batched(_launch_forward)
+_backward = common.batched(_launch_backward)
+_op = common.affine_scan_vjp(_forward, _backward)

@@ -12,7 +12,7 @@ import jax
 import triton
 import triton.language as tl
 
-from mingru_jax._launch import _common as U
+from mingru_jax._launch import _common as common
 from mingru_kernels.launch import matrix_affine_scan as meta
 from mingru_kernels.launch import switches
 from mingru_kernels.launch._elementwise import cdiv
@@ -31,7 +31,7 @@ def unsupported_reason(A: jax.Array, Bm: jax.Array) -> str | None:
         return f"k={k} not in {{1, 2, 4, 8, 16}}"
     if v not in meta.SUPPORTED_SIZES:
         return f"v={v} not in {{1, 2, 4, 8, 16}}"
-    return U.unsupported_dtype_or_device(A)
+    return common.unsupported_dtype_or_device(A)
 
 
 def prefer_over_eager(A: jax.Array, Bm: jax.Array) -> bool:
@@ -88,10 +88,10 @@ def _launch_forward(A, Bm):
     dims = (npair, n, T, seg_len, nseg)
     m, c = A, Bm  # unread when nseg == 1
     if nseg > 1:
-        m, c = U.launch(_fwd_adapter, grid, (A, Bm, A, Bm),
-                          (U.f32((npair, nseg, k, k)), U.f32((npair, nseg, k, v))), dims,
+        m, c = common.launch(_fwd_adapter, grid, (A, Bm, A, Bm),
+                          (common.f32((npair, nseg, k, k)), common.f32((npair, nseg, k, v))), dims,
                           COMPOSITE=True, **consts)
-    return U.launch(_fwd_adapter, grid, (A, Bm, m, c), (U.like(A), U.like(Bm)), dims,
+    return common.launch(_fwd_adapter, grid, (A, Bm, m, c), (common.like(A), common.like(Bm)), dims,
                       COMPOSITE=False, **consts)
 
 
@@ -107,16 +107,16 @@ def _launch_backward(A, P, Z, dP, dZ):
     ins = (A, P, Z, dP, dZ)
     m, c = A, Z
     if nseg > 1:
-        m, c = U.launch(_bwd_adapter, grid, (*ins, A, Z),
-                          (U.f32((npair, nseg, k, k)), U.f32((npair, nseg, k, v + k))), dims,
+        m, c = common.launch(_bwd_adapter, grid, (*ins, A, Z),
+                          (common.f32((npair, nseg, k, k)), common.f32((npair, nseg, k, v + k))), dims,
                           COMPOSITE=True, **consts)
-    return U.launch(_bwd_adapter, grid, (*ins, m, c), (U.like(A), U.like(Z)), dims,
+    return common.launch(_bwd_adapter, grid, (*ins, m, c), (common.like(A), common.like(Z)), dims,
                       COMPOSITE=False, **consts)
 
 
 # ----------------------------------------------------------------------------- custom_vjp
 
 
-_forward = U.batched(_launch_forward)
-_backward = U.batched(_launch_backward)
-_op = U.affine_scan_vjp(_forward, _backward)
+_forward = common.batched(_launch_forward)
+_backward = common.batched(_launch_backward)
+_op = common.affine_scan_vjp(_forward, _backward)

@@ -12,7 +12,7 @@ import jax
 import triton
 import triton.language as tl
 
-from mingru_jax._launch import _common as U
+from mingru_jax._launch import _common as common
 from mingru_jax._launch import _elementwise as elementwise
 from mingru_kernels import _scan_common as scan_common
 from mingru_kernels import parallel_scan_log as kernels
@@ -23,7 +23,7 @@ __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
 def unsupported_reason(log_coeffs: jax.Array, log_values: jax.Array) -> str | None:
     """Why the kernel cannot run ``parallel_scan_log(log_coeffs, log_values)``, or ``None``."""
-    return U.unsupported_dtype_or_device(log_coeffs)
+    return common.unsupported_dtype_or_device(log_coeffs)
 
 
 def prefer_over_eager(log_coeffs: jax.Array, log_values: jax.Array) -> bool:
@@ -78,14 +78,14 @@ def _launch_forward(la, lv):
     cfg = elementwise.plan("parallel_scan_log", la, meta.TILES)
     grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
-    outs = (U.like(la), U.f32((1,)))
+    outs = (common.like(la), common.f32((1,)))
     if cfg["strategy"] == "walk":
-        return U.launch(_fwd_adapter, grid, (la, lv, la, la), outs, dims, MODE=meta.WALK, **kw)[:1]
-    s = U.f32((B, n_chunks, D))
-    sA, sL = U.launch(_fwd_adapter, grid, (la, lv, la, la), (s, s), dims, MODE=meta.SUMMARY, **kw)
-    (cL,) = U.launch(_log_carry_adapter, meta.carry_grid(cfg, B), (sA, sL, lv), (s,),
+        return common.launch(_fwd_adapter, grid, (la, lv, la, la), outs, dims, MODE=meta.WALK, **kw)[:1]
+    s = common.f32((B, n_chunks, D))
+    sA, sL = common.launch(_fwd_adapter, grid, (la, lv, la, la), (s, s), dims, MODE=meta.SUMMARY, **kw)
+    (cL,) = common.launch(_log_carry_adapter, meta.carry_grid(cfg, B), (sA, sL, lv), (s,),
                        (T, n_chunks, D, n_dblk), **meta.carry_kwargs(cfg))
-    return U.launch(_fwd_adapter, grid, (la, lv, sA, cL), outs, dims, MODE=meta.APPLY, **kw)[:1]
+    return common.launch(_fwd_adapter, grid, (la, lv, sA, cL), outs, dims, MODE=meta.APPLY, **kw)[:1]
 
 
 def _launch_backward(la, lv, h, dh):
@@ -94,23 +94,23 @@ def _launch_backward(la, lv, h, dh):
     grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
     ins = (la, lv, h, dh)
-    outs = (U.like(la), U.like(lv))
+    outs = (common.like(la), common.like(lv))
     if cfg["strategy"] == "walk":
-        return U.launch(_bwd_adapter, grid, (*ins, la, la), outs, dims, MODE=meta.WALK, **kw)
-    s = U.f32((B, n_chunks, D))
-    sc, sg = U.launch(_bwd_adapter, grid, (*ins, la, la), (s, s), dims, MODE=meta.SUMMARY, **kw)
-    _, cg, _ = U.launch(
-        elementwise.carry_adapter, meta.carry_grid(cfg, B), (sc, sg, sg), (U.f32((1,)), s, U.f32((1,))),
+        return common.launch(_bwd_adapter, grid, (*ins, la, la), outs, dims, MODE=meta.WALK, **kw)
+    s = common.f32((B, n_chunks, D))
+    sc, sg = common.launch(_bwd_adapter, grid, (*ins, la, la), (s, s), dims, MODE=meta.SUMMARY, **kw)
+    _, cg, _ = common.launch(
+        elementwise.carry_adapter, meta.carry_grid(cfg, B), (sc, sg, sg), (common.f32((1,)), s, common.f32((1,))),
         (n_chunks, D, n_dblk), REVERSE=True, STORE_A=False, HAS_Y=False, **meta.carry_kwargs(cfg),
     )
-    return U.launch(_bwd_adapter, grid, (*ins, sc, cg), outs, dims, MODE=meta.APPLY, **kw)
+    return common.launch(_bwd_adapter, grid, (*ins, sc, cg), outs, dims, MODE=meta.APPLY, **kw)
 
 
 # ----------------------------------------------------------------------------- custom_vjp
 
 
-_forward = U.batched(_launch_forward)
-_backward = U.batched(_launch_backward)
+_forward = common.batched(_launch_forward)
+_backward = common.batched(_launch_backward)
 
 
 @jax.custom_vjp

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from mingru_jax import _validate as V
+from mingru_jax import _validate
 from mingru_kernels._spec import DECAY_MODES as DECAY_MODES
 from mingru_kernels._spec import MAX_GAP, check_decay, inverse_softplus
 from mingru_kernels._spec import check_size as check_size
@@ -186,7 +186,7 @@ def check_sequence(
 ) -> jax.Array:
     """``x`` must be a floating ``(B, T, input_size)`` array with ``B, T ≥ 1`` (and of
     ``module``'s dtype, see :func:`check_input_dtype`)."""
-    x = V.float_array(x, name, 3, f"(B, T, {input_size})")
+    x = _validate.float_array(x, name, 3, f"(B, T, {input_size})")
     if x.shape[-1] != input_size or x.shape[1] < 1 or x.shape[0] < 1:
         raise ValueError(
             f"{name} must have shape (B, T, {input_size}) with B, T ≥ 1; got {tuple(x.shape)}"
@@ -200,7 +200,7 @@ def check_token(
     x: object, input_size: int, name: str = "x_t", module: nnx.Module | None = None
 ) -> jax.Array:
     """``x_t`` must be a floating ``(B, input_size)`` array (of ``module``'s dtype)."""
-    x = V.float_array(x, name, 2, f"(B, {input_size})")
+    x = _validate.float_array(x, name, 2, f"(B, {input_size})")
     if x.shape[-1] != input_size:
         raise ValueError(f"{name} must have shape (B, {input_size}); got {tuple(x.shape)}")
     if module is not None:
@@ -245,7 +245,7 @@ def check_state(
     ``step``; returned in ``dtype``."""
     shape = (batch, 1, size) if sequence else (batch, size)
     txt = f"(B, 1, {size})" if sequence else f"(B, {size})"
-    h = V.float_array(h, name, len(shape), txt)
+    h = _validate.float_array(h, name, len(shape), txt)
     if tuple(h.shape) != shape:
         raise ValueError(f"{name} must have shape {txt} = {shape}; got {tuple(h.shape)}")
     return h.astype(dtype)

@@ -103,11 +103,11 @@ def test_vmap(op):
 
 
 def test_triton_mode_really_runs_the_launcher(monkeypatch):
-    from mingru_jax._launch import linear_scan as L
+    from mingru_jax._launch import linear_scan as launcher
 
     calls = []
-    real = L.run
-    monkeypatch.setattr(L, "run", lambda *a: calls.append(1) or real(*a))
+    real = launcher.run
+    monkeypatch.setattr(launcher, "run", lambda *a: calls.append(1) or real(*a))
     a, b = _cases(6, 4, 3)["linear_scan"][1]
     with use_backend("triton"):
         mingru_jax.linear_scan(a, b)
@@ -163,17 +163,17 @@ def test_delta_rule_under_jit_and_vmap():
 
 
 def test_delta_rule_auto_keeps_eager_until_measured(monkeypatch):
-    from mingru_jax._launch import delta_rule as L
+    from mingru_jax._launch import delta_rule as launcher
 
     args = _delta_args(12, 3, 1, False, False)
     calls = []
-    real = L.run
-    monkeypatch.setattr(L, "run", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    real = launcher.run
+    monkeypatch.setattr(launcher, "run", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     with use_backend("triton"):
         _delta_rule(**args)
     assert calls == [1]
-    assert L.unsupported_reason(*args.values()) is None
-    assert L.prefer_over_eager(*args.values()) is False
+    assert launcher.unsupported_reason(*args.values()) is None
+    assert launcher.prefer_over_eager(*args.values()) is False
     bad = dict(args, q=args["q"][:, :2])
     with use_backend("triton"), pytest.raises(ValueError, match="q must have shape"):
         _delta_rule(**bad)  # the one validated entry checks the call before dispatch

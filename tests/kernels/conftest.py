@@ -70,10 +70,10 @@ def fast_interpreter():
     if not interpreter_mode():
         yield
         return
-    from triton.runtime import interpreter as I
+    from triton.runtime import interpreter
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(I.ScanOps, "generic_scan", _fast_scan)
-    mp.setattr(I.ReduceOps, "generic_reduce", _make_fast_reduce(I.ReduceOps.generic_reduce))
+    mp.setattr(interpreter.ScanOps, "generic_scan", _fast_scan)
+    mp.setattr(interpreter.ReduceOps, "generic_reduce", _make_fast_reduce(interpreter.ReduceOps.generic_reduce))
     yield
     mp.undo()

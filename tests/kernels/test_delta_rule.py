@@ -32,6 +32,7 @@ NAMES = ("q", "k", "v", "beta", "log_gamma", "h0")
 LAYOUTS = {
     "L16": dict(micro_chunk=16),
     "L32-rows": dict(micro_chunk=32, blocked=False),
+    "L32-blocked": dict(micro_chunk=32, blocked=True),
     "L64-blocked": dict(micro_chunk=64, blocked=True),
     "L64-rows": dict(micro_chunk=64, blocked=False),
 }

@@ -131,32 +131,32 @@ def test_plan_chooses_by_program_count_and_never_by_t():
 
 
 def test_launcher_plan_is_cached_per_shape_and_override():
-    from mingru._launch import _elementwise as E
+    from mingru._launch import _elementwise
     from mingru_kernels.launch import switches
 
     x = torch.zeros(2, 100, 8)
-    walk = E.make_plan("linear_scan", x)
-    assert walk["strategy"] == "walk" and E.make_plan("linear_scan", x) is walk  # cached
+    walk = _elementwise.make_plan("linear_scan", x)
+    assert walk["strategy"] == "walk" and _elementwise.make_plan("linear_scan", x) is walk  # cached
     with switches.forced("linear_scan", strategy="chunked", block_t=16, chunk_len=32):
-        chunked = E.make_plan("linear_scan", x)
-        assert E.make_plan("parallel_scan_log", x)["strategy"] == "walk"  # forced for one op
+        chunked = _elementwise.make_plan("linear_scan", x)
+        assert _elementwise.make_plan("parallel_scan_log", x)["strategy"] == "walk"  # forced for one op
     assert chunked["strategy"] == "chunked" and chunked["chunk_len"] == 32
-    assert E.make_plan("linear_scan", x) is walk
+    assert _elementwise.make_plan("linear_scan", x) is walk
     with pytest.raises(TypeError):
         walk["strategy"] = "chunked"  # shared between calls: read-only
-    assert len(E.scratch(3, 2, chunked, 8, x.device)) == 3
+    assert len(_elementwise.scratch(3, 2, chunked, 8, x.device)) == 3
 
 
 def test_unsupported_reasons():
-    from mingru._launch import linear_scan as L
-    from mingru._launch import parallel_scan_log as G
+    from mingru._launch import linear_scan as linear_launcher
+    from mingru._launch import parallel_scan_log as log_launcher
 
     x = torch.zeros(1, 2, 3, dtype=F64)
-    assert "float64" in L.unsupported_reason(x, x)
-    assert "float64" in G.unsupported_reason(x, torch.zeros(1, 3, 3, dtype=F64))
+    assert "float64" in linear_launcher.unsupported_reason(x, x)
+    assert "float64" in log_launcher.unsupported_reason(x, torch.zeros(1, 3, 3, dtype=F64))
     y = torch.zeros(1, 2, 3, device=DEVICE)
     if DEVICE == "cuda" or interpreter_mode():
-        assert L.unsupported_reason(y, y) is None
+        assert linear_launcher.unsupported_reason(y, y) is None
     with mingru.use_backend("triton"), pytest.raises(RuntimeError, match="float64"):
         mingru.linear_scan(x.to(DEVICE), x.to(DEVICE))
 
@@ -165,15 +165,15 @@ def test_unsupported_reasons():
 @pytest.mark.interpreter
 def test_custom_ops_trace_under_torch_compile_fullgraph():
     """The launchers' custom ops (fake + autograd registrations) trace without graph breaks."""
-    from mingru._launch import linear_scan as L
-    from mingru._launch import parallel_scan_log as G
+    from mingru._launch import linear_scan as linear_launcher
+    from mingru._launch import parallel_scan_log as log_launcher
 
     a, b = linear_inputs(2, 9, 5)
     la, lv = log_inputs(2, 9, 5)
 
     def f(a, b, la, lv):
-        P, Z = L.run(a, b)
-        return (P * 0.5 + Z).sum() + (G.run(la, lv) ** 2).sum()
+        P, Z = linear_launcher.run(a, b)
+        return (P * 0.5 + Z).sum() + (log_launcher.run(la, lv) ** 2).sum()
 
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     one = (torch.ones((), device=DEVICE),)
