@@ -1,4 +1,5 @@
-"""SignedMinGRU (Flax NNX): a minGRU whose transition may be negative, on the linear scan.
+"""SignedMinGRU (Flax NNX): a minGRU whose transition may be negative, on the states-only
+linear recurrence.
 The twin of :mod:`mingru.mixers.signed`.
 
     z_t = σ(W_z x_t),   s_t = tanh(W_s x_t),   a_t = γ_t s_t  (or γ_t (1 − z_t) s_t when coupled),
@@ -25,7 +26,7 @@ from mingru_jax.mixers._common import (
     check_token,
     linear,
 )
-from mingru_jax.scans import linear_scan
+from mingru_jax.scans import linear_recurrence
 
 __all__ = ["SignedMinGRU", "SignedMinGRUCell"]
 
@@ -124,11 +125,11 @@ class SignedMinGRU(nnx.Module):
         B, T, _ = x.shape
         a, b = self._gates(x, delta_t, T)
         if h_0 is not None:
-            h_0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, dtype=a.dtype)
+            h_0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, dtype=a.dtype)[:, 0]
         elif self.h0 is not None:
-            h_0 = self.h0[...].astype(a.dtype)
-        P, Z = linear_scan(a, b)
-        return Z if h_0 is None else P * h_0 + Z
+            h_0 = jnp.broadcast_to(self.h0[...].astype(a.dtype), (B, self.hidden_size))
+        # The states-only recurrence: h_0 enters the first step (no running product).
+        return linear_recurrence(a, b, initial_state=h_0)
 
     def step(
         self,
