@@ -23,6 +23,15 @@ def float_tensor(x: object, name: str, ndim: int, shape: str) -> torch.Tensor:
     return x
 
 
+def floating(x: object, name: str) -> torch.Tensor:
+    """Check ``x`` is a floating tensor of any rank (the twin of ``mingru_jax._validate``)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating tensor; got {x.dtype}")
+    return x
+
+
 def same_kind(tensors: Sequence[tuple[str, torch.Tensor]]) -> None:
     """All tensors share one dtype and one device."""
     (n0, t0), *rest = tensors

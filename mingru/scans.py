@@ -281,10 +281,7 @@ def _delta_rule(
     named = [("q", q), ("k", k), ("v", v), ("beta", beta)]
     named += [(n, t) for n, t in (("log_gamma", log_gamma), ("h0", h0)) if t is not None]
     for name, t in named:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"delta_rule: {name} must be a torch.Tensor; got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"delta_rule: {name} must be a floating tensor; got {t.dtype}")
+        _validate.floating(t, f"delta_rule: {name}")
     positive_int(chunk_size, "chunk_size")
     check_delta_rule_shapes(q, k, v, beta, log_gamma, h0)
     devices = {t.device for _, t in named}
