@@ -7,7 +7,8 @@ device-to-device copy bandwidth measured in the same run.
 
 Every backend is timed two ways: by wall clock (median of ``--repeats`` calls, each followed
 by a device sync; the only timer that treats PyTorch and JAX alike) and, for PyTorch, by
-``triton.testing.do_bench`` (CUDA events, L2 flushed). Writes ``memory_floor.json`` and
+``triton.testing.do_bench`` (CUDA events, L2 flushed) — both through the harness's
+:func:`mingru_cli.bench.time_call`, with its :func:`~mingru_cli.bench.copy_bandwidth`. Writes ``memory_floor.json`` and
 ``memory_floor.md`` to ``--out``.
 
     python benchmarks/memory_floor.py --out out
@@ -19,9 +20,7 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,8 @@ from typing import Any
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import torch  # noqa: E402
+
+from mingru_cli.bench import copy_bandwidth, time_call  # noqa: E402
 
 SHAPES = {"long": (16, 1024, 64), "16k": (16, 16384, 128), "big": (8, 65536, 1536)}
 CASES = [  # (op, shape, modes)
@@ -43,29 +44,12 @@ CASES = [  # (op, shape, modes)
 ]
 
 
-def wall_ms(fn: Callable[[], Any], sync: Callable[[], None], repeats: int) -> float:
-    for _ in range(3):
-        fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+def wall_ms(fn: Callable[[], Any], repeats: int) -> float:
+    return time_call(fn, "cuda", warmup=3, repeats=repeats, wall=True)
 
 
 def events_ms(fn: Callable[[], Any]) -> float:
-    from triton.testing import do_bench
-
-    return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
-
-
-def copy_bandwidth() -> float:
-    """Device-to-device copy bandwidth in bytes/ms (2 GiB clone, median)."""
-    x = torch.empty(2**29, dtype=torch.float32, device="cuda")
-    return 2 * 2**31 / events_ms(x.clone)
+    return time_call(fn, "cuda", warmup=3, repeats=1)
 
 
 def floor_bytes(op: str, B: int, T: int, D: int) -> int:
@@ -173,7 +157,7 @@ def main() -> int:
     parser.add_argument("--no-jax", action="store_true")
     args = parser.parse_args()
     ops = {o for o in args.ops.split(",") if o}
-    bw = copy_bandwidth()
+    bw = copy_bandwidth("cuda") / 1e3  # bytes per ms
     rows = []
     for op, shape, modes in CASES:
         if ops and op not in ops:
@@ -193,7 +177,7 @@ def main() -> int:
             row = {"op": op, "shape": shape, "B": B, "T": T, "D": D, "mode": mode}
             for name, fn in runs.items():
                 try:
-                    row[f"{name} wall"] = wall_ms(fn, torch.cuda.synchronize, args.repeats)
+                    row[f"{name} wall"] = wall_ms(fn, args.repeats)
                     if not name.startswith("jax"):
                         row[f"{name} events"] = events_ms(fn)
                 except Exception as exc:
