@@ -38,6 +38,8 @@ _EXPORTS: dict[str, str] = {
     "linear_recurrence": "mingru.scans",
     "matrix_scan": "mingru.scans",
     "matrix_affine_scan": "mingru.scans",
+    "mingru_cell": "mingru.cells",
+    "signed_mingru_cell": "mingru.cells",
     "MinGRU": "mingru.mixers.log",
     "SignedMinGRU": "mingru.mixers.signed",
     "RotationMinGRU": "mingru.mixers.rotation",
@@ -65,6 +67,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # static analysers see the real names
     from mingru.block import MinGRUBlock
+    from mingru.cells import mingru_cell, signed_mingru_cell
     from mingru.dispatch import MinGRUFallbackWarning, available, scan_mode, use_backend
     from mingru.mixers.delta import DeltaMinGRU
     from mingru.mixers.givens import GivensMinGRU

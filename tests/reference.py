@@ -99,6 +99,31 @@ def loop_recurrence(a, b, h0=None):
     return xp.stack(out, 1), h
 
 
+def loop_cell(k, h0=None, log_gamma=None, signed=False, coupled=False):
+    """``(h, h_T)`` of the fused minGRU cells from their pre-activations, one step at a time:
+    ``k = [k_z | k_h]`` (MinGRU: ``a = γ (1 − z)``, ``b = z g(k_h)``) or ``[k_z | k_s | k_h]``
+    (signed: ``a = γ tanh(k_s)`` times ``1 − z`` if coupled, ``b = z k_h``); ``z = σ(k_z)``."""
+    k = _f64(k)
+    xp = _xp(k)
+    D = k.shape[-1] // (3 if signed else 2)
+    h = xp.zeros_like(k[:, 0, :D]) if h0 is None else _f64(h0)
+    out = []
+    for t in range(k.shape[1]):
+        z = 1 / (1 + xp.exp(-k[:, t, :D]))
+        if signed:
+            a = xp.tanh(k[:, t, D:2 * D]) * ((1 - z) if coupled else 1)
+            b = z * k[:, t, 2 * D:]
+        else:
+            kh = k[:, t, D:]
+            a = 1 - z
+            b = z * xp.where(kh >= 0, kh + 0.5, 1 / (1 + xp.exp(-kh)))
+        if log_gamma is not None:
+            a = a * xp.exp(_f64(log_gamma)[:, t])
+        h = a * h + b
+        out.append(h)
+    return xp.stack(out, 1), h
+
+
 def loop_log(log_a, log_values):
     """``h`` of ``h_t = e^{log a_t} h_{t-1} + e^{log_values[:, t+1]}`` from
     ``h_0 = e^{log_values[:, 0]}`` (``-inf`` is a zero)."""

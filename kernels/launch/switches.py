@@ -37,6 +37,7 @@ from mingru_kernels.launch import (
     linear_recurrence,
     linear_scan,
     matrix_affine_scan,
+    mingru_cell,
     parallel_scan_log,
 )
 
@@ -45,6 +46,7 @@ __all__ = ["PLAN_KEYS", "forced", "plan_choices", "poison_outputs"]
 PLAN_KEYS: dict[str, tuple[str, ...]] = {
     "linear_scan": linear_scan.PLAN_KEYS,
     "linear_recurrence": linear_recurrence.PLAN_KEYS,
+    "mingru_cell": mingru_cell.PLAN_KEYS,
     "parallel_scan_log": parallel_scan_log.PLAN_KEYS,
     "matrix_affine_scan": matrix_affine_scan.PLAN_KEYS,
     "givens_recurrence": givens_recurrence.PLAN_KEYS,

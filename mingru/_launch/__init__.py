@@ -51,6 +51,12 @@ def _givens_recurrence() -> ModuleType:
     return givens_recurrence
 
 
+def _mingru_cell() -> ModuleType:
+    from mingru._launch import mingru_cell
+
+    return mingru_cell
+
+
 def _delta_rule() -> ModuleType:
     from mingru._launch import delta_rule
 
@@ -64,4 +70,5 @@ LAUNCHERS: dict[str, Callable[[], ModuleType]] = {
     "matrix_affine_scan": _matrix_affine_scan,
     "givens_recurrence": _givens_recurrence,
     "delta_rule": _delta_rule,
+    "mingru_cell": _mingru_cell,
 }

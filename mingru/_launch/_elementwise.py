@@ -41,10 +41,11 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def make_plan(op: str, x: torch.Tensor,
-              tiles: Mapping[str, Any] | None = None) -> Mapping[str, int | str]:
+def make_plan(op: str, x: torch.Tensor, tiles: Mapping[str, Any] | None = None,
+              shape: tuple[int, int, int] | None = None) -> Mapping[str, int | str]:
     """The launch plan of ``op`` for a ``(B, T, D)`` scan input ``x`` on its device (read-only);
-    ``tiles`` are the op's measured tiles (its launch module's ``TILES``, forward only).
+    ``tiles`` are the op's measured tiles (its launch module's ``TILES``, forward only);
+    ``shape`` is the state shape ``(B, T, D)`` when ``x`` has another (the cells' gates).
 
     Called inside the custom ops' real implementations (never while ``torch.compile``
     traces), so forced choices and the device query stay out of the graph. Plans are cached
@@ -56,7 +57,7 @@ def make_plan(op: str, x: torch.Tensor,
     if x.is_cuda:
         index = x.device.index if x.device.index is not None else torch.cuda.current_device()
         n_sm = _sm_count(index)
-    B, T, D = x.shape
+    B, T, D = x.shape if shape is None else shape
     return _cached_plan(B, T, D, n_sm, tuple(sorted(choices.items())),
                         tuple(sorted((tiles or {}).items())))
 

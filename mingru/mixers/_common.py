@@ -16,18 +16,22 @@ import torch.nn.functional as F
 from torch import nn
 
 from mingru import _validate
+from mingru._eager.mingru_cell import g as g
+from mingru._eager.mingru_cell import log_g as log_g
 from mingru_kernels._spec import DECAY_MODES as DECAY_MODES
 from mingru_kernels._spec import MAX_GAP, check_decay, inverse_softplus
 
 
-def g(x: torch.Tensor) -> torch.Tensor:
-    """Positive, continuous activation: ``x + 0.5`` for ``x ≥ 0``, ``sigmoid(x)`` below."""
-    return torch.where(x >= 0, x.clamp_min(0) + 0.5, torch.sigmoid(x))
+def project(x: torch.Tensor, *layers: nn.Linear) -> torch.Tensor:
+    """``x`` through several ``nn.Linear`` layers as ONE GEMM: their outputs side by side.
 
-
-def log_g(x: torch.Tensor) -> torch.Tensor:
-    """``log g(x)``, finite with a finite gradient everywhere (``x ≥ 0`` branch at 0)."""
-    return torch.where(x >= 0, torch.log(x.clamp_min(0) + 0.5), -F.softplus(-x))
+    The weights are concatenated at call time (a copy of the weights, not of activations),
+    so the parameters, ``state_dict`` keys and initialisation stay those of the separate
+    layers, and a fused cell reads the result as one ``(B, T, n·D)`` tensor.
+    """
+    weight = torch.cat([layer.weight for layer in layers])
+    bias = None if layers[0].bias is None else torch.cat([layer.bias for layer in layers])
+    return F.linear(x, weight, bias)
 
 
 def sanitize_delta_t(delta_t: torch.Tensor, log1p_delta: bool) -> torch.Tensor:

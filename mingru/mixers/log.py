@@ -1,29 +1,30 @@
 """MinGRU: the minimal GRU of Feng et al. 2024 ("Were RNNs All We Needed?", arXiv:2410.01201),
-solved by the log-space parallel scan (Heinsen 2023, arXiv:2311.06281).
+on the fused MinGRU cell (:func:`mingru.cells.mingru_cell`), whose eager reference is the
+log-space parallel scan (Heinsen 2023, arXiv:2311.06281).
 
     z_t = σ(W_z x_t),   h̃_t = g(W_h x_t),   h_t = γ_t (1 − z_t) ⊙ h_{t−1} + z_t ⊙ h̃_t
 
-with ``g(x) = x + 0.5`` (x ≥ 0), ``σ(x)`` (x < 0), so every state is positive and the scan runs
-on ``log a = −softplus(W_z x) + log γ`` and ``log b = −softplus(−W_z x) + log g(W_h x)``.
+with ``g(x) = x + 0.5`` (x ≥ 0), ``σ(x)`` (x < 0), so every state is positive and the eager scan
+runs on ``log a = −softplus(W_z x) + log γ`` and ``log b = −softplus(−W_z x) + log g(W_h x)``.
+Both projections run as one GEMM (:func:`mingru.mixers._common.project`); the cell forms the
+gates from its output inside the kernel.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mingru.cells import mingru_cell
 from mingru.mixers._common import (
     TimeDecay,
     check_sequence,
     check_state,
     check_token,
     g,
-    log_g,
+    project,
 )
-from mingru.scans import parallel_scan_log
 from mingru_kernels._spec import check_size
 
 __all__ = ["MinGRU", "check_non_negative", "check_size"]
@@ -83,16 +84,16 @@ class MinGRU(nn.Module):
             self.register_parameter("h0", None)
         self.decay = TimeDecay(decay, decay_rate, log1p_delta, channels=hidden_size)
 
-    def _log_h0(self, h_0: torch.Tensor | None, batch: int, like: torch.Tensor) -> torch.Tensor:
-        """``log h_0`` as ``(B, 1, hidden)``."""
+    def _h0(self, h_0: torch.Tensor | None, batch: int, like: torch.Tensor) -> torch.Tensor:
+        """``h_0`` as ``(B, hidden)``."""
         H = self.hidden_size
         if h_0 is None:
             if self.h0 is not None:
-                return log_g(self.h0.to(like.dtype)).expand(batch, 1, H)
-            return like.new_full((batch, 1, H), math.log(0.5))
+                return g(self.h0.to(like.dtype)).expand(batch, H)
+            return like.new_full((batch, H), 0.5)
         h_0 = check_state(h_0, batch, H, "h_0", sequence=True, like=like)
         check_non_negative(h_0, "h_0")
-        return torch.log(h_0)  # log 0 = -inf is a valid start for the log scan
+        return h_0[:, 0]
 
     def forward(
         self,
@@ -103,14 +104,9 @@ class MinGRU(nn.Module):
         """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring."""
         check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
-        k_z = self.linear_z(x)  # its dtype (not x's, which autocast may differ from) rules
-        log_a = -F.softplus(k_z)
-        log_b = -F.softplus(-k_z) + log_g(self.linear_h(x))
-        log_gamma = self.decay.log_gamma(delta_t, B, T, like=k_z)
-        if log_gamma is not None:
-            log_a = log_a + log_gamma
-        log_values = torch.cat([self._log_h0(h_0, B, k_z), log_b], dim=1)
-        return parallel_scan_log(log_a, log_values)
+        k = project(x, self.linear_z, self.linear_h)  # its dtype (autocast's, not x's) rules
+        log_gamma = self.decay.log_gamma(delta_t, B, T, like=k)
+        return mingru_cell(k, self._h0(h_0, B, k), log_gamma)
 
     def step(
         self,
@@ -123,7 +119,7 @@ class MinGRU(nn.Module):
         B = x_t.shape[0]
         k_z = self.linear_z(x_t)
         if h_prev is None:
-            h_prev = self._log_h0(None, B, k_z).squeeze(1).exp()
+            h_prev = self._h0(None, B, k_z)
         else:
             h_prev = check_state(h_prev, B, self.hidden_size, "h_prev", sequence=False, like=k_z)
             check_non_negative(h_prev, "h_prev")

@@ -1,4 +1,5 @@
-"""SignedMinGRU: a minGRU whose transition may be negative, on the states-only linear recurrence.
+"""SignedMinGRU: a minGRU whose transition may be negative, on the fused signed cell
+(:func:`mingru.cells.signed_mingru_cell`; eager reference: the states-only linear recurrence).
 
     z_t = σ(W_z x_t),   s_t = tanh(W_s x_t),   a_t = γ_t s_t  (or γ_t (1 − z_t) s_t when coupled),
     h_t = a_t ⊙ h_{t−1} + z_t ⊙ (W_h x_t).
@@ -13,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token
-from mingru.scans import linear_recurrence
+from mingru.cells import signed_mingru_cell
+from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token, project
 from mingru_kernels._spec import check_size
 
 __all__ = ["SignedMinGRU"]
@@ -96,14 +97,14 @@ class SignedMinGRU(nn.Module):
         """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring."""
         check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
-        a, b = self._gates(x, delta_t, T)
+        # One GEMM for the three projections; the cell forms the gates inside the kernel.
+        k = project(x, self.linear_z, self.linear_s, self.linear_h)
+        log_gamma = self.decay.log_gamma(delta_t, B, T, like=k)
         if h_0 is not None:
-            h_0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, like=b)[:, 0]
+            h_0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, like=k)[:, 0]
         elif self.h0 is not None:
-            h_0 = self.h0.to(b.dtype).expand(B, self.hidden_size)
-        # The states-only recurrence: h_0 enters the first step, so no running product is
-        # written and no P·h_0 + Z pass follows (a third less traffic than linear_scan).
-        return linear_recurrence(a, b, initial_state=h_0)
+            h_0 = self.h0.to(k.dtype).expand(B, self.hidden_size)
+        return signed_mingru_cell(k, h_0, log_gamma, coupled=self.coupled)
 
     def step(
         self,

@@ -1,0 +1,294 @@
+"""Fused Triton kernels for the minGRU cells (op ``mingru_cell``): the gates, the recurrence and
+their gradients in one pass, from the projection outputs (the pre-activations).
+
+Framework-free (``triton`` only); the launchers are ``mingru._launch.mingru_cell`` and
+``mingru_jax._launch.mingru_cell``, the launch metadata :mod:`mingru_kernels.launch.mingru_cell`.
+
+Input: one pre-activation tensor ``k (B, T, n·D)`` — the output of ONE input projection, its
+gates side by side along the last axis — an optional log-decay ``log γ`` (``(B, T, D)``, or
+``(B, T, 1)`` read with a zero column stride) and an optional ``h_0 (B, D)``. The cells
+(``SIGNED`` constexpr):
+
+* MinGRU (``n = 2``, ``k = [k_z | k_h]``): ``z = σ(k_z)``, ``a = γ (1 − z) = γ σ(−k_z)``,
+  ``b = z g(k_h)`` with ``g(x) = x + ½`` (x ≥ 0), ``σ(x)`` (x < 0). All terms are positive,
+  so the linear-space recurrence has no cancellation and needs no log space: the products of
+  ``a`` that underflow inside a tile scan are below fp32 rounding of the states they multiply.
+* SignedMinGRU (``n = 3``, ``k = [k_z | k_s | k_h]``): ``a = γ tanh(k_s)`` (times ``1 − z``
+  when ``COUPLED``), ``b = σ(k_z) k_h``.
+
+Forward: ``h_t = a_t h_{t-1} + b_t`` → ``h (B, T, D)`` and ``h_T (B, D)`` in the input dtype
+(fp32 gates and accumulation). It reads ``k`` (and ``log γ``) once and writes ``h`` once; no
+gate is ever stored.
+
+Backward: the adjoint ``G_t = dh_t + a_{t+1} G_{t+1}`` (``G_{T-1}`` gets ``dh_T`` too) is a
+reversed linear scan whose coefficients are recomputed from ``k`` one row later; then, with
+``h_{t-1}`` from the saved states (``h_{-1} = h_0``), ``da = G h_{t-1}`` and ``db = G`` give
+``dk`` through the gate derivatives, ``d log γ = a·da`` and ``dh_0 = a_0 G_0``. Saved for it:
+``k``, ``log γ``, ``h_0`` and the output ``h`` only.
+
+Launch sequences: those of :mod:`mingru_kernels.linear_recurrence` (walk; or chunk summaries,
+:func:`~mingru_kernels._scan_common.linear_carry_kernel`, apply), with the same planner.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from mingru_kernels._scan_common import (
+    K_APPLY,
+    K_SUMMARY,
+    linear_carry_kernel,
+    mul_add,
+    take_row,
+)
+
+__all__ = ["linear_carry_kernel", "mingru_cell_bwd_kernel", "mingru_cell_fwd_kernel"]
+
+
+@triton.jit
+def _sigmoid(x):
+    # 1 / (1 + e^-x): e^-x = inf gives 0, never NaN, so ±80 pre-activations are safe.
+    return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def _tanh(x):
+    # Through e^{-2|x|} ∈ (0, 1]: no overflow for any x.
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def _load_k(k_ptr, lg_ptr, k_off, lg_off, m, D,
+            SIGNED: tl.constexpr, HAS_DECAY: tl.constexpr):
+    """The pre-activations of one tile as fp32: ``(k_z, k_s, k_h, log γ)`` (``k_s`` and
+    ``log γ`` are zeros when the cell has none)."""
+    kz = tl.load(k_ptr + k_off, mask=m, other=0.0).to(tl.float32)
+    if SIGNED:
+        ks = tl.load(k_ptr + k_off + D, mask=m, other=0.0).to(tl.float32)
+        kh = tl.load(k_ptr + k_off + 2 * D, mask=m, other=0.0).to(tl.float32)
+    else:
+        ks = kz * 0.0
+        kh = tl.load(k_ptr + k_off + D, mask=m, other=0.0).to(tl.float32)
+    if HAS_DECAY:
+        lg = tl.load(lg_ptr + lg_off, mask=m, other=0.0).to(tl.float32)
+    else:
+        lg = kz * 0.0
+    return kz, ks, kh, lg
+
+
+@triton.jit
+def _gates(kz, ks, kh, lg, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
+           HAS_DECAY: tl.constexpr):
+    """Transition ``a`` and input ``b`` of the cell."""
+    z = _sigmoid(kz)
+    if SIGNED:
+        a = _tanh(ks)
+        if COUPLED:
+            a = a * _sigmoid(-kz)
+        b = z * kh
+    else:
+        a = _sigmoid(-kz)  # 1 − z without the cancellation
+        b = z * tl.where(kh >= 0, kh + 0.5, _sigmoid(kh))
+    if HAS_DECAY:
+        a = a * tl.exp(lg)
+    return a, b
+
+
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
+def mingru_cell_fwd_kernel(
+    k_ptr,  # (B, T, n·D) pre-activations, contiguous
+    lg_ptr,  # log γ, read at b·T·lg_row + t·lg_row + col·lg_col (if HAS_DECAY)
+    h0_ptr,  # (B, D) initial state (if HAS_H0)
+    h_ptr, ht_ptr,  # out: (B, T, D) states, (B, D) final state; input dtype
+    sa_ptr, sb_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-in maps in (APPLY)
+    T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
+    MODE: tl.constexpr, HAS_H0: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
+    HAS_DECAY: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    pid_d = pid % n_dblk
+    rest = pid // n_dblk
+    pid_c = rest % n_chunks
+    pid_b = rest // n_chunks
+    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    col_ok = cols < D
+    rows = tl.arange(0, BLOCK_T)
+    first = rows[:, None] == 0
+    if SIGNED:
+        S = 3 * D
+    else:
+        S = 2 * D
+    k_intra = rows[:, None] * S + cols[None, :]
+    h_intra = rows[:, None] * D + cols[None, :]
+    lg_intra = rows[:, None] * lg_row + cols[None, :] * lg_col
+    t_start = pid_c * chunk_len
+    t_end = tl.minimum(T, t_start + chunk_len)
+    b64 = pid_b.to(tl.int64)
+    s_off = (b64 * n_chunks + pid_c) * D + cols
+    state_off = b64 * D + cols
+
+    cp = tl.full([BLOCK_D], 1.0, tl.float32)
+    cz = tl.zeros([BLOCK_D], tl.float32)
+    if MODE != K_SUMMARY:
+        if HAS_H0:
+            cz = tl.load(h0_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
+        if MODE == K_APPLY:
+            ca = tl.load(sa_ptr + s_off, mask=col_ok, other=1.0)
+            cb = tl.load(sb_ptr + s_off, mask=col_ok, other=0.0)
+            cz = ca * cz + cb
+
+    for it in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
+        t0 = (t_start + it * BLOCK_T).to(tl.int64)
+        m = ((t0 + rows) < t_end)[:, None] & col_ok[None, :]
+        row0 = b64 * T + t0
+        kz, ks, kh, lg = _load_k(k_ptr, lg_ptr, row0 * S + k_intra, row0 * lg_row + lg_intra,
+                                 m, D, SIGNED, HAS_DECAY)
+        a, b = _gates(kz, ks, kh, lg, SIGNED, COUPLED, HAS_DECAY)
+        # Padding rows are the identity map (1, 0), so the tile's last row is its total.
+        a = tl.where(m, a, 1.0)
+        b = tl.where(m, b, 0.0)
+        if MODE == K_SUMMARY:
+            # tl.reduce may reorder operands on GPU and the combine is not commutative:
+            # scan, then take the last row.
+            _sa, _sb = tl.associative_scan((a, b), 0, mul_add)
+            cp, cz = mul_add(cp, cz, take_row(_sa, rows, BLOCK_T - 1),
+                             take_row(_sb, rows, BLOCK_T - 1))
+        else:
+            b = tl.where(first, a * cz[None, :] + b, b)
+            _, H = tl.associative_scan((a, b), 0, mul_add)
+            tl.store(h_ptr + row0 * D + h_intra, H.to(h_ptr.dtype.element_ty), mask=m)
+            cz = take_row(H, rows, BLOCK_T - 1)
+
+    if MODE == K_SUMMARY:
+        tl.store(sa_ptr + s_off, cp, mask=col_ok)
+        tl.store(sb_ptr + s_off, cz, mask=col_ok)
+    elif pid_c == n_chunks - 1:
+        tl.store(ht_ptr + state_off, cz.to(ht_ptr.dtype.element_ty), mask=col_ok)
+
+
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
+def mingru_cell_bwd_kernel(
+    k_ptr, lg_ptr, h0_ptr, h_ptr,  # the saved inputs and states (as in the forward)
+    dh_ptr, dht_ptr,  # (B, T, D) gradient of h, any strides; (B, D) gradient of h_T (if HAS_DHT)
+    dk_ptr, dlg_ptr, dh0_ptr,  # out: (B, T, n·D); (B, T, D) (if HAS_DECAY); (B, D) (if HAS_H0)
+    sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY)
+    T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col, dh_sb, dh_st, dh_sd,
+    MODE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, SIGNED: tl.constexpr,
+    COUPLED: tl.constexpr, HAS_DECAY: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    pid_d = pid % n_dblk
+    rest = pid // n_dblk
+    pid_c = rest % n_chunks
+    pid_b = rest // n_chunks
+    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    col_ok = cols < D
+    rows = tl.arange(0, BLOCK_T)
+    first = rows[:, None] == 0
+    if SIGNED:
+        S = 3 * D
+    else:
+        S = 2 * D
+    # Row r of a tile is time t_hi - r: the adjoint runs backwards in time.
+    k_rev = cols[None, :] - rows[:, None] * S
+    h_rev = cols[None, :] - rows[:, None] * D
+    lg_rev = cols[None, :] * lg_col - rows[:, None] * lg_row
+    # dh is read through its strides: the gradient of a sum arrives expanded (stride 0).
+    dh_rev = cols[None, :] * dh_sd - rows[:, None] * dh_st
+    t_start = pid_c * chunk_len
+    t_end = tl.minimum(T, t_start + chunk_len)
+    b64 = pid_b.to(tl.int64)
+    s_off = (b64 * n_chunks + pid_c) * D + cols
+    state_off = b64 * D + cols
+
+    cc = tl.full([BLOCK_D], 1.0, tl.float32)
+    if MODE == K_APPLY:
+        cg = tl.load(sg_ptr + s_off, mask=col_ok, other=0.0)
+    else:
+        cg = tl.zeros([BLOCK_D], tl.float32)
+    if HAS_DHT:
+        dht = tl.load(dht_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
+    if HAS_H0:
+        h0 = tl.load(h0_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
+
+    for it in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
+        t_hi = (t_end - 1 - it * BLOCK_T).to(tl.int64)
+        t = t_hi - rows
+        ok = t >= t_start
+        m = ok[:, None] & col_ok[None, :]
+        row_hi = b64 * T + t_hi
+        # The coefficient of step t is a_{t+1}: the gates one row later (0 past the end);
+        # padding rows are the identity.
+        nxt = m & (t + 1 < T)[:, None]
+        nz, ns, nh, nl = _load_k(k_ptr, lg_ptr, (row_hi + 1) * S + k_rev,
+                                 (row_hi + 1) * lg_row + lg_rev, nxt, D, SIGNED, HAS_DECAY)
+        coef, _ = _gates(nz, ns, nh, nl, SIGNED, COUPLED, HAS_DECAY)
+        coef = tl.where(nxt, coef, 0.0)
+        coef = tl.where(ok[:, None], coef, 1.0)
+        G = tl.load(dh_ptr + b64 * dh_sb + t_hi * dh_st + dh_rev, mask=m,
+                    other=0.0).to(tl.float32)
+        if HAS_DHT:
+            G = tl.where((t == T - 1)[:, None], G + dht[None, :], G)
+        if MODE == K_SUMMARY:
+            _sc, _sg = tl.associative_scan((coef, G), 0, mul_add)
+            cc, cg = mul_add(cc, cg, take_row(_sc, rows, BLOCK_T - 1),
+                             take_row(_sg, rows, BLOCK_T - 1))
+        else:
+            G = tl.where(first, coef * cg[None, :] + G, G)
+            _, G = tl.associative_scan((coef, G), 0, mul_add)
+            cg = take_row(G, rows, BLOCK_T - 1)
+            h_prev = tl.load(h_ptr + (row_hi - 1) * D + h_rev, mask=m & (t >= 1)[:, None],
+                             other=0.0).to(tl.float32)
+            if HAS_H0:
+                h_prev = tl.where((t == 0)[:, None], h0[None, :], h_prev)
+            k_off = row_hi * S + k_rev
+            kz, ks, kh, lg = _load_k(k_ptr, lg_ptr, k_off, row_hi * lg_row + lg_rev, m, D,
+                                     SIGNED, HAS_DECAY)
+            z = _sigmoid(kz)
+            zz = z * _sigmoid(-kz)  # σ'(k_z) = z (1 − z)
+            if HAS_DECAY:
+                gamma = tl.exp(lg)
+            else:
+                gamma = 1.0
+            da = G * h_prev
+            dkz_ptr = dk_ptr + k_off
+            if SIGNED:
+                s = _tanh(ks)
+                c = 1.0
+                if COUPLED:
+                    c = _sigmoid(-kz)
+                a = gamma * s * c
+                dkz = G * kh
+                if COUPLED:
+                    dkz -= da * gamma * s
+                tl.store(dkz_ptr, (zz * dkz).to(dk_ptr.dtype.element_ty), mask=m)
+                tl.store(dkz_ptr + D, (da * gamma * c * (1.0 - s * s)).to(dk_ptr.dtype.element_ty),
+                         mask=m)
+                tl.store(dkz_ptr + 2 * D, (G * z).to(dk_ptr.dtype.element_ty), mask=m)
+            else:
+                a = gamma * _sigmoid(-kz)
+                pos = kh >= 0
+                sg = _sigmoid(kh)
+                gk = tl.where(pos, kh + 0.5, sg)
+                dg = tl.where(pos, 1.0, sg * (1.0 - sg))
+                tl.store(dkz_ptr, (zz * (G * gk - da * gamma)).to(dk_ptr.dtype.element_ty),
+                         mask=m)
+                tl.store(dkz_ptr + D, (G * z * dg).to(dk_ptr.dtype.element_ty), mask=m)
+            if HAS_DECAY:
+                tl.store(dlg_ptr + row_hi * D + h_rev, (a * da).to(dlg_ptr.dtype.element_ty),
+                         mask=m)
+
+    if MODE == K_SUMMARY:
+        tl.store(sc_ptr + s_off, cc, mask=col_ok)
+        tl.store(sg_ptr + s_off, cg, mask=col_ok)
+    elif HAS_H0:
+        if pid_c == 0:
+            # After the walk down to t = 0 the carry is G_0: dh_0 = a_0 G_0.
+            z0, s0, h0k, l0 = _load_k(k_ptr, lg_ptr, b64 * T * S + cols, b64 * T * lg_row
+                                      + cols * lg_col, col_ok, D, SIGNED, HAS_DECAY)
+            a0, _ = _gates(z0, s0, h0k, l0, SIGNED, COUPLED, HAS_DECAY)
+            tl.store(dh0_ptr + state_off, (a0 * cg).to(dh0_ptr.dtype.element_ty), mask=col_ok)
