@@ -200,8 +200,32 @@ def check_delta(
 # -- the delta-rule op ---------------------------------------------------------------------
 
 
-def _shape_error(name: str, x: Any, expected: str) -> ValueError:
-    return ValueError(f"delta_rule: {name} must have shape {expected}; got {tuple(x.shape)}")
+def _shape_error(name: str, x: Any, expected: str, op: str = "delta_rule") -> ValueError:
+    return ValueError(f"{op}: {name} must have shape {expected}; got {tuple(x.shape)}")
+
+
+def check_cell_shapes(k: Any, n_gates: int, initial_state: Any = None,
+                      log_gamma: Any = None) -> int:
+    """The state width ``D`` of a fused cell's pre-activations ``k (B, T, n_gates·D)``; raise
+    ``ValueError`` naming the argument whose shape does not fit. Reads ``.shape`` only: both
+    frontends' ``cells`` call it (after their dtype checks)."""
+    shape = f"(B, T, {n_gates}·D)"
+    if len(k.shape) != 3:
+        raise _shape_error("k", k, shape, "mingru_cell")
+    B, T, S = tuple(k.shape)
+    if T < 1 or B < 1:
+        raise ValueError(f"k must have shape {shape} with at least one time step (dim 1) and "
+                         f"B ≥ 1; got {tuple(k.shape)}")
+    if S % n_gates or S == 0:
+        raise ValueError(f"k must have shape {shape}: its last dim {S} is not a positive "
+                         f"multiple of {n_gates} (the gates side by side)")
+    D = S // n_gates
+    if initial_state is not None and tuple(initial_state.shape) != (B, D):
+        raise _shape_error("initial_state", initial_state, f"(B, D) = {(B, D)}", "mingru_cell")
+    if log_gamma is not None and tuple(log_gamma.shape) not in ((B, T, D), (B, T, 1)):
+        raise _shape_error("log_gamma", log_gamma, f"(B, T, D) = {(B, T, D)} or (B, T, 1)",
+                           "mingru_cell")
+    return D
 
 
 def check_delta_rule_shapes(q: Any, k: Any, v: Any, beta: Any, log_gamma: Any = None,

@@ -14,6 +14,7 @@ import torch
 from mingru import _validate
 from mingru._eager.mingru_cell import mingru_cell_eager
 from mingru.dispatch import call
+from mingru_kernels._spec import check_cell_shapes
 
 __all__ = ["mingru_cell", "signed_mingru_cell"]
 
@@ -43,7 +44,7 @@ def mingru_cell(
         >>> h.shape, bool((h > 0).all())
         (torch.Size([2, 7, 4]), True)
     """
-    return _cell("k", k, 2, initial_state, log_gamma, False, False, return_final_state)
+    return _cell(k, 2, initial_state, log_gamma, False, False, return_final_state)
 
 
 def signed_mingru_cell(
@@ -73,29 +74,16 @@ def signed_mingru_cell(
         >>> h.shape, h_T.shape
         (torch.Size([2, 7, 4]), torch.Size([2, 4]))
     """
-    return _cell("k", k, 3, initial_state, log_gamma, True, bool(coupled), return_final_state)
+    return _cell(k, 3, initial_state, log_gamma, True, bool(coupled), return_final_state)
 
 
-def _cell(name, k, n_gates, initial_state, log_gamma, signed, coupled, return_final_state):
-    shape = f"(B, T, {n_gates}·D)"
-    _validate.float_tensor(k, name, 3, shape)
-    _validate.nonempty_time(k, name)
-    B, T, S = k.shape
-    if S % n_gates:
-        raise ValueError(f"{name} must have shape {shape}: its last dim {S} is not a multiple "
-                         f"of {n_gates} (the gates side by side)")
-    D = S // n_gates
-    named = [(name, k)]
-    if initial_state is not None:
-        _validate.float_tensor(initial_state, "initial_state", 2, "(B, D)")
-        _validate.shape_is(initial_state, "initial_state", (B, D), "(B, D)")
-        named.append(("initial_state", initial_state))
-    if log_gamma is not None:
-        _validate.float_tensor(log_gamma, "log_gamma", 3, "(B, T, D) or (B, T, 1)")
-        if tuple(log_gamma.shape) not in ((B, T, D), (B, T, 1)):
-            raise ValueError(f"log_gamma must have shape (B, T, D) = {(B, T, D)} or (B, T, 1); "
-                             f"got {tuple(log_gamma.shape)}")
-        named.append(("log_gamma", log_gamma))
+def _cell(k, n_gates, initial_state, log_gamma, signed, coupled, return_final_state):
+    _validate.floating(k, "k")
+    named = [("k", k)]
+    for name, x in (("initial_state", initial_state), ("log_gamma", log_gamma)):
+        if x is not None:
+            named.append((name, _validate.floating(x, name)))
+    check_cell_shapes(k, n_gates, initial_state, log_gamma)
     _validate.same_kind(named)
     return call("mingru_cell", mingru_cell_eager, k, initial_state, log_gamma, signed, coupled,
                 bool(return_final_state))

@@ -41,6 +41,8 @@ _EXPORTS: dict[str, str] = {
     "linear_recurrence": "mingru_jax.scans",
     "matrix_scan": "mingru_jax.scans",
     "matrix_affine_scan": "mingru_jax.scans",
+    "mingru_cell": "mingru_jax.cells",
+    "signed_mingru_cell": "mingru_jax.cells",
     "MinGRU": "mingru_jax.mixers.log",
     "MinGRUCell": "mingru_jax.mixers.log",
     "SignedMinGRU": "mingru_jax.mixers.signed",
@@ -78,9 +80,11 @@ __all__ = [
     "linear_scan",
     "matrix_affine_scan",
     "matrix_scan",
+    "mingru_cell",
     "nnx_to_torch",
     "parallel_scan_log",
     "scan_mode",
+    "signed_mingru_cell",
     "torch_to_nnx",
     "use_backend",
 ]
@@ -101,6 +105,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # static analysers see the real names
     from mingru_jax.block import MinGRUBlock
+    from mingru_jax.cells import mingru_cell, signed_mingru_cell
     from mingru_jax.convert import nnx_to_torch, torch_to_nnx
     from mingru_jax.dispatch import MinGRUFallbackWarning, available, scan_mode, use_backend
     from mingru_jax.mixers.delta import DeltaMinGRU, DeltaMinGRUCell

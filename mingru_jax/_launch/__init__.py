@@ -46,4 +46,5 @@ LAUNCHERS: dict[str, str] = {
     "matrix_affine_scan": "mingru_jax._launch.matrix_affine_scan",
     "givens_recurrence": "mingru_jax._launch.givens_recurrence",
     "delta_rule": "mingru_jax._launch.delta_rule",
+    "mingru_cell": "mingru_jax._launch.mingru_cell",
 }

@@ -26,23 +26,13 @@ import jax.numpy as jnp
 from flax import nnx
 
 from mingru_jax import _validate
+from mingru_jax._eager.mingru_cell import g as g
+from mingru_jax._eager.mingru_cell import log_g as log_g
 from mingru_kernels._spec import DECAY_MODES as DECAY_MODES
 from mingru_kernels._spec import MAX_GAP, check_decay, inverse_softplus
 from mingru_kernels._spec import check_size as check_size
 
 LN_EPS = 1e-5
-
-
-def g(x: jax.Array) -> jax.Array:
-    """Positive, continuous activation: ``x + 0.5`` for ``x ≥ 0``, ``sigmoid(x)`` below."""
-    pos = x >= 0
-    return jnp.where(pos, jnp.where(pos, x, 0.0) + 0.5, jax.nn.sigmoid(x))
-
-
-def log_g(x: jax.Array) -> jax.Array:
-    """``log g(x)``, finite with a finite gradient everywhere (``x ≥ 0`` branch at 0)."""
-    pos = x >= 0
-    return jnp.where(pos, jnp.log(jnp.where(pos, x, 0.0) + 0.5), -jax.nn.softplus(-x))
 
 
 def sanitize_delta_t(delta_t: jax.Array, log1p_delta: bool) -> jax.Array:
@@ -83,6 +73,23 @@ def linear(
         precision=jax.lax.Precision.HIGHEST,
         rngs=rngs,
     )
+
+
+def project(x: jax.Array, *layers: nnx.Linear) -> jax.Array:
+    """``x`` through several :class:`flax.nnx.Linear` layers as ONE matmul: their outputs side
+    by side (the twin of ``mingru.mixers._common.project``).
+
+    The kernels are concatenated at call time, so the parameters (and their names, the
+    initialisation and weight conversion) stay those of the separate layers.
+    """
+    first = layers[0]
+    kernel = jnp.concatenate([layer.kernel[...] for layer in layers], axis=1)
+    bias = (None if first.bias is None
+            else jnp.concatenate([layer.bias[...] for layer in layers]))
+    x, kernel, bias = first.promote_dtype((x, kernel, bias), dtype=first.dtype)
+    y = jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())),
+                            precision=first.precision)
+    return y if bias is None else y + bias
 
 
 def layer_norm(

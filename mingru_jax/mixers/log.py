@@ -1,10 +1,12 @@
-"""MinGRU (Flax NNX): the minimal GRU of Feng et al. 2024 (arXiv:2410.01201) on the log-space
+"""MinGRU (Flax NNX): the minimal GRU of Feng et al. 2024 (arXiv:2410.01201) on the fused
+MinGRU cell (:func:`mingru_jax.cells.mingru_cell`), whose eager reference is the log-space
 parallel scan (Heinsen 2023, arXiv:2311.06281). The twin of :mod:`mingru.mixers.log`.
 
     z_t = σ(W_z x_t),   h̃_t = g(W_h x_t),   h_t = γ_t (1 − z_t) ⊙ h_{t−1} + z_t ⊙ h̃_t
 
 with ``g(x) = x + 0.5`` (x ≥ 0), ``σ(x)`` (x < 0), so every state is positive and the scan runs
 on ``log a = −softplus(W_z x) + log γ`` and ``log b = −softplus(−W_z x) + log g(W_h x)``.
+Both projections run as one matmul (:func:`mingru_jax.mixers._common.project`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.experimental import checkify
 
+from mingru_jax.cells import mingru_cell
 from mingru_jax.mixers._common import (
     MixerCell,
     TimeDecay,
@@ -28,8 +31,8 @@ from mingru_jax.mixers._common import (
     is_concrete,
     linear,
     log_g,
+    project,
 )
-from mingru_jax.scans import parallel_scan_log
 
 __all__ = ["MinGRU", "MinGRUCell"]
 
@@ -138,20 +141,16 @@ class MinGRU(nnx.Module):
         """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring."""
         x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
-        k_z = self.linear_z(x)
-        dtype = k_z.dtype
-        log_a = -jax.nn.softplus(k_z)
-        log_b = -jax.nn.softplus(-k_z) + log_g(self.linear_h(x))
+        k = project(x, self.linear_z, self.linear_h)
+        dtype = k.dtype
         log_gamma = self.decay.log_gamma(delta_t, B, T, dtype)
-        if log_gamma is not None:
-            log_a = log_a + log_gamma
         if h_0 is None:
-            log_h0 = self._log_h0_default(B, dtype)[:, None]
+            h0 = jnp.exp(self._log_h0_default(B, dtype))
         else:
             h_0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, dtype=dtype)
             _check_non_negative(h_0, "h_0")
-            log_h0 = jnp.log(h_0)  # log 0 = -inf is a valid start for the log scan
-        return parallel_scan_log(log_a, jnp.concatenate([log_h0, log_b], axis=1))
+            h0 = h_0[:, 0]
+        return mingru_cell(k, h0, log_gamma)
 
     def step(
         self,

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from mingru_jax.cells import signed_mingru_cell
 from mingru_jax.mixers._common import (
     MixerCell,
     TimeDecay,
@@ -25,8 +26,8 @@ from mingru_jax.mixers._common import (
     check_state,
     check_token,
     linear,
+    project,
 )
-from mingru_jax.scans import linear_recurrence
 
 __all__ = ["SignedMinGRU", "SignedMinGRUCell"]
 
@@ -123,13 +124,14 @@ class SignedMinGRU(nnx.Module):
         """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring."""
         x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
-        a, b = self._gates(x, delta_t, T)
+        # One matmul for the three projections; the cell forms the gates inside the kernel.
+        k = project(x, self.linear_z, self.linear_s, self.linear_h)
+        log_gamma = self.decay.log_gamma(delta_t, B, T, k.dtype)
         if h_0 is not None:
-            h_0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, dtype=a.dtype)[:, 0]
+            h_0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, dtype=k.dtype)[:, 0]
         elif self.h0 is not None:
-            h_0 = jnp.broadcast_to(self.h0[...].astype(a.dtype), (B, self.hidden_size))
-        # The states-only recurrence: h_0 enters the first step (no running product).
-        return linear_recurrence(a, b, initial_state=h_0)
+            h_0 = jnp.broadcast_to(self.h0[...].astype(k.dtype), (B, self.hidden_size))
+        return signed_mingru_cell(k, h_0, log_gamma, coupled=self.coupled)
 
     def step(
         self,

@@ -1,0 +1,186 @@
+"""jax-triton launcher for the fused minGRU cells (:func:`mingru_jax.cells.mingru_cell`,
+:func:`mingru_jax.cells.signed_mingru_cell`; kernels in :mod:`mingru_kernels.mingru_cell`, the
+same ones the PyTorch launcher runs).
+
+A ``jax.custom_vjp`` over the forward and backward kernels; the backward saves ``k``, the
+log-decay, ``h_0`` and the output ``h`` only. A missing ``initial_state`` is a zero state (one
+``(B, D)`` array), so the traced kernels are the same with and without it. See
+:mod:`mingru_jax._launch._common` for the two routes of each launch.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import triton
+import triton.language as tl
+
+from mingru_jax._launch import _common as common
+from mingru_jax._launch import _elementwise as elementwise
+from mingru_kernels import _scan_common as scan_common
+from mingru_kernels import mingru_cell as kernels
+from mingru_kernels.launch import mingru_cell as meta
+
+__all__ = ["prefer_over_eager", "run", "unsupported_reason"]
+
+
+def unsupported_reason(k, *args, **kwargs) -> str | None:
+    """Why the kernel cannot run this call, or ``None``."""
+    return common.unsupported_dtype_or_device(k)
+
+
+def prefer_over_eager(*args, **kwargs) -> bool:
+    """Whether ``auto`` should pick the kernel (one read of ``k``, one write of ``h``)."""
+    return True
+
+
+def run(k, initial_state, log_gamma, signed, coupled, return_final_state=False):
+    """``h`` (or ``(h, h_T)``) of the cell on the Triton kernels; jit/grad/vmap-compatible."""
+    B, _, S = k.shape
+    D = S // meta.gate_count(signed)
+    h0 = jnp.zeros((B, D), k.dtype) if initial_state is None else initial_state
+    h, h_T = _op(bool(signed), bool(coupled), k, h0, log_gamma)
+    return (h, h_T) if return_final_state else h
+
+
+# ----------------------------------------------------------------------------- adapters
+# jax-triton passes outputs after the inputs and runtime scalars; these reorder parameters
+# into the kernels' own order and call them unchanged (inlined by Triton).
+
+
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
+def _fwd_adapter(k, lg, h0, s1, s2, T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col, o1, o2,
+                 MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
+                 HAS_DECAY: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write (h, h_T) = (o1, o2) reading
+    # the carry-in maps (s1, s2).
+    if MODE == scan_common.K_SUMMARY:
+        kernels.mingru_cell_fwd_kernel(k, lg, h0, s1, s1, o1, o2, T, D, chunk_len, n_chunks,
+                                       n_dblk, lg_row, lg_col, MODE, True, SIGNED, COUPLED,
+                                       HAS_DECAY, BLOCK_T, BLOCK_D)
+    else:
+        kernels.mingru_cell_fwd_kernel(k, lg, h0, o1, o2, s1, s2, T, D, chunk_len, n_chunks,
+                                       n_dblk, lg_row, lg_col, MODE, True, SIGNED, COUPLED,
+                                       HAS_DECAY, BLOCK_T, BLOCK_D)
+
+
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
+def _bwd_adapter(k, lg, h0, h, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk, lg_row,
+                 lg_col, o1, o2, o3, o4,
+                 MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
+                 HAS_DECAY: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (dk, dlog_gamma, dh0) =
+    # (o1, o2, o3) reading the carries (s1, s2). dh is dense: strides (T·D, D, 1).
+    if MODE == scan_common.K_SUMMARY:
+        kernels.mingru_cell_bwd_kernel(k, lg, h0, h, dh, dht, o3, o4, o4, o1, o2,
+                                       T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
+                                       T * D, D, 1, MODE, True, True, SIGNED, COUPLED, HAS_DECAY,
+                                       BLOCK_T, BLOCK_D)
+    else:
+        kernels.mingru_cell_bwd_kernel(k, lg, h0, h, dh, dht, o1, o2, o3, s1, s2,
+                                       T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
+                                       T * D, D, 1, MODE, True, True, SIGNED, COUPLED, HAS_DECAY,
+                                       BLOCK_T, BLOCK_D)
+
+
+# ----------------------------------------------------------------------------- launch sequences
+
+
+def _plan(k, h0, forward: bool):
+    B, T, _ = k.shape
+    D = h0.shape[1]
+    state = jax.ShapeDtypeStruct((B, T, D), k.dtype)
+    return elementwise.plan("mingru_cell", state, meta.TILES if forward else None), B, T, D
+
+
+def _decay(k, lg):
+    """The log-decay operand (``k`` as a placeholder when absent) and its strides."""
+    if lg is None:
+        return k, (0, 0), False
+    return lg, ((1, 0) if lg.shape[-1] == 1 else (lg.shape[-1], 1)), True
+
+
+def _launch_forward(signed, coupled, k, h0, lg):
+    cfg, B, T, D = _plan(k, h0, forward=True)
+    lg_in, strides, has_decay = _decay(k, lg)
+    grid, kw = meta.grid(cfg, B), meta.launch_kwargs(cfg)
+    dims = (*meta.dims(cfg, T, D), *strides)
+    kw = dict(kw, SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay)
+    outs = (jax.ShapeDtypeStruct((B, T, D), k.dtype), common.like(h0))
+    if cfg["strategy"] == "walk":
+        return common.launch(_fwd_adapter, grid, (k, lg_in, h0, k, k), outs, dims,
+                             MODE=meta.WALK, **kw)
+    s = common.f32((B, int(cfg["n_chunks"]), D))
+    sa, sb = common.launch(_fwd_adapter, grid, (k, lg_in, h0, k, k), (s, s), dims,
+                           MODE=meta.SUMMARY, **kw)
+    ca, cb, _ = common.launch(
+        elementwise.carry_adapter, meta.carry_grid(cfg, B), (sa, sb, sb),
+        (s, s, common.f32((1,))), (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
+        REVERSE=False, STORE_A=True, HAS_Y=False, **meta.carry_kwargs(cfg),
+    )
+    return common.launch(_fwd_adapter, grid, (k, lg_in, h0, ca, cb), outs, dims,
+                         MODE=meta.APPLY, **kw)
+
+
+def _launch_backward(signed, coupled, k, h0, lg, h, dh, dh_T):
+    cfg, B, T, D = _plan(k, h0, forward=False)
+    lg_in, strides, has_decay = _decay(k, lg)
+    grid, kw = meta.grid(cfg, B), meta.launch_kwargs(cfg)
+    dims = (*meta.dims(cfg, T, D), *strides)
+    kw = dict(kw, SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay)
+    ins = (k, lg_in, h0, h, dh, dh_T)
+    dummy = common.f32((1,))
+    dlg = jax.ShapeDtypeStruct((B, T, D), lg.dtype) if has_decay else dummy
+    outs = (common.like(k), dlg, common.like(h0), dummy)
+    if cfg["strategy"] == "walk":
+        dk, dlg, dh0, _ = common.launch(_bwd_adapter, grid, (*ins, k, k), outs, dims,
+                                        MODE=meta.WALK, **kw)
+    else:
+        s = common.f32((B, int(cfg["n_chunks"]), D))
+        sc, sg, _, _ = common.launch(_bwd_adapter, grid, (*ins, k, k), (s, s, dummy, dummy),
+                                     dims, MODE=meta.SUMMARY, **kw)
+        _, cg, _ = common.launch(
+            elementwise.carry_adapter, meta.carry_grid(cfg, B), (sc, sg, sg),
+            (dummy, s, dummy), (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
+            REVERSE=True, STORE_A=False, HAS_Y=False, **meta.carry_kwargs(cfg),
+        )
+        dk, dlg, dh0, _ = common.launch(_bwd_adapter, grid, (*ins, sc, cg), outs, dims,
+                                        MODE=meta.APPLY, **kw)
+    if not has_decay:
+        return dk, dh0
+    if lg.shape[-1] == 1:
+        dlg = jnp.sum(dlg.astype(jnp.float32), axis=-1, keepdims=True).astype(lg.dtype)
+    return dk, dh0, dlg
+
+
+# ----------------------------------------------------------------------------- custom_vjp
+
+
+@functools.cache
+def _batched(signed: bool, coupled: bool):
+    """The forward and backward launch sequences of one cell variant, vmappable."""
+    forward = common.batched(functools.partial(_launch_forward, signed, coupled))
+    backward = common.batched(functools.partial(_launch_backward, signed, coupled))
+    return forward, backward
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _op(signed, coupled, k, h0, lg):
+    return _batched(signed, coupled)[0](k, h0, lg)
+
+
+def _op_fwd(signed, coupled, k, h0, lg):
+    h, h_T = _batched(signed, coupled)[0](k, h0, lg)
+    return (h, h_T), (k, h0, lg, h)
+
+
+def _op_bwd(signed, coupled, res, cts):
+    k, h0, lg, h = res
+    dh, dh_T = cts
+    grads = _batched(signed, coupled)[1](k, h0, lg, h, dh, dh_T)
+    return grads if lg is not None else (*grads, None)
+
+
+_op.defvjp(_op_fwd, _op_bwd)
