@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token
+from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token, project
 from mingru.scans import _delta_rule
 from mingru_kernels._spec import KEY_NORM_EPS, check_delta
 
@@ -105,20 +105,16 @@ class DeltaMinGRU(nn.Module):
         self.decay = TimeDecay(decay, decay_rate, log1p_delta, channels=n_heads)
 
     def _project(self, x: torch.Tensor):
-        """``q (…, H, d_k)``, ``k (…, nh, H, d_k)``, ``v (…, nh, H, d_v)``, ``β (…, nh, H)``."""
+        """``q (…, H, d_k)``, ``k (…, nh, H, d_k)``, ``v (…, nh, H, d_v)``, ``β (…, nh, H)``,
+        from one GEMM over every projection."""
         lead = x.shape[:-1]
-        H, dk, dv = self.n_heads, self.d_k, self.d_v
-        q = self.linear_q(x).reshape(*lead, H, dk)
-        k = torch.stack(
-            [
-                F.normalize(lin(x).reshape(*lead, H, dk), dim=-1, eps=KEY_NORM_EPS)
-                for lin in self.linear_k
-            ],
-            dim=-3,
-        )
-        v = torch.stack([lin(x).reshape(*lead, H, dv) for lin in self.linear_v], dim=-3)
-        beta = 2.0 * torch.sigmoid(torch.stack([lin(x) for lin in self.linear_beta], dim=-2))
-        return q, k, v, beta
+        H, dk, dv, nh = self.n_heads, self.d_k, self.d_v, self.nh
+        layers = [self.linear_q, *self.linear_k, *self.linear_v, *self.linear_beta]
+        out = project(x, *layers)
+        q, k, v, beta = out.split([H * dk, nh * H * dk, nh * H * dv, nh * H], dim=-1)
+        k = F.normalize(k.reshape(*lead, nh, H, dk), dim=-1, eps=KEY_NORM_EPS)
+        beta = 2.0 * torch.sigmoid(beta.reshape(*lead, nh, H))
+        return q.reshape(*lead, H, dk), k, v.reshape(*lead, nh, H, dv), beta
 
     def forward(
         self,

@@ -14,11 +14,13 @@ this mixer shares with :class:`~mingru.mixers.rotation.RotationMinGRU`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
 from mingru._eager.givens_recurrence import givens_step
-from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token
+from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token, project
 from mingru.scans import _givens_recurrence
 from mingru_kernels._spec import check_givens, check_size
 
@@ -32,9 +34,13 @@ def _cast(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
 class BlockRotationBase(nn.Module):
     """Shared forward/step of the rotation-family mixers (``n`` blocks of ``k`` channels).
 
-    Subclasses create ``linear_z``, ``linear_h``, ``h0`` and ``decay`` and implement
-    :meth:`transition` (angles ``(..., n, R, k/2)`` and an optional pre-rotation scale).
+    Subclasses create ``linear_z``, ``linear_h``, ``h0`` and ``decay``, name the layers of
+    their transition in ``transition_layers`` and implement :meth:`transition_from` (angles
+    ``(..., n, R, k/2)`` and an optional pre-rotation scale, from those layers' outputs). The
+    forward runs every projection as one GEMM.
     """
+
+    transition_layers: tuple[str, ...] = ()
 
     input_size: int
     hidden_size: int
@@ -43,12 +49,26 @@ class BlockRotationBase(nn.Module):
     h0: nn.Parameter
     decay: TimeDecay
 
-    def transition(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def transition_from(
+        self, parts: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         raise NotImplementedError
 
-    def _input_term(self, x: torch.Tensor) -> torch.Tensor:
-        b = torch.sigmoid(self.linear_z(x)) * self.linear_h(x)
-        return b.reshape(*x.shape[:-1], self.n_blocks, self.block_size)
+    def transition(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Angles and scale for ``x (..., input_size)``."""
+        return self.transition_from([getattr(self, name)(x) for name in self.transition_layers])
+
+    def _input_term(self, k_z: torch.Tensor, k_h: torch.Tensor) -> torch.Tensor:
+        b = torch.sigmoid(k_z) * k_h
+        return b.reshape(*k_z.shape[:-1], self.n_blocks, self.block_size)
+
+    def _projections(self, x: torch.Tensor):
+        """``(b, theta, scale)`` from one GEMM over every projection of ``x``."""
+        layers = [getattr(self, name) for name in self.transition_layers]
+        layers += [self.linear_z, self.linear_h]
+        k = project(x, *layers)  # its dtype (not x's, which autocast may differ from) rules
+        *parts, k_z, k_h = k.split([layer.out_features for layer in layers], dim=-1)
+        return (self._input_term(k_z, k_h), *self.transition_from(parts))
 
     def _log_gamma(self, delta_t, batch: int, steps: int | None, like: torch.Tensor):
         lg = self.decay.log_gamma(delta_t, batch, steps, like=like)
@@ -68,8 +88,7 @@ class BlockRotationBase(nn.Module):
         check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         n, k = self.n_blocks, self.block_size
-        b = self._input_term(x)  # its dtype (not x's, which autocast may differ from) rules
-        theta, scale = self.transition(x)
+        b, theta, scale = self._projections(x)
         if h_0 is None:
             h0 = self.h0.to(b.dtype).reshape(1, n, k).expand(B, n, k).contiguous()
         else:
@@ -90,8 +109,7 @@ class BlockRotationBase(nn.Module):
         check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
         n, k = self.n_blocks, self.block_size
-        b = self._input_term(x_t)
-        theta, scale = self.transition(x_t)
+        b, theta, scale = self._projections(x_t)
         if h_prev is None:
             h = self.h0.to(b.dtype).reshape(1, n, k).expand(B, n, k)
         else:
@@ -155,10 +173,13 @@ class GivensMinGRU(BlockRotationBase):
         self.h0 = nn.Parameter(torch.randn(hidden_size) * 0.5)
         self.decay = TimeDecay(decay, decay_rate, log1p_delta, channels=self.n_blocks)
 
-    def transition(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
-        """Angles ``(..., n, rounds, k/2)`` for ``x (..., input_size)``; no scale."""
-        theta = self.linear_theta(x)
-        return theta.reshape(*x.shape[:-1], self.n_blocks, self.rounds, self.block_size // 2), None
+    transition_layers = ("linear_theta",)
+
+    def transition_from(self, parts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, None]:
+        """Angles ``(..., n, rounds, k/2)`` from ``linear_theta``'s output; no scale."""
+        (theta,) = parts
+        lead = theta.shape[:-1]
+        return theta.reshape(*lead, self.n_blocks, self.rounds, self.block_size // 2), None
 
     def extra_repr(self) -> str:
         return (

@@ -93,10 +93,14 @@ class RotationMinGRU(BlockRotationBase):
         # theta - theta.detach() is exactly 0, so the value stays exactly `snapped`.
         return snapped.detach() + (theta - theta.detach())
 
-    def transition(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Angles ``(..., n, 1, 1)`` and the scale ``[1, tanh(u)]`` ``(..., n, 2)``."""
-        theta = self.snap_angles(self.linear_theta(x))
-        s = torch.tanh(self.linear_u(x))
+    transition_layers = ("linear_theta", "linear_u")
+
+    def transition_from(self, parts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Angles ``(..., n, 1, 1)`` and the scale ``[1, tanh(u)]`` ``(..., n, 2)`` from the
+        outputs of ``linear_theta`` and ``linear_u``."""
+        k_theta, k_u = parts
+        theta = self.snap_angles(k_theta)
+        s = torch.tanh(k_u)
         scale = torch.stack([torch.ones_like(s), s], dim=-1)
         return theta[..., None, None], scale
 

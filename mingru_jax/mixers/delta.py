@@ -20,6 +20,7 @@ from mingru_jax.mixers._common import (
     check_state,
     check_token,
     linear,
+    project,
 )
 from mingru_jax.scans import _delta_rule
 from mingru_kernels._spec import KEY_NORM_EPS, check_delta
@@ -127,16 +128,17 @@ class DeltaMinGRU(nnx.Module):
         return jnp.zeros((batch, self.state_size), jnp.float32 if dtype is None else dtype)
 
     def _project(self, x: jax.Array):
-        """``q (…, H, d_k)``, ``k (…, nh, H, d_k)``, ``v (…, nh, H, d_v)``, ``β (…, nh, H)``."""
+        """``q (…, H, d_k)``, ``k (…, nh, H, d_k)``, ``v (…, nh, H, d_v)``, ``β (…, nh, H)``,
+        from one matmul over every projection."""
         lead = x.shape[:-1]
-        H, dk, dv = self.n_heads, self.d_k, self.d_v
-        q = self.linear_q(x).reshape(*lead, H, dk)
-        k = jnp.stack(
-            [_l2_normalize(lin(x).reshape(*lead, H, dk)) for lin in self.linear_k], axis=-3
-        )
-        v = jnp.stack([lin(x).reshape(*lead, H, dv) for lin in self.linear_v], axis=-3)
-        beta = 2.0 * jax.nn.sigmoid(jnp.stack([lin(x) for lin in self.linear_beta], axis=-2))
-        return q, k, v, beta
+        H, dk, dv, nh = self.n_heads, self.d_k, self.d_v, self.nh
+        layers = [self.linear_q, *self.linear_k, *self.linear_v, *self.linear_beta]
+        out = project(x, *layers)
+        cuts = [H * dk, H * dk * (1 + nh), H * (dk + nh * (dk + dv))]
+        q, k, v, beta = jnp.split(out, cuts, axis=-1)
+        k = _l2_normalize(k.reshape(*lead, nh, H, dk))
+        beta = 2.0 * jax.nn.sigmoid(beta.reshape(*lead, nh, H))
+        return q.reshape(*lead, H, dk), k, v.reshape(*lead, nh, H, dv), beta
 
     def __call__(
         self,

@@ -13,6 +13,8 @@ what this mixer shares with :class:`~mingru_jax.mixers.rotation.RotationMinGRU`.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -28,6 +30,7 @@ from mingru_jax.mixers._common import (
     check_state,
     check_token,
     linear,
+    project,
 )
 from mingru_jax.scans import _givens_recurrence
 from mingru_kernels._spec import check_givens
@@ -47,18 +50,30 @@ class BlockRotationBase(nnx.Module):
     n_blocks: int
     block_size: int
 
-    def transition(self, x: jax.Array) -> tuple[jax.Array, jax.Array | None]:
+    transition_layers: tuple[str, ...] = ()
+
+    def transition_from(self, parts: Sequence[jax.Array]) -> tuple[jax.Array, jax.Array | None]:
         raise NotImplementedError
+
+    def transition(self, x: jax.Array) -> tuple[jax.Array, jax.Array | None]:
+        """Angles and scale for ``x (..., input_size)``."""
+        return self.transition_from([getattr(self, name)(x) for name in self.transition_layers])
+
+    def _projections(self, x: jax.Array):
+        """``(b, theta, scale)`` from one matmul over every projection of ``x``."""
+        layers = [getattr(self, name) for name in self.transition_layers]
+        layers += [self.linear_z, self.linear_h]
+        k = project(x, *layers)
+        sizes = [layer.out_features for layer in layers]
+        *parts, k_z, k_h = jnp.split(k, list(itertools.accumulate(sizes[:-1])), axis=-1)
+        b = (jax.nn.sigmoid(k_z) * k_h).reshape(*x.shape[:-1], self.n_blocks, self.block_size)
+        return (b, *self.transition_from(parts))
 
     def initial_state(self, batch: int, dtype: Any = None) -> jax.Array:
         """The learned ``h0`` as a step state ``(batch, hidden)``."""
         h0 = self.h0[...]
         h0 = h0 if dtype is None else h0.astype(dtype)
         return jnp.broadcast_to(h0, (batch, self.hidden_size))
-
-    def _input_term(self, x: jax.Array) -> jax.Array:
-        b = jax.nn.sigmoid(self.linear_z(x)) * self.linear_h(x)
-        return b.reshape(*x.shape[:-1], self.n_blocks, self.block_size)
 
     def _log_gamma(self, delta_t: Any, batch: int, steps: int | None, dtype: Any):
         lg = self.decay.log_gamma(delta_t, batch, steps, dtype)
@@ -78,14 +93,13 @@ class BlockRotationBase(nnx.Module):
         x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         n, k = self.n_blocks, self.block_size
-        b = self._input_term(x)
+        b, theta, scale = self._projections(x)
         dtype = b.dtype
         if h_0 is None:
             h0 = self.initial_state(B, dtype).reshape(B, n, k)
         else:
             h0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, dtype=dtype)
             h0 = h0.reshape(B, n, k)
-        theta, scale = self.transition(x)
         log_gamma = self._log_gamma(delta_t, B, T, dtype)
         h = _givens_recurrence(theta.astype(dtype), b, h0, scale, log_gamma)
         return h.reshape(B, T, self.hidden_size)
@@ -101,14 +115,13 @@ class BlockRotationBase(nnx.Module):
         x_t = check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
         n, k = self.n_blocks, self.block_size
-        b = self._input_term(x_t)
+        b, theta, scale = self._projections(x_t)
         dtype = b.dtype
         if h_prev is None:
             h = self.initial_state(B, dtype).reshape(B, n, k)
         else:
             h = check_state(h_prev, B, self.hidden_size, "h_prev", sequence=False, dtype=dtype)
             h = h.reshape(B, n, k)
-        theta, scale = self.transition(x_t)
         log_gamma = self._log_gamma(delta_t, B, None, dtype)
         h = givens_step(h, theta.astype(dtype), b, scale, log_gamma)
         return h.reshape(B, self.hidden_size)
@@ -178,10 +191,13 @@ class GivensMinGRU(BlockRotationBase):
             decay, decay_rate, log1p_delta, channels=self.n_blocks, param_dtype=param_dtype
         )
 
-    def transition(self, x: jax.Array) -> tuple[jax.Array, None]:
-        """Angles ``(..., n, rounds, k/2)`` for ``x (..., input_size)``; no scale."""
-        theta = self.linear_theta(x)
-        return theta.reshape(*x.shape[:-1], self.n_blocks, self.rounds, self.block_size // 2), None
+    transition_layers = ("linear_theta",)
+
+    def transition_from(self, parts: Sequence[jax.Array]) -> tuple[jax.Array, None]:
+        """Angles ``(..., n, rounds, k/2)`` from ``linear_theta``'s output; no scale."""
+        (theta,) = parts
+        lead = theta.shape[:-1]
+        return theta.reshape(*lead, self.n_blocks, self.rounds, self.block_size // 2), None
 
 
 class GivensMinGRUCell(MixerCell):

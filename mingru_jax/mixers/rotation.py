@@ -100,10 +100,14 @@ class RotationMinGRU(BlockRotationBase):
         # theta - stop_gradient(theta) is exactly 0, so the value stays exactly `snapped`.
         return jax.lax.stop_gradient(snapped) + (theta - jax.lax.stop_gradient(theta))
 
-    def transition(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Angles ``(..., n, 1, 1)`` and the scale ``[1, tanh(u)]`` ``(..., n, 2)``."""
-        theta = self.snap_angles(self.linear_theta(x))
-        s = jnp.tanh(self.linear_u(x))
+    transition_layers = ("linear_theta", "linear_u")
+
+    def transition_from(self, parts: Sequence[jax.Array]) -> tuple[jax.Array, jax.Array]:
+        """Angles ``(..., n, 1, 1)`` and the scale ``[1, tanh(u)]`` ``(..., n, 2)`` from the
+        outputs of ``linear_theta`` and ``linear_u``."""
+        k_theta, k_u = parts
+        theta = self.snap_angles(k_theta)
+        s = jnp.tanh(k_u)
         scale = jnp.stack([jnp.ones_like(s), s], axis=-1)
         return theta[..., None, None], scale
 
