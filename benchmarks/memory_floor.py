@@ -41,7 +41,14 @@ CASES = [  # (op, shape, modes)
     ("linear_recurrence", "long", ("fwd", "fwd+bwd")),
     ("linear_scan", "big", ("fwd",)),
     ("linear_scan", "16k", ("fwd", "fwd+bwd")),
+    ("mingru_cell", "big", ("fwd",)),
+    ("mingru_cell", "16k", ("fwd", "fwd+bwd")),
+    ("mingru_cell", "long", ("fwd", "fwd+bwd")),
+    ("signed_mingru_cell", "big", ("fwd",)),
+    ("signed_mingru_cell", "16k", ("fwd", "fwd+bwd")),
 ]
+# The fused cells read their pre-activations k (B, T, n·D) and h_0 (B, D).
+CELL_GATES = {"mingru_cell": 2, "signed_mingru_cell": 3}
 
 
 def wall_ms(fn: Callable[[], Any], repeats: int) -> float:
@@ -54,12 +61,16 @@ def events_ms(fn: Callable[[], Any]) -> float:
 
 def floor_bytes(op: str, B: int, T: int, D: int) -> int:
     n = B * T * D * 4
-    return {"parallel_scan_log": 3 * n, "linear_recurrence": 3 * n, "linear_scan": 4 * n}[op]
+    return {"parallel_scan_log": 3 * n, "linear_recurrence": 3 * n, "linear_scan": 4 * n,
+            "mingru_cell": 3 * n, "signed_mingru_cell": 4 * n}[op]
 
 
 def torch_inputs(op: str, B: int, T: int, D: int, grad: bool):
     g = torch.Generator(device="cuda").manual_seed(0)
-    if op == "parallel_scan_log":
+    if op in CELL_GATES:
+        xs = (torch.randn(B, T, CELL_GATES[op] * D, device="cuda", generator=g),
+              torch.rand(B, D, device="cuda", generator=g) + 0.1)
+    elif op == "parallel_scan_log":
         xs = (-torch.rand(B, T, D, device="cuda", generator=g),
               torch.randn(B, T + 1, D, device="cuda", generator=g))
     else:
