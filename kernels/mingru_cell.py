@@ -47,9 +47,24 @@ __all__ = ["linear_carry_kernel", "mingru_cell_bwd_kernel", "mingru_cell_fwd_ker
 
 
 @triton.jit
-def _sigmoid(x):
-    # 1 / (1 + e^-x): e^-x = inf gives 0, never NaN, so ±80 pre-activations are safe.
-    return 1.0 / (1.0 + tl.exp(-x))
+def _sigmoid_pair(x):
+    """``(σ(x), σ(−x))`` from one exponential and one division (the gate math is most of the
+    cell's instructions): ``e = e^{−|x|} ∈ (0, 1]`` never overflows."""
+    e = tl.exp(-tl.abs(x))
+    r = 1.0 / (1.0 + e)
+    er = e * r
+    pos = x >= 0
+    return tl.where(pos, r, er), tl.where(pos, er, r)
+
+
+@triton.jit
+def _g_and_slope(x):
+    """``g(x)`` and ``g'(x)``: ``x + ½`` and 1 for ``x ≥ 0``, ``σ(x)`` and ``σ(x)(1 − σ(x))``
+    below (one exponential of ``min(x, 0) ≤ 0``)."""
+    e = tl.exp(tl.minimum(x, 0.0))
+    sg = e / (1.0 + e)
+    pos = x >= 0
+    return tl.where(pos, x + 0.5, sg), tl.where(pos, 1.0, sg * (1.0 - sg))
 
 
 @triton.jit
@@ -61,19 +76,21 @@ def _tanh(x):
 
 
 @triton.jit
-def _load_k(k_ptr, lg_ptr, k_off, lg_off, m, D,
+def _load_k(kt_ptr, lgt_ptr, k_off, lg_off, m, D,
             SIGNED: tl.constexpr, HAS_DECAY: tl.constexpr):
     """The pre-activations of one tile as fp32: ``(k_z, k_s, k_h, log γ)`` (``k_s`` and
-    ``log γ`` are zeros when the cell has none)."""
-    kz = tl.load(k_ptr + k_off, mask=m, other=0.0).to(tl.float32)
+    ``log γ`` are zeros when the cell has none). ``kt_ptr``/``lgt_ptr`` point at the tile's
+    first row and the offsets are int32 tiles: the 64-bit row offset stays a scalar, so the
+    compiler still sees contiguous columns and vectorises the loads."""
+    kz = tl.load(kt_ptr + k_off, mask=m, other=0.0).to(tl.float32)
     if SIGNED:
-        ks = tl.load(k_ptr + k_off + D, mask=m, other=0.0).to(tl.float32)
-        kh = tl.load(k_ptr + k_off + 2 * D, mask=m, other=0.0).to(tl.float32)
+        ks = tl.load(kt_ptr + D + k_off, mask=m, other=0.0).to(tl.float32)
+        kh = tl.load(kt_ptr + 2 * D + k_off, mask=m, other=0.0).to(tl.float32)
     else:
         ks = kz * 0.0
-        kh = tl.load(k_ptr + k_off + D, mask=m, other=0.0).to(tl.float32)
+        kh = tl.load(kt_ptr + D + k_off, mask=m, other=0.0).to(tl.float32)
     if HAS_DECAY:
-        lg = tl.load(lg_ptr + lg_off, mask=m, other=0.0).to(tl.float32)
+        lg = tl.load(lgt_ptr + lg_off, mask=m, other=0.0).to(tl.float32)
     else:
         lg = kz * 0.0
     return kz, ks, kh, lg
@@ -83,15 +100,16 @@ def _load_k(k_ptr, lg_ptr, k_off, lg_off, m, D,
 def _gates(kz, ks, kh, lg, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
            HAS_DECAY: tl.constexpr):
     """Transition ``a`` and input ``b`` of the cell."""
-    z = _sigmoid(kz)
+    z, one_minus_z = _sigmoid_pair(kz)  # 1 − z without the cancellation
     if SIGNED:
         a = _tanh(ks)
         if COUPLED:
-            a = a * _sigmoid(-kz)
+            a = a * one_minus_z
         b = z * kh
     else:
-        a = _sigmoid(-kz)  # 1 − z without the cancellation
-        b = z * tl.where(kh >= 0, kh + 0.5, _sigmoid(kh))
+        a = one_minus_z
+        gk, _ = _g_and_slope(kh)
+        b = z * gk
     if HAS_DECAY:
         a = a * tl.exp(lg)
     return a, b
@@ -144,7 +162,7 @@ def mingru_cell_fwd_kernel(
         t0 = (t_start + it * BLOCK_T).to(tl.int64)
         m = ((t0 + rows) < t_end)[:, None] & col_ok[None, :]
         row0 = b64 * T + t0
-        kz, ks, kh, lg = _load_k(k_ptr, lg_ptr, row0 * S + k_intra, row0 * lg_row + lg_intra,
+        kz, ks, kh, lg = _load_k(k_ptr + row0 * S, lg_ptr + row0 * lg_row, k_intra, lg_intra,
                                  m, D, SIGNED, HAS_DECAY)
         a, b = _gates(kz, ks, kh, lg, SIGNED, COUPLED, HAS_DECAY)
         # Padding rows are the identity map (1, 0), so the tile's last row is its total.
@@ -224,8 +242,8 @@ def mingru_cell_bwd_kernel(
         # The coefficient of step t is a_{t+1}: the gates one row later (0 past the end);
         # padding rows are the identity.
         nxt = m & (t + 1 < T)[:, None]
-        nz, ns, nh, nl = _load_k(k_ptr, lg_ptr, (row_hi + 1) * S + k_rev,
-                                 (row_hi + 1) * lg_row + lg_rev, nxt, D, SIGNED, HAS_DECAY)
+        nz, ns, nh, nl = _load_k(k_ptr + (row_hi + 1) * S, lg_ptr + (row_hi + 1) * lg_row,
+                                 k_rev, lg_rev, nxt, D, SIGNED, HAS_DECAY)
         coef, _ = _gates(nz, ns, nh, nl, SIGNED, COUPLED, HAS_DECAY)
         coef = tl.where(nxt, coef, 0.0)
         coef = tl.where(ok[:, None], coef, 1.0)
@@ -245,22 +263,21 @@ def mingru_cell_bwd_kernel(
                              other=0.0).to(tl.float32)
             if HAS_H0:
                 h_prev = tl.where((t == 0)[:, None], h0[None, :], h_prev)
-            k_off = row_hi * S + k_rev
-            kz, ks, kh, lg = _load_k(k_ptr, lg_ptr, k_off, row_hi * lg_row + lg_rev, m, D,
-                                     SIGNED, HAS_DECAY)
-            z = _sigmoid(kz)
-            zz = z * _sigmoid(-kz)  # σ'(k_z) = z (1 − z)
+            kz, ks, kh, lg = _load_k(k_ptr + row_hi * S, lg_ptr + row_hi * lg_row, k_rev,
+                                     lg_rev, m, D, SIGNED, HAS_DECAY)
+            z, one_minus_z = _sigmoid_pair(kz)
+            zz = z * one_minus_z  # σ'(k_z) = z (1 − z)
             if HAS_DECAY:
                 gamma = tl.exp(lg)
             else:
                 gamma = 1.0
             da = G * h_prev
-            dkz_ptr = dk_ptr + k_off
+            dkz_ptr = dk_ptr + row_hi * S + k_rev
             if SIGNED:
                 s = _tanh(ks)
                 c = 1.0
                 if COUPLED:
-                    c = _sigmoid(-kz)
+                    c = one_minus_z
                 a = gamma * s * c
                 dkz = G * kh
                 if COUPLED:
@@ -270,11 +287,8 @@ def mingru_cell_bwd_kernel(
                          mask=m)
                 tl.store(dkz_ptr + 2 * D, (G * z).to(dk_ptr.dtype.element_ty), mask=m)
             else:
-                a = gamma * _sigmoid(-kz)
-                pos = kh >= 0
-                sg = _sigmoid(kh)
-                gk = tl.where(pos, kh + 0.5, sg)
-                dg = tl.where(pos, 1.0, sg * (1.0 - sg))
+                a = gamma * one_minus_z
+                gk, dg = _g_and_slope(kh)
                 tl.store(dkz_ptr, (zz * (G * gk - da * gamma)).to(dk_ptr.dtype.element_ty),
                          mask=m)
                 tl.store(dkz_ptr + D, (G * z * dg).to(dk_ptr.dtype.element_ty), mask=m)
@@ -288,7 +302,7 @@ def mingru_cell_bwd_kernel(
     elif HAS_H0:
         if pid_c == 0:
             # After the walk down to t = 0 the carry is G_0: dh_0 = a_0 G_0.
-            z0, s0, h0k, l0 = _load_k(k_ptr, lg_ptr, b64 * T * S + cols, b64 * T * lg_row
-                                      + cols * lg_col, col_ok, D, SIGNED, HAS_DECAY)
+            z0, s0, h0k, l0 = _load_k(k_ptr + b64 * T * S, lg_ptr + b64 * T * lg_row, cols,
+                                      cols * lg_col, col_ok, D, SIGNED, HAS_DECAY)
             a0, _ = _gates(z0, s0, h0k, l0, SIGNED, COUPLED, HAS_DECAY)
             tl.store(dh0_ptr + state_off, (a0 * cg).to(dh0_ptr.dtype.element_ty), mask=col_ok)

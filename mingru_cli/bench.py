@@ -11,8 +11,14 @@ Each timing is the median of repeated calls after warm-up: ``triton.testing.do_b
 ``no_grad``; ``fwd+bwd`` is forward then ``.float().sum().backward()`` over every output.
 Ratios in the tables are always between timings taken in the same run.
 
+The model-level groups ``mixers``, ``train-step`` and ``host`` (opt-in with ``--groups``) run
+through their own modules (:mod:`mingru_cli.bench_mixers`, :mod:`mingru_cli.bench_train`,
+:mod:`mingru_cli.bench_host`), registered in ``MODEL_GROUPS``; their rows land in the same
+``bench.json`` / ``bench.md``. The timers are shared (:mod:`mingru_cli.bench_common`).
+
 Example:
     $ mingru bench --device cpu --quick --out bench-out
+    $ mingru bench --device cuda --groups mixers,train-step,host --out bench-models
 """
 
 from __future__ import annotations
@@ -22,7 +28,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -32,13 +37,15 @@ from typing import Any
 
 import torch
 
-from mingru_cli import bench_cases
+from mingru_cli import bench_cases, bench_common, bench_host, bench_mixers, bench_train
 from mingru_cli._bench_args import add_arguments
 from mingru_cli.bench_plans import Plan, make_plan
 
 __all__ = ["add_arguments", "run", "run_from_args", "time_call", "to_markdown"]
 
 PEERS = ("accelerated_scan", "fla")
+# The model-level groups: each module has run(plan) -> rows and table(rows, note) -> lines.
+MODEL_GROUPS = {"mixers": bench_mixers, "train-step": bench_train, "host": bench_host}
 # Groups whose forward rows get a bandwidth floor (ops whose bytes are just inputs + outputs).
 FLOOR_GROUPS = ("gpu-scans", "gpu-huge", "gpu-fused")
 
@@ -65,6 +72,9 @@ def _run_and_write(args: argparse.Namespace, device: str) -> int:
         device, quick=args.quick, dtype=getattr(torch, args.dtype),
         groups=_split(args.groups), backends=_split(args.backends),
         repeats=args.repeats, warmup=args.warmup, ops=_split(args.ops),
+        shapes=_split(getattr(args, "shapes", None)),
+        precisions=_split(getattr(args, "precisions", None)),
+        profile_steps=getattr(args, "profile_steps", 2),
     )
     plan.timer = args.timer
     result = run(plan, command=getattr(args, "command_line", None))
@@ -88,47 +98,10 @@ def _split(text: str | None) -> list[str] | None:
 # --------------------------------------------------------------------------- timing
 
 
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def time_call(fn: Callable[[], Any], device: str, warmup: int, repeats: int,
-              wall: bool = False) -> float:
-    """Median milliseconds of ``fn()`` after ``warmup`` calls.
-
-    On CUDA this uses ``triton.testing.do_bench`` (median mode; it also clears the L2 cache
-    between calls) or CUDA events; ``wall=True`` forces ``perf_counter`` with a device sync
-    (used for JAX, whose calls ``fn`` itself blocks on).
-    """
-    if device == "cuda" and not wall:
-        try:
-            from triton.testing import do_bench
-        except ImportError:
-            do_bench = None
-        if do_bench is not None:
-            return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
-        for _ in range(max(1, warmup)):
-            fn()
-        times = []
-        for _ in range(max(1, repeats)):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        return statistics.median(times)
-    for _ in range(max(1, warmup)):
-        fn()
-    _sync(device)
-    times = []
-    for _ in range(max(1, repeats)):
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+# The timers and callables live in mingru_cli.bench_common (shared with the model-level
+# groups); these names stay importable from here.
+_sync = bench_common.sync
+time_call = bench_common.time_call
 
 
 def _timer_name(plan: Plan) -> str:
@@ -150,48 +123,14 @@ def _nbytes(ts: Any) -> int:
     return sum(t.numel() * t.element_size() for t in bench_cases.all_outputs(ts))
 
 
-def _fwd_bwd(run: Callable[..., Any], xs: bench_cases.Tensors, module: torch.nn.Module | None) -> Callable[[], None]:
-    params = list(module.parameters()) if module is not None else []
-
-    def call() -> None:
-        for t in (*xs, *params):
-            t.grad = None
-        outs = bench_cases.all_outputs(run(*xs))
-        loss = outs[0].float().sum()
-        for o in outs[1:]:
-            loss = loss + o.float().sum()
-        loss.backward()
-
-    return call
+def _fwd_bwd(run: Callable[..., Any], xs: bench_cases.Tensors,
+             module: torch.nn.Module | None) -> Callable[[], None]:
+    return bench_common.fwd_bwd(run, xs, module)
 
 
-def _fwd(run: Callable[..., Any], xs: bench_cases.Tensors) -> Callable[[], Any]:
-    def call() -> Any:
-        with torch.no_grad():
-            return run(*xs)
-
-    return call
-
-
-def _peak_mb(call: Callable[[], Any]) -> float | None:
-    """Peak CUDA memory of one call above what was allocated before it, in MB."""
-    if not torch.cuda.is_available():
-        return None
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    call()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - base) / 1e6
-
-
-def _max_diff(a: Any, b: Any) -> float | None:
-    try:
-        outs_a, outs_b = bench_cases.all_outputs(a), bench_cases.all_outputs(b)
-        return max(float((x.float() - y.float()).abs().max().cpu()) for x, y in zip(outs_a, outs_b, strict=True))
-    except Exception:
-        return None
+_fwd = bench_common.fwd
+_peak_mb = bench_common.peak_mb
+_max_diff = bench_common.max_abs_diff
 
 
 # --------------------------------------------------------------------------- running
@@ -280,6 +219,7 @@ def environment(device: str) -> dict[str, Any]:
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
         "device": device,
         "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
+        "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if device == "cuda" else None,
         "MINGRU_SCAN": os.environ.get("MINGRU_SCAN", ""),
         "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", ""),
     }
@@ -306,13 +246,19 @@ def run(plan: Plan, command: str | None = None) -> dict[str, Any]:
     bandwidth = copy_bandwidth(plan.device) if plan.bandwidth else None
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
-    for case in plan.cases():
-        rows += _run_case(case, plan, bandwidth)
+    for group in plan.groups:
+        if group in MODEL_GROUPS:
+            rows += MODEL_GROUPS[group].run(plan)
+            continue
+        for case in plan.cases([group]):
+            rows += _run_case(case, plan, bandwidth)
     return {
         "command": command, "environment": env,
         "settings": {"device": plan.device, "dtype": str(plan.dtype).replace("torch.", ""),
                      "quick": plan.quick, "warmup": plan.warmup, "repeats": plan.repeats,
                      "groups": plan.groups, "backends": plan.backends,
+                     "ops": plan.ops, "shapes": plan.shapes,
+                     "precisions": list(plan.precisions), "profile_steps": plan.profile_steps,
                      "timer": _timer_name(plan)},
         "copy_bandwidth_GBps": bandwidth / 1e9 if bandwidth else None,
         "seconds": round(time.perf_counter() - started, 1),
@@ -354,7 +300,11 @@ def to_markdown(result: dict[str, Any]) -> str:
     for row in result["rows"]:
         groups.setdefault(row["group"], []).append(row)
     for group, rows in groups.items():
-        lines += _group_table(group, rows, result["group_notes"].get(group, ""))
+        note = result["group_notes"].get(group, "")
+        if group in MODEL_GROUPS:
+            lines += MODEL_GROUPS[group].table(rows, note)
+        else:
+            lines += _group_table(group, rows, note)
     return "\n".join(lines).rstrip()
 
 
@@ -442,27 +392,32 @@ def save_plot(result: dict[str, Any], path: Path) -> bool:
             groups.setdefault(row["group"], []).append(row)
     if not groups:
         return False
+    order = (*ORDER, *dict.fromkeys(r["backend"] for rows in groups.values() for r in rows))
     fig, axes = plt.subplots(len(groups), 1, figsize=(11, 3.6 * len(groups)), dpi=100,
                              squeeze=False)
     for ax, (group, rows) in zip(axes[:, 0], groups.items(), strict=True):
-        keys: list[tuple[str, str, str]] = []
+        keys: list[tuple[str, ...]] = []
         for r in rows:
-            key = (r["op"], r["shape"], r["mode"])
+            key = _plot_key(r)
             if key not in keys:
                 keys.append(key)
-        backends = [b for b in ORDER if any(r["backend"] == b for r in rows)]
+        backends = [b for b in dict.fromkeys(order) if any(r["backend"] == b for r in rows)]
         width = 0.8 / max(1, len(backends))
         for i, b in enumerate(backends):
             ys = [next((r["ms"] for r in rows if r["backend"] == b
-                        and (r["op"], r["shape"], r["mode"]) == k), 0.0) for k in keys]
+                        and _plot_key(r) == k), 0.0) for k in keys]
             ax.bar([j + i * width for j in range(len(keys))], ys, width, label=b)
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(keys))])
-        ax.set_xticklabels([f"{k[0]}\n{k[1]}\n{k[2]}" for k in keys], fontsize=6)
+        ax.set_xticklabels(["\n".join(k) for k in keys], fontsize=6)
         ax.set_yscale("log")
         ax.set_ylabel("median ms (log)")
         ax.set_title(group)
-        ax.legend(fontsize=7, ncol=len(backends))
+        ax.legend(fontsize=7, ncol=min(len(backends), 6))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return True
+
+
+def _plot_key(row: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(str(row[k]) for k in ("op", "shape", "precision", "mode") if k in row)

@@ -286,15 +286,22 @@ def _eager_twin(op: str) -> Runner:
     return getattr(module, f"{op}_eager")
 
 
-def compiled(fn: Runner) -> Runner:
-    """``torch.compile`` of ``fn``; each benchmark case gets a fresh dynamo cache."""
+def fresh_dynamo() -> None:
+    """A fresh dynamo cache (each benchmark case compiles from scratch) with room for the
+    recompiles a case may need."""
     import torch._dynamo
 
     torch._dynamo.reset()
     for knob in ("cache_size_limit", "recompile_limit"):
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, 64)
-    return torch.compile(fn, dynamic=False)
+
+
+def compiled(fn: Runner, **kwargs: Any) -> Runner:
+    """``torch.compile`` of ``fn`` (static shapes unless ``kwargs`` say otherwise); each
+    benchmark case gets a fresh dynamo cache."""
+    fresh_dynamo()
+    return torch.compile(fn, **{"dynamic": False, **kwargs})
 
 
 def triton_status(device: str) -> str | None:

@@ -18,6 +18,21 @@ Groups:
   (triton vs fla's ``chunk_delta_rule``), with TFLOP/s.
 * ``gpu-mixers`` — each mixer fwd and fwd+bwd at ``B16 T4096 d256``, time and peak memory.
 * ``gpu-memory`` — ``GivensMinGRU(64, 64, block_size=8, rounds=3)`` fwd+bwd at ``B128 T64``.
+
+The model-level groups (any device; opt-in with ``--groups``; shapes below are CUDA's, the CPU
+and ``--quick`` variants are small — see ``MIXER_SHAPES``, ``TRAIN_SHAPES``, ``HOST_SHAPES``):
+
+* ``mixers`` — the five mixers (input = hidden = d) fwd and fwd+bwd at ``B16 T4096 d256``
+  ("long") and ``B8 T2048 d1024`` ("wide"), fp32 and bf16 autocast: eager, triton,
+  compile(eager), compile(triton), and peer-built mixers (MinGRU on fla's ``chunk_hgrn``,
+  SignedMinGRU on accelerated-scan). Run by :mod:`mingru_cli.bench_mixers`.
+* ``train-step`` — a byte-level language-model training step (embedding → MinGRUStack → head,
+  AdamW, bf16 autocast) at "small" ``B8 T2048 d512 L4`` and "medium" ``B4 T4096 d1024 L8``:
+  eager, auto, compile(eager), compile(triton), with a profiler breakdown. Run by
+  :mod:`mingru_cli.bench_train`.
+* ``host`` — host time per call of every public op and mixer at ``B16 T1024 D64`` (batches of
+  calls, one sync), plus ``torch.compile`` with and without CUDA graphs. Run by
+  :mod:`mingru_cli.bench_host`.
 """
 
 from __future__ import annotations
@@ -29,13 +44,55 @@ import torch
 
 from mingru_cli import bench_cases
 
-__all__ = ["ALL_BACKENDS", "CASE_NAMES", "GROUPS", "Plan", "make_plan"]
+__all__ = ["ALL_BACKENDS", "CASE_NAMES", "GROUPS", "MODEL_GROUPS", "Plan", "make_plan"]
 
-ALL_BACKENDS = ("loop", "eager", "compile", "triton", "jax", "jax-triton", "accelerated_scan", "fla")
+ALL_BACKENDS = ("loop", "eager", "compile", "triton", "jax", "jax-triton", "accelerated_scan", "fla",
+                "auto", "compile(eager)", "compile(triton)", "compile(reduce-overhead)")
+# Shell-friendly spellings accepted by --backends.
+BACKEND_ALIASES = {"compile-eager": "compile(eager)", "compile-triton": "compile(triton)",
+                   "compile-ro": "compile(reduce-overhead)",
+                   "reduce-overhead": "compile(reduce-overhead)"}
 GROUPS = {
     "cpu": ("cpu-mixers", "cpu-scans"),
     "cuda": ("gpu-scans", "gpu-huge", "gpu-fused", "gpu-delta", "gpu-mixers", "gpu-memory"),
 }
+# Model-level groups: any device, run only when named in --groups.
+MODEL_GROUPS = ("mixers", "train-step", "host")
+PRECISIONS = ("fp32", "bf16")  # mixers: fp32, or torch.autocast(bfloat16) over fp32 parameters
+TRAIN_MIXERS = ("log", "signed", "givens", "delta")
+HOST_OPS = ("parallel_scan_log", "linear_scan", "linear_recurrence", "matrix_scan",
+            "matrix_affine_scan")
+HOST_REFERENCE = "reference (a*2).sum().backward()"
+# (size name, dims) per device kind; "quick" is --quick on any device.
+MIXER_SHAPES = {  # (B, T, d)
+    "cuda": (("long", (16, 4096, 256)), ("wide", (8, 2048, 1024))),
+    "cpu": (("long", (4, 1024, 64)), ("wide", (2, 256, 256))),
+    "quick": (("long", (2, 64, 16)), ("wide", (1, 32, 64))),
+}
+TRAIN_SHAPES = {  # (B, T, d_model, n_layers)
+    "cuda": (("small", (8, 2048, 512, 4)), ("medium", (4, 4096, 1024, 8))),
+    "cpu": (("small", (4, 256, 128, 2)), ("medium", (2, 512, 256, 2))),
+    "quick": (("small", (2, 32, 32, 2)), ("medium", (2, 64, 64, 2))),
+}
+HOST_SHAPES = {  # (B, T, D)
+    "cuda": (("B16 T1024 D64", (16, 1024, 64)),),
+    "cpu": (("B16 T1024 D64", (16, 1024, 64)),),
+    "quick": (("tiny", (2, 64, 16)),),
+}
+
+
+def shape_label(dims: tuple[int, ...]) -> str:
+    """``B16 T4096 d256`` (mixers), ``B8 T2048 d512 L4`` (train-step)."""
+    return " ".join(f"{p}{v}" for p, v in zip(("B", "T", "d", "L"), dims, strict=False))
+
+
+def group_shapes(group: str, device: str, quick: bool) -> list[tuple[str, str, tuple[int, ...]]]:
+    """``(size, label, dims)`` of a model-level group on ``device``."""
+    table = {"mixers": MIXER_SHAPES, "train-step": TRAIN_SHAPES, "host": HOST_SHAPES}[group]
+    kind = "quick" if quick else ("cuda" if device == "cuda" else "cpu")
+    if group == "host":
+        return [(name, f"B{d[0]} T{d[1]} D{d[2]}", d) for name, d in table[kind]]
+    return [(name, shape_label(d), d) for name, d in table[kind]]
 # The delta-rule variants of gpu-delta: (dtype, micro-steps nh).
 DELTA_VARIANTS = ((torch.float32, 2), (torch.bfloat16, 1))
 GIVENS_MEMORY_CASE = "givens(64,k8,R3)"
@@ -55,6 +112,9 @@ CASE_NAMES: dict[str, tuple[str, ...]] = {
     "gpu-delta": tuple(_delta_case_name(dt, nh) for dt, nh in DELTA_VARIANTS),
     "gpu-mixers": bench_cases.MIXERS,
     "gpu-memory": (GIVENS_MEMORY_CASE,),
+    "mixers": bench_cases.MIXERS,
+    "train-step": TRAIN_MIXERS,
+    "host": (*HOST_OPS, *bench_cases.MIXERS, HOST_REFERENCE),
 }
 
 NOTES = {
@@ -77,6 +137,35 @@ NOTES = {
     "gpu-mixers": "Mixers with input = hidden = d; peak MB = torch.cuda.max_memory_allocated "
                   "above the memory held before the call.",
     "gpu-memory": "GivensMinGRU(64, 64, block_size=8, rounds=3), fwd+bwd.",
+    "mixers": "Each mixer with input = hidden = d (DeltaMinGRU: d/64 heads, d_k = d_v = 64; "
+              "GivensMinGRU: 8×8 blocks, 3 rounds), fp32 parameters; `bf16` = the call under "
+              "`torch.autocast(bfloat16)`. `fwd` under `no_grad`; `fwd+bwd` = forward + "
+              "`.float().sum().backward()`. `compile(X)` = `torch.compile` of the mixer call "
+              "under `use_backend(X)`; `compile s` = its first call (trace + compile + run), "
+              "outside the timing. Peers are mixers written in the benchmark on the library "
+              "mixer's own linear layers: `fla` = MinGRU gates in PyTorch + fla's `chunk_hgrn` "
+              "(h_0 = 0.5 as its initial_state); `accelerated_scan` = SignedMinGRU gates + "
+              "`accelerated_scan.scalar.scan` in (B, D, T), the transposes in and out timed. "
+              "`X vs Y` = t_Y / t_X (> 1: X is faster). Peak MB = max allocated during one "
+              "call above what was allocated before it.",
+    "train-step": "One training step of a byte-level LM: Embedding(256, d) → "
+                  "MinGRUStack(d, d, L, mixer, mlp_expansion=4) → Linear(d, 256), cross-entropy, "
+                  "AdamW (PyTorch default, foreach on CUDA), bf16 autocast, `loss.backward(); "
+                  "opt.step(); opt.zero_grad(set_to_none=True)`. DeltaMinGRU: d/64 heads. "
+                  "`auto` = default dispatch; `compile(X)` = every block `torch.compile`d "
+                  "(regional compilation: the blocks share one compiled graph) and run under "
+                  "`use_backend(X)`. ms/step = median over the timed steps after warm-up; "
+                  "peak MB = max allocated over the timed steps (weights, optimizer state and "
+                  "activations); warm-up s = the first step (compiles, optimizer-state init).",
+    "host": "Host cost per call: wall clock over a batch of calls (CUDA: 200, fewer — at "
+            "least 10 — when a batch would pass 0.5 s: such rows are device-bound) with one "
+            "device sync at the end, median of up to 5 batches, µs per call (≈ max(host time, "
+            "device time)); "
+            "`enqueue µs` (JSON `host_us_per_call`) stops the clock before the sync. Ops "
+            "on `bench_cases.scan_inputs` (linear_recurrence on linear_scan's), mixers with "
+            "input = hidden = D. `compile` = `torch.compile(fn, fullgraph=True)` of forward + "
+            "loss; `compile(reduce-overhead)` adds CUDA graphs (static inputs, "
+            "`cudagraph_mark_step_begin()` before each call, grads reset to None).",
 }
 
 
@@ -94,6 +183,9 @@ class Plan:
     skip: dict[str, str] = field(default_factory=dict)  # backend -> why unavailable
     ops: list[str] | None = None  # run only cases whose op name contains one of these
     timer: str = "events"  # CUDA: "events" (do_bench for PyTorch) or "wall" (every backend)
+    shapes: list[str] | None = None  # model-level groups: keep the sizes matching one of these
+    precisions: tuple[str, ...] = PRECISIONS  # mixers group
+    profile_steps: int = 2  # train-step: steps under torch.profiler per row (0: none)
 
     @property
     def bandwidth(self) -> bool:
@@ -102,9 +194,16 @@ class Plan:
     def wants(self, backend: str) -> bool:
         return backend in self.backends and backend not in self.skip
 
-    def cases(self) -> Iterator[bench_cases.Case]:
-        for group in self.groups:
-            yield from getattr(self, "_" + group.replace("-", "_"))()
+    def cases(self, groups: list[str] | None = None) -> Iterator[bench_cases.Case]:
+        """The cases of the kernel-level groups (``groups``: default all of the plan's); the
+        model-level groups (``MODEL_GROUPS``) run through their own modules."""
+        for group in groups if groups is not None else self.groups:
+            if group not in MODEL_GROUPS:
+                yield from getattr(self, "_" + group.replace("-", "_"))()
+
+    def selected(self, op: str) -> bool:
+        """Whether ``--ops`` keeps the case named ``op``."""
+        return self._selected(op)
 
     def _selected(self, op: str) -> bool:
         """Whether ``--ops`` keeps the case named ``op`` (checked before its inputs, modules
@@ -284,9 +383,10 @@ class Plan:
 def make_plan(device: str, quick: bool = False, dtype: torch.dtype = torch.float32,
               groups: list[str] | None = None, backends: list[str] | None = None,
               repeats: int | None = None, warmup: int | None = None,
-              ops: list[str] | None = None) -> Plan:
+              ops: list[str] | None = None, shapes: list[str] | None = None,
+              precisions: list[str] | None = None, profile_steps: int = 2) -> Plan:
     """Resolve flags into a :class:`Plan`; backends that cannot run here are recorded as skipped."""
-    known = GROUPS["cpu"] + GROUPS["cuda"]
+    known = GROUPS["cpu"] + GROUPS["cuda"] + MODEL_GROUPS
     groups = list(groups or GROUPS[device])
     for g in groups:
         if g not in known:
@@ -294,8 +394,16 @@ def make_plan(device: str, quick: bool = False, dtype: torch.dtype = torch.float
         if g.startswith("gpu") and device != "cuda":
             raise ValueError(f"--groups: {g!r} needs --device cuda")
     _check_ops(ops, groups)
+    _check_shapes(shapes, groups, device, quick)
+    precisions = list(precisions or PRECISIONS)
+    for p in precisions:
+        if p not in PRECISIONS:
+            raise ValueError(f"--precisions: unknown precision {p!r}; choose from "
+                             f"{', '.join(PRECISIONS)}")
+    if profile_steps < 0:
+        raise ValueError(f"--profile-steps must be ≥ 0; got {profile_steps}")
     explicit = backends is not None
-    backends = list(backends or ALL_BACKENDS)
+    backends = [BACKEND_ALIASES.get(b, b) for b in (backends or ALL_BACKENDS)]
     for b in backends:
         if b not in ALL_BACKENDS:
             raise ValueError(f"--backends: unknown backend {b!r}; choose from {', '.join(ALL_BACKENDS)}")
@@ -323,7 +431,23 @@ def make_plan(device: str, quick: bool = False, dtype: torch.dtype = torch.float
     return Plan(device=device, dtype=dtype, quick=quick, groups=groups, backends=backends,
                 warmup=warmup if warmup is not None else default_warm,
                 repeats=repeats if repeats is not None else default_rep,
-                notes={g: NOTES.get(g, "") for g in groups}, skip=skip, ops=ops)
+                notes={g: NOTES.get(g, "") for g in groups}, skip=skip, ops=ops,
+                shapes=shapes, precisions=tuple(precisions), profile_steps=profile_steps)
+
+
+def _check_shapes(shapes: list[str] | None, groups: list[str], device: str, quick: bool) -> None:
+    """Every ``--shapes`` entry must select a size of the chosen model-level groups."""
+    if not shapes:
+        return
+    model = [g for g in groups if g in MODEL_GROUPS]
+    if not model:
+        raise ValueError(f"--shapes applies to the groups {', '.join(MODEL_GROUPS)} only")
+    entries = [(name, label) for g in model for name, label, _ in group_shapes(g, device, quick)]
+    unknown = [w for w in shapes if not any(w in n or w in lab for n, lab in entries)]
+    if unknown:
+        valid = ", ".join(dict.fromkeys(f"{n} ({lab})" for n, lab in entries))
+        raise ValueError(f"--shapes: {', '.join(map(repr, unknown))} matches no size of "
+                         f"{', '.join(model)}; valid: {valid}")
 
 
 def _check_ops(ops: list[str] | None, groups: list[str]) -> None:

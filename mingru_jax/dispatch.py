@@ -17,7 +17,10 @@ Modes (``MINGRU_SCAN``; unset or empty means ``auto``):
 **The mode is read at trace time.** Under :func:`jax.jit` the choice is made while the
 function is traced and baked into the compiled computation: a jitted function keeps the
 backend it was traced with, even if ``MINGRU_SCAN`` or :func:`use_backend` changes later.
-Re-trace (a new ``jax.jit`` wrapper, or ``jax.clear_caches()``) to switch.
+A new ``jax.jit`` wrapper of the *same* Python function is not enough: jax reuses that
+function's trace for the same argument types. To switch, enter :func:`use_backend` inside the
+jitted function (then each mode is its own function), jit a new function (a fresh closure),
+or call ``jax.clear_caches()``.
 
 :func:`use_backend` overrides the environment variable for a region of code (at trace time,
 like the variable).

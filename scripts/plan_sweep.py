@@ -21,14 +21,22 @@ from mingru_kernels.launch import switches
 
 SHAPES = {"big": (8, 65536, 1536), "16k": (16, 16384, 128)}
 GRID = {
-    "block_t": (32, 64, 128),
+    "block_t": (16, 32, 64, 128),
     "block_d": (16, 32, 64),
     "num_warps": (2, 4, 8),
 }
 
 
+# The fused cells: swept under the op name of their launch plan, called by their own names.
+CELL_GATES = {"mingru_cell": 2, "signed_mingru_cell": 3}
+PLAN_OP = {"signed_mingru_cell": "mingru_cell"}
+
+
 def inputs(op, B, T, D, grad):
-    if op == "parallel_scan_log":
+    if op in CELL_GATES:
+        xs = (torch.randn(B, T, CELL_GATES[op] * D, device="cuda"),
+              torch.rand(B, D, device="cuda") + 0.1)
+    elif op == "parallel_scan_log":
         xs = (-torch.rand(B, T, D, device="cuda"), torch.randn(B, T + 1, D, device="cuda"))
     else:
         xs = (torch.rand(B, T, D, device="cuda"), torch.randn(B, T, D, device="cuda"))
@@ -50,6 +58,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ops", default="parallel_scan_log,linear_recurrence")
     parser.add_argument("--shapes", default="big,16k")
+    parser.add_argument("--strategy", default=None, help="force walk or chunked")
     parser.add_argument("--bwd", action="store_true")
     args = parser.parse_args()
     for op, shape in itertools.product(args.ops.split(","), args.shapes.split(",")):
@@ -60,7 +69,8 @@ def main() -> int:
         for bt, bd, nw in itertools.product(*GRID.values()):
             try:
                 with mingru.use_backend("triton"), switches.forced(
-                        op, block_t=bt, block_d=bd, num_warps=nw):
+                        PLAN_OP.get(op, op), block_t=bt, block_d=bd, num_warps=nw,
+                        **({"strategy": args.strategy} if args.strategy else {})):
                     ms = time_call(fn, xs, args.bwd)
             except Exception as exc:  # an unsupported combination (registers, shared memory)
                 ms = float("nan")

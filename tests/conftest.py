@@ -5,8 +5,9 @@ runs without torch installed).
   must be set before anything imports triton (kernels bind their mode at decoration time).
   The device is asked of the CUDA driver itself, not of a framework.
 * ``gpu``-marked tests are skipped without a CUDA device.
-* XLA's backend optimisation is turned down before jax initialises: the JAX tests compile
-  many tiny graphs, where compile time, not run time, is the cost.
+* XLA's backend optimisation (and, on a GPU, its autotuning) is turned down before jax
+  initialises: the JAX tests compile many tiny graphs, where compile time, not run time, is
+  the cost. On a GPU JAX does not preallocate memory (PyTorch tests share the device).
 * Every test starts from ``torch.manual_seed(0)`` when torch is in use (already imported by
   the test's module); torch is never imported here. Without torch installed, the folders
   that need it are not collected.
@@ -56,6 +57,13 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
     ).strip()
+# On a GPU XLA also autotunes every new matmul / fusion it compiles (the eager twins' block
+# products): seconds per shape that the tests, which time nothing, do not need.
+if cuda_device_present() and "xla_gpu_autotune_level" not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += " --xla_gpu_autotune_level=0"
+# JAX would take 75% of the GPU up front, starving PyTorch tests in the same session.
+if cuda_device_present():
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

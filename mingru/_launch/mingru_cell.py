@@ -67,7 +67,7 @@ def _fwd_impl(k, h0, lg, signed, coupled):
     h0 = None if h0 is None else h0.contiguous()
     lg = None if lg is None else lg.contiguous()
     B, T, D = _state_shape(k, signed)
-    cfg = elementwise.make_plan("mingru_cell", k, meta.TILES, shape=(B, T, D))
+    cfg = elementwise.make_plan("mingru_cell", k, meta.TILES[signed], shape=(B, T, D))
     poisoned = poison()
     h = new_tensor((B, T, D), k.dtype, k.device, poisoned)
     h_T = new_tensor((B, D), k.dtype, k.device, poisoned)
@@ -97,7 +97,7 @@ def _bwd_impl(k, h, h0, lg, dh, dh_T, signed, coupled):
     h0 = None if h0 is None else h0.contiguous()
     lg = None if lg is None else lg.contiguous()
     B, T, D = _state_shape(k, signed)
-    cfg = elementwise.make_plan("mingru_cell", k, shape=(B, T, D))
+    cfg = elementwise.make_plan("mingru_cell", k, meta.BWD_TILES, shape=(B, T, D))
     if dh is None:
         dh = k.new_zeros(()).expand(B, T, D)
     dh_T = None if dh_T is None else dh_T.contiguous()
@@ -127,8 +127,9 @@ def _bwd_impl(k, h, h0, lg, dh, dh_T, signed, coupled):
                 *ptrs, sc, cg, *args, MODE=meta.APPLY, **flags, **kw)
     if dlg is not None and lg.shape[-1] == 1:
         dlg = dlg.sum(-1, keepdim=True, dtype=torch.float32).to(lg.dtype)
-    empty = k.new_empty(0)
-    return dk, empty if dh0 is None else dh0, empty if dlg is None else dlg
+    # Distinct empties: outputs of a custom op may not alias each other (torch.compile).
+    return (dk, k.new_empty(0) if dh0 is None else dh0,
+            k.new_empty(0) if dlg is None else dlg)
 
 
 @torch.library.custom_op("mingru::mingru_cell_fwd", mutates_args=())

@@ -6,7 +6,10 @@ from :mod:`mingru_kernels`. :func:`launch` picks the route at trace time:
 
 * **GPU** (a jax GPU backend): ``jax_triton.triton_call``. jax-triton is imported lazily,
   inside this route only (it cannot be imported on CPU-only jax, and importing it changes
-  Triton's cache settings).
+  Triton's cache settings). Its compile step is replaced for these kernels by
+  :mod:`mingru_jax._launch._compile`: the specialisation PyTorch's launcher gives the same
+  kernel (runtime ints divisible by 16 marked so, ``do_not_specialize`` honoured) and
+  Triton's on-disk cache.
 * **Interpreter** (``TRITON_INTERPRET=1``, arrays on the host): a :func:`jax.pure_callback`
   that runs the kernel through Triton's interpreter on NumPy buffers (:class:`_HostTensor`
   gives them the few tensor methods the interpreter reads). No PyTorch is involved, so
@@ -30,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mingru_jax._launch import _compile
 from mingru_kernels._seam import interpreter_mode
 from mingru_kernels.launch.switches import poison_outputs
 
@@ -208,12 +212,21 @@ def launch(
     ``meta`` holds the constexprs and ``num_warps`` / ``num_stages``. The adapters (one per
     kernel, in each launcher module) reorder parameters into this layout and call the kernel
     from :mod:`mingru_kernels` unchanged.
+
+    ``scalars`` are runtime arguments (plain ints; NumPy ints are converted, since jax-triton
+    would take them for arrays), never constexprs: on the GPU route an int that is a multiple
+    of 16 is compiled as divisible by 16 unless the adapter lists it in ``do_not_specialize``,
+    and one equal to 1 as a constexpr (:mod:`mingru_jax._launch._compile`), so each ``T`` of a
+    shape class reuses one compiled kernel, as under PyTorch.
     """
+    scalars = tuple(int(s) if isinstance(s, np.integer) else s for s in scalars)
+    _compile.note(kernel, inputs, outputs, scalars, meta, grid)
     if not on_gpu():
         return _host_launch(kernel, grid, inputs, outputs, scalars, meta)
     from mingru_jax._launch import import_jax_triton
 
     jt = import_jax_triton()  # lazily: the GPU route only
+    _compile.register(kernel)  # compiled with PyTorch's specialisation (see _compile)
 
     out = jt.triton_call(
         *inputs, *scalars, kernel=kernel, out_shape=tuple(outputs), grid=grid, **meta

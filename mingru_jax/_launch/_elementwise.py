@@ -28,7 +28,8 @@ def plan(op: str, x: jax.Array, tiles: dict | None = None) -> dict:
 
 
 # jax-triton passes outputs after the inputs and runtime scalars; the adapter reorders them.
-@triton.jit
+# do_not_specialize as the kernel's own (n_chunks follows T).
+@triton.jit(do_not_specialize=["n_chunks"])
 def carry_adapter(sa, sx, sy, n_chunks, D, n_dblk, ca, cx, cy,
                    REVERSE: tl.constexpr, STORE_A: tl.constexpr, HAS_Y: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):

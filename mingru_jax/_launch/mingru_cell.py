@@ -88,11 +88,12 @@ def _bwd_adapter(k, lg, h0, h, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dbl
 # ----------------------------------------------------------------------------- launch sequences
 
 
-def _plan(k, h0, forward: bool):
+def _plan(k, h0, signed: bool, forward: bool):
     B, T, _ = k.shape
     D = h0.shape[1]
     state = jax.ShapeDtypeStruct((B, T, D), k.dtype)
-    return elementwise.plan("mingru_cell", state, meta.TILES if forward else None), B, T, D
+    tiles = meta.TILES[signed] if forward else meta.BWD_TILES
+    return elementwise.plan("mingru_cell", state, tiles), B, T, D
 
 
 def _decay(k, lg):
@@ -103,7 +104,7 @@ def _decay(k, lg):
 
 
 def _launch_forward(signed, coupled, k, h0, lg):
-    cfg, B, T, D = _plan(k, h0, forward=True)
+    cfg, B, T, D = _plan(k, h0, signed, forward=True)
     lg_in, strides, has_decay = _decay(k, lg)
     grid, kw = meta.grid(cfg, B), meta.launch_kwargs(cfg)
     dims = (*meta.dims(cfg, T, D), *strides)
@@ -125,7 +126,7 @@ def _launch_forward(signed, coupled, k, h0, lg):
 
 
 def _launch_backward(signed, coupled, k, h0, lg, h, dh, dh_T):
-    cfg, B, T, D = _plan(k, h0, forward=False)
+    cfg, B, T, D = _plan(k, h0, signed, forward=False)
     lg_in, strides, has_decay = _decay(k, lg)
     grid, kw = meta.grid(cfg, B), meta.launch_kwargs(cfg)
     dims = (*meta.dims(cfg, T, D), *strides)

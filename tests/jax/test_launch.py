@@ -2,11 +2,20 @@
 
 On CPU the launchers run their launch sequences on the shared Triton kernels through Triton's
 interpreter on NumPy buffers (tests/conftest.py sets TRITON_INTERPRET=1), via a host
-callback, with NaN-poisoned outputs; no PyTorch is involved. The GPU class runs the jax-triton
-route.
+callback, with NaN-poisoned outputs; no PyTorch is involved. On a GPU every test here runs the
+jax-triton route; the GPU class adds longer sequences.
+
+Compile time is the cost (most of all on a GPU, where each XLA compilation runs ptxas): the
+jitted checks share one ``jax.jit`` per (function, backend) at module scope (a computation
+compiles once per shape, whichever test asks), outputs and gradients come from one jitted
+function, and on a GPU the eager reference is jitted too (run op by op, the eager twins'
+``associative_scan`` alone costs hundreds of compilations per shape). On CPU the reference
+runs op by op, as the eager backend is used without ``jit``.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -19,26 +28,35 @@ from mingru_jax.scans import _delta_rule, _givens_recurrence
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-
-def _rand(key, shape, lo=-1.0, hi=1.0):
-    return jax.random.uniform(key, shape, jnp.float32, lo, hi)
+ON_GPU = jax.default_backend() == "gpu"  # the jax-triton route (else Triton's interpreter)
 
 
-def _cases(seed, T, D):
-    ks = jax.random.split(jax.random.key(seed), 12)
+FUNCTIONS = {
+    "linear_scan": mingru_jax.linear_scan,
+    "parallel_scan_log": mingru_jax.parallel_scan_log,
+    "matrix_affine_scan": mingru_jax.matrix_affine_scan,
+    "givens_recurrence": _givens_recurrence,
+}
+
+
+def _case(op, seed, T, D):
+    """``(fn, args)`` of ``op`` at sequence length ``T`` (``D`` channels for the elementwise
+    scans), float32, drawn on the host (no compilation per shape)."""
+    rng = np.random.default_rng(seed)
     B, n = 2, 3
-    lin = (_rand(ks[0], (B, T, D)), _rand(ks[1], (B, T, D)))
-    log = (-jnp.abs(_rand(ks[2], (B, T, D))) - 0.05, _rand(ks[3], (B, T + 1, D)))
-    aff = (0.6 * _rand(ks[4], (B, T, n, 2, 2)), _rand(ks[5], (B, T, n, 2, 4)))
-    giv = (_rand(ks[6], (B, T, n, 3, 2), -3, 3), _rand(ks[7], (B, T, n, 4)),
-           _rand(ks[8], (B, n, 4)), _rand(ks[9], (B, T, n, 4), 0.2, 1.0),
-           -jnp.abs(_rand(ks[10], (B, T, n))))
-    return {
-        "linear_scan": (mingru_jax.linear_scan, lin),
-        "parallel_scan_log": (mingru_jax.parallel_scan_log, log),
-        "matrix_affine_scan": (mingru_jax.matrix_affine_scan, aff),
-        "givens_recurrence": (_givens_recurrence, giv),
-    }
+
+    def rand(*shape, lo=-1.0, hi=1.0):
+        return jnp.asarray(rng.uniform(lo, hi, shape), jnp.float32)
+
+    args = {
+        "linear_scan": lambda: (rand(B, T, D), rand(B, T, D)),
+        "parallel_scan_log": lambda: (-jnp.abs(rand(B, T, D)) - 0.05, rand(B, T + 1, D)),
+        "matrix_affine_scan": lambda: (0.6 * rand(B, T, n, 2, 2), rand(B, T, n, 2, 4)),
+        "givens_recurrence": lambda: (rand(B, T, n, 3, 2, lo=-3, hi=3), rand(B, T, n, 4),
+                                      rand(B, n, 4), rand(B, T, n, 4, lo=0.2, hi=1.0),
+                                      -jnp.abs(rand(B, T, n))),
+    }[op]()
+    return FUNCTIONS[op], args
 
 
 def _loss(fn):
@@ -50,18 +68,38 @@ def _loss(fn):
     return f
 
 
-def _check(fn, args, jit=False):
-    grad = jax.value_and_grad(_loss(fn), argnums=tuple(range(len(args))))
+def _outputs_and_grads(fn, args):
+    """``fn``'s outputs, and the value and gradients of ``_loss(fn)`` w.r.t. every argument."""
+    val, grads = jax.value_and_grad(_loss(fn), argnums=tuple(range(len(args))))(*args)
+    return fn(*args), val, grads
+
+
+@functools.cache
+def _jitted(fn, backend):
+    """One ``jax.jit`` of :func:`_outputs_and_grads` per (function, backend), shared by every
+    test: the backend is fixed inside the trace (``use_backend`` is read at trace time), so a
+    shape compiles once however many tests ask for it."""
+
+    def run(*args):
+        with use_backend(backend):
+            return _outputs_and_grads(fn, args)
+
+    return jax.jit(run)
+
+
+def _run(fn, args, backend, jit):
     if jit:
-        grad = jax.jit(grad)
-    with use_backend("triton"):
-        out_k = fn(*args) if not jit else jax.jit(fn)(*args)
-        val_k, g_k = grad(*args)
-    with use_backend("eager"):
-        out_e = fn(*args)
-        val_e, g_e = jax.value_and_grad(_loss(fn), argnums=tuple(range(len(args))))(*args)
-    for x, y in zip(jax.tree.leaves((out_k, val_k, g_k)), jax.tree.leaves((out_e, val_e, g_e)),
-                    strict=True):
+        return _jitted(fn, backend)(*args)
+    with use_backend(backend):
+        return _outputs_and_grads(fn, args)
+
+
+def _check(fn, args, jit=False):
+    """Outputs and gradients of ``fn`` on the kernels (op by op, or jitted) against the eager
+    twin (jitted on a GPU, see the module docstring)."""
+    got = _run(fn, args, "triton", jit)
+    want = _run(fn, args, "eager", jit or ON_GPU)
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         assert np.all(np.isfinite(np.asarray(x)))
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-4)
 
@@ -72,32 +110,38 @@ OPS = ["linear_scan", "parallel_scan_log", "matrix_affine_scan", "givens_recurre
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("T,D", [(1, 3), (7, 5)])
 def test_forward_and_grad_match_eager(op, T, D):
-    fn, args = _cases(T * 10 + D, T, D)[op]
+    fn, args = _case(op, T * 10 + D, T, D)
     _check(fn, args)
 
 
 @pytest.mark.parametrize("op", ["parallel_scan_log", "matrix_affine_scan"])
 def test_under_jit(op):
-    fn, args = _cases(3, 5, 3)[op]
+    fn, args = _case(op, 3, 5, 3)
     _check(fn, args, jit=True)
 
 
+def _givens_plain(theta, b, h0):
+    return _givens_recurrence(theta, b, h0)
+
+
 def test_givens_without_scale_or_decay():
-    theta, b, h0, _, _ = _cases(4, 6, 3)["givens_recurrence"][1]
-    _check(lambda t, b, h: _givens_recurrence(t, b, h), (theta, b, h0))
+    theta, b, h0, _, _ = _case("givens_recurrence", 4, 6, 3)[1]
+    _check(_givens_plain, (theta, b, h0))
 
 
 @pytest.mark.parametrize("op", ["linear_scan"])
 def test_vmap(op):
-    fn, args = _cases(5, 5, 3)[op]
+    fn, args = _case(op, 5, 5, 3)
     stacked = tuple(jnp.stack([x, 0.5 * x]) for x in args)  # a leading vmap axis of 2
     loss = _loss(fn)
+
+    def outputs_and_grads(*xs):
+        return jax.vmap(fn)(*xs), jax.vmap(jax.grad(loss, argnums=(0, 1)))(*xs)
+
     with use_backend("triton"):
-        out_k = jax.vmap(fn)(*stacked)
-        g_k = jax.vmap(jax.grad(loss, argnums=(0, 1)))(*stacked)
+        out_k, g_k = outputs_and_grads(*stacked)
     with use_backend("eager"):
-        out_e = jax.vmap(fn)(*stacked)
-        g_e = jax.vmap(jax.grad(loss, argnums=(0, 1)))(*stacked)
+        out_e, g_e = (jax.jit(outputs_and_grads) if ON_GPU else outputs_and_grads)(*stacked)
     for x, y in zip(jax.tree.leaves((out_k, g_k)), jax.tree.leaves((out_e, g_e)), strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-4)
 
@@ -108,29 +152,33 @@ def test_triton_mode_really_runs_the_launcher(monkeypatch):
     calls = []
     real = launcher.run
     monkeypatch.setattr(launcher, "run", lambda *a: calls.append(1) or real(*a))
-    a, b = _cases(6, 4, 3)["linear_scan"][1]
+    a, b = _case("linear_scan", 6, 4, 3)[1]
     with use_backend("triton"):
         mingru_jax.linear_scan(a, b)
     assert calls == [1]
 
 
 def _delta_args(seed, T, nh, decay, h0, B=2, H=2, dk=4, dv=3):
-    ks = jax.random.split(jax.random.key(seed), 6)
-    k = jax.random.normal(ks[1], (B, T, nh, H, dk))
+    rng = np.random.default_rng(seed)
+    k = rng.standard_normal((B, T, nh, H, dk))
     args = {
-        "q": jax.random.normal(ks[0], (B, T, H, dk)) / dk**0.5,
-        "k": k / jnp.linalg.norm(k, axis=-1, keepdims=True),
-        "v": jax.random.normal(ks[2], (B, T, nh, H, dv)),
-        "beta": 2 * jax.random.uniform(ks[3], (B, T, nh, H)),
+        "q": rng.standard_normal((B, T, H, dk)) / dk**0.5,
+        "k": k / np.linalg.norm(k, axis=-1, keepdims=True),
+        "v": rng.standard_normal((B, T, nh, H, dv)),
+        "beta": 2 * rng.uniform(0.0, 1.0, (B, T, nh, H)),
     }
     if decay:
-        args["log_gamma"] = -jax.random.uniform(ks[4], (B, T, H), minval=0.01, maxval=1.0)
+        args["log_gamma"] = -rng.uniform(0.01, 1.0, (B, T, H))
     if h0:
-        args["h0"] = jax.random.normal(ks[5], (B, H, dk, dv))
-    return args
+        args["h0"] = rng.standard_normal((B, H, dk, dv))
+    return {name: jnp.asarray(x, jnp.float32) for name, x in args.items()}
 
 
+@functools.cache
 def _delta_fn(names):
+    """The delta rule on positional ``names`` (one function per set of names, so its jitted
+    checks are shared across tests)."""
+    names = tuple(names)
     return lambda *xs: _delta_rule(**dict(zip(names, xs, strict=True)), chunk_size=4)
 
 
@@ -141,7 +189,7 @@ def test_delta_rule_matches_eager(T, nh, decay, h0):
     """The delta-rule kernels (through the JAX launcher) against the JAX eager chunked form:
     outputs (o, h_T) and gradients w.r.t. every present input, ragged last chunk included."""
     args = _delta_args(T * 7 + nh, T, nh, decay, h0)
-    _check(_delta_fn(list(args)), tuple(args.values()))
+    _check(_delta_fn(tuple(args)), tuple(args.values()))
 
 
 def _check_vmap(fn, args):
@@ -150,14 +198,14 @@ def _check_vmap(fn, args):
     with use_backend("triton"):
         out_k = jax.vmap(fn)(*stacked)
     with use_backend("eager"):
-        out_e = jax.vmap(fn)(*stacked)
+        out_e = (jax.jit(jax.vmap(fn)) if ON_GPU else jax.vmap(fn))(*stacked)
     for x, y in zip(jax.tree.leaves(out_k), jax.tree.leaves(out_e), strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-4)
 
 
 def test_delta_rule_under_jit_and_vmap():
     args = _delta_args(11, 5, 2, True, True)
-    fn = _delta_fn(list(args))
+    fn = _delta_fn(tuple(args))
     _check(fn, tuple(args.values()), jit=True)
     _check_vmap(fn, tuple(args.values()))
 
@@ -191,7 +239,11 @@ def test_mixers_match_eager(cls):
     with use_backend("triton"):
         y_k = model(x)
     with use_backend("eager"):
-        y_e = model(x)
+        if ON_GPU:
+            graphdef, state = nnx.split(model)
+            y_e = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x))(state, x)
+        else:
+            y_e = model(x)
     np.testing.assert_allclose(np.asarray(y_k), np.asarray(y_e), rtol=2e-4, atol=2e-4)
 
 
@@ -207,15 +259,17 @@ class TestGPU:
     @pytest.mark.parametrize("T", [1, 63, 1000])
     def test_delta_rule(self, T):
         args = _delta_args(T, T, 2, True, True, dk=16, dv=16)
-        _check(_delta_fn(list(args)), tuple(args.values()), jit=True)
+        _check(_delta_fn(tuple(args)), tuple(args.values()), jit=True)
 
     @pytest.mark.parametrize("op", OPS)
     @pytest.mark.parametrize("T,D", [(1, 3), (7, 5), (300, 33), (5000, 8)])
     def test_forward_and_grad(self, op, T, D):
-        fn, args = _cases(T + D, T, D)[op]
-        _check(fn, args)
+        # Jitted only: op by op (the dispatch path, the same at every T) runs in
+        # test_forward_and_grad_match_eager, on the GPU too, with the same kernel variants
+        # for the first two shapes.
+        fn, args = _case(op, T + D, T, D)
         _check(fn, args, jit=True)
 
     def test_vmap(self):
-        fn, args = _cases(5, 200, 3)["matrix_affine_scan"]
+        fn, args = _case("matrix_affine_scan", 5, 200, 3)
         _check_vmap(fn, args)

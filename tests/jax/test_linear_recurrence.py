@@ -2,9 +2,17 @@
 eager path (``jax.lax.associative_scan``) and through the jax-triton launcher (Triton's
 interpreter on CPU): outputs and every gradient, both launch strategies, chaining through the
 final state, ``jit`` / ``grad`` / ``vmap``, and bad input. Imports no torch.
+
+The backend and the plan are read when a function is traced, and ``jax.jit`` reuses a trace
+of the same Python function for the same input types even through a new ``jax.jit`` wrapper:
+each (backend, plan) therefore gets its own jitted function (:func:`_jitted`), entering the
+backend and the plan inside the trace. On a GPU the eager references are jitted too (op by
+op, each of their many small operations is an XLA compilation there).
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +27,7 @@ from tests.reference import loop_recurrence
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 PLANS = {"walk": {}, "chunked": dict(strategy="chunked", block_t=4, block_d=16, chunk_len=8)}
+ON_GPU = jax.default_backend() == "gpu"
 
 
 def _inputs(B, T, D, seed=0):
@@ -41,6 +50,21 @@ def _loss_and_grads(fn, a, b, h0, w, w_T):
 
 def _lib(a, b, h0):
     return mingru_jax.linear_recurrence(a, b, initial_state=h0, return_final_state=True)
+
+
+_lib_loss_and_grads = functools.partial(_loss_and_grads, _lib)
+
+
+@functools.cache
+def _jitted(fn, backend, plan="walk"):
+    """``jax.jit`` of ``fn`` traced under ``backend`` and ``plan`` (one per triple)."""
+
+    def run(*args):
+        with mingru_jax.use_backend(backend), switches.forced("linear_recurrence",
+                                                              **PLANS[plan]):
+            return fn(*args)
+
+    return jax.jit(run)
 
 
 def _oracle(a, b, h0, w, w_T):
@@ -68,10 +92,14 @@ def test_matches_the_float64_loop(backend, plan, shape):
     a, b, h0, w, w_T = _inputs(*shape)
     h_o, hT_o, grads_o = _oracle(a, b, h0, w, w_T)
     f32 = [jnp.asarray(x, jnp.float32) for x in (a, b, h0)]
-    with mingru_jax.use_backend(backend), switches.forced("linear_recurrence", **PLANS[plan]):
-        h, h_T = jax.jit(_lib)(*f32)
-        _, grads = _loss_and_grads(_lib, *f32, jnp.asarray(w, jnp.float32),
-                                   jnp.asarray(w_T, jnp.float32))
+    weights = (jnp.asarray(w, jnp.float32), jnp.asarray(w_T, jnp.float32))
+    h, h_T = _jitted(_lib, backend, plan)(*f32)
+    if ON_GPU and backend == "eager":
+        _, grads = _jitted(_lib_loss_and_grads, backend)(*f32, *weights)
+    else:
+        with mingru_jax.use_backend(backend), switches.forced("linear_recurrence",
+                                                              **PLANS[plan]):
+            _, grads = _loss_and_grads(_lib, *f32, *weights)
     assert h.dtype == jnp.float32 and h.shape == shape and h_T.shape == (shape[0], shape[2])
     assert rel_err(np.asarray(h), h_o) < 2e-6 and rel_err(np.asarray(h_T), hT_o) < 2e-6
     for got, want in zip(grads, grads_o, strict=True):
@@ -88,9 +116,14 @@ def test_chaining_and_vmap():
         batched = jax.vmap(lambda a, b: mingru_jax.linear_recurrence(a, b))(a[None], b[None])
     assert rel_err(np.asarray(jnp.concatenate([first, second], 1)), np.asarray(whole)) < 1e-6
     assert rel_err(np.asarray(end), np.asarray(whole_T)) < 1e-6
-    with mingru_jax.use_backend("eager"):
-        plain = mingru_jax.linear_recurrence(a, b)
+    plain = (_jitted(mingru_jax.linear_recurrence, "eager")(a, b) if ON_GPU
+             else _eager_plain(a, b))
     assert rel_err(np.asarray(batched[0]), np.asarray(plain)) < 1e-6
+
+
+def _eager_plain(a, b):
+    with mingru_jax.use_backend("eager"):
+        return mingru_jax.linear_recurrence(a, b)
 
 
 def test_bad_input_names_the_argument():

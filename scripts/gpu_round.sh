@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One GPU session's measurements in one command (install offline, then the named sections);
+# logs and JSON go to $OUT. Sections: tests-cell tests-torch tests-jax floor mixers train host
+# jaxcmp. Usage: scripts/gpu_round.sh floor mixers ...
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} || exit 1
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
+  || { cat "$OUT/install.log"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
+t0=$SECONDS
+for s in "$@"; do
+  echo "=== $s (t=$((SECONDS - t0)) s)"
+  case "$s" in
+    tests-cell) timeout 240 python3 -m pytest -q -x -p no:cacheprovider -m gpu \
+        tests/kernels/test_mingru_cell.py 2>&1 | tail -5 ;;
+    tests-torch) timeout 300 python3 -m pytest -q -p no:cacheprovider tests/torch tests/kernels \
+        -m gpu 2>&1 | tail -8 ;;
+    tests-jax) ( time timeout 300 python3 -m pytest -q -p no:cacheprovider tests/jax \
+        --durations=10 ) 2>&1 | tail -25 ;;
+    floor) timeout 300 python3 benchmarks/memory_floor.py --out "$OUT" --repeats 20 \
+        ${FLOOR_OPS:+--ops $FLOOR_OPS} 2>&1 | tail -30 ;;
+    *) echo "unknown section $s" ;;
+  esac
+done
+echo "=== done (t=$((SECONDS - t0)) s)"

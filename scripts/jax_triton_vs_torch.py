@@ -1,0 +1,655 @@
+"""The same Triton kernels through jax-triton (``mingru_jax``) and through PyTorch (``mingru``):
+wall-clock time per call with a device sync, side by side, plus what each side compiled.
+
+For each op (``linear_recurrence``, ``linear_scan``, ``parallel_scan_log``), mode (forward;
+forward + backward) and shape, the script times
+
+* ``torch``: ``mingru.<op>`` under ``mingru.use_backend("triton")``, synchronised with
+  ``torch.cuda.synchronize()``;
+* ``jax``: ``jax.jit`` of ``mingru_jax.<op>`` traced under ``use_backend("triton")``, with
+  ``block_until_ready`` (compiled by this repository's hook, ``mingru_jax/_launch/_compile.py``);
+* ``jax-stock`` (``--stock``): the same, lowered with jax-triton's own compile (no
+  divisibility hint on runtime ints: the A/B of the hook);
+* ``xla``: the jitted XLA eager twin (``use_backend("eager")``),
+
+on the same inputs (generated once in NumPy), median of many calls after warm-up. ``ms`` is
+one call then a sync; ``loop`` is ``--loop`` calls then one sync, per call (launch overhead
+overlapped). Every row checks that the jax outputs match torch's (a strided sample) and that
+the jitted HLO holds ``triton_kernel_call`` custom calls. The table is printed and written as
+JSON (``ratio`` = jax / torch per row).
+
+``--dump DIR`` writes what both sides compiled: per kernel variant the constexprs, which
+runtime ints were specialised as divisible by 16, ``num_warps`` / ``num_stages``, shared
+memory, and the PTX (files plus a count of 128-bit ``ld/st.global.v4`` against 32-bit
+accesses) — from the hook's records on the jax side and from each ``JITFunction``'s
+``device_caches`` on the torch side. With ``--stock`` jax-triton's own compile is dumped by
+jax-triton itself (``JAX_TRITON_DUMP_DIR``, set before it is imported).
+
+``--ptx`` runs without a GPU (and without jax-triton or torch): it traces the jax launchers
+with ``jax.make_jaxpr`` (nothing runs), compiles every launch for ``sm_90`` twice — as
+jax-triton 0.3.1 does and as PyTorch's launcher does — and prints the PTX's vector-access
+counts for both, so the specialisation difference is visible offline.
+
+GPU (from the repository root; jax-triton on ``PYTHONPATH``)::
+
+    PYTHONPATH=/tmp/site:$PYTHONPATH python3 scripts/jax_triton_vs_torch.py --stock \\
+        --json $OUT/jax_triton_vs_torch.json --dump $OUT/jt_dump
+
+Offline::
+
+    python3 scripts/jax_triton_vs_torch.py --ptx
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+# Both frameworks share one GPU: JAX must not take 75% of it up front.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _ensure_mingru_kernels() -> None:
+    """``kernels/`` is installed as ``mingru_kernels``; without an install, map it by hand."""
+    import importlib.util
+
+    if importlib.util.find_spec("mingru_kernels") is not None:
+        return
+    spec = importlib.util.spec_from_file_location(
+        "mingru_kernels", ROOT / "kernels" / "__init__.py",
+        submodule_search_locations=[str(ROOT / "kernels")])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["mingru_kernels"] = module
+    spec.loader.exec_module(module)
+
+
+_ensure_mingru_kernels()
+
+import numpy as np  # noqa: E402
+
+OPS = ("linear_recurrence", "linear_scan", "parallel_scan_log")
+DEFAULT_SHAPES = "8x65536x1536:fwd,16x16384x128,16x1024x64"
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def make_inputs(op: str, B: int, T: int, D: int, dtype: str, seed: int = 0) -> list[np.ndarray]:
+    """The op's inputs, float32 NumPy (cast per frontend): coefficients just below 1 (running
+    products stay normal numbers over 65536 steps), normal inputs."""
+    rng = np.random.default_rng(seed)
+    coef = rng.random((B, T, D), dtype=np.float32)
+    coef *= np.float32(-1e-3)  # log a in (-1e-3, 0]
+    if op != "parallel_scan_log":
+        np.exp(coef, out=coef)  # a in (0.999, 1]
+    second = rng.standard_normal((B, T + 1 if op == "parallel_scan_log" else T, D),
+                                 dtype=np.float32)
+    return [coef, second]
+
+
+def cotangents(outs_shapes: list[tuple[int, ...]], seed: int = 1) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s, dtype=np.float32) for s in outs_shapes]
+
+
+def out_shapes(op: str, B: int, T: int, D: int) -> list[tuple[int, ...]]:
+    return [(B, T, D), (B, T, D)] if op == "linear_scan" else [(B, T, D)]
+
+
+def sample(x: Any) -> np.ndarray:
+    """A strided sample of a (B, T, D) array as float64 NumPy (a few thousand elements)."""
+    B, T, D = x.shape
+    s = x[:, :: max(1, T // 64), :: max(1, D // 16)]
+    if hasattr(s, "detach"):
+        s = s.detach().float().cpu().numpy()
+    return np.asarray(s, dtype=np.float64)
+
+
+def rel(got: np.ndarray | None, want: np.ndarray | None) -> float | None:
+    if got is None or want is None:
+        return None
+    scale = max(float(np.abs(want).max()), 1e-30)
+    return float(np.abs(got - want).max() / scale)
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+def timed(call, sync, iters: int, warmup: int, loop: int, budget_s: float) -> dict[str, Any]:
+    """Median wall time of ``call(); sync()`` (ms) and of ``loop`` calls then one sync, per
+    call. Warm-up first (compiles); ``iters`` shrinks so a row stays within ``budget_s``."""
+    t0 = time.perf_counter()
+    out = call()
+    sync(out)
+    first = time.perf_counter() - t0
+    for _ in range(max(0, warmup - 1)):
+        sync(call())
+    t0 = time.perf_counter()
+    sync(call())
+    one = time.perf_counter() - t0
+    n = int(max(5, min(iters, budget_s / max(one, 1e-6))))
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        sync(call())
+        samples.append(time.perf_counter() - t0)
+    loops = []
+    for _ in range(max(3, n // max(loop, 1))):
+        t0 = time.perf_counter()
+        for _ in range(loop):
+            last = call()
+        sync(last)
+        loops.append((time.perf_counter() - t0) / loop)
+    return dict(ms=1e3 * statistics.median(samples), loop_ms=1e3 * statistics.median(loops),
+                first_call_s=first, n=n, out=out)
+
+
+# ----------------------------------------------------------------------------- torch side
+
+
+class TorchSide:
+    def __init__(self, smoke: bool = False) -> None:
+        import torch
+
+        import mingru
+
+        self.torch, self.mingru = torch, mingru
+        self.device = "cpu" if smoke else "cuda"
+        status = mingru.available()
+        if status is not True or not (smoke or torch.cuda.is_available()):
+            raise RuntimeError(f"PyTorch Triton path unavailable: {status}")
+
+    def sync(self, _out=None) -> None:
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+
+    def run(self, op, mode, host_inputs, host_cts, dtype, args) -> dict[str, Any]:
+        torch, mingru = self.torch, self.mingru
+        tdt = getattr(torch, dtype)
+        xs = [torch.from_numpy(x).to(self.device, tdt) for x in host_inputs]
+        fn = getattr(mingru, op)
+        if mode == "fwd":
+            def call():
+                with mingru.use_backend("triton"), torch.no_grad():
+                    return fn(*xs)
+        else:
+            for x in xs:
+                x.requires_grad_(True)
+            cts = [torch.from_numpy(c).to(self.device, tdt) for c in host_cts]
+
+            def call():
+                with mingru.use_backend("triton"):
+                    outs = fn(*xs)
+                    outs = outs if isinstance(outs, tuple) else (outs,)
+                    return torch.autograd.grad(outs, xs, cts)
+        try:
+            res = timed(call, self.sync, args.iters, args.warmup, args.loop, args.budget)
+            out = res.pop("out")
+            first = out[0] if isinstance(out, tuple) else out
+            res["sample"] = sample(first)
+            return res
+        finally:
+            xs.clear()  # free the device copies before the next cell
+            gc.collect()
+            if self.device == "cuda":
+                torch.cuda.empty_cache()
+
+    def compiled(self) -> list[dict[str, Any]]:
+        """Every CompiledKernel in the device caches of the kernels these ops launch."""
+        import importlib
+
+        found = []
+        for mod_name in ("mingru_kernels.linear_recurrence", "mingru_kernels.linear_scan",
+                         "mingru_kernels.parallel_scan_log", "mingru_kernels._scan_common"):
+            mod = importlib.import_module(mod_name)
+            for name in dir(mod):
+                fn = getattr(mod, name)
+                caches = getattr(fn, "device_caches", None)
+                if not caches or getattr(fn, "__module__", mod_name) != mod_name:
+                    continue
+                for entry in caches.values():
+                    kcache = entry[0] if isinstance(entry, tuple) else entry
+                    for ck in getattr(kcache, "values", lambda: [])():
+                        if hasattr(ck, "asm"):
+                            found.append(summarise_compiled(name, ck))
+        return found
+
+
+# ----------------------------------------------------------------------------- jax side
+
+
+class JaxSide:
+    def __init__(self, want_stock_dump: str | None, smoke: bool = False) -> None:
+        if want_stock_dump:  # read by jax-triton at import
+            os.environ.setdefault("JAX_TRITON_DUMP_DIR", want_stock_dump)
+        import jax
+
+        import mingru_jax
+        from mingru_jax._launch import _compile
+
+        self.jax, self.mingru_jax, self.hook = jax, mingru_jax, _compile
+        status = mingru_jax.available()
+        if status is not True or not (smoke or jax.default_backend() == "gpu"):
+            raise RuntimeError(f"jax-triton path unavailable: {status} "
+                               f"(jax backend {jax.default_backend()})")
+
+    def sync(self, out) -> None:
+        self.jax.block_until_ready(out)
+
+    def function(self, op: str, mode: str, backend: str):
+        jax, mingru_jax = self.jax, self.mingru_jax
+        fn = getattr(mingru_jax, op)
+
+        def forward(*xs):
+            with mingru_jax.use_backend(backend):  # read at trace time: baked into the jit
+                return fn(*xs)
+
+        if mode == "fwd":
+            return jax.jit(forward)
+
+        def fwd_bwd(xs, cts):
+            outs, vjp = jax.vjp(forward, *xs)
+            return vjp(tuple(cts) if isinstance(outs, tuple) else cts[0])
+
+        return jax.jit(fwd_bwd)
+
+    def run(self, op, mode, host_inputs, host_cts, dtype, args, backend="triton",
+            stock=False) -> dict[str, Any]:
+        jax = self.jax
+        jdt = getattr(jax.numpy, dtype)
+        xs = [jax.device_put(x).astype(jdt) for x in host_inputs]
+        cts = [jax.device_put(c).astype(jdt) for c in host_cts] if mode != "fwd" else []
+        self.hook.ENABLED = not stock
+        try:
+            f = self.function(op, mode, backend)
+            call_args = (tuple(xs),) if mode == "fwd" else (tuple(xs), tuple(cts))
+            if mode == "fwd":
+                call = lambda: f(*call_args[0])
+                hlo = f.lower(*call_args[0]).as_text()
+            else:
+                call = lambda: f(*call_args)
+                hlo = f.lower(*call_args).as_text()
+            res = timed(call, self.sync, args.iters, args.warmup, args.loop, args.budget)
+            out = res.pop("out")
+            first = out[0] if isinstance(out, (tuple, list)) else out
+            res["sample"] = sample(first)
+            res["triton_calls_in_hlo"] = hlo.count("triton_kernel_call")
+            return res
+        finally:
+            self.hook.ENABLED = True
+            for x in [*xs, *cts]:
+                x.delete()
+            gc.collect()
+
+    def compiled(self) -> list[dict[str, Any]]:
+        out = []
+        for r in self.hook.compiled_kernels():
+            s = summarise_compiled(r["fn"].__name__, r["compiled"])
+            s.update(options=r["options"], ints_divisible_16=r["divisible_16"])
+            out.append(s)
+        return out
+
+    def stock_cache_keys(self) -> list[str]:
+        """jax-triton's own cache keys (signature, specialization, constants, warps, stages)."""
+        try:
+            from jax_triton import triton_lib
+        except ImportError:
+            return []
+        keys = []
+        for key in getattr(triton_lib, "_COMPILED_KERNEL_CACHE", {}):
+            fn, *rest = key
+            keys.append(f"{getattr(fn, '__name__', fn)} {rest}")
+        return keys
+
+
+# ----------------------------------------------------------------------------- compiled kernels
+
+
+_LD = re.compile(r"\bld\.global((?:\.[\w:]+)*)")
+_ST = re.compile(r"\bst\.global((?:\.[\w:]+)*)")
+
+
+def ptx_stats(ptx: str) -> dict[str, int]:
+    """Global loads / stores by width: 128-bit (``.v4`` of 32-bit), 64-bit, scalar."""
+    out = dict(ptx_lines=ptx.count("\n"))
+    for what, rx in (("ld", _LD), ("st", _ST)):
+        mods = [m.group(1) for m in rx.finditer(ptx)]
+        out[f"{what}_v4"] = sum(".v4" in m for m in mods)
+        out[f"{what}_v2"] = sum(".v2" in m for m in mods)
+        out[f"{what}_scalar"] = sum(".v4" not in m and ".v2" not in m for m in mods)
+    return out
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    return {str(k): (v if isinstance(v, (int, float, str, bool, type(None))) else repr(v))
+            for k, v in d.items()}
+
+
+def summarise_compiled(kernel: str, ck: Any) -> dict[str, Any]:
+    md = ck.metadata
+    s: dict[str, Any] = dict(kernel=kernel, name=getattr(md, "name", "?"),
+                             num_warps=getattr(md, "num_warps", None),
+                             num_stages=getattr(md, "num_stages", None),
+                             shared=getattr(md, "shared", None),
+                             enable_fp_fusion=getattr(md, "enable_fp_fusion", None))
+    src = getattr(ck, "src", None)
+    if src is not None:
+        names = list(getattr(src.fn, "arg_names", []))
+        attrs = getattr(src, "attrs", {}) or {}
+        s["divisible_16"] = [names[k[0]] if k and k[0] < len(names) else str(k)
+                             for k, v in attrs.items() if "tt.divisibility" in str(v)]
+        s["constexprs"] = {names[k[0]] if isinstance(k, tuple) and k and k[0] < len(names)
+                           else str(k): repr(v) for k, v in getattr(src, "constants", {}).items()}
+    try:
+        s.update(ptx_stats(ck.asm["ptx"]))
+    except Exception:
+        pass
+    s["_asm"] = ck.asm
+    return s
+
+
+def write_dump(dump: Path, side: str, kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    folder = dump / side
+    folder.mkdir(parents=True, exist_ok=True)
+    clean = []
+    for i, k in enumerate(kernels):
+        asm = k.pop("_asm", {})
+        for ext in ("ttir", "ttgir", "llir", "ptx"):
+            try:
+                text = asm[ext]
+            except Exception:
+                continue
+            if isinstance(text, str):
+                (folder / f"{i:03d}_{k['kernel']}.{ext}").write_text(text)
+        k["files"] = f"{side}/{i:03d}_{k['kernel']}.*"
+        clean.append(k)
+    (folder / "kernels.json").write_text(json.dumps(clean, indent=1, default=repr))
+    return clean
+
+
+def print_kernels(side: str, kernels: list[dict[str, Any]]) -> None:
+    print(f"\n{side}: {len(kernels)} compiled variants")
+    for k in kernels:
+        cx = k.get("constexprs", {})
+        mode = {n: cx[n] for n in ("MODE", "BLOCK_T", "BLOCK_D", "BLOCK_N") if n in cx}
+        print(f"  {k['kernel']:<32} {str(mode):<44} div16={k.get('divisible_16')} "
+              f"warps={k.get('num_warps')} stages={k.get('num_stages')} "
+              f"ld v4/v2/s={k.get('ld_v4')}/{k.get('ld_v2')}/{k.get('ld_scalar')} "
+              f"st v4/v2/s={k.get('st_v4')}/{k.get('st_v2')}/{k.get('st_scalar')}")
+
+
+# ----------------------------------------------------------------------------- offline (--ptx)
+
+
+_TRITON_TYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
+                "int32": "i32", "int64": "i64"}
+
+
+def _int_type(v: int) -> str:  # jax-triton's get_triton_type for ints
+    if -(2**31) <= v < 2**31:
+        return "i32"
+    if 2**31 <= v < 2**32:
+        return "u32"
+    return "i64"
+
+
+def offline_ptx(args) -> int:
+    if os.environ.get("TRITON_INTERPRET"):
+        print("--ptx needs compiled kernels: unset TRITON_INTERPRET", file=sys.stderr)
+        return 2
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import importlib
+
+    import jax
+    import jax.numpy as jnp
+
+    from mingru_jax._launch import _compile
+
+    rows = []
+    for B, T, D, modes in parse_shapes(args.shapes):
+        for op in args.ops:
+            launcher = importlib.import_module(f"mingru_jax._launch.{op}")
+            shapes = [(B, T, D), (B, T + 1, D) if op == "parallel_scan_log" else (B, T, D)]
+            avals = [jax.ShapeDtypeStruct(s, getattr(jnp, args.dtype)) for s in shapes]
+            for mode in modes:
+                def traced(*xs, mode=mode, launcher=launcher):
+                    if mode == "fwd":
+                        return launcher.run(*xs)
+                    out, vjp = jax.vjp(launcher.run, *xs)
+                    return vjp(out)
+
+                with _compile.recorded_launches() as log:
+                    jax.make_jaxpr(traced)(*avals)
+                seen = set()
+                for rec in log:
+                    meta = dict(rec["meta"])
+                    nw, ns = meta.pop("num_warps", None), meta.pop("num_stages", None)
+                    key = (rec["kernel"], repr(sorted(meta.items())), rec["scalars"])
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    n_in = len(rec["inputs"])
+                    arg_dtypes = ([f"*{_TRITON_TYPE[d]}" for d in rec["inputs"]]
+                                  + [_int_type(v) for v in rec["scalars"]]
+                                  + [f"*{_TRITON_TYPE[d]}" for d in rec["outputs"]])
+                    scalar_args = [(n_in + i, _int_type(v), v) for i, v in enumerate(rec["scalars"])]
+                    row = dict(op=op, shape=[B, T, D], mode=mode,
+                               kernel=rec["kernel"].__name__, grid=rec["grid"],
+                               constexprs=_jsonable(meta), num_warps=nw, num_stages=ns)
+                    for label, hints in (("jax-triton", False), ("pytorch", True)):
+                        try:
+                            r = _compile.compile_offline(rec["kernel"], arg_dtypes, scalar_args,
+                                                         meta, num_warps=nw, num_stages=ns,
+                                                         int_hints=hints)
+                            row[label] = dict(divisible_16=r["divisible_16"],
+                                              **ptx_stats(r["compiled"].asm["ptx"]))
+                        except Exception as exc:
+                            row[label] = dict(error=f"{type(exc).__name__}: {exc}")
+                    rows.append(row)
+    print(f"{'op':<18} {'shape':<16} {'mode':<7} {'kernel':<20} {'consts':<48} "
+          f"{'jax-triton ld v4/s  st v4/s':<28} {'pytorch-rule ld v4/s  st v4/s':<30} div16")
+    for r in rows:
+        def cell(d):
+            if "error" in d:
+                return d["error"][:26]
+            return f"{d['ld_v4']:>4}/{d['ld_scalar']:<4}  {d['st_v4']:>4}/{d['st_scalar']:<4}"
+        consts = {k: v for k, v in r["constexprs"].items() if k in ("MODE", "BLOCK_T", "BLOCK_D",
+                                                                   "REVERSE", "BLOCK_N")}
+        print(f"{r['op']:<18} {'x'.join(map(str, r['shape'])):<16} {r['mode']:<7} "
+              f"{r['kernel']:<20} {str(consts):<48} {cell(r['jax-triton']):<28} "
+              f"{cell(r['pytorch']):<30} {r['pytorch'].get('divisible_16')}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(dict(offline_ptx=rows), indent=1, default=repr))
+        print(f"wrote {args.json}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def parse_shapes(spec: str) -> list[tuple[int, int, int, tuple[str, ...]]]:
+    """``BxTxD[:fwd]`` items, comma-separated; without ``:fwd`` both modes run."""
+    out = []
+    for item in spec.split(","):
+        dims, _, modes = item.strip().partition(":")
+        B, T, D = (int(v) for v in dims.lower().split("x"))
+        out.append((B, T, D, ("fwd",) if modes == "fwd" else ("fwd", "fwd+bwd")))
+    return out
+
+
+def _fmt(v: Any, width: int = 8, digits: int = 3) -> str:
+    if v is None:
+        return f"{'-':>{width}}"
+    if isinstance(v, str):
+        return f"{v[:width]:>{width}}"
+    return f"{v:>{width}.{digits}f}"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ops", default=",".join(OPS), type=lambda s: s.split(","))
+    p.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"default {DEFAULT_SHAPES}")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--iters", type=int, default=100, help="timed calls per row (at most)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--loop", type=int, default=10, help="calls per sync for the loop column")
+    p.add_argument("--budget", type=float, default=2.0, help="seconds of timed calls per cell")
+    p.add_argument("--stock", action="store_true",
+                   help="also time jax-triton's own compile (the hook off)")
+    p.add_argument("--no-eager", action="store_true", help="skip the XLA eager twin")
+    p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--json", default=None, help="write the rows here (default: $OUT or .)")
+    p.add_argument("--dump", default=None, help="folder for the compiled kernels of both sides")
+    p.add_argument("--ptx", action="store_true",
+                   help="offline: compile the jax launches for sm_90 both ways, no GPU")
+    p.add_argument("--smoke", action="store_true",
+                   help="run the timing flow on CPU through Triton's interpreter (tiny shapes; "
+                        "checks the script, the times mean nothing)")
+    args = p.parse_args()
+    if args.ptx:
+        return offline_ptx(args)
+    if args.smoke:
+        os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if args.json is None:
+        args.json = str(Path(os.environ.get("OUT", ".")) / "jax_triton_vs_torch.json")
+    dump = Path(args.dump) if args.dump else None
+
+    torch_side = jax_side = None
+    errors: dict[str, str] = {}
+    if not args.no_torch:
+        try:
+            torch_side = TorchSide(args.smoke)
+        except Exception as exc:
+            errors["torch"] = f"{type(exc).__name__}: {exc}"
+            print(f"skipping torch: {errors['torch']}")
+    try:
+        jax_side = JaxSide(str(dump / "jax_triton_stock") if dump and args.stock else None,
+                           args.smoke)
+    except Exception as exc:
+        errors["jax"] = f"{type(exc).__name__}: {exc}"
+        print(f"skipping jax: {errors['jax']}")
+    if torch_side is None and jax_side is None:
+        print("nothing to time", file=sys.stderr)
+        return 1
+
+    env = dict(python=platform.python_version())
+    for mod in ("jax", "jaxlib", "jax_triton", "triton", "torch"):
+        try:
+            env[mod] = __import__(mod).__version__
+        except Exception:
+            env[mod] = None
+    if torch_side is not None and torch_side.device == "cuda":
+        env["device"] = torch_side.torch.cuda.get_device_name()
+    elif jax_side is not None:
+        env["device"] = str(jax_side.jax.devices()[0].device_kind)
+    print(json.dumps(env))
+
+    variants = [("jax", "triton", False)]
+    if args.stock:
+        variants.append(("jax_stock", "triton", True))
+    if not args.no_eager:
+        variants.append(("xla", "eager", False))
+
+    rows = []
+    header = (f"{'op':<18} {'shape':<14} {'mode':<8} {'torch ms':>9} {'jax ms':>9} "
+              f"{'ratio':>6} " + (f"{'stock ms':>9} {'ratio':>6} " if args.stock else "")
+              + ("" if args.no_eager else f"{'xla ms':>9} {'ratio':>6} ")
+              + f"{'loop t/j':>15} {'max rel':>8} {'tk':>3}")
+    print(header)
+    for B, T, D, modes in parse_shapes(args.shapes):
+        for op in args.ops:
+            host = make_inputs(op, B, T, D, args.dtype)
+            for mode in modes:
+                cts = cotangents(out_shapes(op, B, T, D)) if mode != "fwd" else []
+                row: dict[str, Any] = dict(op=op, shape=[B, T, D], mode=mode, dtype=args.dtype)
+                ref = None
+                if torch_side is not None:
+                    try:
+                        r = torch_side.run(op, mode, host, cts, args.dtype, args)
+                        ref = r.pop("sample")
+                        row["torch"] = r
+                    except Exception as exc:
+                        row["torch"] = dict(error=f"{type(exc).__name__}: {exc}")
+                        traceback.print_exc()
+                if jax_side is not None:
+                    for label, backend, stock in variants:
+                        try:
+                            r = jax_side.run(op, mode, host, cts, args.dtype, args, backend, stock)
+                            r["max_rel_vs_torch"] = rel(r.pop("sample"), ref)
+                            row[label] = r
+                        except Exception as exc:
+                            msg = f"{type(exc).__name__}: {exc}"
+                            row[label] = dict(error="OOM" if "RESOURCE_EXHAUSTED" in msg
+                                              or "out of memory" in msg.lower() else msg[:500])
+                            if row[label]["error"] != "OOM":
+                                traceback.print_exc()
+                t_ms = row.get("torch", {}).get("ms")
+                for label, _, _ in variants:
+                    cell = row.get(label, {})
+                    if t_ms and cell.get("ms"):
+                        cell["ratio_vs_torch"] = cell["ms"] / t_ms
+                        cell["loop_ratio_vs_torch"] = cell["loop_ms"] / row["torch"]["loop_ms"]
+                rows.append(row)
+                j, s, x, t = (row.get(k, {}) for k in ("jax", "jax_stock", "xla", "torch"))
+                line = (f"{op:<18} {f'{B}x{T}x{D}':<14} {mode:<8} {_fmt(t.get('ms'), 9)} "
+                        f"{_fmt(j.get('ms') or j.get('error'), 9)} "
+                        f"{_fmt(j.get('ratio_vs_torch'), 6, 2)} ")
+                if args.stock:
+                    line += (f"{_fmt(s.get('ms') or s.get('error'), 9)} "
+                             f"{_fmt(s.get('ratio_vs_torch'), 6, 2)} ")
+                if not args.no_eager:
+                    line += (f"{_fmt(x.get('ms') or x.get('error'), 9)} "
+                             f"{_fmt(x.get('ratio_vs_torch'), 6, 2)} ")
+                loops = f"{_fmt(t.get('loop_ms'), 7)}/{_fmt(j.get('loop_ms'), 7)}"
+                mr = j.get("max_rel_vs_torch")
+                mr_s = f"{mr:8.1e}" if mr is not None else f"{'-':>8}"
+                line += f"{loops:>15} {mr_s} {j.get('triton_calls_in_hlo', '-'):>3}"
+                print(line, flush=True)
+            del host
+            gc.collect()
+
+    result: dict[str, Any] = dict(env=env, errors=errors, rows=rows,
+                                  note="ms: one call then a device sync (median); loop_ms: "
+                                       f"{args.loop} calls then one sync, per call; ratio = "
+                                       "jax / torch")
+    if dump is not None:
+        dump.mkdir(parents=True, exist_ok=True)
+        if jax_side is not None:
+            kernels = write_dump(dump, "jax", jax_side.compiled())
+            print_kernels("jax (hook)", kernels)
+            result["jax_compiled"] = kernels
+            if args.stock:
+                result["jax_triton_stock_cache_keys"] = jax_side.stock_cache_keys()
+                print(f"\njax-triton's own compile: {len(result['jax_triton_stock_cache_keys'])} "
+                      f"variants; its files are under {dump / 'jax_triton_stock'}")
+        if torch_side is not None:
+            kernels = write_dump(dump, "torch", torch_side.compiled())
+            print_kernels("torch", kernels)
+            result["torch_compiled"] = kernels
+    ratios = [r["jax"]["ratio_vs_torch"] for r in rows if "ratio_vs_torch" in r.get("jax", {})]
+    if ratios:
+        result["worst_ratio"] = max(ratios)
+        print(f"\nworst jax/torch ratio {max(ratios):.2f} (target <= 1.15)")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(result, indent=1, default=repr))
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
