@@ -228,8 +228,11 @@ def environment(device: str) -> dict[str, Any]:
             env[mod] = getattr(__import__(mod), "__version__", "?")
         except Exception:
             env[mod] = None
+    # MINGRU_COMMIT names the commit when the tree was copied without (or with stale) git
+    # metadata, as on a machine the working tree is shipped to.
+    env["commit"] = os.environ.get("MINGRU_COMMIT") or None
     try:
-        env["commit"] = subprocess.run(
+        env["commit"] = env["commit"] or subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
             cwd=Path(__file__).resolve().parent,
         ).stdout.strip() or None
