@@ -9,10 +9,14 @@ scans, each entry validates here and dispatches through :mod:`mingru.dispatch` (
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+import torch.nn.functional as F
 
 from mingru import _validate
 from mingru._eager.mingru_cell import mingru_cell_eager
+from mingru._sharding import check_group, sequence_parallel
 from mingru.dispatch import call
 from mingru_kernels._spec import check_cell_shapes
 
@@ -24,6 +28,8 @@ def mingru_cell(
     initial_state: torch.Tensor | None = None,
     log_gamma: torch.Tensor | None = None,
     return_final_state: bool = False,
+    *,
+    sequence_group: Any = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The MinGRU cell: ``h_t = γ_t (1 − z_t) h_{t−1} + z_t g(k_h)`` with ``z = σ(k_z)``.
 
@@ -32,6 +38,8 @@ def mingru_cell(
         initial_state: ``(B, D)`` non-negative ``h_0``; zeros when ``None``.
         log_gamma: ``(B, T, D)`` or ``(B, T, 1)`` log-decay ``log γ ≤ 0`` of the transition.
         return_final_state: also return ``h_T``.
+        sequence_group: a ``torch.distributed`` process group over which the sequence is
+            split along T (as in :func:`mingru.linear_recurrence`).
 
     Returns:
         ``h`` ``(B, T, D)``, positive, or ``(h, h_T)``; in ``k``'s dtype (fp32 inside the
@@ -44,7 +52,8 @@ def mingru_cell(
         >>> h.shape, bool((h > 0).all())
         (torch.Size([2, 7, 4]), True)
     """
-    return _cell(k, 2, initial_state, log_gamma, False, False, return_final_state)
+    return _cell(k, 2, initial_state, log_gamma, False, False, return_final_state,
+                 sequence_group)
 
 
 def signed_mingru_cell(
@@ -53,6 +62,8 @@ def signed_mingru_cell(
     log_gamma: torch.Tensor | None = None,
     coupled: bool = False,
     return_final_state: bool = False,
+    *,
+    sequence_group: Any = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The signed cell: ``h_t = γ_t tanh(k_s) [(1 − z_t)] h_{t−1} + z_t k_h``, ``z = σ(k_z)``.
 
@@ -62,6 +73,8 @@ def signed_mingru_cell(
         log_gamma: ``(B, T, D)`` or ``(B, T, 1)`` log-decay of the transition.
         coupled: multiply the transition by ``1 − z``.
         return_final_state: also return ``h_T``.
+        sequence_group: a ``torch.distributed`` process group over which the sequence is
+            split along T (as in :func:`mingru.linear_recurrence`).
 
     Returns:
         ``h`` ``(B, T, D)`` or ``(h, h_T)``, in ``k``'s dtype; differentiable in ``k``,
@@ -74,10 +87,12 @@ def signed_mingru_cell(
         >>> h.shape, h_T.shape
         (torch.Size([2, 7, 4]), torch.Size([2, 4]))
     """
-    return _cell(k, 3, initial_state, log_gamma, True, bool(coupled), return_final_state)
+    return _cell(k, 3, initial_state, log_gamma, True, bool(coupled), return_final_state,
+                 sequence_group)
 
 
-def _cell(k, n_gates, initial_state, log_gamma, signed, coupled, return_final_state):
+def _cell(k, n_gates, initial_state, log_gamma, signed, coupled, return_final_state,
+          sequence_group=None):
     _validate.floating(k, "k")
     named = [("k", k)]
     for name, x in (("initial_state", initial_state), ("log_gamma", log_gamma)):
@@ -85,5 +100,33 @@ def _cell(k, n_gates, initial_state, log_gamma, signed, coupled, return_final_st
             named.append((name, _validate.floating(x, name)))
     check_cell_shapes(k, n_gates, initial_state, log_gamma)
     _validate.same_kind(named)
+    if sequence_group is not None:
+        check_group(sequence_group)
+        return sequence_parallel(
+            lambda h_in: call("mingru_cell", mingru_cell_eager, k, h_in, log_gamma, signed,
+                              coupled, True),
+            _transition_product(k, log_gamma, signed, coupled), initial_state, sequence_group,
+            bool(return_final_state))
     return call("mingru_cell", mingru_cell_eager, k, initial_state, log_gamma, signed, coupled,
                 bool(return_final_state))
+
+
+def _transition_product(k, log_gamma, signed, coupled):
+    """``(B, D)`` product over T of the cell's transitions (fp32 inside; a slice's map for
+    sequence parallelism)."""
+    dtype = k.dtype
+    k = k.to(torch.float32)
+    lg = None if log_gamma is None else log_gamma.to(torch.float32)
+    if signed:
+        k_z, k_s, _ = k.chunk(3, dim=-1)
+        a = torch.tanh(k_s)
+        if coupled:
+            a = a * torch.sigmoid(-k_z)
+        if lg is not None:
+            a = a * lg.exp()
+        return a.prod(dim=1).to(dtype)
+    k_z = k.chunk(2, dim=-1)[0]
+    log_a = F.logsigmoid(-k_z)
+    if lg is not None:
+        log_a = log_a + lg
+    return log_a.sum(dim=1).exp().to(dtype)

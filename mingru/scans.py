@@ -12,6 +12,8 @@ result for ``h_0 = 0``; with the running product ``P_t`` the full solution is
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from mingru import _validate
@@ -21,6 +23,7 @@ from mingru._eager.linear_recurrence import linear_recurrence_eager
 from mingru._eager.linear_scan import linear_scan_eager
 from mingru._eager.matrix_affine_scan import matrix_affine_scan_eager
 from mingru._eager.parallel_scan_log import parallel_scan_log_eager
+from mingru._sharding import check_group, sequence_parallel
 from mingru.dispatch import call
 from mingru_kernels._spec import check_delta_rule_shapes, positive_int
 
@@ -87,6 +90,8 @@ def linear_recurrence(
     b: torch.Tensor,
     initial_state: torch.Tensor | None = None,
     return_final_state: bool = False,
+    *,
+    sequence_group: Any = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The states of ``h_t = a_t h_{t-1} + b_t`` (``a`` may be negative), from an initial state.
 
@@ -100,6 +105,10 @@ def linear_recurrence(
         b: ``(B, T, D)`` inputs.
         initial_state: ``(B, D)`` state ``h_0`` before the first step; zeros when ``None``.
         return_final_state: also return ``h_T``.
+        sequence_group: a ``torch.distributed`` process group over which the sequence is
+            split along T: each rank passes its contiguous slice (in rank order; lengths may
+            differ) and gets that slice's states; ``initial_state`` is the state before the
+            whole sequence and ``h_T`` the whole sequence's (see :mod:`mingru._sharding`).
 
     Returns:
         ``h`` ``(B, T, D)`` (the states ``h_1 … h_T``), or ``(h, h_T)`` with ``h_T`` ``(B, D)``;
@@ -124,6 +133,12 @@ def linear_recurrence(
         _validate.shape_is(initial_state, "initial_state", (a.shape[0], a.shape[2]), "(B, D)")
         named.append(("initial_state", initial_state))
     _validate.same_kind(named)
+    if sequence_group is not None:
+        check_group(sequence_group)
+        product = a.to(torch.float32).prod(dim=1).to(a.dtype)
+        return sequence_parallel(
+            lambda h_in: call("linear_recurrence", linear_recurrence_eager, a, b, h_in, True),
+            product, initial_state, sequence_group, bool(return_final_state))
     return call("linear_recurrence", linear_recurrence_eager, a, b, initial_state,
                 bool(return_final_state))
 

@@ -12,6 +12,8 @@ gates from its output inside the kernel.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -100,13 +102,20 @@ class MinGRU(nn.Module):
         x: torch.Tensor,
         h_0: torch.Tensor | None = None,
         delta_t: torch.Tensor | None = None,
+        *,
+        sequence_group: Any = None,
     ) -> torch.Tensor:
-        """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring."""
+        """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring.
+
+        With ``sequence_group`` (a ``torch.distributed`` process group) the sequence is split
+        along T across its ranks: ``x`` and ``delta_t`` are this rank's contiguous slice (in
+        rank order), ``h_0`` the state before the whole sequence, and the result this slice's
+        states (see :func:`mingru.linear_recurrence`)."""
         check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         k = project(x, self.linear_z, self.linear_h)  # its dtype (autocast's, not x's) rules
         log_gamma = self.decay.log_gamma(delta_t, B, T, like=k)
-        return mingru_cell(k, self._h0(h_0, B, k), log_gamma)
+        return mingru_cell(k, self._h0(h_0, B, k), log_gamma, sequence_group=sequence_group)
 
     def step(
         self,

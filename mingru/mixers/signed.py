@@ -11,6 +11,8 @@ Grazzi et al. 2025, arXiv:2411.12537).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -93,8 +95,15 @@ class SignedMinGRU(nn.Module):
         x: torch.Tensor,
         h_0: torch.Tensor | None = None,
         delta_t: torch.Tensor | None = None,
+        *,
+        sequence_group: Any = None,
     ) -> torch.Tensor:
-        """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring."""
+        """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring.
+
+        With ``sequence_group`` (a ``torch.distributed`` process group) the sequence is split
+        along T across its ranks: ``x`` and ``delta_t`` are this rank's contiguous slice (in
+        rank order), ``h_0`` the state before the whole sequence, and the result this slice's
+        states (see :func:`mingru.linear_recurrence`)."""
         check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         # One GEMM for the three projections; the cell forms the gates inside the kernel.
@@ -104,7 +113,8 @@ class SignedMinGRU(nn.Module):
             h_0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, like=k)[:, 0]
         elif self.h0 is not None:
             h_0 = self.h0.to(k.dtype).expand(B, self.hidden_size)
-        return signed_mingru_cell(k, h_0, log_gamma, coupled=self.coupled)
+        return signed_mingru_cell(k, h_0, log_gamma, coupled=self.coupled,
+                                  sequence_group=sequence_group)
 
     def step(
         self,

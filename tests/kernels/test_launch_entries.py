@@ -37,6 +37,8 @@ def _cases():
         "delta_rule": ((_t(B, T, 2, 16), k, _t(B, T, 2, 2, 16),
                         torch.sigmoid(_t(B, T, 2, 2)), -_t(B, T, 2, positive=True),
                         _t(B, 2, 16, 16), 0), "delta_rule_fwd"),
+        "mingru_cell": ((_t(B, T, 3 * 5), _t(B, 5), -_t(B, T, 1, positive=True), True, True),
+                        "mingru_cell_fwd"),
     }
 
 
