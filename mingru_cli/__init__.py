@@ -8,5 +8,8 @@ the parser, ``mingru --help`` and ``mingru info`` need neither torch nor jax; ``
 Modules: :mod:`mingru_cli.cli` (the entry point, ``main``), :mod:`mingru_cli.config`
 (``TrainConfig`` and the names of tasks and mixers, pure Python), :mod:`mingru_cli.tasks`,
 :mod:`mingru_cli.train` (PyTorch), :mod:`mingru_cli.train_jax` (Flax),
-:mod:`mingru_cli.bench`, :mod:`mingru_cli.bench_cases`, :mod:`mingru_cli.bench_plans`.
+:mod:`mingru_cli.bench`, :mod:`mingru_cli.bench_cases`, :mod:`mingru_cli.bench_plans`, and the
+model-level groups :mod:`mingru_cli.bench_mixers`, :mod:`mingru_cli.bench_train` (with
+:mod:`mingru_cli.bench_profile`), :mod:`mingru_cli.bench_host`; shared timers in
+:mod:`mingru_cli.bench_common`; :mod:`mingru_cli.bench_merge` joins split runs.
 """
