@@ -12,10 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from mingru import _validate
-from mingru._eager.mingru_cell import mingru_cell_eager
+from mingru._eager.mingru_cell import mingru_cell_eager, transitions
 from mingru._sharding import check_group, sequence_parallel
 from mingru.dispatch import call
 from mingru_kernels._spec import check_cell_shapes
@@ -114,19 +113,7 @@ def _cell(k, n_gates, initial_state, log_gamma, signed, coupled, return_final_st
 def _transition_product(k, log_gamma, signed, coupled):
     """``(B, D)`` product over T of the cell's transitions (fp32 inside; a slice's map for
     sequence parallelism)."""
-    dtype = k.dtype
-    k = k.to(torch.float32)
     lg = None if log_gamma is None else log_gamma.to(torch.float32)
-    if signed:
-        k_z, k_s, _ = k.chunk(3, dim=-1)
-        a = torch.tanh(k_s)
-        if coupled:
-            a = a * torch.sigmoid(-k_z)
-        if lg is not None:
-            a = a * lg.exp()
-        return a.prod(dim=1).to(dtype)
-    k_z = k.chunk(2, dim=-1)[0]
-    log_a = F.logsigmoid(-k_z)
-    if lg is not None:
-        log_a = log_a + lg
-    return log_a.sum(dim=1).exp().to(dtype)
+    a = transitions(k.to(torch.float32), lg, signed, coupled)
+    product = a.prod(dim=1) if signed else a.sum(dim=1).exp()  # MinGRU: log a, positive
+    return product.to(k.dtype)

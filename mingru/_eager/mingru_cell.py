@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from mingru._eager.linear_recurrence import linear_recurrence_eager
 from mingru._eager.parallel_scan_log import parallel_scan_log_eager
 
-__all__ = ["g", "log_g", "mingru_cell_eager"]
+__all__ = ["g", "log_g", "mingru_cell_eager", "transitions"]
 
 
 def g(x: torch.Tensor) -> torch.Tensor:
@@ -25,6 +25,20 @@ def g(x: torch.Tensor) -> torch.Tensor:
 def log_g(x: torch.Tensor) -> torch.Tensor:
     """``log g(x)``, finite with a finite gradient everywhere (``x ≥ 0`` branch at 0)."""
     return torch.where(x >= 0, torch.log(x.clamp_min(0) + 0.5), -F.softplus(-x))
+
+
+def transitions(k: torch.Tensor, log_gamma: torch.Tensor | None, signed: bool,
+                coupled: bool) -> torch.Tensor:
+    """The cell's transitions from its pre-activations: ``a = γ tanh(k_s) [(1 − σ(k_z))]``
+    (signed), or ``log a = −softplus(k_z) + log γ`` (MinGRU, whose ``a`` is positive)."""
+    if signed:
+        k_z, k_s, _ = k.chunk(3, dim=-1)
+        a = torch.tanh(k_s)
+        if coupled:
+            a = torch.sigmoid(-k_z) * a
+        return a if log_gamma is None else a * log_gamma.exp()
+    log_a = -F.softplus(k.chunk(2, dim=-1)[0])
+    return log_a if log_gamma is None else log_a + log_gamma
 
 
 def mingru_cell_eager(
@@ -44,18 +58,12 @@ def mingru_cell_eager(
         torch.Size([2, 5, 3])
     """
     if signed:
-        k_z, k_s, k_h = k.chunk(3, dim=-1)
-        z = torch.sigmoid(k_z)
-        a = torch.tanh(k_s)
-        if coupled:
-            a = (1 - z) * a
-        if log_gamma is not None:
-            a = a * log_gamma.exp()
-        return linear_recurrence_eager(a, z * k_h, initial_state, return_final_state)
+        k_z, _, k_h = k.chunk(3, dim=-1)
+        a = transitions(k, log_gamma, signed, coupled)
+        return linear_recurrence_eager(a, torch.sigmoid(k_z) * k_h, initial_state,
+                                       return_final_state)
     k_z, k_h = k.chunk(2, dim=-1)
-    log_a = -F.softplus(k_z)
-    if log_gamma is not None:
-        log_a = log_a + log_gamma
+    log_a = transitions(k, log_gamma, signed, coupled)
     log_b = -F.softplus(-k_z) + log_g(k_h)
     B, _, D = log_a.shape
     if initial_state is None:

@@ -71,6 +71,35 @@ def _cached_plan(B: int, T: int, D: int, n_sm: int, choices: tuple[tuple[str, An
     return types.MappingProxyType(elementwise_plan.plan(B, T, D, **kwargs))
 
 
+def run_scan(kernel: Any, carry_kernel: Any, cfg: Mapping[str, int | str], B: int, D: int,
+             pointers: tuple[torch.Tensor, ...], scalars: tuple[int, ...], *,
+             reverse: bool, **consts: Any) -> None:
+    """Launch a single-state elementwise scan with the plan's strategy: the walk, or chunk
+    summaries → the carry pass (``carry_kernel``, i.e. ``linear_carry_kernel``) → apply.
+
+    ``kernel[grid](*pointers, s1, s2, *scalars, MODE=..., **consts)``: ``(s1, s2)`` are the
+    chunk maps written in SUMMARY and the carry-ins read in APPLY (unused by the walk, which
+    gets placeholders). Forward scans (``reverse=False``) carry the coefficient too (the
+    APPLY phase reads both carries); adjoint scans (``reverse=True``) carry the state only.
+    """
+    grid = elementwise_plan.grid(cfg, B)
+    if cfg["strategy"] == "walk":
+        kernel[grid](*pointers, pointers[0], pointers[0], *scalars, MODE=elementwise_plan.WALK,
+                     **consts)
+        return
+    device = pointers[0].device
+    if reverse:
+        sa, sb, cb = scratch(3, B, cfg, D, device)
+        ca = sa  # not written: STORE_A is off
+    else:
+        sa, sb, ca, cb = scratch(4, B, cfg, D, device)
+    kernel[grid](*pointers, sa, sb, *scalars, MODE=elementwise_plan.SUMMARY, **consts)
+    carry_kernel[elementwise_plan.carry_grid(cfg, B)](
+        sa, sb, sb, ca, cb, cb, int(cfg["n_chunks"]), D, int(cfg["n_dblk"]),
+        REVERSE=reverse, STORE_A=not reverse, HAS_Y=False, **elementwise_plan.carry_kwargs(cfg))
+    kernel[grid](*pointers, ca, cb, *scalars, MODE=elementwise_plan.APPLY, **consts)
+
+
 def scratch(n: int, B: int, cfg: Mapping[str, int | str], D: int,
             device: torch.device) -> tuple[torch.Tensor, ...]:
     """``n`` fp32 ``(B, n_chunks, D)`` buffers of chunk maps or carries, carved out of one

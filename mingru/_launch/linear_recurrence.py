@@ -50,49 +50,24 @@ def run(
 
 def _forward(a, b, h0, h, h_T, cfg) -> None:
     B, T, D = a.shape
-    n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
-    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     has_h0 = h0 is not None
     h0 = a if h0 is None else h0  # a placeholder pointer when HAS_H0 is False
     with device_guard(a):
-        if cfg["strategy"] == "walk":
-            kernels.linear_recurrence_fwd_kernel[grid](
-                a, b, h0, h, h_T, h, h, *dims, MODE=meta.WALK, HAS_H0=has_h0, **kw)
-            return
-        sa, sb, ca, cb = elementwise.scratch(meta.FWD_SCRATCH, B, cfg, D, a.device)
-        kernels.linear_recurrence_fwd_kernel[grid](
-            a, b, h0, h, h_T, sa, sb, *dims, MODE=meta.SUMMARY, HAS_H0=has_h0, **kw)
-        kernels.linear_carry_kernel[meta.carry_grid(cfg, B)](
-            sa, sb, sb, ca, cb, cb, n_chunks, D, n_dblk,
-            REVERSE=False, STORE_A=True, HAS_Y=False, **meta.carry_kwargs(cfg),
-        )
-        kernels.linear_recurrence_fwd_kernel[grid](
-            a, b, h0, h, h_T, ca, cb, *dims, MODE=meta.APPLY, HAS_H0=has_h0, **kw)
+        elementwise.run_scan(kernels.linear_recurrence_fwd_kernel, kernels.linear_carry_kernel,
+                             cfg, B, D, (a, b, h0, h, h_T), meta.dims(cfg, T, D),
+                             reverse=False, HAS_H0=has_h0, **meta.launch_kwargs(cfg))
 
 
 def _backward(a, h, h0, dh, dh_T, da, db, dh0, cfg) -> None:
     B, T, D = a.shape
-    n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
-    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     flags = dict(HAS_H0=h0 is not None, HAS_DHT=dh_T is not None)
     h0 = a if h0 is None else h0  # placeholder pointers when absent
     dh_T = a if dh_T is None else dh_T
     dh0 = da if dh0 is None else dh0
-    args = (a, h, h0, dh, dh_T, da, db, dh0)
     with device_guard(a):
-        if cfg["strategy"] == "walk":
-            kernels.linear_recurrence_bwd_kernel[grid](
-                *args, da, da, *dims, MODE=meta.WALK, **flags, **kw)
-            return
-        sc, sg, cg = elementwise.scratch(meta.BWD_SCRATCH, B, cfg, D, a.device)
-        kernels.linear_recurrence_bwd_kernel[grid](
-            *args, sc, sg, *dims, MODE=meta.SUMMARY, **flags, **kw)
-        kernels.linear_carry_kernel[meta.carry_grid(cfg, B)](
-            sc, sg, sg, sc, cg, cg, n_chunks, D, n_dblk,
-            REVERSE=True, STORE_A=False, HAS_Y=False, **meta.carry_kwargs(cfg),
-        )
-        kernels.linear_recurrence_bwd_kernel[grid](
-            *args, sc, cg, *dims, MODE=meta.APPLY, **flags, **kw)
+        elementwise.run_scan(kernels.linear_recurrence_bwd_kernel, kernels.linear_carry_kernel,
+                             cfg, B, D, (a, h, h0, dh, dh_T, da, db, dh0), meta.dims(cfg, T, D),
+                             reverse=True, **flags, **meta.launch_kwargs(cfg))
 
 
 def _fwd_impl(a: torch.Tensor, b: torch.Tensor,

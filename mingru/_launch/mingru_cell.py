@@ -58,7 +58,7 @@ def _decay_strides(lg: torch.Tensor | None) -> tuple[int, int]:
     return (1, 0) if lg.shape[-1] == 1 else (lg.shape[-1], 1)
 
 
-def _flags(k, h0, lg, signed, coupled) -> dict:
+def _flags(h0, lg, signed, coupled) -> dict:
     return dict(HAS_H0=h0 is not None, SIGNED=signed, COUPLED=coupled, HAS_DECAY=lg is not None)
 
 
@@ -71,24 +71,12 @@ def _fwd_impl(k, h0, lg, signed, coupled):
     poisoned = poison()
     h = new_tensor((B, T, D), k.dtype, k.device, poisoned)
     h_T = new_tensor((B, D), k.dtype, k.device, poisoned)
-    grid, kw = meta.grid(cfg, B), meta.launch_kwargs(cfg)
-    args = (*meta.dims(cfg, T, D), *_decay_strides(lg))
-    flags = _flags(k, h0, lg, signed, coupled)
-    ptr_h0 = k if h0 is None else h0  # placeholder pointers when absent
-    ptr_lg = k if lg is None else lg
+    scalars = (*meta.dims(cfg, T, D), *_decay_strides(lg))
+    ptrs = (k, k if lg is None else lg, k if h0 is None else h0, h, h_T)  # placeholders if absent
     with device_guard(k):
-        if cfg["strategy"] == "walk":
-            kernels.mingru_cell_fwd_kernel[grid](
-                k, ptr_lg, ptr_h0, h, h_T, h, h, *args, MODE=meta.WALK, **flags, **kw)
-            return h, h_T
-        sa, sb, ca, cb = elementwise.scratch(meta.FWD_SCRATCH, B, cfg, D, k.device)
-        kernels.mingru_cell_fwd_kernel[grid](
-            k, ptr_lg, ptr_h0, h, h_T, sa, sb, *args, MODE=meta.SUMMARY, **flags, **kw)
-        kernels.linear_carry_kernel[meta.carry_grid(cfg, B)](
-            sa, sb, sb, ca, cb, cb, int(cfg["n_chunks"]), D, int(cfg["n_dblk"]),
-            REVERSE=False, STORE_A=True, HAS_Y=False, **meta.carry_kwargs(cfg))
-        kernels.mingru_cell_fwd_kernel[grid](
-            k, ptr_lg, ptr_h0, h, h_T, ca, cb, *args, MODE=meta.APPLY, **flags, **kw)
+        elementwise.run_scan(kernels.mingru_cell_fwd_kernel, kernels.linear_carry_kernel, cfg, B,
+                             D, ptrs, scalars, reverse=False, **_flags(h0, lg, signed, coupled),
+                             **meta.launch_kwargs(cfg))
     return h, h_T
 
 
@@ -106,25 +94,14 @@ def _bwd_impl(k, h, h0, lg, dh, dh_T, signed, coupled):
     # The decay gradient per channel; a (B, T, 1) decay sums it over D below.
     dlg = None if lg is None else new_tensor((B, T, D), lg.dtype, k.device, poisoned)
     dh0 = None if h0 is None else new_tensor(h0.shape, h0.dtype, h0.device, poisoned)
-    grid, kw = meta.grid(cfg, B), meta.launch_kwargs(cfg)
-    args = (*meta.dims(cfg, T, D), *_decay_strides(lg), *dh.stride())
-    flags = dict(_flags(k, h0, lg, signed, coupled), HAS_DHT=dh_T is not None)
+    scalars = (*meta.dims(cfg, T, D), *_decay_strides(lg), *dh.stride())
+    flags = dict(_flags(h0, lg, signed, coupled), HAS_DHT=dh_T is not None)
     ptrs = (k, k if lg is None else lg, k if h0 is None else h0, h, dh,
             k if dh_T is None else dh_T, dk, dk if dlg is None else dlg,
             dk if dh0 is None else dh0)
     with device_guard(k):
-        if cfg["strategy"] == "walk":
-            kernels.mingru_cell_bwd_kernel[grid](
-                *ptrs, dk, dk, *args, MODE=meta.WALK, **flags, **kw)
-        else:
-            sc, sg, cg = elementwise.scratch(meta.BWD_SCRATCH, B, cfg, D, k.device)
-            kernels.mingru_cell_bwd_kernel[grid](
-                *ptrs, sc, sg, *args, MODE=meta.SUMMARY, **flags, **kw)
-            kernels.linear_carry_kernel[meta.carry_grid(cfg, B)](
-                sc, sg, sg, sc, cg, cg, int(cfg["n_chunks"]), D, int(cfg["n_dblk"]),
-                REVERSE=True, STORE_A=False, HAS_Y=False, **meta.carry_kwargs(cfg))
-            kernels.mingru_cell_bwd_kernel[grid](
-                *ptrs, sc, cg, *args, MODE=meta.APPLY, **flags, **kw)
+        elementwise.run_scan(kernels.mingru_cell_bwd_kernel, kernels.linear_carry_kernel, cfg, B,
+                             D, ptrs, scalars, reverse=True, **flags, **meta.launch_kwargs(cfg))
     if dlg is not None and lg.shape[-1] == 1:
         dlg = dlg.sum(-1, keepdim=True, dtype=torch.float32).to(lg.dtype)
     # Distinct empties: outputs of a custom op may not alias each other (torch.compile).

@@ -53,22 +53,10 @@ def _forward(la, lv, h, cfg) -> None:
 
 def _backward(la, lv, h, dh, dla, dlv, cfg) -> None:
     B, T, D = la.shape
-    n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
-    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     with device_guard(la):
-        if cfg["strategy"] == "walk":
-            kernels.parallel_scan_log_bwd_kernel[grid](la, lv, h, dh, dla, dlv, dla, dla, *dims,
-                                        MODE=meta.WALK, **kw)
-            return
-        sc, sg, cg = elementwise.scratch(meta.BWD_SCRATCH, B, cfg, D, la.device)
-        kernels.parallel_scan_log_bwd_kernel[grid](la, lv, h, dh, dla, dlv, sc, sg, *dims,
-                                    MODE=meta.SUMMARY, **kw)
-        kernels.linear_carry_kernel[meta.carry_grid(cfg, B)](
-            sc, sg, sg, sc, cg, cg, n_chunks, D, n_dblk,
-            REVERSE=True, STORE_A=False, HAS_Y=False, **meta.carry_kwargs(cfg),
-        )
-        kernels.parallel_scan_log_bwd_kernel[grid](la, lv, h, dh, dla, dlv, sc, cg, *dims,
-                                    MODE=meta.APPLY, **kw)
+        elementwise.run_scan(kernels.parallel_scan_log_bwd_kernel, kernels.linear_carry_kernel,
+                             cfg, B, D, (la, lv, h, dh, dla, dlv), meta.dims(cfg, T, D),
+                             reverse=True, **meta.launch_kwargs(cfg))
 
 
 def _fwd_impl(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
