@@ -16,7 +16,7 @@ from mingru_kernels import _scan_common as scan_common
 from mingru_kernels.launch import _elementwise as meta
 from mingru_kernels.launch import switches
 
-__all__ = ["carry_adapter", "plan"]
+__all__ = ["carry_adapter", "plan", "run_scan"]
 
 
 def plan(op: str, x: jax.Array, tiles: dict | None = None) -> dict:
@@ -35,3 +35,29 @@ def carry_adapter(sa, sx, sy, n_chunks, D, n_dblk, ca, cx, cy,
                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     scan_common.linear_carry_kernel(sa, sx, sy, ca, cx, cy, n_chunks, D, n_dblk,
                           REVERSE, STORE_A, HAS_Y, BLOCK_N, BLOCK_D)
+
+
+def run_scan(adapter, cfg: dict, B: int, D: int, inputs: tuple, outs: tuple, scalars: tuple, *,
+             reverse: bool, **consts) -> tuple:
+    """Launch a single-state elementwise scan with the plan's strategy (the twin of
+    ``mingru._launch._elementwise.run_scan``): the walk, or chunk summaries → the carry pass →
+    apply. ``adapter(*inputs, s1, s2, *scalars, *outs, MODE=..., **consts)`` writes the chunk
+    maps into its first two outputs in SUMMARY and reads the carry-ins ``(s1, s2)`` in APPLY;
+    returns the outputs of the walk or of APPLY."""
+    grid = meta.grid(cfg, B)
+    first = inputs[0]  # placeholder for the scratch operands the walk and SUMMARY ignore
+    if cfg["strategy"] == "walk":
+        return common.launch(adapter, grid, (*inputs, first, first), outs, scalars,
+                             MODE=meta.WALK, **consts)
+    s, dummy = common.f32((B, int(cfg["n_chunks"]), D)), common.f32((1,))
+    sa, sb, *_ = common.launch(adapter, grid, (*inputs, first, first),
+                               (s, s, *(dummy,) * (len(outs) - 2)), scalars,
+                               MODE=meta.SUMMARY, **consts)
+    ca, cb, _ = common.launch(
+        carry_adapter, meta.carry_grid(cfg, B), (sa, sb, sb), (dummy if reverse else s, s, dummy),
+        (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])), REVERSE=reverse, STORE_A=not reverse,
+        HAS_Y=False, **meta.carry_kwargs(cfg))
+    if reverse:
+        ca = sa  # adjoint scans carry the state only (STORE_A off)
+    return common.launch(adapter, grid, (*inputs, ca, cb), outs, scalars, MODE=meta.APPLY,
+                         **consts)

@@ -81,38 +81,17 @@ def _bwd_adapter(a, h, h0, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o
 def _launch_forward(a, b, h0):
     B, T, D = a.shape
     cfg = elementwise.plan("linear_recurrence", a, meta.TILES)
-    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
-    outs = (common.like(a), common.like(h0))
-    if cfg["strategy"] == "walk":
-        return common.launch(_fwd_adapter, grid, (a, b, h0, a, a), outs, dims, MODE=meta.WALK, **kw)
-    s = common.f32((B, int(cfg["n_chunks"]), D))
-    sa, sb = common.launch(_fwd_adapter, grid, (a, b, h0, a, a), (s, s), dims,
-                      MODE=meta.SUMMARY, **kw)
-    ca, cb, _ = common.launch(
-        elementwise.carry_adapter, meta.carry_grid(cfg, B), (sa, sb, sb),
-        (s, s, common.f32((1,))), (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
-        REVERSE=False, STORE_A=True, HAS_Y=False, **meta.carry_kwargs(cfg),
-    )
-    return common.launch(_fwd_adapter, grid, (a, b, h0, ca, cb), outs, dims, MODE=meta.APPLY, **kw)
+    return elementwise.run_scan(_fwd_adapter, cfg, B, D, (a, b, h0),
+                                (common.like(a), common.like(h0)), meta.dims(cfg, T, D),
+                                reverse=False, **meta.launch_kwargs(cfg))
 
 
 def _launch_backward(a, h, h0, dh, dh_T):
     B, T, D = a.shape
     cfg = elementwise.plan("linear_recurrence", a)
-    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
-    ins = (a, h, h0, dh, dh_T)
-    outs = (common.like(a), common.like(a), common.like(h0))
-    if cfg["strategy"] == "walk":
-        return common.launch(_bwd_adapter, grid, (*ins, a, a), outs, dims, MODE=meta.WALK, **kw)
-    s = common.f32((B, int(cfg["n_chunks"]), D))
-    sc, sg, _ = common.launch(_bwd_adapter, grid, (*ins, a, a), (s, s, common.f32((1,))), dims,
-                         MODE=meta.SUMMARY, **kw)
-    _, cg, _ = common.launch(
-        elementwise.carry_adapter, meta.carry_grid(cfg, B), (sc, sg, sg),
-        (common.f32((1,)), s, common.f32((1,))), (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
-        REVERSE=True, STORE_A=False, HAS_Y=False, **meta.carry_kwargs(cfg),
-    )
-    return common.launch(_bwd_adapter, grid, (*ins, sc, cg), outs, dims, MODE=meta.APPLY, **kw)
+    return elementwise.run_scan(_bwd_adapter, cfg, B, D, (a, h, h0, dh, dh_T),
+                                (common.like(a), common.like(a), common.like(h0)),
+                                meta.dims(cfg, T, D), reverse=True, **meta.launch_kwargs(cfg))
 
 
 # ----------------------------------------------------------------------------- custom_vjp

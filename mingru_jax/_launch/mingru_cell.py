@@ -106,49 +106,23 @@ def _decay(k, lg):
 def _launch_forward(signed, coupled, k, h0, lg):
     cfg, B, T, D = _plan(k, h0, signed, forward=True)
     lg_in, strides, has_decay = _decay(k, lg)
-    grid, kw = meta.grid(cfg, B), meta.launch_kwargs(cfg)
-    dims = (*meta.dims(cfg, T, D), *strides)
-    kw = dict(kw, SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay)
     outs = (jax.ShapeDtypeStruct((B, T, D), k.dtype), common.like(h0))
-    if cfg["strategy"] == "walk":
-        return common.launch(_fwd_adapter, grid, (k, lg_in, h0, k, k), outs, dims,
-                             MODE=meta.WALK, **kw)
-    s = common.f32((B, int(cfg["n_chunks"]), D))
-    sa, sb = common.launch(_fwd_adapter, grid, (k, lg_in, h0, k, k), (s, s), dims,
-                           MODE=meta.SUMMARY, **kw)
-    ca, cb, _ = common.launch(
-        elementwise.carry_adapter, meta.carry_grid(cfg, B), (sa, sb, sb),
-        (s, s, common.f32((1,))), (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
-        REVERSE=False, STORE_A=True, HAS_Y=False, **meta.carry_kwargs(cfg),
-    )
-    return common.launch(_fwd_adapter, grid, (k, lg_in, h0, ca, cb), outs, dims,
-                         MODE=meta.APPLY, **kw)
+    return elementwise.run_scan(_fwd_adapter, cfg, B, D, (k, lg_in, h0), outs,
+                                (*meta.dims(cfg, T, D), *strides), reverse=False,
+                                SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay,
+                                **meta.launch_kwargs(cfg))
 
 
 def _launch_backward(signed, coupled, k, h0, lg, h, dh, dh_T):
     cfg, B, T, D = _plan(k, h0, signed, forward=False)
     lg_in, strides, has_decay = _decay(k, lg)
-    grid, kw = meta.grid(cfg, B), meta.launch_kwargs(cfg)
-    dims = (*meta.dims(cfg, T, D), *strides)
-    kw = dict(kw, SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay)
-    ins = (k, lg_in, h0, h, dh, dh_T)
     dummy = common.f32((1,))
     dlg = jax.ShapeDtypeStruct((B, T, D), lg.dtype) if has_decay else dummy
     outs = (common.like(k), dlg, common.like(h0), dummy)
-    if cfg["strategy"] == "walk":
-        dk, dlg, dh0, _ = common.launch(_bwd_adapter, grid, (*ins, k, k), outs, dims,
-                                        MODE=meta.WALK, **kw)
-    else:
-        s = common.f32((B, int(cfg["n_chunks"]), D))
-        sc, sg, _, _ = common.launch(_bwd_adapter, grid, (*ins, k, k), (s, s, dummy, dummy),
-                                     dims, MODE=meta.SUMMARY, **kw)
-        _, cg, _ = common.launch(
-            elementwise.carry_adapter, meta.carry_grid(cfg, B), (sc, sg, sg),
-            (dummy, s, dummy), (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
-            REVERSE=True, STORE_A=False, HAS_Y=False, **meta.carry_kwargs(cfg),
-        )
-        dk, dlg, dh0, _ = common.launch(_bwd_adapter, grid, (*ins, sc, cg), outs, dims,
-                                        MODE=meta.APPLY, **kw)
+    dk, dlg, dh0, _ = elementwise.run_scan(
+        _bwd_adapter, cfg, B, D, (k, lg_in, h0, h, dh, dh_T), outs,
+        (*meta.dims(cfg, T, D), *strides), reverse=True, SIGNED=signed, COUPLED=coupled,
+        HAS_DECAY=has_decay, **meta.launch_kwargs(cfg))
     if not has_decay:
         return dk, dh0
     if lg.shape[-1] == 1:
