@@ -82,6 +82,29 @@ def take_row(x, rows, r):
 # ----------------------------------------------------------------------------- carry pass
 
 
+@triton.jit
+def packed_rows(seq_ptr, t, valid):
+    """Packed sequences: the sequence index (int32) of each step ``t`` of a tile and whether
+    it is its sequence's first step, from the per-step index ``seq_ptr (T,)`` (rows outside
+    ``valid`` are never first)."""
+    sid = tl.load(seq_ptr + t, mask=valid, other=0)
+    prev = tl.load(seq_ptr + t - 1, mask=valid & (t >= 1), other=-1)
+    return sid, valid & (sid != prev)
+
+
+@triton.jit
+def restart_rows(a, b, h0_ptr, sid, start, cols, col_ok, D, HAS_H0: tl.constexpr):
+    """Restart each sequence at its first step: the map ``h ↦ a h_0[sid] + b`` (transition 0,
+    input ``b + a h_0[sid]``; ``h_0 = 0`` without ``HAS_H0``), so one scan over the packed row
+    solves every sequence."""
+    opens = start[:, None]
+    if HAS_H0:
+        h0 = tl.load(h0_ptr + sid[:, None] * D + cols[None, :], mask=opens & col_ok[None, :],
+                     other=0.0).to(tl.float32)
+        b = tl.where(opens, a * h0 + b, b)
+    return tl.where(opens, 0.0, a), b
+
+
 @triton.jit(do_not_specialize=["n_chunks"])
 def linear_carry_kernel(
     sa_ptr, sx_ptr, sy_ptr,  # (B, N, D) fp32 chunk maps: coefficient, state(s)

@@ -347,3 +347,29 @@ def layer_gaps(delta_t: Any, decayed: Sequence[bool]) -> list[Any]:
             "delta_t was given but no layer has decay; pass mixer_kwargs={'decay': ...}"
         )
     return [delta_t if on else None for on in decayed]
+
+
+def check_cu_seqlens_values(offsets: Sequence[int], steps: int,
+                            name: str = "cu_seqlens") -> None:
+    """Packed-sequence offsets ``(N+1,)`` (FlashAttention convention) must start at 0, never
+    decrease and end at ``T = steps``; raise ``ValueError`` naming ``name`` otherwise. Both
+    frontends call it with the offsets as Python ints (when they are concrete)."""
+    offsets = [int(o) for o in offsets]
+    if offsets[0] != 0:
+        raise ValueError(f"{name} must start at 0; got {name}[0] = {offsets[0]}")
+    if offsets[-1] != steps:
+        raise ValueError(f"{name} must end at T = {steps} (the packed length); got "
+                         f"{name}[-1] = {offsets[-1]}")
+    for i, (lo, hi) in enumerate(zip(offsets, offsets[1:])):
+        if hi < lo:
+            raise ValueError(f"{name} must be non-decreasing; got {name}[{i}] = {lo} > "
+                             f"{name}[{i + 1}] = {hi}")
+
+
+def check_packed_state(state: Any, n_seq: int, trailing: tuple[int, ...], name: str) -> None:
+    """A packed call's per-sequence state must be ``(N, *trailing)``; reads ``.shape`` only."""
+    expected = (n_seq, *trailing)
+    if state is not None and tuple(state.shape) != expected:
+        txt = ", ".join(["N", *map(str, trailing)])
+        raise ValueError(f"{name} must have shape ({txt}) = {expected} with cu_seqlens (one "
+                         f"entry per sequence); got {tuple(state.shape)}")

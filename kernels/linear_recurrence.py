@@ -16,6 +16,13 @@ Backward: the adjoint ``g_t = dh_t + a_{t+1} g_{t+1}`` with ``g_{T-1} = dh_{T-1}
 ``da_t = g_t h_{t-1}`` (``h_{-1} = h_0``) and ``dh_0 = a_0 g_0``. Saved: ``a``, ``h_0`` and the
 output ``h``.
 
+Packed sequences (``PACKED``, ``B = 1``, ``seq_ptr`` the ``(T,)`` int32 sequence index of each
+step, ``h_0`` one row per sequence): each sequence's first step is loaded as the map
+``h ↦ a h_0[n] + b`` (``restart_rows``), so the same scan restarts at every boundary; the
+backward cuts the adjoint there (``a_{t+1} → 0`` at a first step ``t+1``), reads ``h_0[n]`` as
+the previous state of a first step and writes ``dh_0[n] = a G`` at it (the launcher zeroes
+``dh_0`` for empty sequences). Final states are gathered from ``h`` by the frontend.
+
 Launch sequences (``cfg = plan(B, T, D)``; chunk buffers fp32 ``(B, N, D)``), as
 ``linear_scan`` with ``HAS_Y = False``:
 
@@ -38,6 +45,8 @@ from mingru_kernels._scan_common import (
     K_SUMMARY,
     linear_carry_kernel,
     mul_add,
+    packed_rows,
+    restart_rows,
     take_row,
 )
 
@@ -47,11 +56,12 @@ __all__ = ["linear_carry_kernel", "linear_recurrence_bwd_kernel", "linear_recurr
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
 def linear_recurrence_fwd_kernel(
     a_ptr, b_ptr,  # (B, T, D) inputs, contiguous
-    h0_ptr,  # (B, D) initial state (read only when HAS_H0)
+    h0_ptr,  # (B, D) initial state, (N, D) one per sequence when PACKED (if HAS_H0)
+    seq_ptr,  # (T,) int32 sequence index of each step (if PACKED; then B = 1)
     h_ptr, ht_ptr,  # out: (B, T, D) states, (B, D) final state; input dtype
     sa_ptr, sb_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-in maps in (APPLY)
     T, D, chunk_len, n_chunks, n_dblk,
-    MODE: tl.constexpr, HAS_H0: tl.constexpr,
+    MODE: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -88,6 +98,10 @@ def linear_recurrence_fwd_kernel(
         # Padding rows load the identity map (1, 0), so the tile's last row is its total.
         a = tl.load(a_ptr + tile + intra, mask=m, other=1.0).to(tl.float32)
         b = tl.load(b_ptr + tile + intra, mask=m, other=0.0).to(tl.float32)
+        if PACKED:
+            # Step 0 is a first step too, so the h_0 row loaded above never enters.
+            sid, start = packed_rows(seq_ptr, t0 + rows, (t0 + rows) < t_end)
+            a, b = restart_rows(a, b, h0_ptr, sid, start, cols, col_ok, D, HAS_H0)
         if MODE == K_SUMMARY:
             # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
             # and take the last row (padding rows hold the identity).
@@ -110,12 +124,13 @@ def linear_recurrence_fwd_kernel(
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
 def linear_recurrence_bwd_kernel(
-    a_ptr, h_ptr, h0_ptr,  # (B, T, D) input a, the saved states h; (B, D) h_0 (if HAS_H0)
+    a_ptr, h_ptr, h0_ptr,  # (B, T, D) input a, the saved states h; h_0 (if HAS_H0)
+    seq_ptr,  # (T,) int32 sequence index of each step (if PACKED; then B = 1)
     dh_ptr, dht_ptr,  # (B, T, D) gradient of h; (B, D) gradient of h_T (if HAS_DHT)
-    da_ptr, db_ptr, dh0_ptr,  # out: (B, T, D), (B, T, D), (B, D) (if HAS_H0); input dtype
+    da_ptr, db_ptr, dh0_ptr,  # out: (B, T, D), (B, T, D), h_0's shape (if HAS_H0); input dtype
     sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY)
     T, D, chunk_len, n_chunks, n_dblk,
-    MODE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr,
+    MODE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, PACKED: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -142,7 +157,7 @@ def linear_recurrence_bwd_kernel(
         cg = tl.zeros([BLOCK_D], tl.float32)
     if HAS_DHT:
         dht = tl.load(dht_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
-    if HAS_H0:
+    if HAS_H0 and not PACKED:
         h0 = tl.load(h0_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
 
     for k in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
@@ -154,6 +169,11 @@ def linear_recurrence_bwd_kernel(
         # Coefficient of step t is a_{t+1} (0 past the end); padding rows are the identity.
         coef = tl.load(a_ptr + tile + D + rev, mask=m & (t + 1 < T)[:, None], other=0.0)
         coef = tl.where(ok[:, None], coef.to(tl.float32), 1.0)
+        if PACKED:
+            # A sequence's first step takes nothing from the step before: no adjoint flows
+            # back across the boundary.
+            _, next_start = packed_rows(seq_ptr, t + 1, ok & (t + 1 < T))
+            coef = tl.where(next_start[:, None], 0.0, coef)
         g = tl.load(dh_ptr + tile + rev, mask=m, other=0.0).to(tl.float32)
         if HAS_DHT:
             g = tl.where((t == T - 1)[:, None], g + dht[None, :], g)
@@ -168,7 +188,19 @@ def linear_recurrence_bwd_kernel(
             _, G = tl.associative_scan((coef, g), 0, mul_add)
             h_prev = tl.load(h_ptr + tile - D + rev, mask=m & (t >= 1)[:, None], other=0.0)
             h_prev = h_prev.to(tl.float32)
-            if HAS_H0:
+            if PACKED:
+                sid, start = packed_rows(seq_ptr, t, ok)
+                opens = start[:, None]
+                h_prev = tl.where(opens, 0.0, h_prev)
+                if HAS_H0:
+                    fm = opens & col_ok[None, :]
+                    h0_off = sid[:, None] * D + cols[None, :]
+                    h_prev = tl.where(opens, tl.load(h0_ptr + h0_off, mask=fm, other=0.0)
+                                      .to(tl.float32), h_prev)
+                    # dh_0[n] = a G at sequence n's first step (one step per sequence).
+                    a_t = tl.load(a_ptr + tile + rev, mask=fm, other=0.0).to(tl.float32)
+                    tl.store(dh0_ptr + h0_off, (a_t * G).to(dh0_ptr.dtype.element_ty), mask=fm)
+            elif HAS_H0:
                 h_prev = tl.where((t == 0)[:, None], h0[None, :], h_prev)
             tl.store(da_ptr + tile + rev, (G * h_prev).to(da_ptr.dtype.element_ty), mask=m)
             tl.store(db_ptr + tile + rev, G.to(db_ptr.dtype.element_ty), mask=m)
@@ -177,7 +209,7 @@ def linear_recurrence_bwd_kernel(
     if MODE == K_SUMMARY:
         tl.store(sc_ptr + s_off, cc, mask=col_ok)
         tl.store(sg_ptr + s_off, cg, mask=col_ok)
-    elif HAS_H0:
+    elif HAS_H0 and not PACKED:
         if pid_c == 0:
             # After the walk down to t = 0, the carry is g_0: dh_0 = a_0 g_0.
             a0 = tl.load(a_ptr + seq + cols, mask=col_ok, other=0.0).to(tl.float32)

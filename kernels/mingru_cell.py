@@ -26,6 +26,10 @@ reversed linear scan whose coefficients are recomputed from ``k`` one row later;
 ``dk`` through the gate derivatives, ``d log γ = a·da`` and ``dh_0 = a_0 G_0``. Saved for it:
 ``k``, ``log γ``, ``h_0`` and the output ``h`` only.
 
+Packed sequences (``PACKED``): as in :mod:`mingru_kernels.linear_recurrence` — each
+sequence's first step is the map ``h ↦ a h_0[n] + b``, the adjoint is cut at every boundary,
+and ``dh_0[n] = a G`` is written at each first step.
+
 Launch sequences: those of :mod:`mingru_kernels.linear_recurrence` (walk; or chunk summaries,
 :func:`~mingru_kernels._scan_common.linear_carry_kernel`, apply), with the same planner.
 """
@@ -40,6 +44,8 @@ from mingru_kernels._scan_common import (
     K_SUMMARY,
     linear_carry_kernel,
     mul_add,
+    packed_rows,
+    restart_rows,
     take_row,
 )
 
@@ -119,12 +125,14 @@ def _gates(kz, ks, kh, lg, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
 def mingru_cell_fwd_kernel(
     k_ptr,  # (B, T, n·D) pre-activations, contiguous
     lg_ptr,  # log γ, read at b·T·lg_row + t·lg_row + col·lg_col (if HAS_DECAY)
-    h0_ptr,  # (B, D) initial state (if HAS_H0)
+    h0_ptr,  # (B, D) initial state, (N, D) one per sequence when PACKED (if HAS_H0)
+    seq_ptr,  # (T,) int32 sequence index of each step (if PACKED; then B = 1)
     h_ptr, ht_ptr,  # out: (B, T, D) states, (B, D) final state; input dtype
     sa_ptr, sb_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-in maps in (APPLY)
     T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
-    HAS_DECAY: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_DECAY: tl.constexpr, PACKED: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pid_d = pid % n_dblk
@@ -165,6 +173,10 @@ def mingru_cell_fwd_kernel(
         kz, ks, kh, lg = _load_k(k_ptr + row0 * S, lg_ptr + row0 * lg_row, k_intra, lg_intra,
                                  m, D, SIGNED, HAS_DECAY)
         a, b = _gates(kz, ks, kh, lg, SIGNED, COUPLED, HAS_DECAY)
+        if PACKED:
+            # Step 0 is a first step too, so the h_0 row loaded above never enters.
+            sid, start = packed_rows(seq_ptr, t0 + rows, (t0 + rows) < t_end)
+            a, b = restart_rows(a, b, h0_ptr, sid, start, cols, col_ok, D, HAS_H0)
         # Padding rows are the identity map (1, 0), so the tile's last row is its total.
         a = tl.where(m, a, 1.0)
         b = tl.where(m, b, 0.0)
@@ -190,12 +202,13 @@ def mingru_cell_fwd_kernel(
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
 def mingru_cell_bwd_kernel(
     k_ptr, lg_ptr, h0_ptr, h_ptr,  # the saved inputs and states (as in the forward)
+    seq_ptr,  # (T,) int32 sequence index of each step (if PACKED; then B = 1)
     dh_ptr, dht_ptr,  # (B, T, D) gradient of h, any strides; (B, D) gradient of h_T (if HAS_DHT)
-    dk_ptr, dlg_ptr, dh0_ptr,  # out: (B, T, n·D); (B, T, D) (if HAS_DECAY); (B, D) (if HAS_H0)
+    dk_ptr, dlg_ptr, dh0_ptr,  # out: (B, T, n·D); (B, T, D) (if HAS_DECAY); h_0's (if HAS_H0)
     sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY)
     T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col, dh_sb, dh_st, dh_sd,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, SIGNED: tl.constexpr,
-    COUPLED: tl.constexpr, HAS_DECAY: tl.constexpr,
+    COUPLED: tl.constexpr, HAS_DECAY: tl.constexpr, PACKED: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -230,7 +243,7 @@ def mingru_cell_bwd_kernel(
         cg = tl.zeros([BLOCK_D], tl.float32)
     if HAS_DHT:
         dht = tl.load(dht_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
-    if HAS_H0:
+    if HAS_H0 and not PACKED:
         h0 = tl.load(h0_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
 
     for it in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
@@ -247,6 +260,11 @@ def mingru_cell_bwd_kernel(
         coef, _ = _gates(nz, ns, nh, nl, SIGNED, COUPLED, HAS_DECAY)
         coef = tl.where(nxt, coef, 0.0)
         coef = tl.where(ok[:, None], coef, 1.0)
+        if PACKED:
+            # A sequence's first step takes nothing from the step before: no adjoint flows
+            # back across the boundary.
+            _, next_start = packed_rows(seq_ptr, t + 1, ok & (t + 1 < T))
+            coef = tl.where(next_start[:, None], 0.0, coef)
         G = tl.load(dh_ptr + b64 * dh_sb + t_hi * dh_st + dh_rev, mask=m,
                     other=0.0).to(tl.float32)
         if HAS_DHT:
@@ -261,7 +279,15 @@ def mingru_cell_bwd_kernel(
             cg = take_row(G, rows, BLOCK_T - 1)
             h_prev = tl.load(h_ptr + (row_hi - 1) * D + h_rev, mask=m & (t >= 1)[:, None],
                              other=0.0).to(tl.float32)
-            if HAS_H0:
+            if PACKED:
+                sid, start = packed_rows(seq_ptr, t, ok)
+                opens = start[:, None]
+                h0_off = sid[:, None] * D + cols[None, :]
+                h_prev = tl.where(opens, 0.0, h_prev)
+                if HAS_H0:
+                    h_prev = tl.where(opens, tl.load(h0_ptr + h0_off, mask=opens & m, other=0.0)
+                                      .to(tl.float32), h_prev)
+            elif HAS_H0:
                 h_prev = tl.where((t == 0)[:, None], h0[None, :], h_prev)
             kz, ks, kh, lg = _load_k(k_ptr + row_hi * S, lg_ptr + row_hi * lg_row, k_rev,
                                      lg_rev, m, D, SIGNED, HAS_DECAY)
@@ -295,11 +321,15 @@ def mingru_cell_bwd_kernel(
             if HAS_DECAY:
                 tl.store(dlg_ptr + row_hi * D + h_rev, (a * da).to(dlg_ptr.dtype.element_ty),
                          mask=m)
+            if PACKED and HAS_H0:
+                # dh_0[n] = a G at sequence n's first step (one step per sequence).
+                tl.store(dh0_ptr + h0_off, (a * G).to(dh0_ptr.dtype.element_ty),
+                         mask=opens & m)
 
     if MODE == K_SUMMARY:
         tl.store(sc_ptr + s_off, cc, mask=col_ok)
         tl.store(sg_ptr + s_off, cg, mask=col_ok)
-    elif HAS_H0:
+    elif HAS_H0 and not PACKED:
         if pid_c == 0:
             # After the walk down to t = 0 the carry is G_0: dh_0 = a_0 G_0.
             z0, s0, h0k, l0 = _load_k(k_ptr + b64 * T * S, lg_ptr + b64 * T * lg_row, cols,

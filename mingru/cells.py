@@ -15,9 +15,10 @@ import torch
 
 from mingru import _validate
 from mingru._eager.mingru_cell import mingru_cell_eager, transitions
+from mingru._packing import check_cu_seqlens, final_states, segments
 from mingru._sharding import check_group, sequence_parallel
 from mingru.dispatch import call
-from mingru_kernels._spec import check_cell_shapes
+from mingru_kernels._spec import check_cell_shapes, check_packed_state
 
 __all__ = ["mingru_cell", "signed_mingru_cell"]
 
@@ -28,6 +29,7 @@ def mingru_cell(
     log_gamma: torch.Tensor | None = None,
     return_final_state: bool = False,
     *,
+    cu_seqlens: torch.Tensor | None = None,
     sequence_group: Any = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The MinGRU cell: ``h_t = γ_t (1 − z_t) h_{t−1} + z_t g(k_h)`` with ``z = σ(k_z)``.
@@ -37,6 +39,9 @@ def mingru_cell(
         initial_state: ``(B, D)`` non-negative ``h_0``; zeros when ``None``.
         log_gamma: ``(B, T, D)`` or ``(B, T, 1)`` log-decay ``log γ ≤ 0`` of the transition.
         return_final_state: also return ``h_T``.
+        cu_seqlens: packed sequences: ``(N+1,)`` integer offsets of ``N`` sequences laid end
+            to end in one row (``B = 1``; as in :func:`mingru.linear_recurrence`): each
+            restarts from its own ``initial_state`` row (``(N, D)``) and ``h_T`` is ``(N, D)``.
         sequence_group: a ``torch.distributed`` process group over which the sequence is
             split along T (as in :func:`mingru.linear_recurrence`).
 
@@ -52,7 +57,7 @@ def mingru_cell(
         (torch.Size([2, 7, 4]), True)
     """
     return _cell(k, 2, initial_state, log_gamma, False, False, return_final_state,
-                 sequence_group)
+                 sequence_group, cu_seqlens)
 
 
 def signed_mingru_cell(
@@ -62,6 +67,7 @@ def signed_mingru_cell(
     coupled: bool = False,
     return_final_state: bool = False,
     *,
+    cu_seqlens: torch.Tensor | None = None,
     sequence_group: Any = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The signed cell: ``h_t = γ_t tanh(k_s) [(1 − z_t)] h_{t−1} + z_t k_h``, ``z = σ(k_z)``.
@@ -72,6 +78,9 @@ def signed_mingru_cell(
         log_gamma: ``(B, T, D)`` or ``(B, T, 1)`` log-decay of the transition.
         coupled: multiply the transition by ``1 − z``.
         return_final_state: also return ``h_T``.
+        cu_seqlens: packed sequences: ``(N+1,)`` integer offsets of ``N`` sequences laid end
+            to end in one row (``B = 1``; as in :func:`mingru.linear_recurrence`): each
+            restarts from its own ``initial_state`` row (``(N, D)``) and ``h_T`` is ``(N, D)``.
         sequence_group: a ``torch.distributed`` process group over which the sequence is
             split along T (as in :func:`mingru.linear_recurrence`).
 
@@ -87,16 +96,30 @@ def signed_mingru_cell(
         (torch.Size([2, 7, 4]), torch.Size([2, 4]))
     """
     return _cell(k, 3, initial_state, log_gamma, True, bool(coupled), return_final_state,
-                 sequence_group)
+                 sequence_group, cu_seqlens)
 
 
 def _cell(k, n_gates, initial_state, log_gamma, signed, coupled, return_final_state,
-          sequence_group=None):
+          sequence_group=None, cu_seqlens=None):
     _validate.floating(k, "k")
     named = [("k", k)]
     for name, x in (("initial_state", initial_state), ("log_gamma", log_gamma)):
         if x is not None:
             named.append((name, _validate.floating(x, name)))
+    if cu_seqlens is not None:
+        B, T = k.shape[:2] if k.ndim == 3 else (1, 0)
+        D = check_cell_shapes(k, n_gates, None, log_gamma)
+        cu = check_cu_seqlens(cu_seqlens, B, T, k.device)
+        check_packed_state(initial_state, cu.shape[0] - 1, (D,), "initial_state")
+        _validate.same_kind(named)
+        if sequence_group is not None:
+            raise NotImplementedError(
+                "cu_seqlens together with sequence_group is not supported yet: pack the "
+                "sequences of each rank's slice without sharding, or shard one unpacked sequence")
+        seg = segments(cu, T)
+        h = call("mingru_cell", mingru_cell_eager, k, initial_state, log_gamma, signed, coupled,
+                 False, seg.seq_id)
+        return (h, final_states(h, seg, initial_state)) if return_final_state else h
     check_cell_shapes(k, n_gates, initial_state, log_gamma)
     _validate.same_kind(named)
     if sequence_group is not None:

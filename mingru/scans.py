@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from mingru import _validate
+from mingru._packing import check_cu_seqlens, final_states, segments
 from mingru._eager.delta_rule import delta_rule_eager
 from mingru._eager.givens_recurrence import givens_recurrence_eager
 from mingru._eager.linear_recurrence import linear_recurrence_eager
@@ -25,7 +26,7 @@ from mingru._eager.matrix_affine_scan import matrix_affine_scan_eager
 from mingru._eager.parallel_scan_log import parallel_scan_log_eager
 from mingru._sharding import check_group, sequence_parallel
 from mingru.dispatch import call
-from mingru_kernels._spec import check_delta_rule_shapes, positive_int
+from mingru_kernels._spec import check_delta_rule_shapes, check_packed_state, positive_int
 
 __all__ = [
     "linear_recurrence", "linear_scan", "matrix_affine_scan", "matrix_scan", "parallel_scan_log",
@@ -91,6 +92,7 @@ def linear_recurrence(
     initial_state: torch.Tensor | None = None,
     return_final_state: bool = False,
     *,
+    cu_seqlens: torch.Tensor | None = None,
     sequence_group: Any = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The states of ``h_t = a_t h_{t-1} + b_t`` (``a`` may be negative), from an initial state.
@@ -105,14 +107,20 @@ def linear_recurrence(
         b: ``(B, T, D)`` inputs.
         initial_state: ``(B, D)`` state ``h_0`` before the first step; zeros when ``None``.
         return_final_state: also return ``h_T``.
+        cu_seqlens: packed sequences: ``(N+1,)`` integer offsets (starting at 0,
+            non-decreasing, ending at T) of ``N`` sequences laid end to end in one row
+            (``B = 1``). Each sequence starts from its own state: ``initial_state`` is then
+            ``(N, D)`` and ``h_T`` is ``(N, D)``, each sequence's last state (an empty
+            sequence's is its initial state).
         sequence_group: a ``torch.distributed`` process group over which the sequence is
             split along T: each rank passes its contiguous slice (in rank order; lengths may
             differ) and gets that slice's states; ``initial_state`` is the state before the
             whole sequence and ``h_T`` the whole sequence's (see :mod:`mingru._sharding`).
 
     Returns:
-        ``h`` ``(B, T, D)`` (the states ``h_1 … h_T``), or ``(h, h_T)`` with ``h_T`` ``(B, D)``;
-        in the input dtype, differentiable in ``a``, ``b`` and ``initial_state``.
+        ``h`` ``(B, T, D)`` (the states ``h_1 … h_T``), or ``(h, h_T)`` with ``h_T`` ``(B, D)``
+        (``(N, D)`` when packed); in the input dtype, differentiable in ``a``, ``b`` and
+        ``initial_state``.
 
     Example:
         >>> import torch
@@ -128,9 +136,22 @@ def linear_recurrence(
     named = [("a", a), ("b", b)]
     _validate.nonempty_time(a, "a")
     _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
+    B, T, D = a.shape
+    if cu_seqlens is not None:
+        cu = check_cu_seqlens(cu_seqlens, B, T, a.device)
+        _check_not_sharded(sequence_group)
+        if initial_state is not None:
+            _validate.float_tensor(initial_state, "initial_state", 2, "(N, D)")
+            check_packed_state(initial_state, cu.shape[0] - 1, (D,), "initial_state")
+            named.append(("initial_state", initial_state))
+        _validate.same_kind(named)
+        seg = segments(cu, T)
+        h = call("linear_recurrence", linear_recurrence_eager, a, b, initial_state, False,
+                 seg.seq_id)
+        return (h, final_states(h, seg, initial_state)) if return_final_state else h
     if initial_state is not None:
         _validate.float_tensor(initial_state, "initial_state", 2, "(B, D)")
-        _validate.shape_is(initial_state, "initial_state", (a.shape[0], a.shape[2]), "(B, D)")
+        _validate.shape_is(initial_state, "initial_state", (B, D), "(B, D)")
         named.append(("initial_state", initial_state))
     _validate.same_kind(named)
     if sequence_group is not None:
@@ -305,3 +326,10 @@ def _delta_rule(
             f"delta_rule: all tensors must be on one device; got {sorted(map(str, devices))}"
         )
     return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size)
+
+
+def _check_not_sharded(sequence_group: Any) -> None:
+    if sequence_group is not None:
+        raise NotImplementedError(
+            "cu_seqlens together with sequence_group is not supported yet: pack the sequences "
+            "of each rank's slice without sharding, or shard one unpacked sequence")

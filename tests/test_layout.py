@@ -43,7 +43,7 @@ LAYERS = {
     "mixers": 4, "block": 4, "stack": 4, "convert": 4,
     "scans": 3, "cells": 3, "_sharding": 3,
     "dispatch": 2,
-    "_launch": 1, "_eager": 1, "_validate": 1,
+    "_launch": 1, "_eager": 1, "_validate": 1, "_packing": 1,
 }
 LAYER_NAMES = {5: "package/entry", 4: "mixers/block/stack", 3: "scans", 2: "dispatch",
                1: "_launch/_eager/_validate"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from mingru._eager.linear_scan import linear_scan_eager
+from mingru._packing import restart, segments_of
 
 __all__ = ["linear_recurrence_eager"]
 
@@ -20,8 +21,13 @@ def linear_recurrence_eager(
     b: torch.Tensor,
     initial_state: torch.Tensor | None = None,
     return_final_state: bool = False,
+    seq_id: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``h (B, T, D)`` (or ``(h, h_T (B, D))``) for ``a, b (B, T, D)``, ``initial_state (B, D)``.
+
+    With ``seq_id`` (``(T,)``, packed sequences in one row) ``initial_state`` is ``(N, D)`` and
+    every sequence restarts from its own (:func:`mingru._packing.restart`); ``h_T`` is then
+    the row's last state (the caller gathers each sequence's).
 
     Example:
         >>> import torch
@@ -30,7 +36,9 @@ def linear_recurrence_eager(
         >>> h[0, :, 0].tolist(), h_T.tolist()
         ([3.0, 2.5, 2.25], [[2.25]])
     """
-    if initial_state is not None:
+    if seq_id is not None:
+        a, b = restart(a, b, initial_state, segments_of(seq_id))
+    elif initial_state is not None:
         b = torch.cat([b[:, :1] + a[:, :1] * initial_state[:, None], b[:, 1:]], dim=1)
     _, h = linear_scan_eager(a, b)
     return (h, h[:, -1]) if return_final_state else h

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from mingru._eager.linear_recurrence import linear_recurrence_eager
 from mingru._eager.parallel_scan_log import parallel_scan_log_eager
+from mingru._packing import restart_log, segments_of
 
 __all__ = ["g", "log_g", "mingru_cell_eager", "transitions"]
 
@@ -48,8 +49,12 @@ def mingru_cell_eager(
     signed: bool,
     coupled: bool,
     return_final_state: bool = False,
+    seq_id: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``h (B, T, D)`` (or ``(h, h_T)``) of the cell for ``k (B, T, n·D)``.
+
+    With ``seq_id`` (``(T,)``, packed sequences in one row) ``initial_state`` is ``(N, D)``
+    and every sequence restarts from its own; ``h_T`` is then the row's last state.
 
     Example:
         >>> import torch
@@ -61,11 +66,15 @@ def mingru_cell_eager(
         k_z, _, k_h = k.chunk(3, dim=-1)
         a = transitions(k, log_gamma, signed, coupled)
         return linear_recurrence_eager(a, torch.sigmoid(k_z) * k_h, initial_state,
-                                       return_final_state)
+                                       return_final_state, seq_id)
     k_z, k_h = k.chunk(2, dim=-1)
     log_a = transitions(k, log_gamma, signed, coupled)
     log_b = -F.softplus(-k_z) + log_g(k_h)
     B, _, D = log_a.shape
+    if seq_id is not None:
+        log_h0 = None if initial_state is None else torch.log(initial_state)
+        log_a, log_b = restart_log(log_a, log_b, log_h0, segments_of(seq_id))
+        initial_state = None
     if initial_state is None:
         log_h0 = log_a.new_full((B, 1, D), float("-inf"))
     else:

@@ -25,6 +25,7 @@ def unsupported_reason(
     b: torch.Tensor,
     initial_state: torch.Tensor | None = None,
     return_final_state: bool = False,
+    seq_id: torch.Tensor | None = None,
 ) -> str | None:
     """Why the kernel cannot run this call, or ``None``."""
     return elementwise.unsupported_reason(a)
@@ -41,37 +42,43 @@ def run(
     b: torch.Tensor,
     initial_state: torch.Tensor | None = None,
     return_final_state: bool = False,
+    seq_id: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``h`` (or ``(h, h_T)``) for ``a, b (B, T, D)`` and ``initial_state (B, D)``;
-    differentiable in all three."""
-    h, h_T = _entry(a, b, initial_state)
+    differentiable in all three. With ``seq_id`` (``(T,)`` int32, packed sequences, ``B = 1``)
+    ``initial_state`` is ``(N, D)`` and the sequences restart inside the kernels (the caller
+    gathers their final states; ``h_T`` is then not theirs)."""
+    h, h_T = _entry(a, b, initial_state, seq_id)
     return (h, h_T) if return_final_state else h
 
 
-def _forward(a, b, h0, h, h_T, cfg) -> None:
+def _forward(a, b, h0, seq_id, h, h_T, cfg) -> None:
     B, T, D = a.shape
-    has_h0 = h0 is not None
-    h0 = a if h0 is None else h0  # a placeholder pointer when HAS_H0 is False
+    flags = dict(HAS_H0=h0 is not None, PACKED=seq_id is not None)
+    h0 = a if h0 is None else h0  # placeholder pointers when absent
+    seq_id = a if seq_id is None else seq_id
     with device_guard(a):
         elementwise.run_scan(kernels.linear_recurrence_fwd_kernel, kernels.linear_carry_kernel,
-                             cfg, B, D, (a, b, h0, h, h_T), meta.dims(cfg, T, D),
-                             reverse=False, HAS_H0=has_h0, **meta.launch_kwargs(cfg))
+                             cfg, B, D, (a, b, h0, seq_id, h, h_T), meta.dims(cfg, T, D),
+                             reverse=False, **flags, **meta.launch_kwargs(cfg))
 
 
-def _backward(a, h, h0, dh, dh_T, da, db, dh0, cfg) -> None:
+def _backward(a, h, h0, seq_id, dh, dh_T, da, db, dh0, cfg) -> None:
     B, T, D = a.shape
-    flags = dict(HAS_H0=h0 is not None, HAS_DHT=dh_T is not None)
+    flags = dict(HAS_H0=h0 is not None, HAS_DHT=dh_T is not None, PACKED=seq_id is not None)
     h0 = a if h0 is None else h0  # placeholder pointers when absent
+    seq_id = a if seq_id is None else seq_id
     dh_T = a if dh_T is None else dh_T
     dh0 = da if dh0 is None else dh0
     with device_guard(a):
         elementwise.run_scan(kernels.linear_recurrence_bwd_kernel, kernels.linear_carry_kernel,
-                             cfg, B, D, (a, h, h0, dh, dh_T, da, db, dh0), meta.dims(cfg, T, D),
-                             reverse=True, **flags, **meta.launch_kwargs(cfg))
+                             cfg, B, D, (a, h, h0, seq_id, dh, dh_T, da, db, dh0),
+                             meta.dims(cfg, T, D), reverse=True, **flags,
+                             **meta.launch_kwargs(cfg))
 
 
-def _fwd_impl(a: torch.Tensor, b: torch.Tensor,
-              h0: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _fwd_impl(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None,
+              seq_id: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     a, b = a.contiguous(), b.contiguous()
     h0 = None if h0 is None else h0.contiguous()
     cfg = elementwise.make_plan("linear_recurrence", a, meta.TILES)
@@ -79,11 +86,11 @@ def _fwd_impl(a: torch.Tensor, b: torch.Tensor,
     B, _, D = a.shape
     h = new_tensor(a.shape, a.dtype, a.device, poisoned)
     h_T = new_tensor((B, D), a.dtype, a.device, poisoned)
-    _forward(a, b, h0, h, h_T, cfg)
+    _forward(a, b, h0, seq_id, h, h_T, cfg)
     return h, h_T
 
 
-def _bwd_impl(a, h, h0, dh, dh_T) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _bwd_impl(a, h, h0, seq_id, dh, dh_T) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     a, h = a.contiguous(), h.contiguous()
     h0 = None if h0 is None else h0.contiguous()
     cfg = elementwise.make_plan("linear_recurrence", a)
@@ -92,21 +99,25 @@ def _bwd_impl(a, h, h0, dh, dh_T) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     poisoned = poison()
     da = new_tensor(a.shape, a.dtype, a.device, poisoned)
     db = new_tensor(a.shape, a.dtype, a.device, poisoned)
-    dh0 = None if h0 is None else new_tensor(h0.shape, h0.dtype, h0.device, poisoned)
-    _backward(a, h, h0, dh, dh_T, da, db, dh0, cfg)
+    dh0 = None
+    if h0 is not None:
+        # Packed: written at each sequence's first step only; an empty sequence's stays 0.
+        dh0 = (torch.zeros_like(h0) if seq_id is not None
+               else new_tensor(h0.shape, h0.dtype, h0.device, poisoned))
+    _backward(a, h, h0, seq_id, dh, dh_T, da, db, dh0, cfg)
     return da, db, a.new_empty(0) if dh0 is None else dh0
 
 
 @torch.library.custom_op("mingru::linear_recurrence_fwd", mutates_args=())
 def linear_recurrence_fwd(
-    a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None
+    a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None, seq_id: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward op: ``(h (B, T, D), h_T (B, D))``."""
-    return _fwd_impl(a, b, h0)
+    return _fwd_impl(a, b, h0, seq_id)
 
 
 @linear_recurrence_fwd.register_fake
-def _(a, b, h0):
+def _(a, b, h0, seq_id):
     B, _, D = a.shape
     return (torch.empty_like(a, memory_format=torch.contiguous_format),
             a.new_empty((B, D)))
@@ -117,15 +128,16 @@ def linear_recurrence_bwd(
     a: torch.Tensor,
     h: torch.Tensor,
     h0: torch.Tensor | None,
+    seq_id: torch.Tensor | None,
     dh: torch.Tensor | None,
     dh_T: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward op: ``(da, db, dh0)`` (an empty ``dh0`` when there is no ``h0``)."""
-    return _bwd_impl(a, h, h0, dh, dh_T)
+    return _bwd_impl(a, h, h0, seq_id, dh, dh_T)
 
 
 @linear_recurrence_bwd.register_fake
-def _(a, h, h0, dh, dh_T):
+def _(a, h, h0, seq_id, dh, dh_T):
     return (
         torch.empty_like(a, memory_format=torch.contiguous_format),
         torch.empty_like(a, memory_format=torch.contiguous_format),
@@ -134,20 +146,20 @@ def _(a, h, h0, dh, dh_T):
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    a, _, h0 = inputs
+    a, _, h0, seq_id = inputs
     h, _ = output
     ctx.has_h0 = h0 is not None
-    ctx.save_for_backward(a, h, h0)
+    ctx.save_for_backward(a, h, h0, seq_id)
     # Unused outputs arrive as None (in eager): a missing dh_T skips its fold.
     ctx.set_materialize_grads(False)
 
 
 def _backward_formula(ctx, dh, dh_T, bwd=linear_recurrence_bwd):
     if dh is None and dh_T is None:
-        return None, None, None
-    a, h, h0 = ctx.saved_tensors
-    da, db, dh0 = bwd(a, h, h0, dh, dh_T)
-    return da, db, dh0 if ctx.has_h0 else None
+        return None, None, None, None
+    a, h, h0, seq_id = ctx.saved_tensors
+    da, db, dh0 = bwd(a, h, h0, seq_id, dh, dh_T)
+    return da, db, dh0 if ctx.has_h0 else None, None
 
 
 _entry = dual_entry("linear_recurrence", linear_recurrence_fwd, _fwd_impl, _setup_context,

@@ -39,10 +39,13 @@ def run(
     signed: bool,
     coupled: bool,
     return_final_state: bool = False,
+    seq_id: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``h`` (or ``(h, h_T)``) of the cell for ``k (B, T, n·D)``; differentiable in ``k``,
-    ``initial_state`` and ``log_gamma``."""
-    h, h_T = _entry(k, initial_state, log_gamma, bool(signed), bool(coupled))
+    ``initial_state`` and ``log_gamma``. With ``seq_id`` (``(T,)`` int32, packed sequences,
+    ``B = 1``) ``initial_state`` is ``(N, D)`` and the sequences restart inside the kernels
+    (the caller gathers their final states)."""
+    h, h_T = _entry(k, initial_state, log_gamma, bool(signed), bool(coupled), seq_id)
     return (h, h_T) if return_final_state else h
 
 
@@ -58,11 +61,12 @@ def _decay_strides(lg: torch.Tensor | None) -> tuple[int, int]:
     return (1, 0) if lg.shape[-1] == 1 else (lg.shape[-1], 1)
 
 
-def _flags(h0, lg, signed, coupled) -> dict:
-    return dict(HAS_H0=h0 is not None, SIGNED=signed, COUPLED=coupled, HAS_DECAY=lg is not None)
+def _flags(h0, lg, signed, coupled, seq_id) -> dict:
+    return dict(HAS_H0=h0 is not None, SIGNED=signed, COUPLED=coupled, HAS_DECAY=lg is not None,
+                PACKED=seq_id is not None)
 
 
-def _fwd_impl(k, h0, lg, signed, coupled):
+def _fwd_impl(k, h0, lg, signed, coupled, seq_id=None):
     k = k.contiguous()
     h0 = None if h0 is None else h0.contiguous()
     lg = None if lg is None else lg.contiguous()
@@ -72,15 +76,16 @@ def _fwd_impl(k, h0, lg, signed, coupled):
     h = new_tensor((B, T, D), k.dtype, k.device, poisoned)
     h_T = new_tensor((B, D), k.dtype, k.device, poisoned)
     scalars = (*meta.dims(cfg, T, D), *_decay_strides(lg))
-    ptrs = (k, k if lg is None else lg, k if h0 is None else h0, h, h_T)  # placeholders if absent
+    ptrs = (k, k if lg is None else lg, k if h0 is None else h0,  # placeholders if absent
+            k if seq_id is None else seq_id, h, h_T)
     with device_guard(k):
         elementwise.run_scan(kernels.mingru_cell_fwd_kernel, kernels.linear_carry_kernel, cfg, B,
-                             D, ptrs, scalars, reverse=False, **_flags(h0, lg, signed, coupled),
-                             **meta.launch_kwargs(cfg))
+                             D, ptrs, scalars, reverse=False,
+                             **_flags(h0, lg, signed, coupled, seq_id), **meta.launch_kwargs(cfg))
     return h, h_T
 
 
-def _bwd_impl(k, h, h0, lg, dh, dh_T, signed, coupled):
+def _bwd_impl(k, h, h0, lg, dh, dh_T, signed, coupled, seq_id=None):
     k, h = k.contiguous(), h.contiguous()
     h0 = None if h0 is None else h0.contiguous()
     lg = None if lg is None else lg.contiguous()
@@ -93,10 +98,15 @@ def _bwd_impl(k, h, h0, lg, dh, dh_T, signed, coupled):
     dk = new_tensor(k.shape, k.dtype, k.device, poisoned)
     # The decay gradient per channel; a (B, T, 1) decay sums it over D below.
     dlg = None if lg is None else new_tensor((B, T, D), lg.dtype, k.device, poisoned)
-    dh0 = None if h0 is None else new_tensor(h0.shape, h0.dtype, h0.device, poisoned)
+    dh0 = None
+    if h0 is not None:
+        # Packed: written at each sequence's first step only; an empty sequence's stays 0.
+        dh0 = (torch.zeros_like(h0) if seq_id is not None
+               else new_tensor(h0.shape, h0.dtype, h0.device, poisoned))
     scalars = (*meta.dims(cfg, T, D), *_decay_strides(lg), *dh.stride())
-    flags = dict(_flags(h0, lg, signed, coupled), HAS_DHT=dh_T is not None)
-    ptrs = (k, k if lg is None else lg, k if h0 is None else h0, h, dh,
+    flags = dict(_flags(h0, lg, signed, coupled, seq_id), HAS_DHT=dh_T is not None)
+    ptrs = (k, k if lg is None else lg, k if h0 is None else h0, h,
+            k if seq_id is None else seq_id, dh,
             k if dh_T is None else dh_T, dk, dk if dlg is None else dlg,
             dk if dh0 is None else dh0)
     with device_guard(k):
@@ -112,14 +122,14 @@ def _bwd_impl(k, h, h0, lg, dh, dh_T, signed, coupled):
 @torch.library.custom_op("mingru::mingru_cell_fwd", mutates_args=())
 def mingru_cell_fwd(
     k: torch.Tensor, h0: torch.Tensor | None, lg: torch.Tensor | None, signed: bool,
-    coupled: bool,
+    coupled: bool, seq_id: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward op: ``(h (B, T, D), h_T (B, D))``."""
-    return _fwd_impl(k, h0, lg, signed, coupled)
+    return _fwd_impl(k, h0, lg, signed, coupled, seq_id)
 
 
 @mingru_cell_fwd.register_fake
-def _(k, h0, lg, signed, coupled):
+def _(k, h0, lg, signed, coupled, seq_id):
     B, T, D = _state_shape(k, signed)
     return k.new_empty((B, T, D)), k.new_empty((B, D))
 
@@ -128,13 +138,14 @@ def _(k, h0, lg, signed, coupled):
 def mingru_cell_bwd(
     k: torch.Tensor, h: torch.Tensor, h0: torch.Tensor | None, lg: torch.Tensor | None,
     dh: torch.Tensor | None, dh_T: torch.Tensor | None, signed: bool, coupled: bool,
+    seq_id: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward op: ``(dk, dh0, dlog_gamma)`` (empty tensors for absent inputs)."""
-    return _bwd_impl(k, h, h0, lg, dh, dh_T, signed, coupled)
+    return _bwd_impl(k, h, h0, lg, dh, dh_T, signed, coupled, seq_id)
 
 
 @mingru_cell_bwd.register_fake
-def _(k, h, h0, lg, dh, dh_T, signed, coupled):
+def _(k, h, h0, lg, dh, dh_T, signed, coupled, seq_id):
     return (
         torch.empty_like(k, memory_format=torch.contiguous_format),
         k.new_empty(0) if h0 is None else torch.empty_like(h0),
@@ -143,21 +154,21 @@ def _(k, h, h0, lg, dh, dh_T, signed, coupled):
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    k, h0, lg, signed, coupled = inputs
+    k, h0, lg, signed, coupled, seq_id = inputs
     h, _ = output
     ctx.flags = (h0 is not None, lg is not None, signed, coupled)
-    ctx.save_for_backward(k, h, h0, lg)
+    ctx.save_for_backward(k, h, h0, lg, seq_id)
     # Unused outputs arrive as None (in eager): a missing dh_T skips its fold.
     ctx.set_materialize_grads(False)
 
 
 def _backward_formula(ctx, dh, dh_T, bwd=mingru_cell_bwd):
     if dh is None and dh_T is None:
-        return None, None, None, None, None
-    k, h, h0, lg = ctx.saved_tensors
+        return None, None, None, None, None, None
+    k, h, h0, lg, seq_id = ctx.saved_tensors
     has_h0, has_lg, signed, coupled = ctx.flags
-    dk, dh0, dlg = bwd(k, h, h0, lg, dh, dh_T, signed, coupled)
-    return dk, dh0 if has_h0 else None, dlg if has_lg else None, None, None
+    dk, dh0, dlg = bwd(k, h, h0, lg, dh, dh_T, signed, coupled, seq_id)
+    return dk, dh0 if has_h0 else None, dlg if has_lg else None, None, None, None
 
 
 _entry = dual_entry("mingru_cell", mingru_cell_fwd, _fwd_impl, _setup_context,

@@ -51,13 +51,13 @@ def _fwd_adapter(a, b, h0, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2,
     # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write (h, h_T) = (o1, o2) reading
     # the carry-in maps (s1, s2).
     if MODE == scan_common.K_SUMMARY:
-        kernels.linear_recurrence_fwd_kernel(a, b, h0, s1, s1, o1, o2,
+        kernels.linear_recurrence_fwd_kernel(a, b, h0, a, s1, s1, o1, o2,
                                              T, D, chunk_len, n_chunks, n_dblk,
-                                             MODE, True, BLOCK_T, BLOCK_D)
+                                             MODE, True, False, BLOCK_T, BLOCK_D)
     else:
-        kernels.linear_recurrence_fwd_kernel(a, b, h0, o1, o2, s1, s2,
+        kernels.linear_recurrence_fwd_kernel(a, b, h0, a, o1, o2, s1, s2,
                                              T, D, chunk_len, n_chunks, n_dblk,
-                                             MODE, True, BLOCK_T, BLOCK_D)
+                                             MODE, True, False, BLOCK_T, BLOCK_D)
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
@@ -66,13 +66,13 @@ def _bwd_adapter(a, h, h0, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o
     # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (da, db, dh0) = (o1, o2, o3)
     # reading the carries (s1, s2).
     if MODE == scan_common.K_SUMMARY:
-        kernels.linear_recurrence_bwd_kernel(a, h, h0, dh, dht, o3, o3, o3, o1, o2,
+        kernels.linear_recurrence_bwd_kernel(a, h, h0, a, dh, dht, o3, o3, o3, o1, o2,
                                              T, D, chunk_len, n_chunks, n_dblk,
-                                             MODE, True, True, BLOCK_T, BLOCK_D)
+                                             MODE, True, True, False, BLOCK_T, BLOCK_D)
     else:
-        kernels.linear_recurrence_bwd_kernel(a, h, h0, dh, dht, o1, o2, o3, s1, s2,
+        kernels.linear_recurrence_bwd_kernel(a, h, h0, a, dh, dht, o1, o2, o3, s1, s2,
                                              T, D, chunk_len, n_chunks, n_dblk,
-                                             MODE, True, True, BLOCK_T, BLOCK_D)
+                                             MODE, True, True, False, BLOCK_T, BLOCK_D)
 
 
 # ----------------------------------------------------------------------------- launch sequences

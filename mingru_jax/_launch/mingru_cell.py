@@ -57,13 +57,13 @@ def _fwd_adapter(k, lg, h0, s1, s2, T, D, chunk_len, n_chunks, n_dblk, lg_row, l
     # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write (h, h_T) = (o1, o2) reading
     # the carry-in maps (s1, s2).
     if MODE == scan_common.K_SUMMARY:
-        kernels.mingru_cell_fwd_kernel(k, lg, h0, s1, s1, o1, o2, T, D, chunk_len, n_chunks,
+        kernels.mingru_cell_fwd_kernel(k, lg, h0, k, s1, s1, o1, o2, T, D, chunk_len, n_chunks,
                                        n_dblk, lg_row, lg_col, MODE, True, SIGNED, COUPLED,
-                                       HAS_DECAY, BLOCK_T, BLOCK_D)
+                                       HAS_DECAY, False, BLOCK_T, BLOCK_D)
     else:
-        kernels.mingru_cell_fwd_kernel(k, lg, h0, o1, o2, s1, s2, T, D, chunk_len, n_chunks,
+        kernels.mingru_cell_fwd_kernel(k, lg, h0, k, o1, o2, s1, s2, T, D, chunk_len, n_chunks,
                                        n_dblk, lg_row, lg_col, MODE, True, SIGNED, COUPLED,
-                                       HAS_DECAY, BLOCK_T, BLOCK_D)
+                                       HAS_DECAY, False, BLOCK_T, BLOCK_D)
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
@@ -74,15 +74,15 @@ def _bwd_adapter(k, lg, h0, h, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dbl
     # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (dk, dlog_gamma, dh0) =
     # (o1, o2, o3) reading the carries (s1, s2). dh is dense: strides (T·D, D, 1).
     if MODE == scan_common.K_SUMMARY:
-        kernels.mingru_cell_bwd_kernel(k, lg, h0, h, dh, dht, o3, o4, o4, o1, o2,
+        kernels.mingru_cell_bwd_kernel(k, lg, h0, h, k, dh, dht, o3, o4, o4, o1, o2,
                                        T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
                                        T * D, D, 1, MODE, True, True, SIGNED, COUPLED, HAS_DECAY,
-                                       BLOCK_T, BLOCK_D)
+                                       False, BLOCK_T, BLOCK_D)
     else:
-        kernels.mingru_cell_bwd_kernel(k, lg, h0, h, dh, dht, o1, o2, o3, s1, s2,
+        kernels.mingru_cell_bwd_kernel(k, lg, h0, h, k, dh, dht, o1, o2, o3, s1, s2,
                                        T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
                                        T * D, D, 1, MODE, True, True, SIGNED, COUPLED, HAS_DECAY,
-                                       BLOCK_T, BLOCK_D)
+                                       False, BLOCK_T, BLOCK_D)
 
 
 # ----------------------------------------------------------------------------- launch sequences

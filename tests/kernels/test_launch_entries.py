@@ -25,7 +25,7 @@ def _cases():
     k = F.normalize(_t(B, T, 2, 2, 16), dim=-1)
     return {
         "linear_scan": ((torch.tanh(_t(B, T, 5)), _t(B, T, 5)), "linear_scan_fwd"),
-        "linear_recurrence": ((torch.tanh(_t(B, T, 5)), _t(B, T, 5), _t(B, 5)),
+        "linear_recurrence": ((torch.tanh(_t(B, T, 5)), _t(B, T, 5), _t(B, 5), None),
                               "linear_recurrence_fwd"),
         "parallel_scan_log": ((-_t(B, T, 5, positive=True), _t(B, T + 1, 5)),
                               "parallel_scan_log_fwd"),
@@ -37,7 +37,7 @@ def _cases():
         "delta_rule": ((_t(B, T, 2, 16), k, _t(B, T, 2, 2, 16),
                         torch.sigmoid(_t(B, T, 2, 2)), -_t(B, T, 2, positive=True),
                         _t(B, 2, 16, 16), 0), "delta_rule_fwd"),
-        "mingru_cell": ((_t(B, T, 3 * 5), _t(B, 5), -_t(B, T, 1, positive=True), True, True),
+        "mingru_cell": ((_t(B, T, 3 * 5), _t(B, 5), -_t(B, T, 1, positive=True), True, True, None),
                         "mingru_cell_fwd"),
     }
 
