@@ -360,7 +360,7 @@ def check_cu_seqlens_values(offsets: Sequence[int], steps: int,
     if offsets[-1] != steps:
         raise ValueError(f"{name} must end at T = {steps} (the packed length); got "
                          f"{name}[-1] = {offsets[-1]}")
-    for i, (lo, hi) in enumerate(zip(offsets, offsets[1:])):
+    for i, (lo, hi) in enumerate(zip(offsets, offsets[1:], strict=False)):
         if hi < lo:
             raise ValueError(f"{name} must be non-decreasing; got {name}[{i}] = {lo} > "
                              f"{name}[{i + 1}] = {hi}")

@@ -13,12 +13,14 @@ over the whole row, with no loop over sequences, solves all of them
 load a tile, from the per-step sequence index (:attr:`Segments.seq_id`); the eager twins and
 the ops without a packed kernel apply it to their inputs.
 
-Nothing here reads the offsets on the host except :func:`check_cu_seqlens` (one small copy,
-skipped while ``torch.compile`` traces); the per-step indices are built on the device.
+Nothing here reads the offsets on the host except :func:`check_cu_seqlens` (one small copy
+per offsets tensor, however many layers see it; skipped while ``torch.compile`` traces); the
+per-step indices are built on the device.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import NamedTuple
 
 import torch
@@ -68,9 +70,27 @@ def check_cu_seqlens(cu_seqlens: object, batch: int, steps: int, device: torch.d
     if batch != 1:
         raise ValueError(f"with {name}, the sequences are packed into one row: the batch size "
                          f"must be 1; got B = {batch}")
-    if not torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():
+        return cu_seqlens.to(device=device, dtype=torch.int64)
+    if not _was_checked(cu_seqlens, steps):
         check_cu_seqlens_values(cu_seqlens.tolist(), steps, name)
-    return cu_seqlens.to(device=device, dtype=torch.int64)
+    out = cu_seqlens.to(device=device, dtype=torch.int64)
+    # A stack passes the same offsets to every layer: read them on the host once.
+    if len(_checked) > 256:
+        _checked.clear()
+    for t in (cu_seqlens, out):
+        _checked[id(t)] = (weakref.ref(t), t._version, steps)
+    return out
+
+
+# Offsets already checked: id -> (a weak reference, so a reused id never matches, the version
+# counter, so an in-place change re-checks, and T).
+_checked: dict[int, tuple[weakref.ref, int, int]] = {}
+
+
+def _was_checked(t: torch.Tensor, steps: int) -> bool:
+    entry = _checked.get(id(t))
+    return entry is not None and entry[0]() is t and entry[1:] == (t._version, steps)
 
 
 def segments(cu_seqlens: torch.Tensor, steps: int) -> Segments:

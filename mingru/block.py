@@ -109,16 +109,19 @@ class MinGRUBlock(nn.Module):
         x: torch.Tensor,
         h_0: torch.Tensor | None = None,
         delta_t: torch.Tensor | None = None,
+        *,
+        cu_seqlens: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(out (B, T, d_model), state (B, 1, S))`` for ``x (B, T, d_model)``; ``h_0`` is
-        a previous ``state`` (``None``: the mixer's default)."""
+        a previous ``state`` (``None``: the mixer's default).
+
+        With ``cu_seqlens`` (``(N+1,)`` integer offsets of ``N`` sequences packed into one row,
+        ``B = 1``) the mixer restarts at every sequence: ``h_0`` and the returned state are
+        ``(N, 1, S)``, one per sequence (the norms and the MLP act per token)."""
         check_sequence(x, self.d_model, module=self)
         u = self.norm1(x)
-        if self.mixer_name == "delta":
-            y, state = self.mixer(u, h_0=h_0, delta_t=delta_t, return_state=True)
-        else:
-            y = self.mixer(u, h_0=h_0, delta_t=delta_t)
-            state = y[:, -1:]
+        packed = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
+        y, state = self.mixer(u, h_0=h_0, delta_t=delta_t, return_state=True, **packed)
         return self._feed_forward(x + self.dropout(y)), state
 
     def step(

@@ -17,13 +17,19 @@ from typing import Any
 import torch
 
 from mingru import _validate
-from mingru._packing import check_cu_seqlens, final_states, segments
 from mingru._eager.delta_rule import delta_rule_eager
-from mingru._eager.givens_recurrence import givens_recurrence_eager
+from mingru._eager.givens_recurrence import givens_recurrence_eager, givens_step
 from mingru._eager.linear_recurrence import linear_recurrence_eager
 from mingru._eager.linear_scan import linear_scan_eager
 from mingru._eager.matrix_affine_scan import matrix_affine_scan_eager
 from mingru._eager.parallel_scan_log import parallel_scan_log_eager
+from mingru._packing import (
+    Segments,
+    check_cu_seqlens,
+    final_states,
+    restart_log,
+    segments,
+)
 from mingru._sharding import check_group, sequence_parallel
 from mingru.dispatch import call
 from mingru_kernels._spec import check_delta_rule_shapes, check_packed_state, positive_int
@@ -33,13 +39,20 @@ __all__ = [
 ]
 
 
-def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
+def parallel_scan_log(
+    log_coeffs: torch.Tensor, log_values: torch.Tensor, *, cu_seqlens: torch.Tensor | None = None
+) -> torch.Tensor:
     """Solve ``h_t = a_t h_{t-1} + b_t`` for positive ``a, b`` in log space (Heinsen 2023).
 
     Args:
         log_coeffs: ``(B, T, D)``, ``log a_t``.
         log_values: ``(B, T+1, D)``; slot 0 is ``log h_0`` (``-inf`` for ``h_0 = 0``),
-            slots ``1..T`` are ``log b_t``.
+            slots ``1..T`` are ``log b_t``. With ``cu_seqlens``: ``(1, T+N, D)``, every
+            sequence's own layout one after the other — its slot ``log h_0`` followed by its
+            ``log b`` values (the per-sequence inputs concatenated).
+        cu_seqlens: packed sequences: ``(N+1,)`` integer offsets (starting at 0,
+            non-decreasing, ending at T) of ``N`` sequences laid end to end in one row
+            (``B = 1``); each restarts from its own ``h_0``.
 
     Returns:
         ``h`` ``(B, T, D)``, positive, in the input dtype. Stable for ``T ≥ 10⁵``: products
@@ -57,16 +70,33 @@ def parallel_scan_log(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> tor
     _validate.same_kind([("log_coeffs", log_coeffs), ("log_values", log_values)])
     _validate.nonempty_time(log_coeffs, "log_coeffs")
     B, T, D = log_coeffs.shape
+    if cu_seqlens is not None:
+        cu = check_cu_seqlens(cu_seqlens, B, T, log_coeffs.device)
+        N = cu.shape[0] - 1
+        _validate.shape_is(log_values, "log_values", (1, T + N, D), "(1, T+N, D)")
+        seg = segments(cu, T)
+        # Sequence n's slot log h_0 sits at cu[n] + n; its step t at t + n + 1.
+        log_h0 = log_values[0, cu[:-1] + torch.arange(N, device=cu.device)]
+        log_b = log_values[:, torch.arange(T, device=cu.device) + seg.seq_id + 1]
+        log_a, log_b = restart_log(log_coeffs, log_b, log_h0, seg)
+        log_values = torch.cat([torch.full_like(log_b[:, :1], float("-inf")), log_b], dim=1)
+        return call("parallel_scan_log", parallel_scan_log_eager, log_a, log_values)
     _validate.shape_is(log_values, "log_values", (B, T + 1, D), "(B, T+1, D)")
     return call("parallel_scan_log", parallel_scan_log_eager, log_coeffs, log_values)
 
 
-def linear_scan(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def linear_scan(
+    a: torch.Tensor, b: torch.Tensor, *, cu_seqlens: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Solve ``h_t = a_t h_{t-1} + b_t`` elementwise; ``a`` may be negative.
 
     Args:
         a: ``(B, T, D)`` transitions.
         b: ``(B, T, D)`` inputs.
+        cu_seqlens: packed sequences: ``(N+1,)`` integer offsets of ``N`` sequences laid end
+            to end in one row (``B = 1``): ``P`` and ``Z`` restart at every sequence's first
+            step (``P_t`` is the product since it, ``Z`` its zero-start solution). Runs as one
+            packed :func:`linear_recurrence` over ``2·D`` channels.
 
     Returns:
         ``(P, Z)``, both ``(B, T, D)``: ``P_t = a_t ⋯ a_1`` and the zero-start solution, so
@@ -83,6 +113,14 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.T
     _validate.same_kind([("a", a), ("b", b)])
     _validate.nonempty_time(a, "a")
     _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
+    if cu_seqlens is not None:
+        B, T, D = a.shape
+        cu = check_cu_seqlens(cu_seqlens, B, T, a.device)
+        # P is the state of the same restarting recurrence with input 0 started from 1.
+        start = torch.cat([torch.ones_like(a[0, :1]), torch.zeros_like(a[0, :1])], dim=-1)
+        h = linear_recurrence(torch.cat([a, a], dim=-1), torch.cat([torch.zeros_like(b), b], -1),
+                              start.expand(cu.shape[0] - 1, 2 * D), cu_seqlens=cu)
+        return h[..., :D], h[..., D:]
     return call("linear_scan", linear_scan_eager, a, b)
 
 
@@ -164,12 +202,18 @@ def linear_recurrence(
                 bool(return_final_state))
 
 
-def matrix_affine_scan(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def matrix_affine_scan(
+    A: torch.Tensor, Bm: torch.Tensor, *, cu_seqlens: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Solve ``H_t = A_t H_{t-1} + B_t`` for ``n`` independent ``k×k`` blocks, ``k×v`` states.
 
     Args:
         A: ``(B, T, n, k, k)`` transitions.
         Bm: ``(B, T, n, k, v)`` inputs (``v = 1`` is a vector state).
+        cu_seqlens: packed sequences: ``(N+1,)`` integer offsets of ``N`` sequences laid end
+            to end in one row (``B = 1``): ``P`` and ``Z`` restart at every sequence's first
+            step. Runs as scans whose first step of each sequence has transition 0 (and, for
+            ``P``, input ``A_t``).
 
     Returns:
         ``(P (B, T, n, k, k), Z (B, T, n, k, v))`` with ``P_t = A_t ⋯ A_1`` and
@@ -193,10 +237,23 @@ def matrix_affine_scan(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor,
         raise ValueError(
             f"Bm must have shape (B, T, n, k, v) = ({B}, {T}, {n}, {k}, v); got {tuple(Bm.shape)}"
         )
+    if cu_seqlens is not None:
+        seg = segments(check_cu_seqlens(cu_seqlens, B, T, A.device), T)
+        starts = seg.starts.reshape(1, T, 1, 1, 1)
+        zero = torch.zeros_like(A)
+        A_cut = torch.where(starts, zero, A)
+        # Two scans (P's input has v = k columns), not one of k + v: the kernel takes
+        # power-of-two state widths.
+        _, P = call("matrix_affine_scan", matrix_affine_scan_eager, A_cut,
+                    torch.where(starts, A, zero))
+        _, Z = call("matrix_affine_scan", matrix_affine_scan_eager, A_cut, Bm)
+        return P, Z
     return call("matrix_affine_scan", matrix_affine_scan_eager, A, Bm)
 
 
-def matrix_scan(M: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def matrix_scan(
+    M: torch.Tensor, b: torch.Tensor, *, cu_seqlens: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Solve ``h_t = M_t h_{t-1} + b_t`` for ``n`` independent 2×2 blocks (column vectors).
 
     Equals :func:`matrix_affine_scan` with ``k = 2, v = 1``.
@@ -204,6 +261,7 @@ def matrix_scan(M: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.T
     Args:
         M: ``(B, T, n, 2, 2)`` transitions; products compose as ``M_t ⋯ M_1``.
         b: ``(B, T, n, 2)`` inputs.
+        cu_seqlens: packed sequences, as in :func:`matrix_affine_scan`.
 
     Returns:
         ``(P (B, T, n, 2, 2), Z (B, T, n, 2))``.
@@ -220,7 +278,7 @@ def matrix_scan(M: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.T
     if tuple(M.shape[3:]) != (2, 2):
         raise ValueError(f"M must have shape (B, T, n, 2, 2); got {tuple(M.shape)}")
     _validate.shape_is(b, "b", M.shape[:4], "(B, T, n, 2)")
-    P, Z = matrix_affine_scan(M, b.unsqueeze(-1))
+    P, Z = matrix_affine_scan(M, b.unsqueeze(-1), cu_seqlens=cu_seqlens)
     return P, Z.squeeze(-1)
 
 
@@ -230,6 +288,8 @@ def _givens_recurrence(
     h0: torch.Tensor,
     scale: torch.Tensor | None = None,
     log_gamma: torch.Tensor | None = None,
+    *,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The fused rotation/Givens recurrence behind RotationMinGRU and GivensMinGRU (private op).
 
@@ -242,6 +302,10 @@ def _givens_recurrence(
         h0: ``(B, n, k)`` initial state.
         scale: ``(B, T, n, k)`` diagonal applied before the rotations, or ``None``.
         log_gamma: ``(B, T, n)`` log decay of the whole transition, or ``None``.
+        cu_seqlens: packed sequences: ``(N+1,)`` integer offsets of ``N`` sequences laid end
+            to end in one row (``B = 1``); ``h0`` is then ``(N, n, k)``, one state per
+            sequence. The first step of each sequence runs with scale 0 (no transition) and
+            input ``b_t + M_t h0[n]``, so the one recurrence restarts there.
 
     Returns:
         ``h`` ``(B, T, n, k)`` in the input dtype.
@@ -266,7 +330,12 @@ def _givens_recurrence(
         )
     k = 2 * half
     _validate.shape_is(b, "b", (B, T, n, k), "(B, T, n, k)")
-    _validate.shape_is(h0, "h0", (B, n, k), "(B, n, k)")
+    seg = None
+    if cu_seqlens is not None:
+        seg = segments(check_cu_seqlens(cu_seqlens, B, T, theta.device), T)
+        check_packed_state(h0, seg.cu_seqlens.shape[0] - 1, (n, k), "h0")
+    else:
+        _validate.shape_is(h0, "h0", (B, n, k), "(B, n, k)")
     if scale is not None:
         _validate.float_tensor(scale, "scale", 4, "(B, T, n, k)")
         _validate.shape_is(scale, "scale", (B, T, n, k), "(B, T, n, k)")
@@ -276,7 +345,20 @@ def _givens_recurrence(
         _validate.shape_is(log_gamma, "log_gamma", (B, T, n), "(B, T, n)")
         named.append(("log_gamma", log_gamma))
     _validate.same_kind(named)
+    if seg is not None:
+        theta, b, h0, scale = _restart_givens(theta, b, h0, scale, log_gamma, seg)
     return call("givens_recurrence", givens_recurrence_eager, theta, b, h0, scale, log_gamma)
+
+
+def _restart_givens(theta, b, h0, scale, log_gamma, seg: Segments):
+    """Packed inputs of the Givens recurrence: at each sequence's first step the transition is
+    zeroed (``scale = 0``) and its action on that sequence's ``h0`` moves into the input."""
+    starts = seg.starts.reshape(1, -1, 1, 1)
+    entry = givens_step(h0[seg.seq_id.long()].unsqueeze(0), theta, b, scale, log_gamma)
+    b = torch.where(starts, entry, b)
+    keep = torch.ones_like(b) if scale is None else scale
+    scale = torch.where(starts, torch.zeros_like(keep), keep)
+    return theta, b, torch.zeros_like(h0[:1]).expand(1, *h0.shape[1:]), scale
 
 
 def _delta_rule(
@@ -287,6 +369,8 @@ def _delta_rule(
     log_gamma: torch.Tensor | None = None,
     h0: torch.Tensor | None = None,
     chunk_size: int = 64,
+    *,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The delta rule (DeltaNet / DeltaProduct) behind DeltaMinGRU (private op).
 
@@ -301,9 +385,16 @@ def _delta_rule(
         log_gamma: ``(B, T, H)`` per-token log decay, or ``None``.
         h0: ``(B, H, d_k, d_v)`` initial state, or ``None`` (zeros).
         chunk_size: tokens per chunk of the eager chunked form (a speed hint, ≥ 1).
+        cu_seqlens: packed sequences: ``(N+1,)`` integer offsets (starting at 0,
+            non-decreasing, ending at T) of ``N`` sequences laid end to end in one row
+            (``B = 1``). The state restarts at the first token of every sequence from that
+            sequence's own ``h0[n]``: ``h0`` is then ``(N, H, d_k, d_v)`` (or ``None``:
+            zeros) and ``h_T`` is ``(N, H, d_k, d_v)``, each sequence's final state (an empty
+            sequence's is its initial state). Equal to running each sequence alone.
 
     Returns:
-        ``(o (B, T, H, d_v), h_T (B, H, d_k, d_v))`` in ``q``'s dtype.
+        ``(o (B, T, H, d_v), h_T (B, H, d_k, d_v))`` in ``q``'s dtype; packed,
+        ``(o (1, T, H, d_v), h_T (N, H, d_k, d_v))``.
 
     Example:
         >>> import torch, torch.nn.functional as F
@@ -319,12 +410,18 @@ def _delta_rule(
     for name, t in named:
         _validate.floating(t, f"delta_rule: {name}")
     positive_int(chunk_size, "chunk_size")
-    check_delta_rule_shapes(q, k, v, beta, log_gamma, h0)
+    check_delta_rule_shapes(q, k, v, beta, log_gamma, None if cu_seqlens is not None else h0)
     devices = {t.device for _, t in named}
     if len(devices) > 1:
         raise ValueError(
             f"delta_rule: all tensors must be on one device; got {sorted(map(str, devices))}"
         )
+    if cu_seqlens is not None:
+        B, T, _, H, dk = k.shape
+        cu = check_cu_seqlens(cu_seqlens, B, T, q.device)
+        check_packed_state(h0, cu.shape[0] - 1, (H, dk, v.shape[-1]), "h0")
+        return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size,
+                    cu_seqlens=cu)
     return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size)
 
 

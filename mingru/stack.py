@@ -95,14 +95,21 @@ class MinGRUStack(nn.Module):
         x: torch.Tensor,
         state: Sequence[torch.Tensor | None] | None = None,
         delta_t: torch.Tensor | None = None,
+        *,
+        cu_seqlens: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, State]:
-        """``(out (B, T, d_model), new_state)`` for ``x (B, T, input_size)``."""
+        """``(out (B, T, d_model), new_state)`` for ``x (B, T, input_size)``.
+
+        With ``cu_seqlens`` (``(N+1,)`` integer offsets of ``N`` sequences packed into one row,
+        ``B = 1``) every layer restarts at every sequence: each layer's state in ``state`` and
+        ``new_state`` is ``(N, 1, S_l)``, one per sequence."""
         check_sequence(x, self.input_size, module=self)
         state = self._check_state(state)
+        packed = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
         h = self.in_proj(x)
         new_state: State = []
         for block, s, dt in zip(self.blocks, state, self._gaps(delta_t), strict=True):
-            h, s = block(h, s, dt)
+            h, s = block(h, s, dt, **packed)
             new_state.append(s)
         return self.norm(h), new_state
 

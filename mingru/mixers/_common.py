@@ -18,6 +18,7 @@ from torch import nn
 from mingru import _validate
 from mingru._eager.mingru_cell import g as g
 from mingru._eager.mingru_cell import log_g as log_g
+from mingru._packing import check_cu_seqlens
 from mingru_kernels._spec import DECAY_MODES as DECAY_MODES
 from mingru_kernels._spec import MAX_GAP, check_decay, inverse_softplus
 
@@ -175,3 +176,14 @@ def check_state(
     if h.device != like.device:
         raise ValueError(f"{name} must be on {like.device}; got {h.device}")
     return h.to(like.dtype)
+
+
+def packed_offsets(
+    cu_seqlens: torch.Tensor | None, x: torch.Tensor
+) -> tuple[torch.Tensor | None, int]:
+    """The checked offsets of a packed call on ``x (1, T, ·)`` (or ``None``) and the number of
+    states the call carries: ``N`` sequences when packed, else the batch size ``B``."""
+    if cu_seqlens is None:
+        return None, x.shape[0]
+    cu = check_cu_seqlens(cu_seqlens, x.shape[0], x.shape[1], x.device)
+    return cu, cu.shape[0] - 1

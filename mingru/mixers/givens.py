@@ -20,7 +20,15 @@ import torch
 from torch import nn
 
 from mingru._eager.givens_recurrence import givens_step
-from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token, project
+from mingru._packing import final_states, segments
+from mingru.mixers._common import (
+    TimeDecay,
+    check_sequence,
+    check_state,
+    check_token,
+    packed_offsets,
+    project,
+)
 from mingru.scans import _givens_recurrence
 from mingru_kernels._spec import check_givens, check_size
 
@@ -82,21 +90,37 @@ class BlockRotationBase(nn.Module):
         x: torch.Tensor,
         h_0: torch.Tensor | None = None,
         delta_t: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+        return_state: bool = False,
+        *,
+        cu_seqlens: torch.Tensor | None = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; ``h_0 (B, 1, hidden)``
-        overrides the learned initial state; ``delta_t (B, T)`` or ``(B, T, 1)`` with decay."""
+        overrides the learned initial state; ``delta_t (B, T)`` or ``(B, T, 1)`` with decay.
+        With ``return_state`` also the last state ``(B, 1, hidden)``.
+
+        With ``cu_seqlens`` (``(N+1,)`` integer offsets of ``N`` sequences packed into one
+        row, ``B = 1``) every sequence starts from its own state: ``h_0`` is ``(N, 1, hidden)``
+        (default: the learned ``h0`` for each), ``delta_t`` ``(1, T)``, and the state returned
+        is ``(N, 1, hidden)``, each sequence's last (an empty one's is its ``h_0``)."""
         check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         n, k = self.n_blocks, self.block_size
+        cu, n_states = packed_offsets(cu_seqlens, x)
         b, theta, scale = self._projections(x)
         if h_0 is None:
-            h0 = self.h0.to(b.dtype).reshape(1, n, k).expand(B, n, k).contiguous()
+            h0 = self.h0.to(b.dtype).reshape(1, n, k).expand(n_states, n, k).contiguous()
         else:
-            h0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, like=b)
-            h0 = h0.reshape(B, n, k)
+            h0 = check_state(h_0, n_states, self.hidden_size, "h_0", sequence=True, like=b)
+            h0 = h0.reshape(n_states, n, k)
         log_gamma = self._log_gamma(delta_t, B, T, b)
-        h = _givens_recurrence(theta.to(b.dtype), b, h0, _cast(scale, b), log_gamma)
-        return h.reshape(B, T, self.hidden_size)
+        h = _givens_recurrence(theta.to(b.dtype), b, h0, _cast(scale, b), log_gamma,
+                               cu_seqlens=cu).reshape(B, T, self.hidden_size)
+        if not return_state:
+            return h
+        if cu is None:
+            return h, h[:, -1:]
+        last = final_states(h, segments(cu, T), h0.reshape(n_states, self.hidden_size))
+        return h, last[:, None]
 
     def step(
         self,

@@ -25,6 +25,7 @@ from mingru.mixers._common import (
     check_state,
     check_token,
     g,
+    packed_offsets,
     project,
 )
 from mingru_kernels._spec import check_size
@@ -102,20 +103,32 @@ class MinGRU(nn.Module):
         x: torch.Tensor,
         h_0: torch.Tensor | None = None,
         delta_t: torch.Tensor | None = None,
+        return_state: bool = False,
         *,
+        cu_seqlens: torch.Tensor | None = None,
         sequence_group: Any = None,
-    ) -> torch.Tensor:
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring.
+
+        With ``return_state`` also the last state ``(B, 1, hidden)``.
+
+        With ``cu_seqlens`` (``(N+1,)`` integer offsets of ``N`` sequences packed into one
+        row, ``B = 1``) every sequence starts from its own state: ``h_0`` is ``(N, 1, hidden)``
+        (default: the mixer's ``h_0`` for each), ``delta_t`` ``(1, T)``, and the state returned
+        is ``(N, 1, hidden)``, each sequence's last (an empty one's is its ``h_0``).
 
         With ``sequence_group`` (a ``torch.distributed`` process group) the sequence is split
         along T across its ranks: ``x`` and ``delta_t`` are this rank's contiguous slice (in
         rank order), ``h_0`` the state before the whole sequence, and the result this slice's
-        states (see :func:`mingru.linear_recurrence`)."""
+        states; a returned state is the whole sequence's (see :func:`mingru.linear_recurrence`)."""
         check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
+        cu, n_states = packed_offsets(cu_seqlens, x)
         k = project(x, self.linear_z, self.linear_h)  # its dtype (autocast's, not x's) rules
         log_gamma = self.decay.log_gamma(delta_t, B, T, like=k)
-        return mingru_cell(k, self._h0(h_0, B, k), log_gamma, sequence_group=sequence_group)
+        out = mingru_cell(k, self._h0(h_0, n_states, k), log_gamma, return_state,
+                          cu_seqlens=cu, sequence_group=sequence_group)
+        return (out[0], out[1][:, None]) if return_state else out
 
     def step(
         self,

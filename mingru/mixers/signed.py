@@ -17,7 +17,14 @@ import torch
 from torch import nn
 
 from mingru.cells import signed_mingru_cell
-from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token, project
+from mingru.mixers._common import (
+    TimeDecay,
+    check_sequence,
+    check_state,
+    check_token,
+    packed_offsets,
+    project,
+)
 from mingru_kernels._spec import check_size
 
 __all__ = ["SignedMinGRU"]
@@ -95,26 +102,38 @@ class SignedMinGRU(nn.Module):
         x: torch.Tensor,
         h_0: torch.Tensor | None = None,
         delta_t: torch.Tensor | None = None,
+        return_state: bool = False,
         *,
+        cu_seqlens: torch.Tensor | None = None,
         sequence_group: Any = None,
-    ) -> torch.Tensor:
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring.
+
+        With ``return_state`` also the last state ``(B, 1, hidden)``.
+
+        With ``cu_seqlens`` (``(N+1,)`` integer offsets of ``N`` sequences packed into one
+        row, ``B = 1``) every sequence starts from its own state: ``h_0`` is ``(N, 1, hidden)``
+        (default: the mixer's ``h_0`` for each), ``delta_t`` ``(1, T)``, and the state returned
+        is ``(N, 1, hidden)``, each sequence's last (an empty one's is its ``h_0``).
 
         With ``sequence_group`` (a ``torch.distributed`` process group) the sequence is split
         along T across its ranks: ``x`` and ``delta_t`` are this rank's contiguous slice (in
         rank order), ``h_0`` the state before the whole sequence, and the result this slice's
-        states (see :func:`mingru.linear_recurrence`)."""
+        states; a returned state is the whole sequence's (see :func:`mingru.linear_recurrence`)."""
         check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
+        cu, n_states = packed_offsets(cu_seqlens, x)
         # One GEMM for the three projections; the cell forms the gates inside the kernel.
         k = project(x, self.linear_z, self.linear_s, self.linear_h)
         log_gamma = self.decay.log_gamma(delta_t, B, T, like=k)
         if h_0 is not None:
-            h_0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, like=k)[:, 0]
+            h_0 = check_state(h_0, n_states, self.hidden_size, "h_0", sequence=True, like=k)[:, 0]
         elif self.h0 is not None:
-            h_0 = self.h0.to(k.dtype).expand(B, self.hidden_size)
-        return signed_mingru_cell(k, h_0, log_gamma, coupled=self.coupled,
-                                  sequence_group=sequence_group)
+            h_0 = self.h0.to(k.dtype).expand(n_states, self.hidden_size)
+        out = signed_mingru_cell(k, h_0, log_gamma, coupled=self.coupled,
+                                 return_final_state=return_state, cu_seqlens=cu,
+                                 sequence_group=sequence_group)
+        return (out[0], out[1][:, None]) if return_state else out
 
     def step(
         self,
