@@ -60,13 +60,19 @@ def main() -> int:
     parser.add_argument("--shapes", default="big,16k")
     parser.add_argument("--strategy", default=None, help="force walk or chunked")
     parser.add_argument("--bwd", action="store_true")
+    parser.add_argument("--tiles", default=None,
+                        help="only these tiles, e.g. '32x64x1,64x32x1' (block_t x block_d x "
+                             "num_warps) instead of the grid")
     args = parser.parse_args()
+    tiles = list(itertools.product(*GRID.values()))
+    if args.tiles:
+        tiles = [tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",")]
     for op, shape in itertools.product(args.ops.split(","), args.shapes.split(",")):
         B, T, D = SHAPES[shape]
         xs = inputs(op, B, T, D, args.bwd)
         fn = getattr(mingru, op)
         rows = []
-        for bt, bd, nw in itertools.product(*GRID.values()):
+        for bt, bd, nw in tiles:
             try:
                 with mingru.use_backend("triton"), switches.forced(
                         PLAN_OP.get(op, op), block_t=bt, block_d=bd, num_warps=nw,
