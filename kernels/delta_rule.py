@@ -24,6 +24,18 @@ columns) runs ``S ← M S + N`` and stores every chunk's start state, ``delta_ru
 backwards and stores each chunk's end-state gradient; ``delta_rule_bwd_grads_kernel`` (parallel)
 recomputes the chunk and writes the gradients of ``q, k, v, β, log γ``.
 
+Packed sequences (``PACKED``, ``B = 1``). The launchers lay the ``N`` sequences out
+chunk-aligned — each starts at a chunk boundary, the gaps are identity steps — so no chunk
+straddles two sequences and the per-chunk kernels need no change. The two state kernels take
+three int32 tables: ``cseq[c]`` (the sequence chunk ``c`` starts, or −1), ``cend[c]`` (the
+sequence whose last chunk it is, or −1) and ``cu`` (the ``N+1`` offsets, for the empty
+sequences). Forward: a chunk that starts sequence ``n`` starts from ``h0[n]`` (zeros without
+``h0``) instead of the carried state, the state after a chunk that ends sequence ``n`` is
+stored as ``h_T[n]`` and an empty sequence's ``h_T[n]`` is its ``h0[n]``; ``h0, h_T`` are
+``(N, H, d_k, d_v)``. Backward: the adjoint entering a sequence's last chunk is ``dh_T[n]``
+(not the next chunk's), the adjoint of a starting chunk's start state is written as
+``dh0[n]`` and then cut, and an empty sequence's ``dh0[n]`` is its ``dh_T[n]``.
+
 Register budget. Float32 ``tl.dot`` without TF32 runs on FMA units and holds whole rows and
 columns of its operands in registers, so no product here contracts over more than ``LP``
 (chunk) or a 16-wide slice of ``d_k`` / ``d_v``: contractions over ``d_k`` are summed over
@@ -246,16 +258,30 @@ def delta_rule_fwd_prep_kernel(
 
 
 @triton.jit
+def _seq_tile(ptr, n, bh64, H, DK, DV, ik, iv):
+    """Pointers of the ``(BK, VS)`` tile of a per-sequence state ``(N, H, DK, DV)`` at
+    sequence ``n`` and head ``bh64`` (int64; packed calls have ``B = 1``, so ``bh = h``)."""
+    return ptr + (bh64 + n * H) * DK * DV + ik[:, None] * DV + iv[None, :]
+
+
+@triton.jit
 def delta_rule_fwd_state_kernel(
-    h0_ptr, m_ptr, n_ptr, states_ptr, ht_ptr,
-    DK, DV, NC,
+    h0_ptr, m_ptr, n_ptr, states_ptr, ht_ptr, cseq_ptr, cend_ptr, cu_ptr,
+    H, DK, DV, NC, NSEQ,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-    HAS_H0: tl.constexpr, PREC: tl.constexpr,
+    HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
 ):
     """Grid ``(B·H, BV/VS)``: one program per (b, h) and slice of ``VS`` state columns.
     ``states[c] = S_c`` (chunk start states, ``c < NC``) by ``S_{c+1} = M_c S_c + N_c``;
     ``h_T = S_NC`` in the output dtype. Launch with ``num_stages=1``: the product
-    re-reads the state just stored (slices of ``KS`` rows) behind a barrier."""
+    re-reads the state just stored (slices of ``KS`` rows) behind a barrier.
+
+    ``PACKED`` (``B = 1``; ``NSEQ`` sequences laid out chunk-aligned, see the launchers):
+    ``h0`` and ``h_T`` are ``(NSEQ, H, DK, DV)``; ``cseq[c]`` (int32) is the sequence chunk
+    ``c`` starts (its start state is then ``h0[cseq[c]]``, zeros without ``h0``) or −1,
+    ``cend[c]`` the sequence whose last chunk it is (its end state is stored as
+    ``h_T[cend[c]]``) or −1; ``cu (NSEQ+1)`` (int32 offsets) finds the empty sequences,
+    whose ``h_T`` is their ``h0``. Otherwise the three tables are never read."""
     bh = tl.program_id(0)
     bh64 = bh.to(tl.int64)
     ik = tl.arange(0, BK)
@@ -263,11 +289,31 @@ def delta_rule_fwd_state_kernel(
     kv = ik[:, None] * BV + iv[None, :]
     user = bh64 * DK * DV + ik[:, None] * DV + iv[None, :]
     user_mask = (ik[:, None] < DK) & (iv[None, :] < DV)
-    if HAS_H0:
+    if PACKED:
+        for n in range(NSEQ):
+            empty = tl.load(cu_ptr + n + 1) == tl.load(cu_ptr + n)
+            if HAS_H0:
+                S0 = tl.load(_seq_tile(h0_ptr, n, bh64, H, DK, DV, ik, iv),
+                             mask=tl.where(empty, user_mask, False), other=0.0).to(tl.float32)
+            else:
+                S0 = tl.zeros([BK, VS], dtype=tl.float32)
+            tl.store(_seq_tile(ht_ptr, n, bh64, H, DK, DV, ik, iv),
+                     S0.to(ht_ptr.dtype.element_ty), mask=tl.where(empty, user_mask, False))
+        S = tl.zeros([BK, VS], dtype=tl.float32)
+    elif HAS_H0:
         S = tl.load(h0_ptr + user, mask=user_mask, other=0.0).to(tl.float32)
     else:
         S = tl.zeros([BK, VS], dtype=tl.float32)
     for c in range(NC):
+        if PACKED:
+            s = tl.load(cseq_ptr + c)
+            starts = s >= 0
+            if HAS_H0:
+                S0 = tl.load(_seq_tile(h0_ptr, tl.maximum(s, 0), bh64, H, DK, DV, ik, iv),
+                             mask=tl.where(starts, user_mask, False), other=0.0).to(tl.float32)
+            else:
+                S0 = tl.zeros([BK, VS], dtype=tl.float32)
+            S = tl.where(starts, S0, S)
         sbase = (bh64 * NC + c) * (BK * BV)
         tl.store(states_ptr + sbase + kv, S)
         tl.debug_barrier()
@@ -279,7 +325,12 @@ def delta_rule_fwd_state_kernel(
             Sj = tl.load(states_ptr + sbase + jj[:, None] * BV + iv[None, :])
             acc = tl.dot(Mj, Sj, acc=acc, input_precision=PREC)
         S = acc
-    tl.store(ht_ptr + user, S.to(ht_ptr.dtype.element_ty), mask=user_mask)
+        if PACKED:
+            e = tl.load(cend_ptr + c)
+            tl.store(_seq_tile(ht_ptr, tl.maximum(e, 0), bh64, H, DK, DV, ik, iv),
+                     S.to(ht_ptr.dtype.element_ty), mask=tl.where(e >= 0, user_mask, False))
+    if not PACKED:
+        tl.store(ht_ptr + user, S.to(ht_ptr.dtype.element_ty), mask=user_mask)
 
 
 @triton.jit
@@ -314,15 +365,21 @@ def delta_rule_fwd_out_kernel(
 
 @triton.jit
 def delta_rule_bwd_state_kernel(
-    dht_ptr, do_ptr, m_ptr, qeff_ptr, dstates_ptr, dh0_ptr,
-    T, H, DK, DV, NC,
+    dht_ptr, do_ptr, m_ptr, qeff_ptr, dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr,
+    T, H, DK, DV, NC, NSEQ,
     C: tl.constexpr, CP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     KS: tl.constexpr, VS: tl.constexpr,
-    HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr, PREC: tl.constexpr,
+    HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
 ):
     """Grid ``(B·H, BV/VS)``. Backwards over chunks: ``dstates[c] = ∂L/∂S_{c+1}`` and
     ``∂L/∂S_c = M_cᵀ ∂L/∂S_{c+1} + Qeff_cᵀ dO_c``; ``dh0 = ∂L/∂S_0``. ``num_stages=1``
-    (re-reads the slice just stored, as the forward state kernel does)."""
+    (re-reads the slice just stored, as the forward state kernel does).
+
+    ``PACKED`` (tables as in :func:`delta_rule_fwd_state_kernel`): the adjoint is cut at
+    every sequence boundary — the last chunk of sequence ``n`` starts from ``dh_T[n]``
+    (zeros without ``dh_T``), not from the next chunk's adjoint, and the adjoint of the start
+    state of the chunk that starts sequence ``n`` is ``dh0[n]``; an empty sequence's
+    ``dh0[n]`` is its ``dh_T[n]``."""
     bh = tl.program_id(0)
     bh64 = bh.to(tl.int64)
     ik = tl.arange(0, BK)
@@ -331,12 +388,33 @@ def delta_rule_bwd_state_kernel(
     kv = ik[:, None] * BV + iv[None, :]
     user = bh64 * DK * DV + ik[:, None] * DV + iv[None, :]
     user_mask = (ik[:, None] < DK) & (iv[None, :] < DV)
-    if HAS_DHT:
+    if PACKED:
+        if HAS_H0:
+            for n in range(NSEQ):
+                empty = tl.load(cu_ptr + n + 1) == tl.load(cu_ptr + n)
+                if HAS_DHT:
+                    g = tl.load(_seq_tile(dht_ptr, n, bh64, H, DK, DV, ik, iv),
+                                mask=tl.where(empty, user_mask, False), other=0.0).to(tl.float32)
+                else:
+                    g = tl.zeros([BK, VS], dtype=tl.float32)
+                tl.store(_seq_tile(dh0_ptr, n, bh64, H, DK, DV, ik, iv),
+                         g.to(dh0_ptr.dtype.element_ty), mask=tl.where(empty, user_mask, False))
+        dS = tl.zeros([BK, VS], dtype=tl.float32)
+    elif HAS_DHT:
         dS = tl.load(dht_ptr + user, mask=user_mask, other=0.0).to(tl.float32)
     else:
         dS = tl.zeros([BK, VS], dtype=tl.float32)
     for i in range(NC):
         c = NC - 1 - i
+        if PACKED:
+            e = tl.load(cend_ptr + c)
+            ends = e >= 0
+            if HAS_DHT:
+                g = tl.load(_seq_tile(dht_ptr, tl.maximum(e, 0), bh64, H, DK, DV, ik, iv),
+                            mask=tl.where(ends, user_mask, False), other=0.0).to(tl.float32)
+            else:
+                g = tl.zeros([BK, VS], dtype=tl.float32)
+            dS = tl.where(ends, g, dS)
         dbase = (bh64 * NC + c) * (BK * BV)
         tl.store(dstates_ptr + dbase + kv, dS)
         tl.debug_barrier()
@@ -353,8 +431,16 @@ def delta_rule_bwd_state_kernel(
             dSj = tl.load(dstates_ptr + dbase + jj[:, None] * BV + iv[None, :])
             acc = tl.dot(MtJ, dSj, acc=acc, input_precision=PREC)
         dS = acc
+        if PACKED:
+            s = tl.load(cseq_ptr + c)
+            starts = s >= 0
+            if HAS_H0:
+                tl.store(_seq_tile(dh0_ptr, tl.maximum(s, 0), bh64, H, DK, DV, ik, iv),
+                         dS.to(dh0_ptr.dtype.element_ty), mask=tl.where(starts, user_mask, False))
+            dS = tl.where(starts, 0.0, dS)
     if HAS_H0:
-        tl.store(dh0_ptr + user, dS.to(dh0_ptr.dtype.element_ty), mask=user_mask)
+        if not PACKED:
+            tl.store(dh0_ptr + user, dS.to(dh0_ptr.dtype.element_ty), mask=user_mask)
 
 
 @triton.jit

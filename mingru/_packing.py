@@ -53,10 +53,11 @@ class Segments(NamedTuple):
 
 
 def check_cu_seqlens(cu_seqlens: object, batch: int, steps: int, device: torch.device,
-                     name: str = "cu_seqlens") -> torch.Tensor:
+                     name: str = "cu_seqlens", *, sharded: bool = False) -> torch.Tensor:
     """``cu_seqlens`` as an int64 tensor on ``device``, or a ``ValueError``/``TypeError`` naming
     it: a 1-D integer tensor ``(N+1,)``, ``N ≥ 1``, starting at 0, non-decreasing, ending at
-    ``T = steps``, for a batch of ``batch = 1`` rows."""
+    ``T = steps``, for a batch of ``batch = 1`` rows. ``sharded``: the offsets are those of a
+    row split across ranks (they end at the total length, not at this slice's ``steps``)."""
     if not isinstance(cu_seqlens, torch.Tensor):
         raise TypeError(f"{name} must be a 1-D integer torch.Tensor (N+1,) of sequence offsets; "
                         f"got {type(cu_seqlens).__name__}")
@@ -73,7 +74,8 @@ def check_cu_seqlens(cu_seqlens: object, batch: int, steps: int, device: torch.d
     if torch.compiler.is_compiling():
         return cu_seqlens.to(device=device, dtype=torch.int64)
     if not _was_checked(cu_seqlens, steps):
-        check_cu_seqlens_values(cu_seqlens.tolist(), steps, name)
+        values = cu_seqlens.tolist()
+        check_cu_seqlens_values(values, values[-1] if sharded else steps, name)
     out = cu_seqlens.to(device=device, dtype=torch.int64)
     # A stack passes the same offsets to every layer: read them on the host once.
     if len(_checked) > 256:

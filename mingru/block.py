@@ -111,16 +111,25 @@ class MinGRUBlock(nn.Module):
         delta_t: torch.Tensor | None = None,
         *,
         cu_seqlens: torch.Tensor | None = None,
+        sequence_group: Any = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(out (B, T, d_model), state (B, 1, S))`` for ``x (B, T, d_model)``; ``h_0`` is
         a previous ``state`` (``None``: the mixer's default).
 
         With ``cu_seqlens`` (``(N+1,)`` integer offsets of ``N`` sequences packed into one row,
         ``B = 1``) the mixer restarts at every sequence: ``h_0`` and the returned state are
-        ``(N, 1, S)``, one per sequence (the norms and the MLP act per token)."""
+        ``(N, 1, S)``, one per sequence (the norms and the MLP act per token).
+
+        With ``sequence_group`` (a ``torch.distributed`` process group) the sequence is split
+        along T across its ranks: ``x (B, T_r, d_model)`` and ``delta_t (B, T_r)`` are this
+        rank's contiguous slice (in rank order), ``h_0 (B, 1, S)`` the state before the whole
+        sequence; ``out (B, T_r, d_model)`` is this slice's and ``state (B, 1, S)`` the whole
+        sequence's, on every rank (the mixer's exchange is the only communication)."""
         check_sequence(x, self.d_model, module=self)
         u = self.norm1(x)
         packed = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
+        if sequence_group is not None:
+            packed["sequence_group"] = sequence_group
         y, state = self.mixer(u, h_0=h_0, delta_t=delta_t, return_state=True, **packed)
         return self._feed_forward(x + self.dropout(y)), state
 

@@ -15,6 +15,7 @@ import torch
 
 from mingru import _validate
 from mingru._eager.mingru_cell import mingru_cell_eager, transitions
+from mingru._packed_sharding import packed_sequence_parallel
 from mingru._packing import check_cu_seqlens, final_states, segments
 from mingru._sharding import check_group, sequence_parallel
 from mingru.dispatch import call
@@ -41,7 +42,8 @@ def mingru_cell(
         return_final_state: also return ``h_T``.
         cu_seqlens: packed sequences: ``(N+1,)`` integer offsets of ``N`` sequences laid end
             to end in one row (``B = 1``; as in :func:`mingru.linear_recurrence`): each
-            restarts from its own ``initial_state`` row (``(N, D)``) and ``h_T`` is ``(N, D)``.
+            restarts from its own ``initial_state`` row (``(N, D)``) and ``h_T`` is ``(N, D)``;
+            with ``sequence_group`` too, the offsets are the whole row's.
         sequence_group: a ``torch.distributed`` process group over which the sequence is
             split along T (as in :func:`mingru.linear_recurrence`).
 
@@ -80,7 +82,8 @@ def signed_mingru_cell(
         return_final_state: also return ``h_T``.
         cu_seqlens: packed sequences: ``(N+1,)`` integer offsets of ``N`` sequences laid end
             to end in one row (``B = 1``; as in :func:`mingru.linear_recurrence`): each
-            restarts from its own ``initial_state`` row (``(N, D)``) and ``h_T`` is ``(N, D)``.
+            restarts from its own ``initial_state`` row (``(N, D)``) and ``h_T`` is ``(N, D)``;
+            with ``sequence_group`` too, the offsets are the whole row's.
         sequence_group: a ``torch.distributed`` process group over which the sequence is
             split along T (as in :func:`mingru.linear_recurrence`).
 
@@ -109,13 +112,16 @@ def _cell(k, n_gates, initial_state, log_gamma, signed, coupled, return_final_st
     if cu_seqlens is not None:
         B, T = k.shape[:2] if k.ndim == 3 else (1, 0)
         D = check_cell_shapes(k, n_gates, None, log_gamma)
-        cu = check_cu_seqlens(cu_seqlens, B, T, k.device)
+        cu = check_cu_seqlens(cu_seqlens, B, T, k.device, sharded=sequence_group is not None)
         check_packed_state(initial_state, cu.shape[0] - 1, (D,), "initial_state")
         _validate.same_kind(named)
         if sequence_group is not None:
-            raise NotImplementedError(
-                "cu_seqlens together with sequence_group is not supported yet: pack the "
-                "sequences of each rank's slice without sharding, or shard one unpacked sequence")
+            check_group(sequence_group)
+            return packed_sequence_parallel(
+                lambda table, seq_id: call("mingru_cell", mingru_cell_eager, k, table,
+                                           log_gamma, signed, coupled, False, seq_id),
+                _transition_product(k, log_gamma, signed, coupled), cu, T, initial_state,
+                sequence_group, bool(return_final_state))
         seg = segments(cu, T)
         h = call("mingru_cell", mingru_cell_eager, k, initial_state, log_gamma, signed, coupled,
                  False, seg.seq_id)

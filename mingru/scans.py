@@ -23,6 +23,7 @@ from mingru._eager.linear_recurrence import linear_recurrence_eager
 from mingru._eager.linear_scan import linear_scan_eager
 from mingru._eager.matrix_affine_scan import matrix_affine_scan_eager
 from mingru._eager.parallel_scan_log import parallel_scan_log_eager
+from mingru._packed_sharding import packed_sequence_parallel
 from mingru._packing import (
     Segments,
     check_cu_seqlens,
@@ -149,7 +150,9 @@ def linear_recurrence(
             non-decreasing, ending at T) of ``N`` sequences laid end to end in one row
             (``B = 1``). Each sequence starts from its own state: ``initial_state`` is then
             ``(N, D)`` and ``h_T`` is ``(N, D)``, each sequence's last state (an empty
-            sequence's is its initial state).
+            sequence's is its initial state). With ``sequence_group`` too, the offsets are
+            those of the whole row (the same on every rank, ending at the total length) and
+            sequences may straddle ranks (:mod:`mingru._packed_sharding`).
         sequence_group: a ``torch.distributed`` process group over which the sequence is
             split along T: each rank passes its contiguous slice (in rank order; lengths may
             differ) and gets that slice's states; ``initial_state`` is the state before the
@@ -176,13 +179,19 @@ def linear_recurrence(
     _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
     B, T, D = a.shape
     if cu_seqlens is not None:
-        cu = check_cu_seqlens(cu_seqlens, B, T, a.device)
-        _check_not_sharded(sequence_group)
+        cu = check_cu_seqlens(cu_seqlens, B, T, a.device, sharded=sequence_group is not None)
         if initial_state is not None:
             _validate.float_tensor(initial_state, "initial_state", 2, "(N, D)")
             check_packed_state(initial_state, cu.shape[0] - 1, (D,), "initial_state")
             named.append(("initial_state", initial_state))
         _validate.same_kind(named)
+        if sequence_group is not None:
+            check_group(sequence_group)
+            return packed_sequence_parallel(
+                lambda table, seq_id: call("linear_recurrence", linear_recurrence_eager, a, b,
+                                           table, False, seq_id),
+                a.to(torch.float32).prod(dim=1).to(a.dtype), cu, T, initial_state,
+                sequence_group, bool(return_final_state))
         seg = segments(cu, T)
         h = call("linear_recurrence", linear_recurrence_eager, a, b, initial_state, False,
                  seg.seq_id)
@@ -424,9 +433,3 @@ def _delta_rule(
                     cu_seqlens=cu)
     return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size)
 
-
-def _check_not_sharded(sequence_group: Any) -> None:
-    if sequence_group is not None:
-        raise NotImplementedError(
-            "cu_seqlens together with sequence_group is not supported yet: pack the sequences "
-            "of each rank's slice without sharding, or shard one unpacked sequence")

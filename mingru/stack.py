@@ -97,15 +97,24 @@ class MinGRUStack(nn.Module):
         delta_t: torch.Tensor | None = None,
         *,
         cu_seqlens: torch.Tensor | None = None,
+        sequence_group: Any = None,
     ) -> tuple[torch.Tensor, State]:
         """``(out (B, T, d_model), new_state)`` for ``x (B, T, input_size)``.
 
         With ``cu_seqlens`` (``(N+1,)`` integer offsets of ``N`` sequences packed into one row,
         ``B = 1``) every layer restarts at every sequence: each layer's state in ``state`` and
-        ``new_state`` is ``(N, 1, S_l)``, one per sequence."""
+        ``new_state`` is ``(N, 1, S_l)``, one per sequence.
+
+        With ``sequence_group`` (a ``torch.distributed`` process group) the sequence is split
+        along T across its ranks: ``x (B, T_r, input_size)`` and ``delta_t (B, T_r)`` are this
+        rank's contiguous slice (in rank order), each layer's ``state`` ``(B, 1, S_l)`` the
+        state before the whole sequence; ``out (B, T_r, d_model)`` is this slice's and every
+        ``new_state`` entry the whole sequence's, on every rank (one exchange per layer)."""
         check_sequence(x, self.input_size, module=self)
         state = self._check_state(state)
         packed = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
+        if sequence_group is not None:
+            packed["sequence_group"] = sequence_group
         h = self.in_proj(x)
         new_state: State = []
         for block, s, dt in zip(self.blocks, state, self._gaps(delta_t), strict=True):

@@ -41,7 +41,7 @@ FRAMEWORKS = ("torch", "jax", "flax", "jax_triton")
 LAYERS = {
     "": 5, "__main__": 5,
     "mixers": 4, "block": 4, "stack": 4, "convert": 4,
-    "scans": 3, "cells": 3, "_sharding": 3,
+    "scans": 3, "cells": 3, "_sharding": 3, "_packed_sharding": 3,
     "dispatch": 2,
     "_launch": 1, "_eager": 1, "_validate": 1, "_packing": 1,
 }

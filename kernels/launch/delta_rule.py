@@ -124,6 +124,15 @@ def n_chunks(T: int, cfg: dict) -> int:
     return -(-T // cfg["C"])
 
 
+def packed_chunks(T: int, n_seq: int, C: int) -> int:
+    """Chunks of the chunk-aligned packed layout of ``n_seq`` sequences of ``T`` tokens in
+    all, ``C`` tokens per chunk: every sequence starts at a chunk boundary, so sequence ``n``
+    takes ``ceil(L_n / C)`` chunks and all of them at most ``(T + n_seq·(C−1)) // C`` — a
+    static bound (at least 1) computed from shapes only, never from the offsets' values.
+    The eager twins use it with their ``chunk_size``, the launchers with ``cfg["C"]``."""
+    return max(1, (T + n_seq * (C - 1)) // C)
+
+
 def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
     """Float32 scratch shapes: ``states (BH, NC, BK, BV)``, ``M (BH, NC, BK, BK)``,
     ``N (BH, NC, BK, BV)``, ``Qeff (BH, NC, CP, BK)``, ``Ou (BH, NC, CP, BV)``;

@@ -3,7 +3,8 @@
 Registers two ``torch.library`` custom ops so ``torch.compile(fullgraph=True)`` traces the
 call as opaque nodes:
 
-* ``mingru::delta_rule_fwd(q, k, v, beta, log_gamma?, h0?, tuning)`` →
+* ``mingru::delta_rule_fwd(q, k, v, beta, log_gamma?, h0?, tuning, chunk_seq?, chunk_end?,
+  cu?)`` →
   ``(o, h_T, states, M, Qeff)`` — the last three are float32 scratch kept for the backward
   (chunk start states ``(B·H, NC, BK, BV)``, chunk maps ``(B·H, NC, BK, BK)`` and effective
   queries ``(B·H, NC, CP, BK)``), marked non-differentiable;
@@ -15,6 +16,15 @@ call as opaque nodes:
 ``LP // nh`` whole tokens, and ignore ``chunk_size`` (validated in ``mingru.scans``) — the
 result never depends on either. ``switches.forced("delta_rule", micro_chunk=..., blocked=...)``
 picks another chunk layout (tests reach every layout with it).
+
+Packed sequences (``cu_seqlens``, ``B = 1``): :func:`run` lays the tokens out chunk-aligned
+in a padded row (:func:`mingru._eager.delta_rule.packed_layout` with the kernels' chunk of
+``C = LP // nh`` tokens; the gaps are identity steps), runs the same custom ops on it with the
+int32 tables ``chunk_seq`` / ``chunk_end`` (per chunk: the sequence it starts / ends, or −1)
+and ``cu`` (int32 offsets, for the empty sequences) — the state kernels reset each
+sequence's first chunk to its ``h0[n]``, store each sequence's final state and, backwards,
+cut the state adjoint at every boundary and write ``dh0`` per sequence — and gathers ``o``
+back; the scatter and the gather are differentiated by autograd.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from mingru._eager.delta_rule import gather_packed, packed_layout, scatter_packed
 from mingru._launch._alloc import new_tensor
 from mingru._launch._op import dual_entry
 from mingru_kernels import delta_rule as kernels
@@ -44,6 +55,8 @@ def unsupported_reason(
     log_gamma: Tensor | None = None,
     h0: Tensor | None = None,
     chunk_size: int = 64,
+    *,
+    cu_seqlens: Tensor | None = None,
 ) -> str | None:
     """Why the Triton kernels cannot run this (validated) call, or ``None``."""
     for name, t in (("q", q), ("k", k), ("v", v), ("beta", beta), ("log_gamma", log_gamma),
@@ -67,6 +80,8 @@ def run(
     log_gamma: Tensor | None = None,
     h0: Tensor | None = None,
     chunk_size: int = 64,
+    *,
+    cu_seqlens: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The delta rule on the Triton kernels (shapes as in ``mingru._eager.delta_rule``):
     ``(o (B,T,H,d_v), h_T (B,H,d_k,d_v))`` in ``q``'s dtype, differentiable in every tensor
@@ -81,9 +96,22 @@ def run(
         v = torch.randn(B, T, nh, H, d, device="cuda")
         beta = 2 * torch.rand(B, T, nh, H, device="cuda")
         o, h_T = run(q, k, v, beta)            # o: (2, 9, 3, 16), h_T: (2, 3, 16, 16)
+
+    With ``cu_seqlens`` (checked int64 offsets ``(N+1,)``, ``B = 1``): ``h0`` and ``h_T`` are
+    ``(N, H, d_k, d_v)``, one state per sequence (see the module docstring).
     """
-    o, h_T, _, _, _ = _entry(q, k, v, beta, log_gamma, h0, _tuning())
-    return o, h_T
+    tuning = _tuning()
+    if cu_seqlens is None:
+        o, h_T, _, _, _ = _entry(q, k, v, beta, log_gamma, h0, tuning, None, None, None)
+        return o, h_T
+    lay = packed_layout(cu_seqlens, q.shape[1], _config(q, k, v, tuning)["C"])
+    q, k, v, beta = (scatter_packed(x, lay) for x in (q, k, v, beta))
+    if log_gamma is not None:
+        log_gamma = scatter_packed(log_gamma, lay)
+    cu = cu_seqlens.to(torch.int32)
+    o, h_T, _, _, _ = _entry(q, k, v, beta, log_gamma, h0, tuning, lay.chunk_seq,
+                             lay.chunk_end, cu)
+    return gather_packed(o, lay), h_T
 
 
 def _tuning() -> int:
@@ -109,7 +137,12 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
                               blocked=blocked)
 
 
-def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning):
+def _n_seq(cu: Tensor | None, B: int) -> int:
+    """States in ``h0`` / ``h_T``: ``N`` packed sequences, else ``B``."""
+    return B if cu is None else cu.shape[0] - 1
+
+
+def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=None, cu=None):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
     cfg = _config(q, k, v, tuning)
@@ -129,13 +162,16 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning):
     qeff = new_tensor(shp["Qeff"], f32, dev)
     ou = new_tensor(shp["Ou"], f32, dev)
     o = new_tensor((B, T, H, dv), q.dtype, dev)
-    h_T = new_tensor((B, H, dk, dv), q.dtype, dev)
+    h_T = new_tensor((_n_seq(cu, B), H, dk, dv), q.dtype, dev)
+    packed = cu is not None
+    tables = (chunk_seq, chunk_end, cu) if packed else (q, q, q)  # placeholders, never read
     kernels.delta_rule_fwd_prep_kernel[meta.grid_chunks(T, BH, cfg)](
         q, k, v, beta, lg, M, N, qeff, ou, T, H, dk, dv, nc,
         **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
     )
     kernels.delta_rule_fwd_state_kernel[meta.grid_state(BH, cfg)](
-        h0c, M, N, states, h_T, dk, dv, nc, **meta.launch_kwargs(cfg, "fwd_state", HAS_H0=has_h0)
+        h0c, M, N, states, h_T, *tables, H, dk, dv, nc, _n_seq(cu, B),
+        **meta.launch_kwargs(cfg, "fwd_state", HAS_H0=has_h0, PACKED=packed),
     )
     kernels.delta_rule_fwd_out_kernel[meta.grid_chunks(T, BH, cfg)](
         qeff, ou, states, o, T, H, dv, nc, **meta.launch_kwargs(cfg, "fwd_out")
@@ -152,13 +188,17 @@ def delta_rule_fwd(
     log_gamma: torch.Tensor | None,
     h0: torch.Tensor | None,
     tuning: int,
+    chunk_seq: torch.Tensor | None = None,
+    chunk_end: torch.Tensor | None = None,
+    cu: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Forward op: ``(o, h_T, states, M, Qeff)``."""
-    return _fwd_impl(q, k, v, beta, log_gamma, h0, tuning)
+    """Forward op: ``(o, h_T, states, M, Qeff)``; ``chunk_seq, chunk_end, cu`` (int32) are
+    the packed layout's tables, or all ``None``."""
+    return _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq, chunk_end, cu)
 
 
 @delta_rule_fwd.register_fake
-def _(q, k, v, beta, log_gamma, h0, tuning):
+def _(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=None, cu=None):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
     cfg = _config(q, k, v, tuning)
@@ -166,14 +206,15 @@ def _(q, k, v, beta, log_gamma, h0, tuning):
     f32 = torch.float32
     return (
         q.new_empty((B, T, H, dv)),
-        q.new_empty((B, H, dk, dv)),
+        q.new_empty((_n_seq(cu, B), H, dk, dv)),
         q.new_empty(shp["states"], dtype=f32),
         q.new_empty(shp["M"], dtype=f32),
         q.new_empty(shp["Qeff"], dtype=f32),
     )
 
 
-def _bwd_impl(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning):
+def _bwd_impl(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning, chunk_seq,
+              chunk_end, cu):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
     cfg = _config(q, k, v, tuning)
@@ -193,9 +234,12 @@ def _bwd_impl(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning):
     dbeta = new_tensor(beta.shape, beta.dtype, dev)
     dlg = new_tensor(log_gamma.shape, log_gamma.dtype, dev) if has_decay else q.new_empty(0)
     dh0 = new_tensor(h0.shape, h0.dtype, dev) if has_h0 else q.new_empty(0)
+    packed = cu is not None
+    tables = (chunk_seq, chunk_end, cu) if packed else (q, q, q)  # placeholders, never read
     kernels.delta_rule_bwd_state_kernel[meta.grid_state(BH, cfg)](
-        dht, do, M, qeff, dstates, dh0 if has_h0 else q, T, H, dk, dv, nc,
-        **meta.launch_kwargs(cfg, "bwd_state", HAS_DHT=has_dht, HAS_H0=has_h0),
+        dht, do, M, qeff, dstates, dh0 if has_h0 else q, *tables, T, H, dk, dv, nc,
+        _n_seq(cu, B),
+        **meta.launch_kwargs(cfg, "bwd_state", HAS_DHT=has_dht, HAS_H0=has_h0, PACKED=packed),
     )
     kernels.delta_rule_bwd_grads_kernel[meta.grid_chunks(T, BH, cfg)](
         q, k, v, beta, lg, states, dstates, do, dq, dk_, dv_, dbeta,
@@ -219,13 +263,18 @@ def delta_rule_bwd(
     do: torch.Tensor,
     dh_T: torch.Tensor | None,
     tuning: int,
+    chunk_seq: torch.Tensor | None,
+    chunk_end: torch.Tensor | None,
+    cu: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward op: ``(dq, dk, dv, dbeta, dlog_gamma, dh0)``; empty tensors stand for ``None``."""
-    return _bwd_impl(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning)
+    return _bwd_impl(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning,
+                     chunk_seq, chunk_end, cu)
 
 
 @delta_rule_bwd.register_fake
-def _(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning):
+def _(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning, chunk_seq, chunk_end,
+      cu):
     return (
         torch.empty_like(q, memory_format=torch.contiguous_format),
         torch.empty_like(k, memory_format=torch.contiguous_format),
@@ -239,29 +288,33 @@ def _(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning):
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, beta, log_gamma, h0, tuning = inputs
+    q, k, v, beta, log_gamma, h0, tuning, *tables = inputs
+    chunk_seq, chunk_end, cu = (*tables, None, None, None)[:3]  # absent: not packed
     _, _, states, M, qeff = output
     ctx.mark_non_differentiable(states, M, qeff)
     ctx.set_materialize_grads(False)  # the formula handles absent gradients itself
     ctx.has_decay = log_gamma is not None
     ctx.has_h0 = h0 is not None
     ctx.tuning = tuning
-    ctx.save_for_backward(q, k, v, beta, log_gamma, h0, states, M, qeff)
+    ctx.n_inputs = len(inputs)
+    ctx.save_for_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, chunk_seq, chunk_end,
+                          cu)
 
 
 def _backward(ctx, do, dh_T, _d_states, _d_M, _d_qeff, bwd=delta_rule_bwd):
-    q, k, v, beta, log_gamma, h0, states, M, qeff = ctx.saved_tensors
+    q, k, v, beta, log_gamma, h0, states, M, qeff, chunk_seq, chunk_end, cu = ctx.saved_tensors
     if do is None:
         B, T, _, H, _ = k.shape
         do = q.new_zeros((B, T, H, v.shape[-1]))
     dq, dk, dv, dbeta, dlg, dh0 = bwd(
-        q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, ctx.tuning
+        q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, ctx.tuning, chunk_seq,
+        chunk_end, cu
     )
     return (
         dq, dk, dv, dbeta,
         dlg if ctx.has_decay else None,
         dh0 if ctx.has_h0 else None,
-        None,
+        *([None] * (ctx.n_inputs - 6)),
     )
 
 

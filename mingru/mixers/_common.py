@@ -179,11 +179,12 @@ def check_state(
 
 
 def packed_offsets(
-    cu_seqlens: torch.Tensor | None, x: torch.Tensor
+    cu_seqlens: torch.Tensor | None, x: torch.Tensor, sharded: bool = False
 ) -> tuple[torch.Tensor | None, int]:
     """The checked offsets of a packed call on ``x (1, T, ·)`` (or ``None``) and the number of
-    states the call carries: ``N`` sequences when packed, else the batch size ``B``."""
+    states the call carries: ``N`` sequences when packed, else the batch size ``B``.
+    ``sharded``: ``x`` is one rank's slice of the packed row (the offsets are the row's)."""
     if cu_seqlens is None:
         return None, x.shape[0]
-    cu = check_cu_seqlens(cu_seqlens, x.shape[0], x.shape[1], x.device)
+    cu = check_cu_seqlens(cu_seqlens, x.shape[0], x.shape[1], x.device, sharded=sharded)
     return cu, cu.shape[0] - 1

@@ -9,11 +9,21 @@ Products", arXiv:2502.10297.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mingru.mixers._common import TimeDecay, check_sequence, check_state, check_token, project
+from mingru._sharding import check_group, check_not_packed, matrix_sequence_parallel
+from mingru.mixers._common import (
+    TimeDecay,
+    check_sequence,
+    check_state,
+    check_token,
+    packed_offsets,
+    project,
+)
 from mingru.scans import _delta_rule
 from mingru_kernels._spec import KEY_NORM_EPS, check_delta
 
@@ -49,6 +59,11 @@ class DeltaMinGRU(nn.Module):
 
     * ``forward(x (B, T, input_size), h_0=None (B, 1, Z), delta_t=None (B, T) | (B, T, 1),
       return_state=False) -> y (B, T, hidden_size)`` or ``(y, state (B, 1, Z))``;
+    * packed, ``forward(x (1, T, input_size), h_0=None (N, 1, Z), delta_t=None (1, T) |
+      (1, T, 1), return_state=False, cu_seqlens=(N+1,)) -> y (1, T, hidden_size)`` or
+      ``(y, state (N, 1, Z))``: ``N`` sequences laid end to end in one row, each starting
+      from its own ``h_0[n]`` (zeros by default); ``state[n]`` is sequence ``n``'s final
+      state (an empty sequence's is its ``h_0[n]``). Equal to running each sequence alone;
     * ``step(x_t (B, input_size), h_prev=None (B, Z), delta_t=None (B,) | (B, 1))
       -> (y_t (B, hidden_size), h_t (B, Z))``.
 
@@ -122,23 +137,47 @@ class DeltaMinGRU(nn.Module):
         h_0: torch.Tensor | None = None,
         delta_t: torch.Tensor | None = None,
         return_state: bool = False,
+        *,
+        cu_seqlens: torch.Tensor | None = None,
+        sequence_group: Any = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Parallel (chunked WY) forward; see the class docstring for shapes."""
+        """Parallel (chunked WY) forward; see the class docstring for shapes.
+
+        With ``cu_seqlens`` (``(N+1,)`` integer offsets of ``N`` sequences packed into one
+        row, ``B = 1``; keyword-only) every sequence starts from its own state: ``h_0`` is
+        ``(N, 1, Z)`` (default zeros), ``delta_t`` ``(1, T)`` or ``(1, T, 1)``, ``y``
+        ``(1, T, hidden_size)`` and the state returned ``(N, 1, Z)``, each sequence's final
+        state (an empty one's is its ``h_0``).
+
+        With ``sequence_group`` (a ``torch.distributed`` process group; keyword-only) the
+        sequence is split along T across its ranks: ``x (B, T_r, input_size)`` and ``delta_t
+        (B, T_r)`` are this rank's contiguous slice (in rank order; lengths may differ),
+        ``h_0 (B, 1, Z)`` the state before the whole sequence, ``y (B, T_r, hidden_size)``
+        this slice's outputs and a returned state ``(B, 1, Z)`` the whole sequence's, on
+        every rank. Each slice maps every head's state as ``S ↦ A S + Z`` (``A (d_k × d_k)``
+        the product of its ``γ_t (I − β k kᵀ)`` factors): ONE all-gather of
+        ``H·d_k·(d_k + d_v)·B`` values per rank (:func:`_sharded_delta`)."""
         x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         H, dk, dv = self.n_heads, self.d_k, self.d_v
+        check_not_packed(cu_seqlens, sequence_group, "DeltaMinGRU")
+        cu, n_states = packed_offsets(cu_seqlens, x)
         h0 = None
         if h_0 is not None:
-            h0 = check_state(h_0, B, self.state_size, "h_0", sequence=True, like=x)
-            h0 = h0.reshape(B, H, dk, dv)
+            h0 = check_state(h_0, n_states, self.state_size, "h_0", sequence=True, like=x)
+            h0 = h0.reshape(n_states, H, dk, dv)
         log_gamma = self.decay.log_gamma(delta_t, B, T, like=x)
         if log_gamma is not None:
             log_gamma = log_gamma.expand(B, T, H).contiguous()  # fixed rate: one channel
         q, k, v, beta = self._project(x)
-        o, h_T = _delta_rule(q, k, v, beta, log_gamma, h0, self.chunk_size)
+        if sequence_group is not None:
+            o, h_T = _sharded_delta(q, k, v, beta, log_gamma, h0, self.chunk_size,
+                                    check_group(sequence_group))
+        else:
+            o, h_T = _delta_rule(q, k, v, beta, log_gamma, h0, self.chunk_size, cu_seqlens=cu)
         y = self.out_proj(o.reshape(B, T, H * dv))
         if return_state:
-            return y, h_T.reshape(B, 1, self.state_size)
+            return y, h_T.reshape(n_states, 1, self.state_size)
         return y
 
     def step(
@@ -173,3 +212,33 @@ class DeltaMinGRU(nn.Module):
             f"n_heads={self.n_heads}, nh={self.nh}, d_k={self.d_k}, d_v={self.d_v}, "
             f"chunk_size={self.chunk_size}"
         )
+
+
+def _sharded_delta(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    log_gamma: torch.Tensor | None,
+    h0: torch.Tensor | None,
+    chunk_size: int,
+    group: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The delta rule sharded along T over ``group``: ``(o (B, T_r, H, d_v), h_T (B, H, d_k,
+    d_v))``, this rank's outputs and the whole sequence's final state.
+
+    Shapes as in :func:`mingru.scans._delta_rule` for this rank's slice; ``h0 (B, H, d_k,
+    d_v)`` (or ``None``: zeros) is the state before the whole sequence. Every factor acts on
+    the state from the left, so the slice maps ``S ↦ A S + Z``; ONE extra delta-rule pass with
+    the values ``[0 | v]`` from ``[I | 0]`` gives ``[A | Z]`` (``d_v + d_k`` columns), then the
+    slice runs again from its incoming state for ``o``.
+    """
+    B, _, _, H, dk = k.shape
+    eye = torch.eye(dk, dtype=v.dtype, device=v.device).expand(B, H, dk, dk)
+    start = torch.cat([eye, v.new_zeros(B, H, dk, v.shape[-1])], dim=-1)
+    wide_v = torch.cat([v.new_zeros(*v.shape[:-1], dk), v], dim=-1)
+    _, maps = _delta_rule(q, k, wide_v, beta, log_gamma, start, chunk_size)
+    product, zero_start = maps[..., :dk], maps[..., dk:]
+    return matrix_sequence_parallel(
+        lambda h_in: _delta_rule(q, k, v, beta, log_gamma, h_in, chunk_size),
+        product, zero_start, h0, group, True)

@@ -15,12 +15,20 @@ this mixer shares with :class:`~mingru.mixers.rotation.RotationMinGRU`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
-from mingru._eager.givens_recurrence import givens_step
+from mingru._eager.givens_recurrence import givens_step, givens_transitions
 from mingru._packing import final_states, segments
+from mingru._sharding import (
+    chain_product,
+    check_group,
+    check_not_packed,
+    matrix_sequence_parallel,
+)
 from mingru.mixers._common import (
     TimeDecay,
     check_sequence,
@@ -93,6 +101,7 @@ class BlockRotationBase(nn.Module):
         return_state: bool = False,
         *,
         cu_seqlens: torch.Tensor | None = None,
+        sequence_group: Any = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; ``h_0 (B, 1, hidden)``
         overrides the learned initial state; ``delta_t (B, T)`` or ``(B, T, 1)`` with decay.
@@ -101,10 +110,20 @@ class BlockRotationBase(nn.Module):
         With ``cu_seqlens`` (``(N+1,)`` integer offsets of ``N`` sequences packed into one
         row, ``B = 1``) every sequence starts from its own state: ``h_0`` is ``(N, 1, hidden)``
         (default: the learned ``h0`` for each), ``delta_t`` ``(1, T)``, and the state returned
-        is ``(N, 1, hidden)``, each sequence's last (an empty one's is its ``h_0``)."""
+        is ``(N, 1, hidden)``, each sequence's last (an empty one's is its ``h_0``).
+
+        With ``sequence_group`` (a ``torch.distributed`` process group) the sequence is split
+        along T across its ranks: ``x (B, T_r, input_size)`` and ``delta_t (B, T_r)`` are this
+        rank's contiguous slice (in rank order; lengths may differ), ``h_0 (B, 1, hidden)`` the
+        state before the whole sequence, the result this slice's states ``(B, T_r, hidden)``
+        and a returned state ``(B, 1, hidden)`` the whole sequence's, on every rank. Each
+        slice acts on every block's state as ``h ↦ P h + Z`` (``P (B, n, k, k)`` the product
+        of its transitions): ONE all-gather of ``(k·k + k)·n·B`` values per rank
+        (:func:`mingru._sharding.matrix_sequence_parallel`)."""
         check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         n, k = self.n_blocks, self.block_size
+        check_not_packed(cu_seqlens, sequence_group, type(self).__name__)
         cu, n_states = packed_offsets(cu_seqlens, x)
         b, theta, scale = self._projections(x)
         if h_0 is None:
@@ -113,6 +132,12 @@ class BlockRotationBase(nn.Module):
             h0 = check_state(h_0, n_states, self.hidden_size, "h_0", sequence=True, like=b)
             h0 = h0.reshape(n_states, n, k)
         log_gamma = self._log_gamma(delta_t, B, T, b)
+        if sequence_group is not None:
+            out = _sharded_givens(theta.to(b.dtype), b, h0, _cast(scale, b), log_gamma,
+                                  check_group(sequence_group), return_state)
+            if not return_state:
+                return out.reshape(B, T, self.hidden_size)
+            return out[0].reshape(B, T, self.hidden_size), out[1].reshape(B, 1, self.hidden_size)
         h = _givens_recurrence(theta.to(b.dtype), b, h0, _cast(scale, b), log_gamma,
                                cu_seqlens=cu).reshape(B, T, self.hidden_size)
         if not return_state:
@@ -142,6 +167,67 @@ class BlockRotationBase(nn.Module):
         log_gamma = self._log_gamma(delta_t, B, None, b)
         h = givens_step(h, theta.to(b.dtype), b, _cast(scale, b), log_gamma)
         return h.reshape(B, self.hidden_size)
+
+
+def _sharded_givens(
+    theta: torch.Tensor,
+    b: torch.Tensor,
+    h0: torch.Tensor,
+    scale: torch.Tensor | None,
+    log_gamma: torch.Tensor | None,
+    group: Any,
+    return_final_state: bool,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """This rank's states ``h (B, T_r, n, k)`` of the Givens recurrence sharded along T over
+    ``group`` (and the whole sequence's final state ``(B, n, k)``).
+
+    Shapes as in :func:`mingru.scans._givens_recurrence` for this rank's slice; ``h0
+    (B, n, k)`` is the state before the whole sequence. The slice's map per block is
+    ``P = M_T ⋯ M_1`` (``(B, n, k, k)``, from the transitions ``M_t = γ_t G(θ_t)
+    diag(scale_t)``) and ``Z`` its final state from zero.
+    """
+
+    def run(h_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = _givens_recurrence(theta, b, h_in[..., 0], scale, log_gamma)
+        return h, h[:, -1, ..., None]
+
+    product = slice_product(theta, scale, log_gamma)
+    _, zero_start = run(torch.zeros_like(h0).unsqueeze(-1))
+    out = matrix_sequence_parallel(run, product, zero_start, h0.unsqueeze(-1), group,
+                                   return_final_state)
+    return (out[0], out[1][..., 0]) if return_final_state else out
+
+
+PRODUCT_CHUNK = 256  # steps whose k×k transitions exist at once in :func:`slice_product`
+
+
+def slice_product(
+    theta: torch.Tensor,
+    scale: torch.Tensor | None,
+    log_gamma: torch.Tensor | None,
+    chunk: int = PRODUCT_CHUNK,
+) -> torch.Tensor:
+    """``P = M_T ⋯ M_1`` ``(B, n, k, k)`` of the Givens transitions of ``theta (B, T, n, R,
+    k/2)``, ``scale (B, T, n, k)`` or ``None``, ``log_gamma (B, T, n)`` or ``None``.
+
+    Chunks of ``chunk`` steps form their ``k×k`` transitions and reduce them under activation
+    checkpointing, so only one chunk's matrices (not ``T·n·k²`` numbers, which the fused
+    kernel never forms) are held at a time and the backward recomputes them; the chunk
+    products are then reduced in turn. Differentiable.
+    """
+
+    def product(th: torch.Tensor, sc: torch.Tensor | None,
+                lg: torch.Tensor | None) -> torch.Tensor:
+        return chain_product(givens_transitions(th, sc, lg))
+
+    T = theta.shape[1]
+    if T <= chunk:
+        return product(theta, scale, log_gamma)
+    parts = []
+    for lo in range(0, T, chunk):
+        part = [None if t is None else t[:, lo:lo + chunk] for t in (theta, scale, log_gamma)]
+        parts.append(checkpoint(product, *part, use_reentrant=False))
+    return chain_product(torch.stack(parts, dim=1))
 
 
 class GivensMinGRU(BlockRotationBase):

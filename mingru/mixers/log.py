@@ -123,7 +123,7 @@ class MinGRU(nn.Module):
         states; a returned state is the whole sequence's (see :func:`mingru.linear_recurrence`)."""
         check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
-        cu, n_states = packed_offsets(cu_seqlens, x)
+        cu, n_states = packed_offsets(cu_seqlens, x, sequence_group is not None)
         k = project(x, self.linear_z, self.linear_h)  # its dtype (autocast's, not x's) rules
         log_gamma = self.decay.log_gamma(delta_t, B, T, like=k)
         out = mingru_cell(k, self._h0(h_0, n_states, k), log_gamma, return_state,

@@ -122,7 +122,7 @@ class SignedMinGRU(nn.Module):
         states; a returned state is the whole sequence's (see :func:`mingru.linear_recurrence`)."""
         check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
-        cu, n_states = packed_offsets(cu_seqlens, x)
+        cu, n_states = packed_offsets(cu_seqlens, x, sequence_group is not None)
         # One GEMM for the three projections; the cell forms the gates inside the kernel.
         k = project(x, self.linear_z, self.linear_s, self.linear_h)
         log_gamma = self.decay.log_gamma(delta_t, B, T, like=k)

@@ -1,0 +1,98 @@
+"""Packed AND sharded: a packed row (``cu_seqlens``) split along T across the ranks of a
+``torch.distributed`` process group.
+
+Every rank passes the GLOBAL offsets (the same ``cu_seqlens`` on every rank) and its
+contiguous slice of the row, in rank order. A sequence may straddle ranks. The slice's effect
+on the state is still one affine map per channel (:mod:`mingru._sharding`): if a sequence starts
+anywhere in the slice the outgoing state no longer depends on the incoming one (``P = 0``),
+else ``P`` is the product of the slice's transitions; ``Z`` is its outgoing state from a zero
+incoming state. Locally, the incoming state is the initial state of the slice's first segment
+when that segment continues a sequence from the rank before: it is given its own row in the
+table of initial states, so the packed kernels restart it from the carry like any other
+sequence.
+
+Extra cost over :mod:`mingru._sharding`: one all-gather of the slice lengths (``world``
+integers, read on the host to place the slice in the row) and, for per-sequence final states,
+one all-gather of ``N·D`` values (each sequence's final state lives on the rank where it ends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from mingru._sharding import _AllGather, sequence_parallel
+
+__all__ = ["packed_sequence_parallel", "slice_start"]
+
+
+def slice_start(steps: int, device: torch.device, group: Any) -> int:
+    """Global index of this rank's first step: the lengths of the slices before it."""
+    import torch.distributed as dist
+
+    mine = torch.tensor([steps], dtype=torch.int64, device=device)
+    lengths = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(lengths, mine, group=group)
+    return int(sum(int(n) for n in lengths[: dist.get_rank(group)]))
+
+
+def packed_sequence_parallel(
+    run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    a_product: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    steps: int,
+    initial_state: torch.Tensor | None,
+    group: Any,
+    return_final_state: bool,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """This rank's states of a packed recurrence sharded along T.
+
+    Args:
+        run: ``run(table, seq_id) -> h (1, T_local, D)``: the packed local recurrence with the
+            initial-state table ``(N+1, D)`` and the local per-step sequence index.
+        a_product: ``(1, D)`` product of this slice's transitions.
+        cu_seqlens: checked GLOBAL offsets ``(N+1,)`` (int64, on the device).
+        steps: this rank's slice length ``T_local``.
+        initial_state: ``(N, D)`` one state per sequence, or ``None`` (zeros).
+        group: the process group (ranks in T order).
+        return_final_state: also return every sequence's final state ``(N, D)``.
+    """
+    import torch.distributed as dist
+
+    device = cu_seqlens.device
+    N = cu_seqlens.shape[0] - 1
+    start = slice_start(steps, device, group)
+    g = start + torch.arange(steps, device=device)
+    seq = torch.searchsorted(cu_seqlens[1:], g, right=True)
+    opens = g == cu_seqlens[seq]
+    # The first segment continues a sequence from the rank before unless it opens here: it
+    # then restarts from the carry, kept in row N of the table.
+    local = torch.where((seq == seq[0]) & ~opens[0], torch.full_like(seq, N), seq)
+    seq_id = local.to(torch.int32)
+    D = a_product.shape[-1]
+    h0 = (initial_state if initial_state is not None
+          else a_product.new_zeros(N, D))
+
+    def local_run(carry: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        carry = a_product.new_zeros(1, D) if carry is None else carry
+        h = run(torch.cat([h0.to(carry.dtype), carry], dim=0), seq_id)
+        return h, h[:, -1]
+
+    # Any sequence opening in the slice cuts the incoming state off from the outgoing one.
+    product = a_product * (~opens.any()).to(a_product.dtype)
+    h = sequence_parallel(local_run, product, None, group, False)
+    if not return_final_state:
+        return h
+    # Each sequence's final state lives on the rank where it ends; an empty one's is its
+    # initial state (counted once, by rank 0).
+    ends = cu_seqlens[1:] - 1 - start
+    here = (cu_seqlens[1:] > cu_seqlens[:-1]) & (ends >= 0) & (ends < steps)
+    last = h[0, ends.clamp(0, steps - 1)]
+    empty = (cu_seqlens[1:] == cu_seqlens[:-1]) & (dist.get_rank(group) == 0)
+    mine = torch.where(here[:, None], last, torch.zeros_like(last))
+    mine = mine + torch.where(empty[:, None], h0.to(last.dtype), torch.zeros_like(last))
+    finals = torch.stack(_AllGather.apply(mine, group)).sum(0)
+    return h, finals
+

@@ -1,0 +1,104 @@
+"""Data parallel with sharded sequences — the recipe of ``docs/how-to/shard-sequences.md``:
+4 gloo processes as a 2 × 2 mesh, ``DistributedDataParallel`` over all of them and sequence
+parallelism over each pair. Rank ``(d, s)`` holds batch shard ``d`` and time slice ``s``
+(uneven slices). Its loss is its slice's sum of squared errors scaled by
+``world / (global tokens × features)``, so DDP's average over the world is the gradient of the
+whole batch's mean loss: every parameter gradient must equal single-process training on the
+whole batch.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+import mingru
+from tests.helpers import rel_err
+
+DP, SP = 2, 2
+B, T, F = 4, 13, 6
+SLICES = (5, 8)  # the sequence ranks' lengths of T
+
+
+class TinyModel(nn.Module):
+    """Two recurrent layers with a residual MLP between them (the shape of a stack)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = mingru.MinGRU(F, 8, decay="learnable")
+        self.mid = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+        self.second = mingru.SignedMinGRU(8, 8, coupled=True)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x, delta_t, group=None):
+        h = self.first(x, delta_t=delta_t, sequence_group=group)
+        h = h + self.mid(h)
+        return self.head(self.second(h, sequence_group=group))
+
+
+def _data():
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(B, T, F, generator=g, dtype=torch.float64),
+            torch.rand(B, T, generator=g, dtype=torch.float64),
+            torch.randn(B, T, 3, generator=g, dtype=torch.float64))
+
+
+def _worker(rank: int, init: str, errors) -> None:
+    log = open(f"{init.removeprefix('file://')}.{rank}.log", "w")  # noqa: SIM115
+    os.dup2(log.fileno(), 2)
+    faulthandler.dump_traceback_later(120, exit=True)  # a collective that never matches
+    try:
+        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=DP * SP)
+        d, s = divmod(rank, SP)
+        # Every rank creates every group, in the same order (a torch.distributed rule).
+        seq_groups = [dist.new_group([r * SP + j for j in range(SP)]) for r in range(DP)]
+        x, dt, y = _data()
+        torch.manual_seed(0)
+        reference = TinyModel().double()
+        model = TinyModel().double()
+        model.load_state_dict(reference.state_dict())
+
+        # Single process, whole batch: the mean squared error over every token and feature.
+        nn.functional.mse_loss(reference(x, dt), y).backward()
+
+        ddp = nn.parallel.DistributedDataParallel(model)  # all-reduces (averages) over WORLD
+        rows = slice(d * B // DP, (d + 1) * B // DP)
+        lo = sum(SLICES[:s])
+        cols = slice(lo, lo + SLICES[s])
+        out = ddp(x[rows, cols], dt[rows, cols], seq_groups[d])
+        scale = dist.get_world_size() / y.numel()
+        ((out - y[rows, cols]).square().sum() * scale).backward()
+
+        for (name, p), ref in zip(model.named_parameters(), reference.parameters(),
+                                  strict=True):
+            err = rel_err(p.grad, ref.grad)
+            assert err < 1e-9, f"{name}: relative error {err:.3g}"
+    except Exception:
+        errors.put(f"rank {rank}: {traceback.format_exc()}")
+    finally:
+        if dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+        log.close()
+        os._exit(0)  # see test_sequence_parallel.py: gloo teardown may abort at exit
+
+
+def test_ddp_with_sequence_parallel_equals_one_process(tmp_path):
+    ctx = mp.get_context("spawn")
+    errors = ctx.SimpleQueue()
+    init = f"file://{tmp_path}/rendezvous"
+    try:
+        mp.spawn(_worker, args=(init, errors), nprocs=DP * SP, join=True)
+    except mp.ProcessExitedException as exc:
+        logs = "\n".join(p.read_text()[-2000:] for p in sorted(tmp_path.glob("rendezvous.*.log")))
+        raise AssertionError(f"{exc}\n{logs}") from exc
+    failures = []
+    while not errors.empty():
+        failures.append(errors.get())
+    assert not failures, "\n".join(failures)
