@@ -136,7 +136,7 @@ def test_matches_eager_backend_and_ignores_chunk_size():
 
 @pytest.mark.interpreter
 def test_huge_gap_is_an_exact_reset():
-    args = [a.float() for a in make_inputs(1, 12, 2, 2, 16, 16, h0=True)]
+    args = [a.float().to(DEVICE) for a in make_inputs(1, 12, 2, 2, 16, 16, h0=True)]
     args[4][:, 5] = -1e10
     o, h = _launcher().run(*args)
     tail = [a[:, 5:] for a in args[:5]]
