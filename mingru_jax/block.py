@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from mingru_jax._sharding import check_axis
 from mingru_jax.mixers._common import check_sequence, check_token, layer_norm, linear
 from mingru_kernels._spec import (
     DECAY_KWARGS,
@@ -126,16 +127,36 @@ class MinGRUBlock(nnx.Module):
         x: jax.Array,
         h_0: jax.Array | None = None,
         delta_t: jax.Array | None = None,
+        *,
+        cu_seqlens: jax.Array | None = None,
+        axis_name: str | None = None,
     ) -> tuple[jax.Array, jax.Array]:
         """``(out (B, T, d_model), state (B, 1, S))`` for ``x (B, T, d_model)``; ``h_0`` is
-        a previous ``state`` (``None``: the mixer's default)."""
+        a previous ``state`` (``None``: the mixer's default).
+
+        With ``cu_seqlens`` (keyword-only: ``(N+1,)`` integer offsets, starting at 0,
+        non-decreasing, ending at T, of ``N`` sequences packed in one row; passed to the
+        mixer, the norms and the MLP being per token) ``x`` is ``(1, T, d_model)``,
+        ``delta_t`` ``(1, T)`` or ``(1, T, 1)``, ``h_0`` ``(N, 1, S)`` (default: the mixer's
+        initial state for every sequence), every sequence restarts from its own ``h_0`` row,
+        and ``state`` is ``(N, 1, S)``, each sequence's last state (an empty sequence's is
+        its ``h_0``).
+
+        With ``axis_name`` (a mesh axis bound by :func:`jax.shard_map`; keyword-only; passed
+        to the mixer) the sequence is split along T across that axis: ``x (B, T_local,
+        d_model)`` and ``delta_t`` are this device's contiguous slice (slices in
+        ``jax.lax.axis_index`` order), ``h_0`` the state before the whole sequence, ``out``
+        this slice's outputs and ``state`` the whole sequence's final state (the same on
+        every device)."""
         x = check_sequence(x, self.d_model, module=self)
+        if axis_name is not None:
+            check_axis(axis_name)
         u = self.norm1(x)
-        if self.mixer_name == "delta":
-            y, state = self.mixer(u, h_0=h_0, delta_t=delta_t, return_state=True)
-        else:
-            y = self.mixer(u, h_0=h_0, delta_t=delta_t)
-            state = y[:, -1:]
+        # Every mixer returns its final state (the whole sequence's under axis_name, one per
+        # sequence when packed); cu_seqlens is passed only when given.
+        packed = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
+        y, state = self.mixer(u, h_0=h_0, delta_t=delta_t, return_state=True,
+                              axis_name=axis_name, **packed)
         return self._feed_forward(x + self.dropout(y)), state
 
     def step(

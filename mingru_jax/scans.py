@@ -13,29 +13,40 @@ result for ``h_0 = 0``; with the running product ``P_t`` the full solution is
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 
 from mingru_jax import _validate
 from mingru_jax._eager.delta_rule import delta_rule_eager
-from mingru_jax._eager.givens_recurrence import givens_recurrence_eager
+from mingru_jax._eager.givens_recurrence import givens_recurrence_eager, givens_step
 from mingru_jax._eager.linear_recurrence import linear_recurrence_eager
 from mingru_jax._eager.linear_scan import linear_scan_eager
 from mingru_jax._eager.matrix_affine_scan import matrix_affine_scan_eager
 from mingru_jax._eager.parallel_scan_log import parallel_scan_log_eager
+from mingru_jax._packing import check_cu_seqlens, final_states, restart_log, segments
+from mingru_jax._sharding import check_axis, sequence_parallel
 from mingru_jax.dispatch import call
-from mingru_kernels._spec import check_delta_rule_shapes, positive_int
+from mingru_kernels._spec import check_delta_rule_shapes, check_packed_state, positive_int
 
 __all__ = [
     "linear_recurrence", "linear_scan", "matrix_affine_scan", "matrix_scan", "parallel_scan_log",
 ]
 
 
-def parallel_scan_log(log_coeffs: jax.Array, log_values: jax.Array) -> jax.Array:
+def parallel_scan_log(
+    log_coeffs: jax.Array, log_values: jax.Array, *, cu_seqlens: jax.Array | None = None
+) -> jax.Array:
     """Solve ``h_t = a_t h_{t-1} + b_t`` for positive ``a, b`` in log space (Heinsen 2023).
 
     Args:
         log_coeffs: ``(B, T, D)``, ``log a_t``.
         log_values: ``(B, T+1, D)``; slot 0 is ``log h_0`` (``-inf`` for ``h_0 = 0``),
-            slots ``1..T`` are ``log b_t``.
+            slots ``1..T`` are ``log b_t``. With ``cu_seqlens``: ``(1, T+N, D)``, every
+            sequence's own layout one after the other — its slot ``log h_0`` followed by its
+            ``log b`` values (the per-sequence inputs concatenated).
+        cu_seqlens: packed sequences: ``(N+1,)`` integer offsets (starting at 0,
+            non-decreasing, ending at T) of ``N`` sequences laid end to end in one row
+            (``B = 1``); each restarts from its own ``h_0``. Values are checked when concrete
+            (not under :func:`jax.jit`, where only the shape and dtype are).
 
     Returns:
         ``h`` ``(B, T, D)``, positive, in the input dtype. Stable for long ``T`` (products
@@ -53,16 +64,34 @@ def parallel_scan_log(log_coeffs: jax.Array, log_values: jax.Array) -> jax.Array
     _validate.same_dtype([("log_coeffs", log_coeffs), ("log_values", log_values)])
     _validate.nonempty_time(log_coeffs, "log_coeffs")
     B, T, D = log_coeffs.shape
+    if cu_seqlens is not None:
+        cu = check_cu_seqlens(cu_seqlens, B, T)
+        N = cu.shape[0] - 1
+        _validate.shape_is(log_values, "log_values", (1, T + N, D),
+                           "(1, T+N, D) with cu_seqlens")
+        seg = segments(cu, T)
+        # Sequence n's slot log h_0 sits at cu[n] + n; its step t at t + n + 1.
+        log_h0 = log_values[0, cu[:-1] + jnp.arange(N, dtype=jnp.int32)]
+        log_b = log_values[:, jnp.arange(T, dtype=jnp.int32) + seg.seq_id + 1]
+        log_a, log_b = restart_log(log_coeffs, log_b, log_h0, seg)
+        log_values = jnp.concatenate([jnp.full_like(log_b[:, :1], -jnp.inf), log_b], axis=1)
+        return call("parallel_scan_log", parallel_scan_log_eager, log_a, log_values)
     _validate.shape_is(log_values, "log_values", (B, T + 1, D), "(B, T+1, D)")
     return call("parallel_scan_log", parallel_scan_log_eager, log_coeffs, log_values)
 
 
-def linear_scan(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+def linear_scan(
+    a: jax.Array, b: jax.Array, *, cu_seqlens: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
     """Solve ``h_t = a_t h_{t-1} + b_t`` elementwise; ``a`` may be negative.
 
     Args:
         a: ``(B, T, D)`` transitions.
         b: ``(B, T, D)`` inputs.
+        cu_seqlens: packed sequences: ``(N+1,)`` integer offsets of ``N`` sequences laid end
+            to end in one row (``B = 1``): ``P`` and ``Z`` restart at every sequence's first
+            step (``P_t`` is the product since it, ``Z`` its zero-start solution). Runs as one
+            packed :func:`linear_recurrence` over ``2·D`` channels.
 
     Returns:
         ``(P, Z)``, both ``(B, T, D)``: ``P_t = a_t ⋯ a_1`` and the zero-start solution, so
@@ -79,6 +108,16 @@ def linear_scan(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
     _validate.same_dtype([("a", a), ("b", b)])
     _validate.nonempty_time(a, "a")
     _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
+    if cu_seqlens is not None:
+        B, T, D = a.shape
+        cu = check_cu_seqlens(cu_seqlens, B, T)
+        N = cu.shape[0] - 1
+        # P is the state of the same restarting recurrence with input 0 started from 1.
+        start = jnp.concatenate([jnp.ones((N, D), a.dtype), jnp.zeros((N, D), a.dtype)], -1)
+        h = linear_recurrence(jnp.concatenate([a, a], -1),
+                              jnp.concatenate([jnp.zeros_like(b), b], -1), start,
+                              cu_seqlens=cu)
+        return h[..., :D], h[..., D:]
     return call("linear_scan", linear_scan_eager, a, b)
 
 
@@ -87,6 +126,9 @@ def linear_recurrence(
     b: jax.Array,
     initial_state: jax.Array | None = None,
     return_final_state: bool = False,
+    *,
+    cu_seqlens: jax.Array | None = None,
+    axis_name: str | None = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """The states of ``h_t = a_t h_{t-1} + b_t`` (``a`` may be negative), from an initial state.
 
@@ -100,10 +142,27 @@ def linear_recurrence(
         b: ``(B, T, D)`` inputs.
         initial_state: ``(B, D)`` state ``h_0`` before the first step; zeros when ``None``.
         return_final_state: also return ``h_T``.
+        cu_seqlens: packed sequences: ``(N+1,)`` integer offsets (starting at 0,
+            non-decreasing, ending at T; FlashAttention's convention) of ``N`` sequences laid
+            end to end in one row (``B = 1``). Each sequence starts from its own state:
+            ``initial_state`` is then ``(N, D)`` and ``h_T`` is ``(N, D)``, each sequence's
+            last state (an empty sequence's is its initial state, zeros when ``None``). The
+            offsets' values are checked when concrete (a traced ``cu_seqlens`` under
+            :func:`jax.jit` gets its shape and dtype checked only). Not combinable with
+            ``axis_name`` yet.
+        axis_name: a mesh axis bound by :func:`jax.shard_map` over which the sequence is
+            split along T (the twin of ``sequence_group=`` in :mod:`mingru`): each device
+            passes its contiguous slice ``a, b (B, T_local, D)`` (slices in
+            ``jax.lax.axis_index(axis_name)`` order, one length on every device) and gets
+            that slice's states ``(B, T_local, D)``; ``initial_state`` is the state before
+            the whole sequence (the same on every device) and ``h_T`` the whole sequence's
+            (the same on every device). One all-gather of ``2·B·D`` values per device; see
+            :mod:`mingru_jax._sharding`. An axis that is not bound is a ``ValueError``.
 
     Returns:
-        ``h`` ``(B, T, D)`` (the states ``h_1 … h_T``), or ``(h, h_T)`` with ``h_T`` ``(B, D)``;
-        in the input dtype, differentiable in ``a``, ``b`` and ``initial_state``.
+        ``h`` ``(B, T, D)`` (the states ``h_1 … h_T``), or ``(h, h_T)`` with ``h_T`` ``(B, D)``
+        (``(N, D)`` when packed); in the input dtype, differentiable in ``a``, ``b`` and
+        ``initial_state``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -120,21 +179,46 @@ def linear_recurrence(
     named = [("a", a), ("b", b)]
     _validate.nonempty_time(a, "a")
     _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
+    if cu_seqlens is not None:
+        B, T, D = a.shape
+        cu = check_cu_seqlens(cu_seqlens, B, T)
+        _check_not_sharded(axis_name)
+        if initial_state is not None:
+            initial_state = _validate.float_array(initial_state, "initial_state", 2, "(N, D)")
+            check_packed_state(initial_state, cu.shape[0] - 1, (D,), "initial_state")
+            named.append(("initial_state", initial_state))
+        _validate.same_dtype(named)
+        seg = segments(cu, T)
+        h = call("linear_recurrence", linear_recurrence_eager, a, b, initial_state, False,
+                 seg.seq_id)
+        return (h, final_states(h, seg, initial_state)) if return_final_state else h
     if initial_state is not None:
         initial_state = _validate.float_array(initial_state, "initial_state", 2, "(B, D)")
         _validate.shape_is(initial_state, "initial_state", (a.shape[0], a.shape[2]), "(B, D)")
         named.append(("initial_state", initial_state))
     _validate.same_dtype(named)
+    if axis_name is not None:
+        check_axis(axis_name)
+        product = jnp.prod(a.astype(jnp.float32), axis=1).astype(a.dtype)
+        return sequence_parallel(
+            lambda h_in: call("linear_recurrence", linear_recurrence_eager, a, b, h_in, True),
+            product, initial_state, axis_name, bool(return_final_state))
     return call("linear_recurrence", linear_recurrence_eager, a, b, initial_state,
                 bool(return_final_state))
 
 
-def matrix_affine_scan(A: jax.Array, Bm: jax.Array) -> tuple[jax.Array, jax.Array]:
+def matrix_affine_scan(
+    A: jax.Array, Bm: jax.Array, *, cu_seqlens: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
     """Solve ``H_t = A_t H_{t-1} + B_t`` for ``n`` independent ``k×k`` blocks, ``k×v`` states.
 
     Args:
         A: ``(B, T, n, k, k)`` transitions.
         Bm: ``(B, T, n, k, v)`` inputs (``v = 1`` is a vector state).
+        cu_seqlens: packed sequences: ``(N+1,)`` integer offsets of ``N`` sequences laid end
+            to end in one row (``B = 1``): ``P`` and ``Z`` restart at every sequence's first
+            step. Runs as one scan whose first step of each sequence has transition 0 and
+            input ``[A_t | B_t]`` (so the first ``k`` state columns are ``P``).
 
     Returns:
         ``(P (B, T, n, k, k), Z (B, T, n, k, v))`` with ``P_t = A_t ⋯ A_1`` and
@@ -159,10 +243,20 @@ def matrix_affine_scan(A: jax.Array, Bm: jax.Array) -> tuple[jax.Array, jax.Arra
         raise ValueError(
             f"Bm must have shape (B, T, n, k, v) = ({B}, {T}, {n}, {k}, v); got {tuple(Bm.shape)}"
         )
+    if cu_seqlens is not None:
+        seg = segments(check_cu_seqlens(cu_seqlens, B, T), T)
+        starts = seg.starts.reshape(1, T, 1, 1, 1)
+        zero = jnp.zeros_like(A)
+        both = jnp.concatenate([jnp.where(starts, A, zero), Bm], axis=-1)
+        _, Z = call("matrix_affine_scan", matrix_affine_scan_eager, jnp.where(starts, zero, A),
+                    both)
+        return Z[..., :k], Z[..., k:]
     return call("matrix_affine_scan", matrix_affine_scan_eager, A, Bm)
 
 
-def matrix_scan(M: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+def matrix_scan(
+    M: jax.Array, b: jax.Array, *, cu_seqlens: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
     """Solve ``h_t = M_t h_{t-1} + b_t`` for ``n`` independent 2×2 blocks (column vectors).
 
     Equals :func:`matrix_affine_scan` with ``k = 2, v = 1``.
@@ -170,6 +264,8 @@ def matrix_scan(M: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
     Args:
         M: ``(B, T, n, 2, 2)`` transitions; products compose as ``M_t ⋯ M_1``.
         b: ``(B, T, n, 2)`` inputs.
+        cu_seqlens: packed sequences (``(N+1,)`` offsets, ``B = 1``), as in
+            :func:`matrix_affine_scan`: ``P`` and ``Z`` restart at every sequence's first step.
 
     Returns:
         ``(P (B, T, n, 2, 2), Z (B, T, n, 2))``.
@@ -189,7 +285,7 @@ def matrix_scan(M: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
     if tuple(M.shape[3:]) != (2, 2):
         raise ValueError(f"M must have shape (B, T, n, 2, 2); got {tuple(M.shape)}")
     _validate.shape_is(b, "b", M.shape[:4], "(B, T, n, 2)")
-    P, Z = matrix_affine_scan(M, b[..., None])
+    P, Z = matrix_affine_scan(M, b[..., None], cu_seqlens=cu_seqlens)
     return P, Z[..., 0]
 
 
@@ -199,6 +295,8 @@ def _givens_recurrence(
     h0: jax.Array,
     scale: jax.Array | None = None,
     log_gamma: jax.Array | None = None,
+    *,
+    cu_seqlens: jax.Array | None = None,
 ) -> jax.Array:
     """The fused rotation/Givens recurrence behind RotationMinGRU and GivensMinGRU (private op).
 
@@ -206,6 +304,12 @@ def _givens_recurrence(
     ``theta (B, T, n, R, k/2)``, ``b (B, T, n, k)``, ``h0 (B, n, k)``, ``scale (B, T, n, k)``
     or ``None``, ``log_gamma (B, T, n)`` or ``None``, all one float dtype; returns
     ``h (B, T, n, k)``. See ``mingru_jax._eager.givens_recurrence``.
+
+    With ``cu_seqlens`` (``(N+1,)`` integer offsets of ``N`` sequences packed in one row,
+    ``B = 1``) ``h0`` is ``(N, n, k)``, one start per sequence, and every sequence restarts
+    from its own: a transform of the inputs, no packed kernel — at each sequence's first step
+    the transition is zeroed (``scale' = 0``) and the input takes ``M_t h0[n]`` (one
+    :func:`~mingru_jax._eager.givens_recurrence.givens_step` per step, batched).
     """
     theta = _validate.float_array(theta, "theta", 5, "(B, T, n, R, k/2)")
     b = _validate.float_array(b, "b", 4, "(B, T, n, k)")
@@ -219,7 +323,12 @@ def _givens_recurrence(
         )
     k = 2 * half
     _validate.shape_is(b, "b", (B, T, n, k), "(B, T, n, k)")
-    _validate.shape_is(h0, "h0", (B, n, k), "(B, n, k)")
+    cu = None
+    if cu_seqlens is not None:
+        cu = check_cu_seqlens(cu_seqlens, B, T)
+        check_packed_state(h0, cu.shape[0] - 1, (n, k), "h0")
+    else:
+        _validate.shape_is(h0, "h0", (B, n, k), "(B, n, k)")
     if scale is not None:
         scale = _validate.float_array(scale, "scale", 4, "(B, T, n, k)")
         _validate.shape_is(scale, "scale", (B, T, n, k), "(B, T, n, k)")
@@ -229,6 +338,17 @@ def _givens_recurrence(
         _validate.shape_is(log_gamma, "log_gamma", (B, T, n), "(B, T, n)")
         named.append(("log_gamma", log_gamma))
     _validate.same_dtype(named)
+    if cu is not None:
+        seg = segments(cu, T)
+        starts = seg.starts.reshape(1, T, 1, 1)
+        # M_t h0[seq_t] at every step (the steps as a batch of single tokens); kept at starts.
+        entry = givens_step(h0[seg.seq_id], theta[0], jnp.zeros_like(b[0]),
+                            None if scale is None else scale[0],
+                            None if log_gamma is None else log_gamma[0])
+        b = jnp.where(starts, b + entry[None], b)
+        kept = jnp.ones_like(b) if scale is None else scale
+        scale = jnp.where(starts, jnp.zeros_like(kept), kept)  # transition 0 at a start
+        h0 = jnp.zeros((B, n, k), b.dtype)
     return call("givens_recurrence", givens_recurrence_eager, theta, b, h0, scale, log_gamma)
 
 
@@ -240,6 +360,8 @@ def _delta_rule(
     log_gamma: jax.Array | None = None,
     h0: jax.Array | None = None,
     chunk_size: int = 64,
+    *,
+    cu_seqlens: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """The delta rule behind DeltaMinGRU (private op); returns ``(o, h_T)``.
 
@@ -247,11 +369,31 @@ def _delta_rule(
     ``beta (B, T, nh, H)``, ``log_gamma (B, T, H)`` or ``None``, ``h0 (B, H, d_k, d_v)`` or
     ``None``; ``o (B, T, H, d_v)``, ``h_T (B, H, d_k, d_v)``. See
     ``mingru_jax._eager.delta_rule``.
+
+    Packed sequences (``cu_seqlens``: ``(N+1,)`` integer offsets starting at 0,
+    non-decreasing, ending at T, of ``N`` sequences laid end to end in one row, ``B = 1``):
+    the state restarts at the first token of every sequence from its own ``h0[n]``;
+    ``h0`` is then ``(N, H, d_k, d_v)`` or ``None`` (zeros), ``o (1, T, H, d_v)`` and
+    ``h_T (N, H, d_k, d_v)``, each sequence's final state (an empty sequence's is its
+    initial state). Equal to running each sequence alone.
     """
     named = [("q", q), ("k", k), ("v", v), ("beta", beta)]
     named += [(n, t) for n, t in (("log_gamma", log_gamma), ("h0", h0)) if t is not None]
     for name, t in named:
         _validate.floating(t, f"delta_rule: {name}")
     positive_int(chunk_size, "chunk_size")
-    check_delta_rule_shapes(q, k, v, beta, log_gamma, h0)
+    check_delta_rule_shapes(q, k, v, beta, log_gamma, None if cu_seqlens is not None else h0)
+    if cu_seqlens is not None:
+        B, T, _, H, dk = k.shape
+        cu = check_cu_seqlens(cu_seqlens, B, T)
+        check_packed_state(h0, cu.shape[0] - 1, (H, dk, v.shape[-1]), "h0")
+        return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size,
+                    cu_seqlens=cu)
     return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size)
+
+
+def _check_not_sharded(axis_name: str | None) -> None:
+    if axis_name is not None:
+        raise NotImplementedError(
+            "cu_seqlens together with axis_name is not supported yet: pack the sequences of "
+            "each device's slice without sharding, or shard one unpacked sequence")

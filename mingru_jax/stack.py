@@ -111,14 +111,31 @@ class MinGRUStack(nnx.Module):
         x: jax.Array,
         state: Sequence[jax.Array | None] | None = None,
         delta_t: jax.Array | None = None,
+        *,
+        cu_seqlens: jax.Array | None = None,
+        axis_name: str | None = None,
     ) -> tuple[jax.Array, State]:
-        """``(out (B, T, d_model), new_state)`` for ``x (B, T, input_size)``."""
+        """``(out (B, T, d_model), new_state)`` for ``x (B, T, input_size)``.
+
+        With ``cu_seqlens`` (keyword-only: ``(N+1,)`` integer offsets, starting at 0,
+        non-decreasing, ending at T, of ``N`` sequences packed in one row; passed to every
+        block) ``x`` is ``(1, T, input_size)``, ``delta_t`` ``(1, T)`` or ``(1, T, 1)``, each
+        layer's ``state`` entry ``(N, 1, S_l)`` or ``None`` (the mixer's default for every
+        sequence), and ``new_state`` holds each layer's per-sequence last states
+        ``(N, 1, S_l)`` (an empty sequence's is its initial state).
+
+        With ``axis_name`` (a mesh axis bound by :func:`jax.shard_map`; keyword-only; passed
+        to every block) the sequence is split along T across that axis: ``x (B, T_local,
+        input_size)`` and ``delta_t`` are this device's contiguous slice (slices in
+        ``jax.lax.axis_index`` order), ``state`` the state before the whole sequence, ``out``
+        this slice's outputs and ``new_state`` the whole sequence's final states (the same on
+        every device)."""
         x = check_sequence(x, self.input_size, module=self)
         state = self._check_state(state)
         h = self._project(x)
         new_state: State = []
         for block, s, dt in zip(self.blocks, state, self._gaps(delta_t), strict=True):
-            h, s = block(h, s, dt)
+            h, s = block(h, s, dt, cu_seqlens=cu_seqlens, axis_name=axis_name)
             new_state.append(s)
         return self.norm(h), new_state
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 
 from mingru_jax._eager._combine import diagonal, scan
+from mingru_jax._packing import restart, segments_of
 
 __all__ = ["linear_recurrence_eager"]
 
@@ -19,8 +20,14 @@ def linear_recurrence_eager(
     b: jax.Array,
     initial_state: jax.Array | None = None,
     return_final_state: bool = False,
+    seq_id: jax.Array | None = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """``h (B, T, D)`` (or ``(h, h_T (B, D))``) for ``a, b (B, T, D)``, ``initial_state (B, D)``.
+
+    With ``seq_id`` (``(T,)`` int32, packed sequences in one row, ``B = 1``) ``initial_state``
+    is ``(N, D)`` or ``None`` and every sequence restarts from its own
+    (:func:`mingru_jax._packing.restart`); ``h_T`` is then the row's last state (the caller
+    gathers each sequence's).
 
     Example:
         >>> import jax.numpy as jnp
@@ -29,7 +36,9 @@ def linear_recurrence_eager(
         >>> h[0, :, 0].tolist(), h_T.tolist()
         ([3.0, 2.5, 2.25], [[2.25]])
     """
-    if initial_state is not None:
+    if seq_id is not None:
+        a, b = restart(a, b, initial_state, segments_of(seq_id))
+    elif initial_state is not None:
         b = b.at[:, 0].add(a[:, 0] * initial_state)
     _, h = scan(a, b, diagonal)
     return (h, h[:, -1]) if return_final_state else h

@@ -10,8 +10,9 @@ import jax.numpy as jnp
 
 from mingru_jax._eager.linear_recurrence import linear_recurrence_eager
 from mingru_jax._eager.parallel_scan_log import parallel_scan_log_eager
+from mingru_jax._packing import restart_log, segments_of
 
-__all__ = ["g", "log_g", "mingru_cell_eager"]
+__all__ = ["g", "log_g", "mingru_cell_eager", "transitions"]
 
 
 def g(x: jax.Array) -> jax.Array:
@@ -26,6 +27,21 @@ def log_g(x: jax.Array) -> jax.Array:
     return jnp.where(pos, jnp.log(jnp.where(pos, x, 0.0) + 0.5), -jax.nn.softplus(-x))
 
 
+def transitions(k: jax.Array, log_gamma: jax.Array | None, signed: bool,
+                coupled: bool) -> jax.Array:
+    """The cell's transitions ``(B, T, D)`` from its pre-activations ``k (B, T, n·D)``:
+    ``a = γ tanh(k_s) [(1 − σ(k_z))]`` (signed), or ``log a = −softplus(k_z) + log γ``
+    (MinGRU, whose ``a`` is positive)."""
+    if signed:
+        k_z, k_s, _ = jnp.split(k, 3, axis=-1)
+        a = jnp.tanh(k_s)
+        if coupled:
+            a = (1 - jax.nn.sigmoid(k_z)) * a
+        return a if log_gamma is None else a * jnp.exp(log_gamma)
+    log_a = -jax.nn.softplus(jnp.split(k, 2, axis=-1)[0])
+    return log_a if log_gamma is None else log_a + log_gamma
+
+
 def mingru_cell_eager(
     k: jax.Array,
     initial_state: jax.Array | None,
@@ -33,8 +49,13 @@ def mingru_cell_eager(
     signed: bool,
     coupled: bool,
     return_final_state: bool = False,
+    seq_id: jax.Array | None = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """``h (B, T, D)`` (or ``(h, h_T)``) of the cell for ``k (B, T, n·D)``.
+
+    With ``seq_id`` (``(T,)`` int32, packed sequences in one row, ``B = 1``) ``initial_state``
+    is ``(N, D)`` or ``None`` and every sequence restarts from its own; ``h_T`` is then the
+    row's last state (the caller gathers each sequence's).
 
     Example:
         >>> import jax.numpy as jnp
@@ -42,20 +63,18 @@ def mingru_cell_eager(
         (2, 5, 3)
     """
     if signed:
-        k_z, k_s, k_h = jnp.split(k, 3, axis=-1)
-        z = jax.nn.sigmoid(k_z)
-        a = jnp.tanh(k_s)
-        if coupled:
-            a = (1 - z) * a
-        if log_gamma is not None:
-            a = a * jnp.exp(log_gamma)
-        return linear_recurrence_eager(a, z * k_h, initial_state, return_final_state)
+        k_z, _, k_h = jnp.split(k, 3, axis=-1)
+        a = transitions(k, log_gamma, signed, coupled)
+        return linear_recurrence_eager(a, jax.nn.sigmoid(k_z) * k_h, initial_state,
+                                       return_final_state, seq_id)
     k_z, k_h = jnp.split(k, 2, axis=-1)
-    log_a = -jax.nn.softplus(k_z)
-    if log_gamma is not None:
-        log_a = log_a + log_gamma
+    log_a = transitions(k, log_gamma, signed, coupled)
     log_b = -jax.nn.softplus(-k_z) + log_g(k_h)
     B, _, D = log_a.shape
+    if seq_id is not None:
+        log_h0 = None if initial_state is None else jnp.log(initial_state)
+        log_a, log_b = restart_log(log_a, log_b, log_h0, segments_of(seq_id))
+        initial_state = None
     if initial_state is None:
         log_h0 = jnp.full((B, 1, D), -jnp.inf, log_a.dtype)
     else:

@@ -87,6 +87,38 @@ def batched(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def batched_by_map(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`batched` for launches of ONE row (packed sequences, ``B = 1``, whose per-step
+    sequence index has no batch axis): the vmapped calls run one after another
+    (:func:`jax.lax.map`). ``None`` arguments pass through; unbatched arrays are broadcast."""
+
+    @jax.custom_batching.custom_vmap
+    def wrapped(*args):
+        return fn(*args)
+
+    @wrapped.def_vmap
+    def _rule(axis_size, in_batched, *args):
+        full = tuple(
+            x if x is None or is_b else jnp.broadcast_to(x, (axis_size, *x.shape))
+            for x, is_b in zip(args, in_batched, strict=True)
+        )
+        outs = jax.lax.map(lambda xs: wrapped(*xs), full)
+        return tuple(outs), tuple(True for _ in outs)
+
+    return wrapped
+
+
+def packed_state_grad(dh0: jax.Array, seq_id: jax.Array, has_h0: bool) -> jax.Array:
+    """``dh_0 (N, D)`` of a packed backward launch: the kernels write it at each sequence's
+    first step only, so an empty sequence's row is never written (uninitialised memory on a
+    GPU): zero it with ``where``, which never lets that garbage through. All zeros when there
+    is no state (``has_h0`` False: ``dh0`` belongs to a placeholder)."""
+    if not has_h0:
+        return jnp.zeros_like(dh0)
+    nonempty = jnp.zeros((dh0.shape[0],), bool).at[seq_id].set(True)
+    return jnp.where(nonempty[:, None], dh0, jnp.zeros_like(dh0))
+
+
 # ----------------------------------------------------------------------------- interpreter route
 
 

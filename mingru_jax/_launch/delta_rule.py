@@ -7,6 +7,15 @@ chunk maps ``M`` and effective queries ``Qeff`` as residuals; the backward runs 
 and ``bwd_grads``. See :mod:`mingru_jax._launch._common` for the two routes of each launch
 (jax-triton on a GPU, Triton's interpreter on the host).
 
+Packed sequences (``cu_seqlens``, ``B = 1``): as in the PyTorch launcher, :func:`run` lays the
+tokens out chunk-aligned in a padded row (:func:`mingru_jax._eager.delta_rule.packed_layout`
+with the kernels' chunk of ``C = LP // nh`` tokens), runs the same kernels with ``PACKED`` on
+and the int32 tables ``chunk_seq`` / ``chunk_end`` (per chunk: the sequence it starts / ends,
+or −1) and ``cu`` (a separate ``custom_vjp``: the state kernels reset each sequence's first
+chunk to its ``h0[n]``, write every sequence's final state and, backwards, cut the adjoint at
+each boundary and write ``dh0`` per sequence, empty sequences included), and gathers ``o``
+back; JAX differentiates the scatter and the gather.
+
 ``prefer_over_eager`` is ``False`` until this route has been measured on a GPU: under ``auto``
 the op stays on the JAX eager chunked form; ``use_backend("triton")`` selects the kernels.
 """
@@ -18,6 +27,7 @@ import jax.numpy as jnp
 import triton
 import triton.language as tl
 
+from mingru_jax._eager.delta_rule import gather_packed, packed_layout, scatter_packed
 from mingru_jax._launch import _common as common
 from mingru_kernels import delta_rule as kernels
 from mingru_kernels.launch import delta_rule as meta
@@ -28,7 +38,8 @@ __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 _HALF = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
-def unsupported_reason(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64) -> str | None:
+def unsupported_reason(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64, *,
+                       cu_seqlens=None) -> str | None:
     """Why the kernels cannot run this (validated) call, or ``None``."""
     for name, x in (("q", q), ("k", k), ("v", v), ("beta", beta), ("log_gamma", log_gamma),
                     ("h0", h0)):
@@ -42,11 +53,21 @@ def prefer_over_eager(*args, **kwargs) -> bool:
     return False
 
 
-def run(q, k, v, beta, log_gamma=None, h0=None, chunk_size: int = 64):
+def run(q, k, v, beta, log_gamma=None, h0=None, chunk_size: int = 64, *, cu_seqlens=None):
     """``(o (B, T, H, d_v), h_T (B, H, d_k, d_v))`` on the Triton kernels, in ``q``'s dtype;
     jit/grad/vmap-compatible. ``chunk_size`` (the eager twin's hint, validated in
-    :mod:`mingru_jax.scans`) is ignored: the kernels use their own chunk."""
-    return _op(q, k, v, beta, log_gamma, h0)
+    :mod:`mingru_jax.scans`) is ignored: the kernels use their own chunk. With
+    ``cu_seqlens`` (checked int32 offsets ``(N+1,)``, ``B = 1``) ``h0`` and ``h_T`` are
+    ``(N, H, d_k, d_v)``, one state per sequence (see the module docstring)."""
+    if cu_seqlens is None:
+        return _op(q, k, v, beta, log_gamma, h0)
+    lay = packed_layout(cu_seqlens, q.shape[1], _config(q, k, v)["C"])
+    q, k, v, beta = (scatter_packed(x, lay) for x in (q, k, v, beta))
+    if log_gamma is not None:
+        log_gamma = scatter_packed(log_gamma, lay)
+    cu = jnp.asarray(cu_seqlens).astype(jnp.int32)
+    o, h_T = _packed_op(q, k, v, beta, log_gamma, h0, lay.chunk_seq, lay.chunk_end, cu)
+    return gather_packed(o, lay), h_T
 
 
 # ----------------------------------------------------------------------------- adapters
@@ -65,10 +86,11 @@ def _fwd_prep(q, k, v, beta, lg, T, H, DK, DV, NC, m, n, qeff, ou,
 
 
 @triton.jit
-def _fwd_state(h0, m, n, DK, DV, NC, states, ht,
+def _fwd_state(h0, m, n, cseq, cend, cu, H, DK, DV, NC, NSEQ, states, ht,
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-               HAS_H0: tl.constexpr, PREC: tl.constexpr):
-    kernels.delta_rule_fwd_state_kernel(h0, m, n, states, ht, DK, DV, NC, BK, BV, KS, VS, HAS_H0, PREC)
+               HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr):
+    kernels.delta_rule_fwd_state_kernel(h0, m, n, states, ht, cseq, cend, cu, H, DK, DV, NC,
+                                        NSEQ, BK, BV, KS, VS, HAS_H0, PACKED, PREC)
 
 
 @triton.jit
@@ -79,12 +101,13 @@ def _fwd_out(qeff, ou, states, T, H, DV, NC, o,
 
 
 @triton.jit
-def _bwd_state(dht, do, m, qeff, T, H, DK, DV, NC, dstates, dh0,
+def _bwd_state(dht, do, m, qeff, cseq, cend, cu, T, H, DK, DV, NC, NSEQ, dstates, dh0,
                C: tl.constexpr, CP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                KS: tl.constexpr, VS: tl.constexpr, HAS_DHT: tl.constexpr,
-               HAS_H0: tl.constexpr, PREC: tl.constexpr):
-    kernels.delta_rule_bwd_state_kernel(dht, do, m, qeff, dstates, dh0, T, H, DK, DV, NC,
-                             C, CP, BK, BV, KS, VS, HAS_DHT, HAS_H0, PREC)
+               HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr):
+    kernels.delta_rule_bwd_state_kernel(dht, do, m, qeff, dstates, dh0, cseq, cend, cu,
+                                        T, H, DK, DV, NC, NSEQ, C, CP, BK, BV, KS, VS,
+                                        HAS_DHT, HAS_H0, PACKED, PREC)
 
 
 @triton.jit
@@ -110,7 +133,14 @@ def _config(q, k, v) -> dict:
                               blocked=choices.get("blocked"))
 
 
-def _launch_forward(q, k, v, beta, log_gamma, h0):
+def _tables(q, tables):
+    """``(packed, (chunk_seq, chunk_end, cu), N or B states)``; placeholders when unpacked."""
+    if tables is None:
+        return False, (q, q, q), q.shape[0]
+    return True, tuple(tables), tables[2].shape[0] - 1
+
+
+def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
     cfg = _config(q, k, v)
@@ -123,10 +153,12 @@ def _launch_forward(q, k, v, beta, log_gamma, h0):
         tuple(common.f32(shp[n]) for n in ("M", "N", "Qeff", "Ou")), (T, H, dk, dv, nc),
         **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=log_gamma is not None),
     )
+    packed, tabs, n_states = _tables(q, tables)
     states, h_T = common.launch(
-        _fwd_state, meta.grid_state(BH, cfg), (h0_in, M, N),
-        (common.f32(shp["states"]), jax.ShapeDtypeStruct((B, H, dk, dv), q.dtype)), (dk, dv, nc),
-        **meta.launch_kwargs(cfg, "fwd_state", HAS_H0=h0 is not None),
+        _fwd_state, meta.grid_state(BH, cfg), (h0_in, M, N, *tabs),
+        (common.f32(shp["states"]), jax.ShapeDtypeStruct((n_states, H, dk, dv), q.dtype)),
+        (H, dk, dv, nc, n_states),
+        **meta.launch_kwargs(cfg, "fwd_state", HAS_H0=h0 is not None, PACKED=packed),
     )
     (o,) = common.launch(
         _fwd_out, meta.grid_chunks(T, BH, cfg), (qeff, ou, states),
@@ -136,16 +168,20 @@ def _launch_forward(q, k, v, beta, log_gamma, h0):
     return o, h_T, states, M, qeff
 
 
-def _launch_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T):
+def _launch_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tables=None):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
     cfg = _config(q, k, v)
     BH, nc = B * H, meta.n_chunks(T, cfg)
     dummy = common.f32((1,))
+    packed, tabs, n_states = _tables(q, tables)
     dstates, dh0 = common.launch(
-        _bwd_state, meta.grid_state(BH, cfg), (q if dh_T is None else dh_T, do, M, qeff),
-        (common.f32(states.shape), dummy if h0 is None else common.like(h0)), (T, H, dk, dv, nc),
-        **meta.launch_kwargs(cfg, "bwd_state", HAS_DHT=dh_T is not None, HAS_H0=h0 is not None),
+        _bwd_state, meta.grid_state(BH, cfg),
+        (q if dh_T is None else dh_T, do, M, qeff, *tabs),
+        (common.f32(states.shape), dummy if h0 is None else common.like(h0)),
+        (T, H, dk, dv, nc, n_states),
+        **meta.launch_kwargs(cfg, "bwd_state", HAS_DHT=dh_T is not None, HAS_H0=h0 is not None,
+                             PACKED=packed),
     )
     lg = q if log_gamma is None else log_gamma
     dq, dk_, dv_, dbeta, dlg = common.launch(
@@ -194,3 +230,48 @@ def _op_bwd(res, cts):
 
 
 _op.defvjp(_op_fwd, _op_bwd)
+
+
+# ----------------------------------------------------------------------------- packed custom_vjp
+# One padded row (B = 1) with the layout's tables, which have no batch axis: a vmapped call
+# runs its rows one after another (common.batched_by_map).
+
+
+@common.batched_by_map
+def _packed_forward(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu):
+    return _launch_forward(q, k, v, beta, log_gamma, h0, (chunk_seq, chunk_end, cu))
+
+
+@common.batched_by_map
+def _packed_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, chunk_seq,
+                     chunk_end, cu):
+    dq, dk, dv, dbeta, dlg, dh0 = _launch_backward(q, k, v, beta, log_gamma, h0, states, M,
+                                                   qeff, do, dh_T, (chunk_seq, chunk_end, cu))
+    return tuple(g for g in (dq, dk, dv, dbeta, None if log_gamma is None else dlg,
+                             None if h0 is None else dh0) if g is not None)
+
+
+@jax.custom_vjp
+def _packed_op(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu):
+    o, h_T, *_ = _packed_forward(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu)
+    return o, h_T
+
+
+def _packed_op_fwd(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu):
+    o, h_T, states, M, qeff = _packed_forward(q, k, v, beta, log_gamma, h0, chunk_seq,
+                                              chunk_end, cu)
+    return (o, h_T), (q, k, v, beta, log_gamma, h0, states, M, qeff, chunk_seq, chunk_end, cu)
+
+
+def _packed_op_bwd(res, cts):
+    q, k, v, beta, log_gamma, h0, states, M, qeff, chunk_seq, chunk_end, cu = res
+    do, dh_T = cts
+    grads = iter(_packed_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T,
+                                  chunk_seq, chunk_end, cu))
+    dq, dk, dv, dbeta = (next(grads) for _ in range(4))
+    dlg = None if log_gamma is None else next(grads)
+    dh0 = None if h0 is None else next(grads)
+    return dq, dk, dv, dbeta, dlg, dh0, None, None, None
+
+
+_packed_op.defvjp(_packed_op_fwd, _packed_op_bwd)

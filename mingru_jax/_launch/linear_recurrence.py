@@ -3,11 +3,16 @@
 
 A ``jax.custom_vjp`` over the forward and backward kernels; the backward saves ``a``, ``h_0``
 and the output ``h`` only. A missing ``initial_state`` is a zero state (one ``(B, D)`` array),
-so the traced kernels are the same with and without it. See :mod:`mingru_jax._launch._common`
-for the two routes of each launch (jax-triton on a GPU, Triton's interpreter on the host).
+so the traced kernels are the same with and without it. Packed sequences (``seq_id``,
+``B = 1``) run the same kernels with ``PACKED`` on, through their own adapters and
+``custom_vjp`` (the per-sequence ``h_0 (N, D)``, no state read when absent, ``dh_0`` zeroed
+for empty sequences). See :mod:`mingru_jax._launch._common` for the two routes of each
+launch (jax-triton on a GPU, Triton's interpreter on the host).
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +28,8 @@ from mingru_kernels.launch import linear_recurrence as meta
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
 
-def unsupported_reason(a, b, initial_state=None, return_final_state=False) -> str | None:
+def unsupported_reason(a, b, initial_state=None, return_final_state=False,
+                       seq_id=None) -> str | None:
     """Why the kernel cannot run this call, or ``None``."""
     return common.unsupported_dtype_or_device(a)
 
@@ -33,8 +39,23 @@ def prefer_over_eager(*args, **kwargs) -> bool:
     return True
 
 
-def run(a, b, initial_state=None, return_final_state=False):
-    """``h`` (or ``(h, h_T)``) on the Triton kernels; jit/grad/vmap-compatible."""
+def run(
+    a: jax.Array,
+    b: jax.Array,
+    initial_state: jax.Array | None = None,
+    return_final_state: bool = False,
+    seq_id: jax.Array | None = None,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """``h`` (or ``(h, h_T)``) on the Triton kernels; jit/grad/vmap-compatible. With
+    ``seq_id`` (``(T,)`` int32, packed sequences, ``B = 1``) ``initial_state`` is ``(N, D)``
+    or ``None`` and the sequences restart inside the kernels (the caller gathers their final
+    states; ``h_T`` is then the row's last state)."""
+    if seq_id is not None:
+        has_h0 = initial_state is not None
+        # Without a state the kernels read none (HAS_H0 off): a one-row placeholder.
+        h0 = initial_state if has_h0 else jnp.zeros((1, a.shape[2]), a.dtype)
+        h, h_T = _packed_op(has_h0, a, b, h0, seq_id.astype(jnp.int32))
+        return (h, h_T) if return_final_state else h
     h0 = jnp.zeros((a.shape[0], a.shape[2]), a.dtype) if initial_state is None else initial_state
     h, h_T = _op(a, b, h0)
     return (h, h_T) if return_final_state else h
@@ -75,6 +96,38 @@ def _bwd_adapter(a, h, h0, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o
                                              MODE, True, True, False, BLOCK_T, BLOCK_D)
 
 
+# Packed sequences: ``seq`` is the (T,) int32 sequence index of each step; ``h0`` is (N, D),
+# or a placeholder without HAS_H0.
+
+
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
+def _packed_fwd_adapter(a, b, h0, seq, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2,
+                        MODE: tl.constexpr, HAS_H0: tl.constexpr, BLOCK_T: tl.constexpr,
+                        BLOCK_D: tl.constexpr):
+    if MODE == scan_common.K_SUMMARY:
+        kernels.linear_recurrence_fwd_kernel(a, b, h0, seq, s1, s1, o1, o2,
+                                             T, D, chunk_len, n_chunks, n_dblk,
+                                             MODE, HAS_H0, True, BLOCK_T, BLOCK_D)
+    else:
+        kernels.linear_recurrence_fwd_kernel(a, b, h0, seq, o1, o2, s1, s2,
+                                             T, D, chunk_len, n_chunks, n_dblk,
+                                             MODE, HAS_H0, True, BLOCK_T, BLOCK_D)
+
+
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
+def _packed_bwd_adapter(a, h, h0, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
+                        o1, o2, o3, MODE: tl.constexpr, HAS_H0: tl.constexpr,
+                        BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    if MODE == scan_common.K_SUMMARY:
+        kernels.linear_recurrence_bwd_kernel(a, h, h0, seq, dh, dht, o3, o3, o3, o1, o2,
+                                             T, D, chunk_len, n_chunks, n_dblk,
+                                             MODE, HAS_H0, True, True, BLOCK_T, BLOCK_D)
+    else:
+        kernels.linear_recurrence_bwd_kernel(a, h, h0, seq, dh, dht, o1, o2, o3, s1, s2,
+                                             T, D, chunk_len, n_chunks, n_dblk,
+                                             MODE, HAS_H0, True, True, BLOCK_T, BLOCK_D)
+
+
 # ----------------------------------------------------------------------------- launch sequences
 
 
@@ -92,6 +145,24 @@ def _launch_backward(a, h, h0, dh, dh_T):
     return elementwise.run_scan(_bwd_adapter, cfg, B, D, (a, h, h0, dh, dh_T),
                                 (common.like(a), common.like(a), common.like(h0)),
                                 meta.dims(cfg, T, D), reverse=True, **meta.launch_kwargs(cfg))
+
+
+def _launch_packed_forward(has_h0, a, b, h0, seq_id):
+    B, T, D = a.shape  # B = 1; h_T is the row's last state
+    cfg = elementwise.plan("linear_recurrence", a, meta.TILES)
+    return elementwise.run_scan(_packed_fwd_adapter, cfg, B, D, (a, b, h0, seq_id),
+                                (common.like(a), jax.ShapeDtypeStruct((B, D), a.dtype)),
+                                meta.dims(cfg, T, D), reverse=False, HAS_H0=has_h0,
+                                **meta.launch_kwargs(cfg))
+
+
+def _launch_packed_backward(has_h0, a, h, h0, seq_id, dh, dh_T):
+    B, T, D = a.shape
+    cfg = elementwise.plan("linear_recurrence", a)
+    return elementwise.run_scan(_packed_bwd_adapter, cfg, B, D, (a, h, h0, seq_id, dh, dh_T),
+                                (common.like(a), common.like(a), common.like(h0)),
+                                meta.dims(cfg, T, D), reverse=True, HAS_H0=has_h0,
+                                **meta.launch_kwargs(cfg))
 
 
 # ----------------------------------------------------------------------------- custom_vjp
@@ -118,3 +189,35 @@ def _op_bwd(res, cts):
 
 
 _op.defvjp(_op_fwd, _op_bwd)
+
+
+# ----------------------------------------------------------------------------- packed custom_vjp
+
+
+@functools.cache
+def _packed(has_h0: bool):
+    """The packed forward and backward launch sequences (one row each; vmapped calls run one
+    after another)."""
+    forward = functools.partial(_launch_packed_forward, has_h0)
+    backward = functools.partial(_launch_packed_backward, has_h0)
+    return common.batched_by_map(forward), common.batched_by_map(backward)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _packed_op(has_h0, a, b, h0, seq_id):
+    return _packed(has_h0)[0](a, b, h0, seq_id)
+
+
+def _packed_op_fwd(has_h0, a, b, h0, seq_id):
+    h, h_T = _packed(has_h0)[0](a, b, h0, seq_id)
+    return (h, h_T), (a, h, h0, seq_id)
+
+
+def _packed_op_bwd(has_h0, res, cts):
+    a, h, h0, seq_id = res
+    dh, dh_T = cts
+    da, db, dh0 = _packed(has_h0)[1](a, h, h0, seq_id, dh, dh_T)
+    return da, db, common.packed_state_grad(dh0, seq_id, has_h0), None
+
+
+_packed_op.defvjp(_packed_op_fwd, _packed_op_bwd)

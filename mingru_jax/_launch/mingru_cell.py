@@ -4,7 +4,10 @@ same ones the PyTorch launcher runs).
 
 A ``jax.custom_vjp`` over the forward and backward kernels; the backward saves ``k``, the
 log-decay, ``h_0`` and the output ``h`` only. A missing ``initial_state`` is a zero state (one
-``(B, D)`` array), so the traced kernels are the same with and without it. See
+``(B, D)`` array), so the traced kernels are the same with and without it. Packed sequences
+(``seq_id``, ``B = 1``) run the same kernels with ``PACKED`` on, through their own adapters and
+``custom_vjp`` (the per-sequence ``h_0 (N, D)``, no state read when absent, ``dh_0`` zeroed for
+empty sequences). See
 :mod:`mingru_jax._launch._common` for the two routes of each launch.
 """
 
@@ -36,10 +39,28 @@ def prefer_over_eager(*args, **kwargs) -> bool:
     return True
 
 
-def run(k, initial_state, log_gamma, signed, coupled, return_final_state=False):
-    """``h`` (or ``(h, h_T)``) of the cell on the Triton kernels; jit/grad/vmap-compatible."""
+def run(
+    k: jax.Array,
+    initial_state: jax.Array | None,
+    log_gamma: jax.Array | None,
+    signed: bool,
+    coupled: bool,
+    return_final_state: bool = False,
+    seq_id: jax.Array | None = None,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """``h`` (or ``(h, h_T)``) of the cell on the Triton kernels; jit/grad/vmap-compatible.
+    With ``seq_id`` (``(T,)`` int32, packed sequences, ``B = 1``) ``initial_state`` is
+    ``(N, D)`` or ``None`` and the sequences restart inside the kernels (the caller gathers
+    their final states; ``h_T`` is then the row's last state)."""
     B, _, S = k.shape
     D = S // meta.gate_count(signed)
+    if seq_id is not None:
+        has_h0 = initial_state is not None
+        # Without a state the kernels read none (HAS_H0 off): a one-row placeholder.
+        h0 = initial_state if has_h0 else jnp.zeros((1, D), k.dtype)
+        h, h_T = _packed_op(bool(signed), bool(coupled), has_h0, k, h0, log_gamma,
+                            seq_id.astype(jnp.int32))
+        return (h, h_T) if return_final_state else h
     h0 = jnp.zeros((B, D), k.dtype) if initial_state is None else initial_state
     h, h_T = _op(bool(signed), bool(coupled), k, h0, log_gamma)
     return (h, h_T) if return_final_state else h
@@ -85,6 +106,44 @@ def _bwd_adapter(k, lg, h0, h, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dbl
                                        False, BLOCK_T, BLOCK_D)
 
 
+# Packed sequences: ``seq`` is the (T,) int32 sequence index of each step; ``h0`` is (N, D),
+# or a placeholder without HAS_H0.
+
+
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
+def _packed_fwd_adapter(k, lg, h0, seq, s1, s2, T, D, chunk_len, n_chunks, n_dblk, lg_row,
+                        lg_col, o1, o2,
+                        MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
+                        HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, BLOCK_T: tl.constexpr,
+                        BLOCK_D: tl.constexpr):
+    if MODE == scan_common.K_SUMMARY:
+        kernels.mingru_cell_fwd_kernel(k, lg, h0, seq, s1, s1, o1, o2, T, D, chunk_len,
+                                       n_chunks, n_dblk, lg_row, lg_col, MODE, HAS_H0, SIGNED,
+                                       COUPLED, HAS_DECAY, True, BLOCK_T, BLOCK_D)
+    else:
+        kernels.mingru_cell_fwd_kernel(k, lg, h0, seq, o1, o2, s1, s2, T, D, chunk_len,
+                                       n_chunks, n_dblk, lg_row, lg_col, MODE, HAS_H0, SIGNED,
+                                       COUPLED, HAS_DECAY, True, BLOCK_T, BLOCK_D)
+
+
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
+def _packed_bwd_adapter(k, lg, h0, h, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
+                        lg_row, lg_col, o1, o2, o3, o4,
+                        MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
+                        HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, BLOCK_T: tl.constexpr,
+                        BLOCK_D: tl.constexpr):
+    if MODE == scan_common.K_SUMMARY:
+        kernels.mingru_cell_bwd_kernel(k, lg, h0, h, seq, dh, dht, o3, o4, o4, o1, o2,
+                                       T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
+                                       T * D, D, 1, MODE, HAS_H0, True, SIGNED, COUPLED,
+                                       HAS_DECAY, True, BLOCK_T, BLOCK_D)
+    else:
+        kernels.mingru_cell_bwd_kernel(k, lg, h0, h, seq, dh, dht, o1, o2, o3, s1, s2,
+                                       T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
+                                       T * D, D, 1, MODE, HAS_H0, True, SIGNED, COUPLED,
+                                       HAS_DECAY, True, BLOCK_T, BLOCK_D)
+
+
 # ----------------------------------------------------------------------------- launch sequences
 
 
@@ -103,26 +162,31 @@ def _decay(k, lg):
     return lg, ((1, 0) if lg.shape[-1] == 1 else (lg.shape[-1], 1)), True
 
 
-def _launch_forward(signed, coupled, k, h0, lg):
+def _launch_forward(signed, coupled, k, h0, lg, seq_id=None, has_h0=True):
     cfg, B, T, D = _plan(k, h0, signed, forward=True)
     lg_in, strides, has_decay = _decay(k, lg)
-    outs = (jax.ShapeDtypeStruct((B, T, D), k.dtype), common.like(h0))
-    return elementwise.run_scan(_fwd_adapter, cfg, B, D, (k, lg_in, h0), outs,
+    outs = (jax.ShapeDtypeStruct((B, T, D), k.dtype), jax.ShapeDtypeStruct((B, D), k.dtype))
+    # Packed (B = 1): the packed adapter, the per-step sequence index as one more input.
+    adapter, ins, extra = ((_fwd_adapter, (k, lg_in, h0), {}) if seq_id is None else
+                           (_packed_fwd_adapter, (k, lg_in, h0, seq_id), dict(HAS_H0=has_h0)))
+    return elementwise.run_scan(adapter, cfg, B, D, ins, outs,
                                 (*meta.dims(cfg, T, D), *strides), reverse=False,
-                                SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay,
+                                SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay, **extra,
                                 **meta.launch_kwargs(cfg))
 
 
-def _launch_backward(signed, coupled, k, h0, lg, h, dh, dh_T):
+def _launch_backward(signed, coupled, k, h0, lg, h, dh, dh_T, seq_id=None, has_h0=True):
     cfg, B, T, D = _plan(k, h0, signed, forward=False)
     lg_in, strides, has_decay = _decay(k, lg)
     dummy = common.f32((1,))
     dlg = jax.ShapeDtypeStruct((B, T, D), lg.dtype) if has_decay else dummy
     outs = (common.like(k), dlg, common.like(h0), dummy)
+    adapter, ins, extra = ((_bwd_adapter, (k, lg_in, h0, h, dh, dh_T), {}) if seq_id is None
+                           else (_packed_bwd_adapter, (k, lg_in, h0, h, seq_id, dh, dh_T),
+                                 dict(HAS_H0=has_h0)))
     dk, dlg, dh0, _ = elementwise.run_scan(
-        _bwd_adapter, cfg, B, D, (k, lg_in, h0, h, dh, dh_T), outs,
-        (*meta.dims(cfg, T, D), *strides), reverse=True, SIGNED=signed, COUPLED=coupled,
-        HAS_DECAY=has_decay, **meta.launch_kwargs(cfg))
+        adapter, cfg, B, D, ins, outs, (*meta.dims(cfg, T, D), *strides), reverse=True,
+        SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay, **extra, **meta.launch_kwargs(cfg))
     if not has_decay:
         return dk, dh0
     if lg.shape[-1] == 1:
@@ -159,3 +223,40 @@ def _op_bwd(signed, coupled, res, cts):
 
 
 _op.defvjp(_op_fwd, _op_bwd)
+
+
+# ----------------------------------------------------------------------------- packed custom_vjp
+
+
+@functools.cache
+def _packed(signed: bool, coupled: bool, has_h0: bool):
+    """The packed forward and backward launch sequences of one cell variant (one row each;
+    vmapped calls run one after another)."""
+    def forward(k, h0, lg, seq_id):
+        return _launch_forward(signed, coupled, k, h0, lg, seq_id, has_h0)
+
+    def backward(k, h0, lg, h, seq_id, dh, dh_T):
+        return _launch_backward(signed, coupled, k, h0, lg, h, dh, dh_T, seq_id, has_h0)
+
+    return common.batched_by_map(forward), common.batched_by_map(backward)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _packed_op(signed, coupled, has_h0, k, h0, lg, seq_id):
+    return _packed(signed, coupled, has_h0)[0](k, h0, lg, seq_id)
+
+
+def _packed_op_fwd(signed, coupled, has_h0, k, h0, lg, seq_id):
+    h, h_T = _packed(signed, coupled, has_h0)[0](k, h0, lg, seq_id)
+    return (h, h_T), (k, h0, lg, h, seq_id)
+
+
+def _packed_op_bwd(signed, coupled, has_h0, res, cts):
+    k, h0, lg, h, seq_id = res
+    dh, dh_T = cts
+    dk, dh0, *dlg = _packed(signed, coupled, has_h0)[1](k, h0, lg, h, seq_id, dh, dh_T)
+    dh0 = common.packed_state_grad(dh0, seq_id, has_h0)
+    return dk, dh0, dlg[0] if lg is not None else None, None
+
+
+_packed_op.defvjp(_packed_op_fwd, _packed_op_bwd)

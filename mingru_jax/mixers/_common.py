@@ -28,8 +28,9 @@ from flax import nnx
 from mingru_jax import _validate
 from mingru_jax._eager.mingru_cell import g as g
 from mingru_jax._eager.mingru_cell import log_g as log_g
+from mingru_jax._packing import check_cu_seqlens
 from mingru_kernels._spec import DECAY_MODES as DECAY_MODES
-from mingru_kernels._spec import MAX_GAP, check_decay, inverse_softplus
+from mingru_kernels._spec import MAX_GAP, check_decay, check_packed_state, inverse_softplus
 from mingru_kernels._spec import check_size as check_size
 
 LN_EPS = 1e-5
@@ -255,6 +256,22 @@ def check_state(
     h = _validate.float_array(h, name, len(shape), txt)
     if tuple(h.shape) != shape:
         raise ValueError(f"{name} must have shape {txt} = {shape}; got {tuple(h.shape)}")
+    return h.astype(dtype)
+
+
+def packed_count(cu_seqlens: object, batch: int, steps: int) -> int:
+    """``N``, the number of sequences of a packed call's ``cu_seqlens`` (checked: ``(N+1,)``
+    integer offsets from 0 to ``T = steps``, ``B = batch = 1``; see
+    :func:`mingru_jax._packing.check_cu_seqlens`)."""
+    return check_cu_seqlens(cu_seqlens, batch, steps).shape[0] - 1
+
+
+def check_packed_sequence_state(h: object, n_seq: int, size: int, name: str, *,
+                                dtype: Any) -> jax.Array:
+    """A packed ``__call__``'s per-sequence state: ``(N, 1, size)``, one row per sequence of
+    ``cu_seqlens``; returned in ``dtype``."""
+    h = _validate.float_array(h, name, 3, f"(N, 1, {size})")
+    check_packed_state(h, n_seq, (1, size), name)
     return h.astype(dtype)
 
 

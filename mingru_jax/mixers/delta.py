@@ -13,13 +13,16 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from mingru_jax._sharding import check_axis, sequence_parallel
 from mingru_jax.mixers._common import (
     MixerCell,
     TimeDecay,
+    check_packed_sequence_state,
     check_sequence,
     check_state,
     check_token,
     linear,
+    packed_count,
     project,
 )
 from mingru_jax.scans import _delta_rule
@@ -67,6 +70,11 @@ class DeltaMinGRU(nnx.Module):
 
     * ``__call__(x (B, T, input_size), h_0=None (B, 1, Z), delta_t=None (B, T) | (B, T, 1),
       return_state=False) -> y (B, T, hidden_size)`` or ``(y, state (B, 1, Z))``;
+    * packed, ``__call__(x (1, T, input_size), h_0=None (N, 1, Z), delta_t=None (1, T) |
+      (1, T, 1), return_state=False, cu_seqlens=(N+1,)) -> y (1, T, hidden_size)`` or
+      ``(y, state (N, 1, Z))``: ``N`` sequences laid end to end in one row, each starting
+      from its own ``h_0[n]`` (zeros by default); ``state[n]`` is sequence ``n``'s final
+      state (an empty sequence's is its ``h_0[n]``). Equal to running each sequence alone;
     * ``step(x_t (B, input_size), h_prev=None (B, Z), delta_t=None (B,) | (B, 1))
       -> (y_t (B, hidden_size), h_t (B, Z))``.
 
@@ -146,24 +154,65 @@ class DeltaMinGRU(nnx.Module):
         h_0: jax.Array | None = None,
         delta_t: jax.Array | None = None,
         return_state: bool = False,
+        *,
+        axis_name: str | None = None,
+        cu_seqlens: jax.Array | None = None,
     ) -> jax.Array | tuple[jax.Array, jax.Array]:
-        """Parallel (chunked WY) forward; see the class docstring for shapes."""
+        """Parallel (chunked WY) forward; see the class docstring for shapes.
+
+        With ``cu_seqlens`` (``(N+1,)`` integer offsets of ``N`` sequences packed into one
+        row, ``B = 1``; keyword-only) every sequence starts from its own state: ``h_0`` is
+        ``(N, 1, Z)`` (default zeros), ``delta_t`` ``(1, T)`` or ``(1, T, 1)``, ``y``
+        ``(1, T, hidden_size)`` and the state returned ``(N, 1, Z)``, each sequence's final
+        state (an empty one's is its ``h_0``). Not combined with ``axis_name`` yet.
+
+        With ``axis_name`` (a mesh axis bound by :func:`jax.shard_map`; keyword-only) the
+        sequence is split along T across that axis: ``x (B, T_local, input_size)`` and
+        ``delta_t`` are this device's contiguous slice (slices in ``jax.lax.axis_index``
+        order), ``h_0`` the state before the whole sequence (the same on every device), ``y``
+        this slice's outputs ``(B, T_local, hidden_size)`` and ``state`` the whole sequence's
+        final state (the same on every device). A slice acts on each head's state as
+        ``S ↦ A S + Z`` with ``A (d_k × d_k)``: ``A`` is the slice's delta rule run with
+        ``v = 0`` from the identity, ``Z`` from zero; see :mod:`mingru_jax._sharding`."""
         x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         H, dk, dv = self.n_heads, self.d_k, self.d_v
         q, k, v, beta = self._project(x)
         dtype = q.dtype
+        if cu_seqlens is not None:
+            if axis_name is not None:
+                raise NotImplementedError(
+                    "cu_seqlens together with axis_name is not supported yet: pack the "
+                    "sequences of each device's slice without sharding, or shard one unpacked "
+                    "sequence")
+            n_states = packed_count(cu_seqlens, B, T)
+        else:
+            n_states = B
         h0 = None
         if h_0 is not None:
-            h0 = check_state(h_0, B, self.state_size, "h_0", sequence=True, dtype=dtype)
-            h0 = h0.reshape(B, H, dk, dv)
+            if cu_seqlens is not None:
+                h0 = check_packed_sequence_state(h_0, n_states, self.state_size, "h_0",
+                                                 dtype=dtype)
+            else:
+                h0 = check_state(h_0, B, self.state_size, "h_0", sequence=True, dtype=dtype)
+            h0 = h0.reshape(n_states, H, dk, dv)
         log_gamma = self.decay.log_gamma(delta_t, B, T, dtype)
         if log_gamma is not None:
             log_gamma = jnp.broadcast_to(log_gamma, (B, T, H))  # fixed rate: one channel
-        o, h_T = _delta_rule(q, k, v, beta, log_gamma, h0, self.chunk_size)
+        if axis_name is not None:
+            check_axis(axis_name)
+            eye = jnp.broadcast_to(jnp.eye(dk, dtype=dtype), (B, H, dk, dk))
+            _, product = _delta_rule(q, k, jnp.zeros((*k.shape[:-1], dk), dtype), beta,
+                                     log_gamma, eye, self.chunk_size)
+            o, h_T = sequence_parallel(
+                lambda S: _delta_rule(q, k, v, beta, log_gamma, S, self.chunk_size),
+                product, h0, axis_name, True, matrix=True)
+        else:
+            o, h_T = _delta_rule(q, k, v, beta, log_gamma, h0, self.chunk_size,
+                                 cu_seqlens=cu_seqlens)
         y = self.out_proj(o.reshape(B, T, H * dv))
         if return_state:
-            return y, h_T.reshape(B, 1, self.state_size)
+            return y, h_T.reshape(n_states, 1, self.state_size)
         return y
 
     def step(

@@ -22,9 +22,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from mingru_jax._eager.givens_recurrence import givens_step
+from mingru_jax._packing import check_cu_seqlens, final_states, segments
+from mingru_jax._sharding import check_axis, gather_last, sequence_parallel
 from mingru_jax.mixers._common import (
     MixerCell,
     TimeDecay,
+    check_packed_sequence_state,
     check_sequence,
     check_size,
     check_state,
@@ -87,22 +90,87 @@ class BlockRotationBase(nnx.Module):
         x: jax.Array,
         h_0: jax.Array | None = None,
         delta_t: jax.Array | None = None,
-    ) -> jax.Array:
+        return_state: bool = False,
+        *,
+        cu_seqlens: jax.Array | None = None,
+        axis_name: str | None = None,
+    ) -> jax.Array | tuple[jax.Array, jax.Array]:
         """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; ``h_0 (B, 1, hidden)``
-        overrides the learned initial state; ``delta_t (B, T)`` or ``(B, T, 1)`` with decay."""
+        overrides the learned initial state; ``delta_t (B, T)`` or ``(B, T, 1)`` with decay.
+        ``return_state=True`` returns ``(h, state)`` with ``state (B, 1, hidden)`` the last
+        state (the ``h_0`` of a continuation).
+
+        With ``cu_seqlens`` (keyword-only: ``(N+1,)`` integer offsets, starting at 0,
+        non-decreasing, ending at T, of ``N`` sequences packed in one row) ``x`` is
+        ``(1, T, input_size)``, ``delta_t`` ``(1, T)`` or ``(1, T, 1)``, ``h_0`` ``(N, 1,
+        hidden)`` (default: the learned ``h0`` for every sequence), every sequence restarts
+        from its own ``h_0`` row (see ``mingru_jax.scans._givens_recurrence``), and ``state``
+        is ``(N, 1, hidden)``, each sequence's last state (an empty sequence's is its
+        ``h_0``). Not combinable with ``axis_name`` yet.
+
+        With ``axis_name`` (a mesh axis bound by :func:`jax.shard_map`; keyword-only) the
+        sequence is split along T across that axis: ``x (B, T_local, input_size)`` and
+        ``delta_t`` are this device's contiguous slice (slices in ``jax.lax.axis_index``
+        order), ``h_0`` (or the learned ``h0``) the state before the whole sequence, and the
+        result this slice's states ``(B, T_local, hidden)``. A slice's map on each block's
+        state is ``h ↦ P h + Z`` with ``P (B, n, k, k)`` the product of its transitions,
+        found by running the slice's recurrence from the ``k`` columns of the identity
+        (``k×`` the local recurrence); see :mod:`mingru_jax._sharding`."""
         x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         n, k = self.n_blocks, self.block_size
         b, theta, scale = self._projections(x)
         dtype = b.dtype
+        log_gamma = self._log_gamma(delta_t, B, T, dtype)
+        theta = theta.astype(dtype)
+        if cu_seqlens is not None:
+            return self._packed(theta, b, scale, log_gamma, h_0, cu_seqlens, return_state,
+                                axis_name)
         if h_0 is None:
             h0 = self.initial_state(B, dtype).reshape(B, n, k)
         else:
             h0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, dtype=dtype)
             h0 = h0.reshape(B, n, k)
-        log_gamma = self._log_gamma(delta_t, B, T, dtype)
-        h = _givens_recurrence(theta.astype(dtype), b, h0, scale, log_gamma)
-        return h.reshape(B, T, self.hidden_size)
+        if axis_name is not None:
+            check_axis(axis_name)
+
+            def run(h_in):  # states (B, n, k, 1) for the maps' matrix products
+                start = jnp.zeros_like(h0) if h_in is None else h_in[..., 0]
+                h = _givens_recurrence(theta, b, start, scale, log_gamma)
+                return h, h[:, -1, ..., None]
+
+            product = _block_transition_product(theta, scale, log_gamma)
+            h = sequence_parallel(run, product, h0[..., None], axis_name, False, matrix=True)
+        else:
+            h = _givens_recurrence(theta, b, h0, scale, log_gamma)
+        h = h.reshape(B, T, self.hidden_size)
+        if not return_state:
+            return h
+        state = h[:, -1:]
+        if axis_name is not None:  # the last device's last state is the sequence's
+            state = gather_last(state, axis_name)
+        return h, state
+
+    def _packed(self, theta, b, scale, log_gamma, h_0, cu_seqlens, return_state, axis_name):
+        """The packed ``__call__`` (``B = 1``): states ``(1, T, hidden)`` and, with
+        ``return_state``, the per-sequence last states ``(N, 1, hidden)``."""
+        _, T, n, k = b.shape
+        dtype = b.dtype
+        if axis_name is not None:
+            raise NotImplementedError(
+                "cu_seqlens together with axis_name is not supported yet: pack the sequences "
+                "of each device's slice without sharding, or shard one unpacked sequence")
+        cu = check_cu_seqlens(cu_seqlens, b.shape[0], T)
+        N = cu.shape[0] - 1
+        if h_0 is None:
+            h0 = self.initial_state(N, dtype)
+        else:
+            h0 = check_packed_sequence_state(h_0, N, self.hidden_size, "h_0", dtype=dtype)[:, 0]
+        h = _givens_recurrence(theta, b, h0.reshape(N, n, k), scale, log_gamma,
+                               cu_seqlens=cu).reshape(1, T, self.hidden_size)
+        if not return_state:
+            return h
+        return h, final_states(h, segments(cu, T), h0)[:, None]
 
     def step(
         self,
@@ -125,6 +193,24 @@ class BlockRotationBase(nnx.Module):
         log_gamma = self._log_gamma(delta_t, B, None, dtype)
         h = givens_step(h, theta.astype(dtype), b, scale, log_gamma)
         return h.reshape(B, self.hidden_size)
+
+
+def _block_transition_product(
+    theta: jax.Array, scale: jax.Array | None, log_gamma: jax.Array | None
+) -> jax.Array:
+    """``(B, n, k, k)``: the product ``M_T ⋯ M_1`` of a slice's block transitions, by the
+    recurrence from the identity's ``k`` columns (batched) with zero inputs."""
+    B, T, n, _, half = theta.shape
+    k = 2 * half
+
+    def columns(x: jax.Array | None) -> jax.Array | None:  # (B, ...) -> (k·B, ...)
+        return None if x is None else jnp.broadcast_to(x, (k, *x.shape)).reshape(k * B,
+                                                                                 *x.shape[1:])
+
+    eye = jnp.broadcast_to(jnp.eye(k, dtype=theta.dtype)[:, None, None, :], (k, B, n, k))
+    h = _givens_recurrence(columns(theta), jnp.zeros((k * B, T, n, k), theta.dtype),
+                           eye.reshape(k * B, n, k), columns(scale), columns(log_gamma))
+    return jnp.moveaxis(h[:, -1].reshape(k, B, n, k), 0, -1)  # [b, blk, i, j] = (M e_j)_i
 
 
 class GivensMinGRU(BlockRotationBase):

@@ -17,15 +17,18 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from mingru_jax._sharding import gather_last
 from mingru_jax.cells import signed_mingru_cell
 from mingru_jax.mixers._common import (
     MixerCell,
     TimeDecay,
+    check_packed_sequence_state,
     check_sequence,
     check_size,
     check_state,
     check_token,
     linear,
+    packed_count,
     project,
 )
 
@@ -120,18 +123,56 @@ class SignedMinGRU(nnx.Module):
         x: jax.Array,
         h_0: jax.Array | None = None,
         delta_t: jax.Array | None = None,
-    ) -> jax.Array:
-        """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring."""
+        return_state: bool = False,
+        *,
+        cu_seqlens: jax.Array | None = None,
+        axis_name: str | None = None,
+    ) -> jax.Array | tuple[jax.Array, jax.Array]:
+        """States ``h (B, T, hidden)`` for ``x (B, T, input_size)``; see the class docstring.
+
+        ``return_state=True`` returns ``(h, state)`` with ``state (B, 1, hidden)`` the last
+        state (the ``h_0`` of a continuation).
+
+        With ``cu_seqlens`` (keyword-only: ``(N+1,)`` integer offsets, starting at 0,
+        non-decreasing, ending at T, of ``N`` sequences packed in one row) ``x`` is
+        ``(1, T, input_size)``, ``delta_t`` ``(1, T)`` or ``(1, T, 1)``, ``h_0`` ``(N, 1,
+        hidden)`` (default: the mixer's initial state for every sequence), every sequence
+        restarts from its own ``h_0`` row, and ``state`` is ``(N, 1, hidden)``, each
+        sequence's last state (an empty sequence's is its ``h_0``).
+
+        With ``axis_name`` (a mesh axis bound by :func:`jax.shard_map`; keyword-only) the
+        sequence is split along T across that axis: ``x (B, T_local, input_size)`` and
+        ``delta_t`` are this device's contiguous slice (slices in ``jax.lax.axis_index``
+        order), ``h_0`` the state before the whole sequence (the same on every device), and
+        the result this slice's states ``(B, T_local, hidden)`` (see
+        :func:`mingru_jax.linear_recurrence`; the parameters are replicated)."""
         x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         # One matmul for the three projections; the cell forms the gates inside the kernel.
         k = project(x, self.linear_z, self.linear_s, self.linear_h)
         log_gamma = self.decay.log_gamma(delta_t, B, T, k.dtype)
+        if cu_seqlens is not None:
+            N = packed_count(cu_seqlens, B, T)
+            if h_0 is not None:
+                h_0 = check_packed_sequence_state(h_0, N, self.hidden_size, "h_0",
+                                                  dtype=k.dtype)[:, 0]
+            elif self.h0 is not None:
+                h_0 = jnp.broadcast_to(self.h0[...].astype(k.dtype), (N, self.hidden_size))
+            h, h_T = signed_mingru_cell(k, h_0, log_gamma, coupled=self.coupled,
+                                        return_final_state=True, cu_seqlens=cu_seqlens,
+                                        axis_name=axis_name)
+            return (h, h_T[:, None]) if return_state else h
         if h_0 is not None:
             h_0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, dtype=k.dtype)[:, 0]
         elif self.h0 is not None:
             h_0 = jnp.broadcast_to(self.h0[...].astype(k.dtype), (B, self.hidden_size))
-        return signed_mingru_cell(k, h_0, log_gamma, coupled=self.coupled)
+        h = signed_mingru_cell(k, h_0, log_gamma, coupled=self.coupled, axis_name=axis_name)
+        if not return_state:
+            return h
+        state = h[:, -1:]
+        if axis_name is not None:  # the last device's last state is the sequence's
+            state = gather_last(state, axis_name)
+        return h, state
 
     def step(
         self,
