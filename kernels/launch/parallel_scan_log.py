@@ -33,6 +33,9 @@ FWD_SCRATCH = 3
 BWD_SCRATCH = 3
 """The same for the chunked backward."""
 
-TILES: dict = dict(chunked_tile=(64, 64, 2))
+TILES: dict = dict(chunked_tile=(32, 64, 1))
 """The forward's measured tiles, passed to :func:`plan` (``scripts/plan_sweep.py`` on an NVIDIA
-H200, forward times with ``triton.testing.do_bench``: at B16 T16384 D128 (chunked) 0.527 → 0.426 ms; the default walk tile was already the best at B8 T65536 D1536)."""
+H200, forward times with ``triton.testing.do_bench``: at B16 T16384 D128 (chunked) 0.527 → 0.426 ms
+with (64, 64, 2), then 0.423 → 0.357 ms with the one-warp (32, 64, 1) in one run,
+``docs/results/gpu-h200/session5-tile-sweep-16k.log``; the default walk tile was already the
+best at B8 T65536 D1536)."""
