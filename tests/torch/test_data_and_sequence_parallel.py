@@ -9,17 +9,13 @@ whole batch.
 
 from __future__ import annotations
 
-import faulthandler
-import os
-import traceback
-
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 import mingru
 from tests.helpers import rel_err
+from tests.torch._distributed import rank_process, spawn
 
 DP, SP = 2, 2
 B, T, F = 4, 13, 6
@@ -49,12 +45,8 @@ def _data():
             torch.randn(B, T, 3, generator=g, dtype=torch.float64))
 
 
-def _worker(rank: int, init: str, errors) -> None:
-    log = open(f"{init.removeprefix('file://')}.{rank}.log", "w")  # noqa: SIM115
-    os.dup2(log.fileno(), 2)
-    faulthandler.dump_traceback_later(120, exit=True)  # a collective that never matches
-    try:
-        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=DP * SP)
+def _worker(rank: int, world: int, init: str, errors) -> None:
+    with rank_process(rank, world, init, errors):
         d, s = divmod(rank, SP)
         # Every rank creates every group, in the same order (a torch.distributed rule).
         seq_groups = [dist.new_group([r * SP + j for j in range(SP)]) for r in range(DP)]
@@ -79,26 +71,7 @@ def _worker(rank: int, init: str, errors) -> None:
                                   strict=True):
             err = rel_err(p.grad, ref.grad)
             assert err < 1e-9, f"{name}: relative error {err:.3g}"
-    except Exception:
-        errors.put(f"rank {rank}: {traceback.format_exc()}")
-    finally:
-        if dist.is_initialized():
-            dist.barrier()
-            dist.destroy_process_group()
-        log.close()
-        os._exit(0)  # see test_sequence_parallel.py: gloo teardown may abort at exit
 
 
 def test_ddp_with_sequence_parallel_equals_one_process(tmp_path):
-    ctx = mp.get_context("spawn")
-    errors = ctx.SimpleQueue()
-    init = f"file://{tmp_path}/rendezvous"
-    try:
-        mp.spawn(_worker, args=(init, errors), nprocs=DP * SP, join=True)
-    except mp.ProcessExitedException as exc:
-        logs = "\n".join(p.read_text()[-2000:] for p in sorted(tmp_path.glob("rendezvous.*.log")))
-        raise AssertionError(f"{exc}\n{logs}") from exc
-    failures = []
-    while not errors.empty():
-        failures.append(errors.get())
-    assert not failures, "\n".join(failures)
+    spawn(_worker, DP * SP, tmp_path)

@@ -9,17 +9,13 @@ world size (eager, float64).
 
 from __future__ import annotations
 
-import faulthandler
-import os
-import traceback
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import mingru
 from tests.helpers import rel_err
+from tests.torch._distributed import rank_process, spawn
 
 CU = [0, 4, 4, 5, 12, 23]
 N = len(CU) - 1
@@ -68,11 +64,7 @@ def _cases():
 
 
 def _worker(rank: int, world: int, init: str, errors) -> None:
-    log = open(f"{init.removeprefix('file://')}.{rank}.log", "w")  # noqa: SIM115
-    os.dup2(log.fileno(), 2)
-    faulthandler.dump_traceback_later(120, exit=True)  # a collective that never matches
-    try:
-        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    with rank_process(rank, world, init, errors):
         lo = sum(SLICES[world][:rank])
         hi = lo + SLICES[world][rank]
         for name, (fn, inputs, n_split) in _cases().items():
@@ -103,27 +95,8 @@ def _worker(rank: int, world: int, init: str, errors) -> None:
                 got = got.clone()
                 dist.all_reduce(got)
                 assert rel_err(got, want) < 1e-9, f"{name}: shared gradient"
-    except Exception:
-        errors.put(f"rank {rank}: {traceback.format_exc()}")
-    finally:
-        if dist.is_initialized():
-            dist.barrier()
-            dist.destroy_process_group()
-        log.close()
-        os._exit(0)  # see test_sequence_parallel.py: gloo teardown may abort at exit
 
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_packed_and_sharded_equals_one_process(world, tmp_path):
-    ctx = mp.get_context("spawn")
-    errors = ctx.SimpleQueue()
-    init = f"file://{tmp_path}/rendezvous"
-    try:
-        mp.spawn(_worker, args=(world, init, errors), nprocs=world, join=True)
-    except mp.ProcessExitedException as exc:
-        logs = "\n".join(p.read_text()[-2000:] for p in sorted(tmp_path.glob("rendezvous.*.log")))
-        raise AssertionError(f"{exc}\n{logs}") from exc
-    failures = []
-    while not errors.empty():
-        failures.append(errors.get())
-    assert not failures, "\n".join(failures)
+    spawn(_worker, world, tmp_path)

@@ -9,15 +9,14 @@ state and of the parameters.
 from __future__ import annotations
 
 import os
-import traceback
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import mingru
 from tests.helpers import rel_err
+from tests.torch._distributed import rank_process, spawn
 
 SLICES = {2: (9, 14), 4: (3, 8, 1, 11)}  # lengths of the ranks' slices of T = 23
 
@@ -61,12 +60,9 @@ def _case(kind: str, with_h0: bool):
     return fn, [x, dt, h0_seq], 2
 
 
-def _worker(rank: int, world: int, init: str, kind: str, with_h0: bool, backend: str,
-            errors) -> None:
-    log = open(f"{init.removeprefix('file://')}.{rank}.log", "w")  # noqa: SIM115
-    os.dup2(log.fileno(), 2)
-    try:
-        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+def _worker(rank: int, world: int, init: str, errors, kind: str, with_h0: bool,
+            backend: str) -> None:
+    with rank_process(rank, world, init, errors):
         fn, inputs, n_split = _case(kind, with_h0)
         module = getattr(fn, "module", None)
         bounds = [0]
@@ -102,33 +98,10 @@ def _worker(rank: int, world: int, init: str, kind: str, with_h0: bool, backend:
             got = got.clone()
             dist.all_reduce(got)
             assert rel_err(got, want) < 1e-4, "shared gradient"
-    except Exception:
-        errors.put(f"rank {rank}: {traceback.format_exc()}")
-    finally:
-        if dist.is_initialized():
-            dist.barrier()  # no rank tears the group down while another still talks to it
-            dist.destroy_process_group()
-        log.close()
-        # Leave without C++ static destructors: at interpreter exit a gloo or intra-op
-        # thread still joinable aborts the process now and then ("terminate called without
-        # an active exception"), after every check has passed. Results are already reported.
-        os._exit(0)
 
 
 def _spawn(world, kind, with_h0, backend, tmp_path):
-    ctx = mp.get_context("spawn")
-    errors = ctx.SimpleQueue()
-    init = f"file://{tmp_path}/rendezvous"
-    try:
-        mp.spawn(_worker, args=(world, init, kind, with_h0, backend, errors), nprocs=world,
-                 join=True)
-    except mp.ProcessExitedException as exc:
-        logs = "\n".join(p.read_text()[-2000:] for p in sorted(tmp_path.glob("rendezvous.*.log")))
-        raise AssertionError(f"{exc}\n{logs}") from exc
-    failures = []
-    while not errors.empty():
-        failures.append(errors.get())
-    assert not failures, "\n".join(failures)
+    spawn(_worker, world, tmp_path, kind, with_h0, backend)
 
 
 KINDS = ["linear_recurrence", "mingru_cell", "signed_mingru_cell", "MinGRU", "SignedMinGRU"]

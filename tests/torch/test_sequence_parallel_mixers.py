@@ -9,18 +9,16 @@ call on the whole sequence.
 
 from __future__ import annotations
 
-import datetime
-import os
 import traceback
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import mingru
 from mingru.mixers.delta import DeltaMinGRU
 from tests.helpers import rel_err
+from tests.torch._distributed import rank_process, spawn
 from tests.torch.test_sequence_parallel import SLICES
 
 B, D_IN, D = 2, 4, 8
@@ -140,13 +138,8 @@ def _check_case(name, with_h0, ret, rank, world, lo, hi, group):
 
 
 def _worker(rank: int, world: int, init: str, errors) -> None:
-    log = open(f"{init.removeprefix('file://')}.{rank}.log", "w")  # noqa: SIM115
-    os.dup2(log.fileno(), 2)
     torch.set_num_threads(1)
-    try:
-        # A rank that fails mid-exchange must not hang the others for ever.
-        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=60))
+    with rank_process(rank, world, init, errors):
         bounds = [0]
         for n in SLICES[world]:
             bounds.append(bounds[-1] + n)
@@ -159,30 +152,11 @@ def _worker(rank: int, world: int, init: str, errors) -> None:
                     problems = [traceback.format_exc()]
                 if problems:
                     errors.put(f"world {world} rank {rank} {case}: " + "; ".join(problems))
-    except Exception:
-        errors.put(f"world {world} rank {rank}: {traceback.format_exc()}")
-    finally:
-        if dist.is_initialized():
-            dist.barrier()  # no rank tears the group down while another still talks to it
-            dist.destroy_process_group()
-        log.close()
-        os._exit(0)  # see tests/torch/test_sequence_parallel.py: no C++ static destructors
 
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_every_mixer_block_and_stack_sharded_equals_one_process(world, tmp_path):
-    ctx = mp.get_context("spawn")
-    errors = ctx.SimpleQueue()
-    init = f"file://{tmp_path}/rendezvous"
-    try:
-        mp.spawn(_worker, args=(world, init, errors), nprocs=world, join=True)
-    except mp.ProcessExitedException as exc:
-        logs = "\n".join(p.read_text()[-2000:] for p in sorted(tmp_path.glob("rendezvous.*.log")))
-        raise AssertionError(f"{exc}\n{logs}") from exc
-    failures = []
-    while not errors.empty():
-        failures.append(errors.get())
-    assert not failures, "\n".join(failures)
+    spawn(_worker, world, tmp_path)
 
 
 @pytest.mark.parametrize("name", ["rotation", "givens", "delta"])
