@@ -1,5 +1,6 @@
-"""Packed AND sharded: a packed row (``cu_seqlens``) split along T across the ranks of a
-``torch.distributed`` process group.
+"""Packed calls of the diagonal recurrences (:func:`packed_call`, the one entry of
+``linear_recurrence`` and the cells), and packed AND sharded: a packed row (``cu_seqlens``)
+split along T across the ranks of a ``torch.distributed`` process group.
 
 Every rank passes the GLOBAL offsets (the same ``cu_seqlens`` on every rank) and its
 contiguous slice of the row, in rank order. A sequence may straddle ranks. The slice's effect
@@ -23,9 +24,33 @@ from typing import Any
 
 import torch
 
+from mingru._packing import final_states, segments
 from mingru._sharding import _AllGather, sequence_parallel
 
-__all__ = ["packed_sequence_parallel", "slice_start"]
+__all__ = ["packed_call", "packed_sequence_parallel", "slice_start"]
+
+
+def packed_call(
+    run: Callable[[torch.Tensor | None, torch.Tensor], torch.Tensor],
+    a_product: Callable[[], torch.Tensor],
+    cu_seqlens: torch.Tensor,
+    steps: int,
+    initial_state: torch.Tensor | None,
+    group: Any,
+    return_final_state: bool,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """A packed diagonal recurrence on one device, or sharded over ``group`` when it is given
+    (:func:`packed_sequence_parallel`): the one entry of ``linear_recurrence`` and the cells.
+
+    ``run(table, seq_id) -> h (1, T, D)`` is the op's packed call; ``a_product()`` the
+    ``(1, D)`` product of the transitions (only needed, so only computed, when sharded).
+    """
+    if group is not None:
+        return packed_sequence_parallel(run, a_product(), cu_seqlens, steps, initial_state,
+                                        group, return_final_state)
+    seg = segments(cu_seqlens, steps)
+    h = run(initial_state, seg.seq_id)
+    return (h, final_states(h, seg, initial_state)) if return_final_state else h
 
 
 def slice_start(steps: int, device: torch.device, group: Any) -> int:

@@ -15,8 +15,8 @@ import torch
 
 from mingru import _validate
 from mingru._eager.mingru_cell import mingru_cell_eager, transitions
-from mingru._packed_sharding import packed_sequence_parallel
-from mingru._packing import check_cu_seqlens, final_states, segments
+from mingru._packed_sharding import packed_call
+from mingru._packing import check_cu_seqlens
 from mingru._sharding import check_group, sequence_parallel
 from mingru.dispatch import call
 from mingru_kernels._spec import check_cell_shapes, check_packed_state
@@ -110,22 +110,18 @@ def _cell(k, n_gates, initial_state, log_gamma, signed, coupled, return_final_st
         if x is not None:
             named.append((name, _validate.floating(x, name)))
     if cu_seqlens is not None:
-        B, T = k.shape[:2] if k.ndim == 3 else (1, 0)
         D = check_cell_shapes(k, n_gates, None, log_gamma)
+        B, T = k.shape[:2]
         cu = check_cu_seqlens(cu_seqlens, B, T, k.device, sharded=sequence_group is not None)
         check_packed_state(initial_state, cu.shape[0] - 1, (D,), "initial_state")
         _validate.same_kind(named)
         if sequence_group is not None:
             check_group(sequence_group)
-            return packed_sequence_parallel(
-                lambda table, seq_id: call("mingru_cell", mingru_cell_eager, k, table,
-                                           log_gamma, signed, coupled, False, seq_id),
-                _transition_product(k, log_gamma, signed, coupled), cu, T, initial_state,
-                sequence_group, bool(return_final_state))
-        seg = segments(cu, T)
-        h = call("mingru_cell", mingru_cell_eager, k, initial_state, log_gamma, signed, coupled,
-                 False, seg.seq_id)
-        return (h, final_states(h, seg, initial_state)) if return_final_state else h
+        return packed_call(
+            lambda table, seq_id: call("mingru_cell", mingru_cell_eager, k, table, log_gamma,
+                                       signed, coupled, False, seq_id),
+            lambda: _transition_product(k, log_gamma, signed, coupled), cu, T, initial_state,
+            sequence_group, bool(return_final_state))
     check_cell_shapes(k, n_gates, initial_state, log_gamma)
     _validate.same_kind(named)
     if sequence_group is not None:

@@ -23,11 +23,10 @@ from mingru._eager.linear_recurrence import linear_recurrence_eager
 from mingru._eager.linear_scan import linear_scan_eager
 from mingru._eager.matrix_affine_scan import matrix_affine_scan_eager
 from mingru._eager.parallel_scan_log import parallel_scan_log_eager
-from mingru._packed_sharding import packed_sequence_parallel
+from mingru._packed_sharding import packed_call
 from mingru._packing import (
     Segments,
     check_cu_seqlens,
-    final_states,
     restart_log,
     segments,
 )
@@ -187,15 +186,11 @@ def linear_recurrence(
         _validate.same_kind(named)
         if sequence_group is not None:
             check_group(sequence_group)
-            return packed_sequence_parallel(
-                lambda table, seq_id: call("linear_recurrence", linear_recurrence_eager, a, b,
-                                           table, False, seq_id),
-                a.to(torch.float32).prod(dim=1).to(a.dtype), cu, T, initial_state,
-                sequence_group, bool(return_final_state))
-        seg = segments(cu, T)
-        h = call("linear_recurrence", linear_recurrence_eager, a, b, initial_state, False,
-                 seg.seq_id)
-        return (h, final_states(h, seg, initial_state)) if return_final_state else h
+        return packed_call(
+            lambda table, seq_id: call("linear_recurrence", linear_recurrence_eager, a, b,
+                                       table, False, seq_id),
+            lambda: a.to(torch.float32).prod(dim=1).to(a.dtype), cu, T, initial_state,
+            sequence_group, bool(return_final_state))
     if initial_state is not None:
         _validate.float_tensor(initial_state, "initial_state", 2, "(B, D)")
         _validate.shape_is(initial_state, "initial_state", (B, D), "(B, D)")
