@@ -22,12 +22,13 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mingru_kernels.launch._elementwise import APPLY, SUMMARY, WALK
+from mingru_kernels.launch._elementwise import APPLY, LOOKBACK, SUMMARY, WALK
 
 # The kernel MODE values as constexpr globals, the only globals a kernel body may read.
 K_WALK = tl.constexpr(WALK)
 K_SUMMARY = tl.constexpr(SUMMARY)
 K_APPLY = tl.constexpr(APPLY)
+K_LOOKBACK = tl.constexpr(LOOKBACK)
 
 # log₂ e: the log kernels work in base 2 (exp2 and log2 are single hardware ops).
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -77,6 +78,111 @@ def log_pair(A1, L1, A2, L2):
 def take_row(x, rows, r):
     """Row ``r`` of a ``[BLOCK_T, BLOCK_D]`` tile as a ``[BLOCK_D]`` vector (exact: adds zeros)."""
     return tl.sum(tl.where(rows[:, None] == r, x, 0.0), axis=0)
+
+
+# ----------------------------------------------------------------------------- look-back
+
+# Chunk status words of the single-pass (look-back) strategy: nothing yet, the chunk's own map
+# (its aggregate), or the state after it (its inclusive prefix).
+_NOTHING = tl.constexpr(0)
+_AGGREGATE = tl.constexpr(1)
+_INCLUSIVE = tl.constexpr(2)
+
+
+# Header of the status buffer: the ticket counter, then the stride of chunks that publish
+# their inclusive state (0 means every chunk; tests set it larger so that the look-back walks
+# through aggregates even in the interpreter, which runs the programs one by one in order).
+STATUS_HEADER = tl.constexpr(2)
+
+
+@triton.jit
+def lookback_ticket(status_ptr, n_chunks, REVERSE: tl.constexpr):
+    """The (chunk, lane) this program scans in the single-pass strategy, from a ticket counter
+    (``status_ptr[0]``) rather than ``program_id``: tickets go out in the order programs start,
+    chunk-major, so every chunk a program waits for belongs to a program that has already
+    started — the look-back cannot deadlock whatever order the hardware runs the grid in.
+    ``REVERSE``: the first chunk in scan order is the last in time (adjoint scans). A lane is
+    one (batch row, D-block) pair: ``lane = b · n_dblk + d``."""
+    n_lanes = tl.num_programs(0) // n_chunks
+    ticket = tl.atomic_add(status_ptr, 1)
+    c = ticket // n_lanes
+    if REVERSE:
+        c = n_chunks - 1 - c
+    return c, ticket % n_lanes
+
+
+@triton.jit
+def _publish(status_ptr, word, slot, x, y, cols, col_ok, D, WHICH: tl.constexpr):
+    """Write a chunk's aggregate map ``(x, y)`` or its inclusive state ``x``, then its status
+    word: the barrier orders every thread's stores before the one release that makes them
+    visible to the programs looking back."""
+    if WHICH == _AGGREGATE:
+        tl.store(slot + cols, x, mask=col_ok)
+        tl.store(slot + D + cols, y, mask=col_ok)
+    else:
+        tl.store(slot + 2 * D + cols, x, mask=col_ok)
+    tl.debug_barrier()
+    tl.atomic_xchg(status_ptr + word, WHICH, sem="release", scope="gpu")
+
+
+@triton.jit
+def lookback_carry(status_ptr, vals_ptr, c, lane, row, n_chunks, A, Z, init, cols, col_ok, D,
+                   REVERSE: tl.constexpr):
+    """The single-pass (decoupled look-back) scan across chunks: the state entering chunk
+    ``c`` of ``lane``, given the chunk's own map ``h ↦ A h + Z`` (``[BLOCK_D]`` fp32, the last
+    row of its tile scan) and ``init``, the state before the first chunk in scan order.
+
+    Buffers, zeroed before the launch: ``status_ptr`` int32 ``(STATUS_HEADER + n_chunks ·
+    n_lanes,)`` (the header, then one status word per chunk and lane, chunk-major);
+    ``vals_ptr`` fp32 ``(B, n_chunks, 3, D)``: per batch ``row`` and chunk the aggregate
+    ``(A, Z)`` and the inclusive state (each D-block writes its own ``cols``).
+
+    The chunk publishes its aggregate, then walks back through its predecessors in scan
+    order, composing their aggregates until it meets one that has published its inclusive
+    state (the first chunk in scan order does so at once, from ``init``); then it publishes
+    its own. No program waits on a chunk after it, so the ticket order of
+    :func:`lookback_ticket` is all it needs to progress; most look-backs stop at the nearest
+    predecessor, whose inclusive state is usually there already."""
+    n_lanes = tl.num_programs(0) // n_chunks
+    if REVERSE:
+        step = -1
+        is_first = c == n_chunks - 1
+        order = n_chunks - 1 - c
+    else:
+        step = 1
+        is_first = c == 0
+        order = c
+    base = vals_ptr + row.to(tl.int64) * n_chunks * 3 * D
+    word = STATUS_HEADER + c * n_lanes + lane
+    carry = init
+    if not is_first:
+        _publish(status_ptr, word, base + c * 3 * D, A, Z, cols, col_ok, D, _AGGREGATE)
+        # acc: the map from the state after chunk j to the state entering c.
+        acc_a = tl.full(A.shape, 1.0, tl.float32)
+        acc_z = tl.zeros(A.shape, tl.float32)
+        j = c - step
+        searching = True
+        while searching:
+            w = STATUS_HEADER + j * n_lanes + lane
+            status = tl.atomic_add(status_ptr + w, 0, sem="acquire", scope="gpu")
+            while status == _NOTHING:
+                status = tl.atomic_add(status_ptr + w, 0, sem="acquire", scope="gpu")
+            prev = base + j * 3 * D
+            if status == _INCLUSIVE:
+                s = tl.load(prev + 2 * D + cols, mask=col_ok, other=0.0, cache_modifier=".cg")
+                carry = acc_a * s + acc_z
+                searching = False
+            else:
+                pa = tl.load(prev + cols, mask=col_ok, other=1.0, cache_modifier=".cg")
+                pz = tl.load(prev + D + cols, mask=col_ok, other=0.0, cache_modifier=".cg")
+                acc_z = acc_a * pz + acc_z
+                acc_a = acc_a * pa
+                j = j - step
+    every = tl.maximum(tl.load(status_ptr + 1), 1)
+    if order % every == 0:
+        _publish(status_ptr, word, base + c * 3 * D, A * carry + Z, Z, cols, col_ok, D,
+                 _INCLUSIVE)
+    return carry
 
 
 # ----------------------------------------------------------------------------- carry pass

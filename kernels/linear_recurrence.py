@@ -33,6 +33,10 @@ Launch sequences (``cfg = plan(B, T, D)``; chunk buffers fp32 ``(B, N, D)``), as
 * chunked backward: ``bwd[grid](..., sc, sg, MODE=SUMMARY)``;
   ``linear_carry_kernel[carry_grid](sc, sg, -, -, cg, -, REVERSE=True, STORE_A=False)``;
   ``bwd[grid](..., -, cg, MODE=APPLY)``.
+* look-back (single pass, one tile per chunk): ``fwd[grid](..., values, status,
+  MODE=LOOKBACK)``; ``bwd[grid](..., values, status, MODE=LOOKBACK)`` — each program scans its
+  tile from zero and gets its carry-in from
+  :func:`~mingru_kernels._scan_common.lookback_carry` (``status`` zeroed first).
 """
 
 from __future__ import annotations
@@ -42,8 +46,11 @@ import triton.language as tl
 
 from mingru_kernels._scan_common import (
     K_APPLY,
+    K_LOOKBACK,
     K_SUMMARY,
     linear_carry_kernel,
+    lookback_carry,
+    lookback_ticket,
     mul_add,
     packed_rows,
     restart_rows,
@@ -59,16 +66,22 @@ def linear_recurrence_fwd_kernel(
     h0_ptr,  # (B, D) initial state, (N, D) one per sequence when PACKED (if HAS_H0)
     seq_ptr,  # (T,) int32 sequence index of each step (if PACKED; then B = 1)
     h_ptr, ht_ptr,  # out: (B, T, D) states, (B, D) final state; input dtype
-    sa_ptr, sb_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-in maps in (APPLY)
+    sa_ptr, sb_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-in maps in (APPLY);
+    # LOOKBACK: sa = fp32 chunk values, sb = int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    pid_d = pid % n_dblk
-    rest = pid // n_dblk
-    pid_c = rest % n_chunks
-    pid_b = rest // n_chunks
+    if MODE == K_LOOKBACK:
+        pid_c, lane = lookback_ticket(sb_ptr, n_chunks, False)
+        pid_d = lane % n_dblk
+        pid_b = lane // n_dblk
+    else:
+        pid = tl.program_id(0)
+        pid_d = pid % n_dblk
+        rest = pid // n_dblk
+        pid_c = rest % n_chunks
+        pid_b = rest // n_chunks
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
@@ -108,6 +121,16 @@ def linear_recurrence_fwd_kernel(
             _sa, _sb = tl.associative_scan((a, b), 0, mul_add)
             cp, cz = mul_add(cp, cz, take_row(_sa, rows, BLOCK_T - 1),
                              take_row(_sb, rows, BLOCK_T - 1))
+        elif MODE == K_LOOKBACK:
+            # One tile per chunk: scan it from zero, look back for the state entering it, and
+            # fix the tile up with its running product, h = P·carry + H.
+            P, H = tl.associative_scan((a, b), 0, mul_add)
+            cz = lookback_carry(sb_ptr, sa_ptr, pid_c, lane, pid_b, n_chunks,
+                                take_row(P, rows, BLOCK_T - 1), take_row(H, rows, BLOCK_T - 1),
+                                cz, cols, col_ok, D, False)
+            H = P * cz[None, :] + H
+            tl.store(h_ptr + tile + intra, H.to(h_ptr.dtype.element_ty), mask=m)
+            cz = take_row(H, rows, BLOCK_T - 1)
         else:
             # The carried state enters the first row's input: the scan yields h directly.
             b = tl.where(first, a * cz[None, :] + b, b)
@@ -128,16 +151,22 @@ def linear_recurrence_bwd_kernel(
     seq_ptr,  # (T,) int32 sequence index of each step (if PACKED; then B = 1)
     dh_ptr, dht_ptr,  # (B, T, D) gradient of h; (B, D) gradient of h_T (if HAS_DHT)
     da_ptr, db_ptr, dh0_ptr,  # out: (B, T, D), (B, T, D), h_0's shape (if HAS_H0); input dtype
-    sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY)
+    sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY);
+    # LOOKBACK: sc = fp32 chunk values, sg = int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, PACKED: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    pid_d = pid % n_dblk
-    rest = pid // n_dblk
-    pid_c = rest % n_chunks
-    pid_b = rest // n_chunks
+    if MODE == K_LOOKBACK:
+        pid_c, lane = lookback_ticket(sg_ptr, n_chunks, True)
+        pid_d = lane % n_dblk
+        pid_b = lane // n_dblk
+    else:
+        pid = tl.program_id(0)
+        pid_d = pid % n_dblk
+        rest = pid // n_dblk
+        pid_c = rest % n_chunks
+        pid_b = rest // n_chunks
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
@@ -184,8 +213,15 @@ def linear_recurrence_bwd_kernel(
             cc, cg = mul_add(cc, cg, take_row(_sc, rows, BLOCK_T - 1),
                              take_row(_sg, rows, BLOCK_T - 1))
         else:
-            g = tl.where(first, coef * cg[None, :] + g, g)
-            _, G = tl.associative_scan((coef, g), 0, mul_add)
+            if MODE == K_LOOKBACK:
+                C, G = tl.associative_scan((coef, g), 0, mul_add)
+                cg = lookback_carry(sg_ptr, sc_ptr, pid_c, lane, pid_b, n_chunks,
+                                    take_row(C, rows, BLOCK_T - 1),
+                                    take_row(G, rows, BLOCK_T - 1), cg, cols, col_ok, D, True)
+                G = C * cg[None, :] + G
+            else:
+                g = tl.where(first, coef * cg[None, :] + g, g)
+                _, G = tl.associative_scan((coef, g), 0, mul_add)
             h_prev = tl.load(h_ptr + tile - D + rev, mask=m & (t >= 1)[:, None], other=0.0)
             h_prev = h_prev.to(tl.float32)
             if PACKED:

@@ -30,8 +30,9 @@ Packed sequences (``PACKED``): as in :mod:`mingru_kernels.linear_recurrence` —
 sequence's first step is the map ``h ↦ a h_0[n] + b``, the adjoint is cut at every boundary,
 and ``dh_0[n] = a G`` is written at each first step.
 
-Launch sequences: those of :mod:`mingru_kernels.linear_recurrence` (walk; or chunk summaries,
-:func:`~mingru_kernels._scan_common.linear_carry_kernel`, apply), with the same planner.
+Launch sequences: those of :mod:`mingru_kernels.linear_recurrence` (walk; chunk summaries,
+:func:`~mingru_kernels._scan_common.linear_carry_kernel`, apply; or the single-pass
+look-back), with the same planner.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ import triton.language as tl
 
 from mingru_kernels._scan_common import (
     K_APPLY,
+    K_LOOKBACK,
     K_SUMMARY,
     linear_carry_kernel,
+    lookback_carry,
+    lookback_ticket,
     mul_add,
     packed_rows,
     restart_rows,
@@ -128,17 +132,23 @@ def mingru_cell_fwd_kernel(
     h0_ptr,  # (B, D) initial state, (N, D) one per sequence when PACKED (if HAS_H0)
     seq_ptr,  # (T,) int32 sequence index of each step (if PACKED; then B = 1)
     h_ptr, ht_ptr,  # out: (B, T, D) states, (B, D) final state; input dtype
-    sa_ptr, sb_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-in maps in (APPLY)
+    sa_ptr, sb_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-in maps in (APPLY);
+    # LOOKBACK: sa = fp32 chunk values, sb = int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
     HAS_DECAY: tl.constexpr, PACKED: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    pid_d = pid % n_dblk
-    rest = pid // n_dblk
-    pid_c = rest % n_chunks
-    pid_b = rest // n_chunks
+    if MODE == K_LOOKBACK:
+        pid_c, lane = lookback_ticket(sb_ptr, n_chunks, False)
+        pid_d = lane % n_dblk
+        pid_b = lane // n_dblk
+    else:
+        pid = tl.program_id(0)
+        pid_d = pid % n_dblk
+        rest = pid // n_dblk
+        pid_c = rest % n_chunks
+        pid_b = rest // n_chunks
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
@@ -187,8 +197,17 @@ def mingru_cell_fwd_kernel(
             cp, cz = mul_add(cp, cz, take_row(_sa, rows, BLOCK_T - 1),
                              take_row(_sb, rows, BLOCK_T - 1))
         else:
-            b = tl.where(first, a * cz[None, :] + b, b)
-            _, H = tl.associative_scan((a, b), 0, mul_add)
+            if MODE == K_LOOKBACK:
+                # One tile per chunk: scan it from zero, look back for the state entering
+                # it, and fix the tile up with its running product, h = P·carry + H.
+                P, H = tl.associative_scan((a, b), 0, mul_add)
+                cz = lookback_carry(sb_ptr, sa_ptr, pid_c, lane, pid_b, n_chunks,
+                                    take_row(P, rows, BLOCK_T - 1),
+                                    take_row(H, rows, BLOCK_T - 1), cz, cols, col_ok, D, False)
+                H = P * cz[None, :] + H
+            else:
+                b = tl.where(first, a * cz[None, :] + b, b)
+                _, H = tl.associative_scan((a, b), 0, mul_add)
             tl.store(h_ptr + row0 * D + h_intra, H.to(h_ptr.dtype.element_ty), mask=m)
             cz = take_row(H, rows, BLOCK_T - 1)
 
@@ -205,17 +224,23 @@ def mingru_cell_bwd_kernel(
     seq_ptr,  # (T,) int32 sequence index of each step (if PACKED; then B = 1)
     dh_ptr, dht_ptr,  # (B, T, D) gradient of h, any strides; (B, D) gradient of h_T (if HAS_DHT)
     dk_ptr, dlg_ptr, dh0_ptr,  # out: (B, T, n·D); (B, T, D) (if HAS_DECAY); h_0's (if HAS_H0)
-    sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY)
+    sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY);
+    # LOOKBACK: sc = fp32 chunk values, sg = int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col, dh_sb, dh_st, dh_sd,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, SIGNED: tl.constexpr,
     COUPLED: tl.constexpr, HAS_DECAY: tl.constexpr, PACKED: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    pid_d = pid % n_dblk
-    rest = pid // n_dblk
-    pid_c = rest % n_chunks
-    pid_b = rest // n_chunks
+    if MODE == K_LOOKBACK:
+        pid_c, lane = lookback_ticket(sg_ptr, n_chunks, True)
+        pid_d = lane % n_dblk
+        pid_b = lane // n_dblk
+    else:
+        pid = tl.program_id(0)
+        pid_d = pid % n_dblk
+        rest = pid // n_dblk
+        pid_c = rest % n_chunks
+        pid_b = rest // n_chunks
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
@@ -274,8 +299,15 @@ def mingru_cell_bwd_kernel(
             cc, cg = mul_add(cc, cg, take_row(_sc, rows, BLOCK_T - 1),
                              take_row(_sg, rows, BLOCK_T - 1))
         else:
-            G = tl.where(first, coef * cg[None, :] + G, G)
-            _, G = tl.associative_scan((coef, G), 0, mul_add)
+            if MODE == K_LOOKBACK:
+                C, G = tl.associative_scan((coef, G), 0, mul_add)
+                cg = lookback_carry(sg_ptr, sc_ptr, pid_c, lane, pid_b, n_chunks,
+                                    take_row(C, rows, BLOCK_T - 1),
+                                    take_row(G, rows, BLOCK_T - 1), cg, cols, col_ok, D, True)
+                G = C * cg[None, :] + G
+            else:
+                G = tl.where(first, coef * cg[None, :] + G, G)
+                _, G = tl.associative_scan((coef, G), 0, mul_add)
             cg = take_row(G, rows, BLOCK_T - 1)
             h_prev = tl.load(h_ptr + (row_hi - 1) * D + h_rev, mask=m & (t >= 1)[:, None],
                              other=0.0).to(tl.float32)

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # One GPU session's measurements in one command (install offline, then the named sections);
-# logs and JSON go to $OUT. Sections: tests-cell tests-torch tests-jax floor mixers train host
-# jaxcmp. Usage: scripts/gpu_round.sh floor mixers ...
+# logs and JSON go to $OUT. Sections: tests-cell tests-torch tests-jax floor lookback. Usage: scripts/gpu_round.sh floor mixers ...
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -20,6 +19,14 @@ for s in "$@"; do
         -m gpu 2>&1 | tail -8 ;;
     tests-jax) ( time timeout 300 python3 -m pytest -q -p no:cacheprovider tests/jax \
         --durations=10 ) 2>&1 | tail -25 ;;
+    lookback) timeout 200 python3 -m pytest -q -x -p no:cacheprovider -m gpu -k lookback \
+        tests/kernels/test_linear_recurrence.py tests/kernels/test_mingru_cell.py 2>&1 | tail -5
+      for dir in "" --bwd; do
+        timeout 300 python3 scripts/plan_sweep.py --strategy lookback $dir \
+          --ops linear_recurrence,mingru_cell,signed_mingru_cell --shapes big,16k \
+          --tiles "${LOOKBACK_TILES:-32x32x4,64x32x4,32x64x4,64x64x4,128x32x4,16x64x2,32x32x2,64x16x2,32x128x4,64x128x8,16x128x4}" \
+          2>&1 | tee -a "$OUT/lookback-sweep.log" | grep -v Warn
+      done ;;
     floor) timeout 300 python3 benchmarks/memory_floor.py --out "$OUT" --repeats 20 \
         ${FLOOR_OPS:+--ops $FLOOR_OPS} 2>&1 | tail -30 ;;
     *) echo "unknown section $s" ;;

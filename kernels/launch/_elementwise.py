@@ -1,6 +1,6 @@
 """Launch plan of the elementwise scans (``linear_scan``, ``parallel_scan_log``), pure Python.
 
-Two strategies (see :func:`plan`):
+Three strategies (see :func:`plan`):
 
 * ``walk``: grid ``B × D-blocks``; each program walks the whole sequence tile by tile,
   carrying the state in registers. Reads inputs once, writes outputs once.
@@ -8,6 +8,13 @@ Two strategies (see :func:`plan`):
   each chunk to its map; phase 2 (the carry kernel; grid ``B × D-blocks``) scans the chunk maps
   into each chunk's carry-in; phase 3 (same grid as phase 1) rescans each chunk from its
   carry-in and writes the outputs. Inputs are read twice.
+* ``lookback`` (ops whose kernels have a LOOKBACK mode; chosen when forced or by an op's
+  ``TILES["lookback_tile"]``): one program per tile-sized chunk (grid ``B × chunks ×
+  D-blocks``), single pass — each program scans its tile, publishes the tile's map, looks back
+  through its predecessors' published maps for its carry-in (decoupled look-back, as in
+  single-pass GPU prefix sums) and writes the outputs. Reads inputs once with as many programs
+  as the chunked strategy; scratch: one int32 status word per program (zeroed) and three fp32
+  vectors per chunk.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 WALK = 0  # carry starts at the sequence's initial state; write outputs
 SUMMARY = 1  # phase 1: reduce each chunk to its map; write the chunk summary only
 APPLY = 2  # phase 3: carry starts at the chunk's carry-in (from phase 2); write outputs
+LOOKBACK = 3  # single pass: each program scans one tile-sized chunk, its carry-in looked back
 
 # Default tile: 64 steps × 32 channels (128-byte fp32 rows), 4 warps.
 BLOCK_T = 64
@@ -37,7 +45,11 @@ WALK_MAX_TILES = 16
 # DEFAULT_SM_COUNT is what the planner assumes when the caller cannot ask the device (an H200).
 DEFAULT_SM_COUNT = 132
 
-PLAN_KEYS = ("strategy", "block_t", "block_d", "chunk_len", "num_warps", "num_stages")
+STRATEGIES = ("walk", "chunked", "lookback")
+"""The launch strategies; ``lookback`` only where an op's kernels have a LOOKBACK mode."""
+
+PLAN_KEYS = ("strategy", "block_t", "block_d", "chunk_len", "num_warps", "num_stages",
+             "lookback_stride")
 """The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`)."""
 
 
@@ -70,6 +82,8 @@ def plan(
     num_stages: int | None = None,
     walk_tile: tuple[int, int, int] | None = None,
     chunked_tile: tuple[int, int, int] | None = None,
+    lookback_tile: tuple[int, int, int] | None = None,
+    lookback_stride: int | None = None,
 ) -> dict[str, int | str]:
     """Choose tile sizes and the strategy for a ``(B, T, D)`` elementwise scan.
 
@@ -79,8 +93,12 @@ def plan(
     ``(block_t, block_d, num_warps)`` for a long walk (more than ``WALK_MAX_TILES`` default
     tiles) and for the chunked strategy (the ``TILES`` of its launch module); the strategy
     itself is chosen with the default tile, and forced choices win over both.
+    ``lookback_tile`` is the tile of the single-pass ``lookback`` strategy, given only by ops
+    whose kernels have that mode (the strategy is refused without it);
+    ``lookback_stride > 1`` (tests) lets only every stride-th chunk publish its inclusive
+    state.
 
-    Returns a dict with ``strategy`` (``"walk"`` or ``"chunked"``), ``block_t``, ``block_d``,
+    Returns a dict with ``strategy`` (``"walk"``, ``"chunked"`` or ``"lookback"``), ``block_t``, ``block_d``,
     ``num_warps``, ``num_stages`` (0: Triton's default), ``n_dblk`` (D-blocks), ``chunk_len``
     (steps per chunk; ``T`` for the walk) and ``n_chunks`` (1 for the walk).
 
@@ -109,10 +127,17 @@ def plan(
             if long_enough and walk_programs < WALK_MIN_PROGRAMS_PER_SM * n_sm
             else "walk"
         )
-    if strategy not in ("walk", "chunked"):
-        raise ValueError(f"strategy must be 'walk' or 'chunked'; got {strategy!r}")
-    tuned = chunked_tile if strategy == "chunked" else (
-        walk_tile if T > WALK_MAX_TILES * BLOCK_T else None)
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}; got {strategy!r}")
+    if strategy == "lookback":
+        if lookback_tile is None:
+            raise ValueError("strategy 'lookback' needs kernels with a LOOKBACK mode: the op's "
+                             "TILES name a lookback_tile when they have one")
+        tuned = lookback_tile
+    elif strategy == "chunked":
+        tuned = chunked_tile
+    else:
+        tuned = walk_tile if T > WALK_MAX_TILES * BLOCK_T else None
     if tuned is not None:
         bt = int(block_t or tuned[0])
         bd = int(block_d or tuned[1])
@@ -122,6 +147,15 @@ def plan(
     if strategy == "walk":
         return dict(strategy="walk", block_t=bt, block_d=bd, num_warps=nw, num_stages=ns,
                     n_dblk=n_dblk, chunk_len=T, n_chunks=1)
+    if strategy == "lookback":
+        if chunk_len is not None and int(chunk_len) != bt:
+            raise ValueError(f"the lookback strategy scans one tile per chunk: chunk_len must "
+                             f"equal block_t={bt}; got {chunk_len}")
+        stride = int(lookback_stride or 1)
+        if stride < 1:
+            raise ValueError(f"lookback_stride must be >= 1; got {lookback_stride}")
+        return dict(strategy="lookback", block_t=bt, block_d=bd, num_warps=nw, num_stages=ns,
+                    n_dblk=n_dblk, chunk_len=bt, n_chunks=cdiv(T, bt), lookback_stride=stride)
     if chunk_len is None:
         want = cdiv(CHUNKED_PROGRAMS_PER_SM * n_sm, walk_programs)
         chunk_len = cdiv(cdiv(T, want), bt) * bt

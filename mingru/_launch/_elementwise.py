@@ -87,6 +87,11 @@ def run_scan(kernel: Any, carry_kernel: Any, cfg: Mapping[str, int | str], B: in
         kernel[grid](*pointers, pointers[0], pointers[0], *scalars, MODE=elementwise_plan.WALK,
                      **consts)
         return
+    if cfg["strategy"] == "lookback":
+        values, status = lookback_scratch(B, cfg, D, pointers[0].device)
+        kernel[grid](*pointers, values, status, *scalars, MODE=elementwise_plan.LOOKBACK,
+                     **consts)
+        return
     device = pointers[0].device
     if reverse:
         sa, sb, cb = scratch(3, B, cfg, D, device)
@@ -98,6 +103,22 @@ def run_scan(kernel: Any, carry_kernel: Any, cfg: Mapping[str, int | str], B: in
         sa, sb, sb, ca, cb, cb, int(cfg["n_chunks"]), D, int(cfg["n_dblk"]),
         REVERSE=reverse, STORE_A=not reverse, HAS_Y=False, **elementwise_plan.carry_kwargs(cfg))
     kernel[grid](*pointers, ca, cb, *scalars, MODE=elementwise_plan.APPLY, **consts)
+
+
+def lookback_scratch(B: int, cfg: Mapping[str, int | str], D: int,
+                     device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The look-back strategy's buffers: fp32 ``(B, n_chunks, 3, D)`` chunk values (written
+    before they are read) and the int32 status words, zeroed: the ticket counter, the plan's
+    ``lookback_stride`` (tests set it above 1 so that look-backs walk through aggregates), one
+    word per program."""
+    n_chunks = int(cfg["n_chunks"])
+    values = new_tensor((B, n_chunks, 3, D), torch.float32, device)
+    status = torch.zeros(2 + n_chunks * B * int(cfg["n_dblk"]), dtype=torch.int32,
+                         device=device)
+    stride = int(cfg.get("lookback_stride", 1))
+    if stride > 1:
+        status[1] = stride
+    return values, status
 
 
 def scratch(n: int, B: int, cfg: Mapping[str, int | str], D: int,

@@ -45,6 +45,9 @@ def run_scan(adapter, cfg: dict, B: int, D: int, inputs: tuple, outs: tuple, sca
     maps into its first two outputs in SUMMARY and reads the carry-ins ``(s1, s2)`` in APPLY;
     returns the outputs of the walk or of APPLY."""
     grid = meta.grid(cfg, B)
+    if cfg["strategy"] == "lookback":
+        raise NotImplementedError("the lookback strategy is not launched through jax-triton "
+                                  "yet; force 'walk' or 'chunked' in JAX")
     first = inputs[0]  # placeholder for the scratch operands the walk and SUMMARY ignore
     if cfg["strategy"] == "walk":
         return common.launch(adapter, grid, (*inputs, first, first), outs, scalars,

@@ -64,8 +64,19 @@ PLANS = {
     "chunked": dict(strategy="chunked", block_t=4, block_d=16, chunk_len=8),
     "many-chunks": dict(strategy="chunked", block_t=2, block_d=4, chunk_len=2),
 }
+# The single-pass look-back strategy (ops whose kernels have it: linear_recurrence, the cells):
+# one tile per chunk; "lookback-walks" publishes an inclusive state at every third chunk only,
+# so programs compose aggregates on their way back (the interpreter runs programs in order,
+# and would otherwise always find the nearest predecessor finished).
+LOOKBACK_PLANS = {
+    "lookback": dict(strategy="lookback", block_t=4, block_d=16),
+    "lookback-walks": dict(strategy="lookback", block_t=2, block_d=4, lookback_stride=3),
+}
 SHAPES = [(1, 1, 3), (2, 5, 17), (2, 37, 3), (1, 37, 17)]
 CASES = [(p, s) for p in ("walk", "chunked") for s in SHAPES] + [("many-chunks", (1, 37, 3))]
+LOOKBACK_CASES = [("lookback", (2, 37, 17)), ("lookback", (1, 1, 3)),
+                  ("lookback-walks", (2, 37, 3))]
+PLANS.update(LOOKBACK_PLANS)
 
 
 def case_id(case):

@@ -12,7 +12,16 @@ import torch
 
 import mingru
 from tests.helpers import rel_err
-from tests.kernels.cases import CASES, DEVICE, F64, PLANS, case_id, linear_inputs, triton_plan
+from tests.kernels.cases import (
+    CASES,
+    DEVICE,
+    F64,
+    LOOKBACK_CASES,
+    PLANS,
+    case_id,
+    linear_inputs,
+    triton_plan,
+)
 from tests.reference import loop_recurrence
 
 pytestmark = pytest.mark.usefixtures("fast_interpreter")
@@ -35,7 +44,7 @@ def _lib(a, b, h0):
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize("with_h0", [True, False], ids=["h0", "no-h0"])
-@pytest.mark.parametrize("case", CASES, ids=case_id)
+@pytest.mark.parametrize("case", CASES + LOOKBACK_CASES, ids=case_id)
 def test_forward_and_every_gradient(case, with_h0):
     plan, (B, T, D) = case
     a, b = linear_inputs(B, T, D)
@@ -57,7 +66,7 @@ def test_forward_and_every_gradient(case, with_h0):
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("plan", ["walk", "chunked"])
+@pytest.mark.parametrize("plan", ["walk", "chunked", "lookback-walks"])
 def test_chaining_through_the_final_state_equals_one_call(plan):
     B, T, D = 2, 29, 5
     a, b = linear_inputs(B, T, D)
@@ -124,3 +133,27 @@ def test_gpu_dtypes_and_shapes(dtype, shape):
     ho, hTo = loop_recurrence(a.to(F64), b.to(F64), h0.to(F64))
     tol = 2e-5 if dtype == torch.float32 else 2e-2
     assert h.dtype == dtype and rel_err(h, ho) < tol and rel_err(h_T, hTo) < tol
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tile", [(64, 32, 4), (128, 32, 4), (32, 128, 2)], ids=str)
+def test_gpu_lookback_equals_the_walk(dtype, tile):
+    """The single-pass look-back plan on the GPU (thousands of chunks waiting on each other)
+    equals the walk (checked against the float64 loop above), forward and every gradient; also
+    with only every 5th chunk publishing its inclusive state (look-backs compose aggregates)."""
+    B, T, D = 2, 30000, 257
+    a, b = linear_inputs(B, T, D, dtype=dtype)
+    h0 = torch.randn(B, D, device=DEVICE).to(dtype)
+    w, w_T = torch.randn(B, T, D, dtype=F64, device=DEVICE), torch.randn(B, D, dtype=F64,
+                                                                         device=DEVICE)
+    with triton_plan("linear_recurrence", strategy="walk"):
+        want = _run(_lib, a, b, h0, w, w_T)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    bt, bd, nw = tile
+    for stride in (1, 5):
+        with triton_plan("linear_recurrence", strategy="lookback", block_t=bt, block_d=bd,
+                         num_warps=nw, lookback_stride=stride):
+            got = _run(_lib, a, b, h0, w, w_T)
+        for g, wt in zip((got[0], got[1], *got[2]), (want[0], want[1], *want[2]), strict=True):
+            assert g.dtype == dtype and torch.isfinite(g).all() and rel_err(g, wt) < tol

@@ -55,6 +55,7 @@ def _grads(fn, inputs, w, w_T):
 @pytest.mark.parametrize(("plan", "shape"), [
     ("walk", (2, 37, 5)), ("chunked", (1, 37, 17)), ("many-chunks", (1, 37, 3)),
     ("walk", (2, 1, 3)), ("chunked", (1, 63, 3)),
+    ("lookback", (2, 37, 17)), ("lookback-walks", (2, 37, 3)),
 ], ids=lambda v: v if isinstance(v, str) else "B{}T{}D{}".format(*v))
 def test_forward_and_every_gradient(plan, shape, cell, decay):
     B, T, D = shape
@@ -188,3 +189,23 @@ def test_gpu_dtypes_and_shapes(shape, cell, dtype):
     assert h.dtype == dtype and rel_err(h, ho) < tol and rel_err(h_T, hTo) < tol
     for got, want in zip(grads, grads_o, strict=True):
         assert got.dtype == dtype and rel_err(got, want) < 10 * tol
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cell", ["log", "coupled"])
+@pytest.mark.parametrize("tile", [(32, 32, 4), (64, 16, 2), (16, 64, 4)], ids=str)
+def test_gpu_lookback_equals_the_walk(cell, tile):
+    """The single-pass look-back plan on the GPU, where programs really run concurrently and
+    wait on each other (thousands of chunks, many lanes), equals the walk: outputs and every
+    gradient, fp32, with an expanded state gradient and a final-state gradient."""
+    B, T, D = 3, 20000, 300
+    k, h0, lg = _inputs(cell, B, T, D, "B,T,D")
+    w_T = torch.randn(B, D, dtype=F64, device=DEVICE)
+    w = torch.randn(B, T, D, dtype=F64, device=DEVICE)
+    bt, bd, nw = tile
+    with triton_plan("mingru_cell", strategy="lookback", block_t=bt, block_d=bd, num_warps=nw):
+        h, h_T, grads = _grads(lambda *x: _call(cell, *x), (k, h0, lg), w, w_T)
+    with triton_plan("mingru_cell", strategy="walk"):
+        hw, hTw, grads_w = _grads(lambda *x: _call(cell, *x), (k, h0, lg), w, w_T)
+    for got, want in zip((h, h_T, *grads), (hw, hTw, *grads_w), strict=True):
+        assert torch.isfinite(got).all() and rel_err(got, want) < 1e-5

@@ -38,11 +38,16 @@ def _backend(path):
     """Eager, or the Triton kernels with the elementwise scans' plan forced to ``path``."""
     if path == "eager":
         return mingru.use_backend("eager")
+    if path.startswith("lookback"):  # only these ops have look-back kernels
+        return triton_plan("linear_recurrence", "mingru_cell", **PLANS[path])
     return triton_plan("linear_recurrence", "mingru_cell", "parallel_scan_log", **PLANS[path])
 
 
 PATHS = [("eager", F64), pytest.param("walk", torch.float32, marks=pytest.mark.interpreter),
          pytest.param("chunked", torch.float32, marks=pytest.mark.interpreter)]
+# The kernels with a single-pass look-back strategy restart sequences inside it too.
+LOOKBACK_PATHS = PATHS + [pytest.param("lookback-walks", torch.float32,
+                                       marks=pytest.mark.interpreter)]
 TOL = {F64: 1e-10, torch.float32: 1e-5}
 GTOL = {F64: 1e-9, torch.float32: 1e-4}
 
@@ -70,7 +75,7 @@ def _check_against_alone(packed, alone, leaves, dtype):
             close(g, r, GTOL[dtype])
 
 
-@pytest.mark.parametrize("path,dtype", PATHS)
+@pytest.mark.parametrize("path,dtype", LOOKBACK_PATHS)
 @pytest.mark.parametrize("with_h0", [True, False])
 def test_linear_recurrence(path, dtype, with_h0):
     a = torch.tanh(_rand(1, T, 5, dtype=dtype)).requires_grad_()
@@ -94,7 +99,7 @@ def test_linear_recurrence(path, dtype, with_h0):
     _check_against_alone(packed, alone, leaves, dtype)
 
 
-@pytest.mark.parametrize("path,dtype", PATHS)
+@pytest.mark.parametrize("path,dtype", LOOKBACK_PATHS)
 @pytest.mark.parametrize("cell", ["log", "signed", "coupled"])
 @pytest.mark.parametrize("decay", [False, True])
 def test_cells(path, dtype, cell, decay):
