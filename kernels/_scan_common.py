@@ -89,26 +89,23 @@ _AGGREGATE = tl.constexpr(1)
 _INCLUSIVE = tl.constexpr(2)
 
 
-# Header of the status buffer: the ticket counter, then the stride of chunks that publish
-# their inclusive state (0 means every chunk; tests set it larger so that the look-back walks
-# through aggregates even in the interpreter, which runs the programs one by one in order).
-STATUS_HEADER = tl.constexpr(2)
-
-
 @triton.jit
 def lookback_ticket(status_ptr, n_chunks, REVERSE: tl.constexpr):
-    """The (chunk, lane) this program scans in the single-pass strategy, from a ticket counter
-    (``status_ptr[0]``) rather than ``program_id``: tickets go out in the order programs start,
-    chunk-major, so every chunk a program waits for belongs to a program that has already
-    started — the look-back cannot deadlock whatever order the hardware runs the grid in.
-    ``REVERSE``: the first chunk in scan order is the last in time (adjoint scans). A lane is
-    one (batch row, D-block) pair: ``lane = b · n_dblk + d``."""
+    """The (chunk, lane) this program scans in the single-pass strategy. A lane is one
+    (batch row, D-block) pair, ``lane = b · n_dblk + d``, taken from ``program_id``; the chunk
+    comes from the lane's ticket counter (``status_ptr[1 + lane]``) rather than from
+    ``program_id``: tickets go out in the order programs start, so every chunk a program waits
+    for belongs to a program that has already started — the look-back cannot deadlock whatever
+    order the hardware runs the grid in. One counter per lane, not one for the grid: a single
+    counter serialises every program on one address (about 6 ns each on an NVIDIA H200, which
+    bounded the whole kernel). ``REVERSE``: the first chunk in scan order is the last in time
+    (adjoint scans)."""
     n_lanes = tl.num_programs(0) // n_chunks
-    ticket = tl.atomic_add(status_ptr, 1)
-    c = ticket // n_lanes
+    lane = tl.program_id(0) % n_lanes
+    c = tl.atomic_add(status_ptr + 1 + lane, 1, sem="relaxed")
     if REVERSE:
         c = n_chunks - 1 - c
-    return c, ticket % n_lanes
+    return c, lane
 
 
 @triton.jit
@@ -132,8 +129,11 @@ def lookback_carry(status_ptr, vals_ptr, c, lane, row, n_chunks, A, Z, init, col
     ``c`` of ``lane``, given the chunk's own map ``h ↦ A h + Z`` (``[BLOCK_D]`` fp32, the last
     row of its tile scan) and ``init``, the state before the first chunk in scan order.
 
-    Buffers, zeroed before the launch: ``status_ptr`` int32 ``(STATUS_HEADER + n_chunks ·
-    n_lanes,)`` (the header, then one status word per chunk and lane, chunk-major);
+    Buffers, zeroed before the launch: ``status_ptr`` int32 ``(1 + n_lanes + n_chunks ·
+    n_lanes,)``: the stride of chunks that publish their inclusive state (0 means every
+    chunk; tests set it larger, so that look-backs walk through aggregates even in the
+    interpreter, which runs programs one by one), the lanes' ticket counters, then one status
+    word per chunk and lane, chunk-major;
     ``vals_ptr`` fp32 ``(B, n_chunks, 3, D)``: per batch ``row`` and chunk the aggregate
     ``(A, Z)`` and the inclusive state (each D-block writes its own ``cols``).
 
@@ -153,20 +153,21 @@ def lookback_carry(status_ptr, vals_ptr, c, lane, row, n_chunks, A, Z, init, col
         is_first = c == 0
         order = c
     base = vals_ptr + row.to(tl.int64) * n_chunks * 3 * D
-    word = STATUS_HEADER + c * n_lanes + lane
+    words = status_ptr + 1 + n_lanes  # after the header
+    word = c * n_lanes + lane
     carry = init
     if not is_first:
-        _publish(status_ptr, word, base + c * 3 * D, A, Z, cols, col_ok, D, _AGGREGATE)
+        _publish(words, word, base + c * 3 * D, A, Z, cols, col_ok, D, _AGGREGATE)
         # acc: the map from the state after chunk j to the state entering c.
         acc_a = tl.full(A.shape, 1.0, tl.float32)
         acc_z = tl.zeros(A.shape, tl.float32)
         j = c - step
         searching = True
         while searching:
-            w = STATUS_HEADER + j * n_lanes + lane
-            status = tl.atomic_add(status_ptr + w, 0, sem="acquire", scope="gpu")
+            w = words + j * n_lanes + lane
+            status = tl.atomic_add(w, 0, sem="acquire", scope="gpu")
             while status == _NOTHING:
-                status = tl.atomic_add(status_ptr + w, 0, sem="acquire", scope="gpu")
+                status = tl.atomic_add(w, 0, sem="acquire", scope="gpu")
             prev = base + j * 3 * D
             if status == _INCLUSIVE:
                 s = tl.load(prev + 2 * D + cols, mask=col_ok, other=0.0, cache_modifier=".cg")
@@ -178,9 +179,9 @@ def lookback_carry(status_ptr, vals_ptr, c, lane, row, n_chunks, A, Z, init, col
                 acc_z = acc_a * pz + acc_z
                 acc_a = acc_a * pa
                 j = j - step
-    every = tl.maximum(tl.load(status_ptr + 1), 1)
+    every = tl.maximum(tl.load(status_ptr), 1)
     if order % every == 0:
-        _publish(status_ptr, word, base + c * 3 * D, A * carry + Z, Z, cols, col_ok, D,
+        _publish(words, word, base + c * 3 * D, A * carry + Z, Z, cols, col_ok, D,
                  _INCLUSIVE)
     return carry
 

@@ -108,16 +108,15 @@ def run_scan(kernel: Any, carry_kernel: Any, cfg: Mapping[str, int | str], B: in
 def lookback_scratch(B: int, cfg: Mapping[str, int | str], D: int,
                      device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """The look-back strategy's buffers: fp32 ``(B, n_chunks, 3, D)`` chunk values (written
-    before they are read) and the int32 status words, zeroed: the ticket counter, the plan's
-    ``lookback_stride`` (tests set it above 1 so that look-backs walk through aggregates), one
-    word per program."""
-    n_chunks = int(cfg["n_chunks"])
+    before they are read) and the int32 status words, zeroed (layout in
+    :func:`mingru_kernels._scan_common.lookback_carry`; the first word is the plan's
+    ``lookback_stride``, which tests set above 1 so that look-backs walk through aggregates)."""
+    n_chunks, n_lanes = int(cfg["n_chunks"]), B * int(cfg["n_dblk"])
     values = new_tensor((B, n_chunks, 3, D), torch.float32, device)
-    status = torch.zeros(2 + n_chunks * B * int(cfg["n_dblk"]), dtype=torch.int32,
-                         device=device)
+    status = torch.zeros(1 + n_lanes * (1 + n_chunks), dtype=torch.int32, device=device)
     stride = int(cfg.get("lookback_stride", 1))
     if stride > 1:
-        status[1] = stride
+        status[0] = stride
     return values, status
 
 
