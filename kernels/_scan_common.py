@@ -122,10 +122,6 @@ def _publish(status_ptr, word, slot, x, y, cols, col_ok, D, WHICH: tl.constexpr)
     tl.atomic_xchg(status_ptr + word, WHICH, sem="release", scope="gpu")
 
 
-# Predecessors a look-back examines at once: one round trip per window, not per chunk.
-LOOKBACK_WINDOW = tl.constexpr(16)
-
-
 @triton.jit
 def lookback_carry(status_ptr, vals_ptr, c, lane, row, n_chunks, A, Z, init, cols, col_ok, D,
                    REVERSE: tl.constexpr):
@@ -135,21 +131,18 @@ def lookback_carry(status_ptr, vals_ptr, c, lane, row, n_chunks, A, Z, init, col
 
     Buffers, zeroed before the launch: ``status_ptr`` int32 ``(1 + n_lanes + n_chunks ·
     n_lanes,)``: the stride of chunks that publish their inclusive state (0 means every
-    chunk; tests set it larger, so that look-backs compose aggregates even in the
+    chunk; tests set it larger, so that look-backs walk through aggregates even in the
     interpreter, which runs programs one by one), the lanes' ticket counters, then one status
-    word per chunk and lane, chunk-major; ``vals_ptr`` fp32 ``(B, n_chunks, 3, D)``: per
-    batch ``row`` and chunk the aggregate ``(A, Z)`` and the inclusive state (each D-block
-    writes its own ``cols``).
+    word per chunk and lane, chunk-major;
+    ``vals_ptr`` fp32 ``(B, n_chunks, 3, D)``: per batch ``row`` and chunk the aggregate
+    ``(A, Z)`` and the inclusive state (each D-block writes its own ``cols``).
 
-    The chunk publishes its aggregate, then looks back through its predecessors in scan
-    order, ``LOOKBACK_WINDOW`` at a time: it waits until every chunk of the window after the
-    nearest one with an inclusive state has at least its aggregate, composes those maps with
-    that state (one tile scan over the window), and publishes its own inclusive state; a
-    window of aggregates only is composed into the running map and the look-back moves one
-    window further. One round trip per window: the inclusive frontier then jumps over every
-    chunk whose aggregate is out, instead of advancing one chunk per round trip. No program
-    waits on a chunk after it in scan order, so the ticket order of :func:`lookback_ticket`
-    is all it needs to progress."""
+    The chunk publishes its aggregate, then walks back through its predecessors in scan
+    order, composing their aggregates until it meets one that has published its inclusive
+    state (the first chunk in scan order does so at once, from ``init``); then it publishes
+    its own. No program waits on a chunk after it, so the ticket order of
+    :func:`lookback_ticket` is all it needs to progress; most look-backs stop at the nearest
+    predecessor, whose inclusive state is usually there already."""
     n_lanes = tl.num_programs(0) // n_chunks
     if REVERSE:
         step = -1
@@ -165,42 +158,27 @@ def lookback_carry(status_ptr, vals_ptr, c, lane, row, n_chunks, A, Z, init, col
     carry = init
     if not is_first:
         _publish(words, word, base + c * 3 * D, A, Z, cols, col_ok, D, _AGGREGATE)
-        # acc: the map from the state after the window's newest chunk to the state entering c.
+        # acc: the map from the state after chunk j to the state entering c.
         acc_a = tl.full(A.shape, 1.0, tl.float32)
         acc_z = tl.zeros(A.shape, tl.float32)
-        r = tl.arange(0, LOOKBACK_WINDOW)
-        newest = c - step
+        j = c - step
         searching = True
         while searching:
-            # Row r of the window is chunk j, in scan order (the last row is the newest).
-            j = newest - step * (LOOKBACK_WINDOW - 1 - r)
-            exists = (j >= 0) & (j < n_chunks)
-            st = tl.atomic_add(words + j * n_lanes + lane, tl.zeros_like(r), mask=exists,
-                               sem="acquire", scope="gpu")
-            st = tl.where(exists, st, _AGGREGATE)  # before the first chunk: identity maps
-            star = tl.max(tl.where(st == _INCLUSIVE, r, -1), axis=0)
-            missing = tl.sum(tl.where((r > star) & (st == _NOTHING), 1, 0), axis=0)
-            if missing == 0:
-                slot = base + j[:, None].to(tl.int64) * 3 * D + cols[None, :]
-                agg = ((r > star) & exists)[:, None] & col_ok[None, :]
-                at_star = (r == star)[:, None]
-                pa = tl.load(slot, mask=agg, other=1.0, cache_modifier=".cg")
-                pz = tl.load(slot + D, mask=agg, other=0.0, cache_modifier=".cg")
-                ps = tl.load(slot + 2 * D, mask=at_star & col_ok[None, :], other=0.0,
-                             cache_modifier=".cg")
-                # The inclusive state is the constant map h ↦ S; rows before it are unused.
-                pa = tl.where(at_star, 0.0, tl.where((r < star)[:, None], 1.0, pa))
-                pz = tl.where(at_star, ps, tl.where((r < star)[:, None], 0.0, pz))
-                wa, wz = tl.associative_scan((pa, pz), 0, mul_add)
-                wa = take_row(wa, r, LOOKBACK_WINDOW - 1)
-                wz = take_row(wz, r, LOOKBACK_WINDOW - 1)
-                acc_z = acc_a * wz + acc_z
-                acc_a = acc_a * wa
-                if star >= 0:
-                    carry = acc_z  # acc is a constant map now
-                    searching = False
-                else:
-                    newest = newest - step * LOOKBACK_WINDOW
+            w = words + j * n_lanes + lane
+            status = tl.atomic_add(w, 0, sem="acquire", scope="gpu")
+            while status == _NOTHING:
+                status = tl.atomic_add(w, 0, sem="acquire", scope="gpu")
+            prev = base + j * 3 * D
+            if status == _INCLUSIVE:
+                s = tl.load(prev + 2 * D + cols, mask=col_ok, other=0.0, cache_modifier=".cg")
+                carry = acc_a * s + acc_z
+                searching = False
+            else:
+                pa = tl.load(prev + cols, mask=col_ok, other=1.0, cache_modifier=".cg")
+                pz = tl.load(prev + D + cols, mask=col_ok, other=0.0, cache_modifier=".cg")
+                acc_z = acc_a * pz + acc_z
+                acc_a = acc_a * pa
+                j = j - step
     every = tl.maximum(tl.load(status_ptr), 1)
     if order % every == 0:
         _publish(words, word, base + c * 3 * D, A * carry + Z, Z, cols, col_ok, D,

@@ -65,13 +65,12 @@ PLANS = {
     "many-chunks": dict(strategy="chunked", block_t=2, block_d=4, chunk_len=2),
 }
 # The single-pass look-back strategy (ops whose kernels have it: linear_recurrence, the cells):
-# one tile per chunk; "lookback-walks" publishes an inclusive state at every 17th chunk only
-# (more than one look-back window apart), so programs compose aggregates on their way back,
-# within a window and across windows (the interpreter runs programs in order, and would
-# otherwise always find the nearest predecessor finished).
+# one tile per chunk; "lookback-walks" publishes an inclusive state at every third chunk only,
+# so programs compose aggregates on their way back (the interpreter runs programs in order,
+# and would otherwise always find the nearest predecessor finished).
 LOOKBACK_PLANS = {
     "lookback": dict(strategy="lookback", block_t=4, block_d=16),
-    "lookback-walks": dict(strategy="lookback", block_t=2, block_d=4, lookback_stride=17),
+    "lookback-walks": dict(strategy="lookback", block_t=2, block_d=4, lookback_stride=3),
 }
 SHAPES = [(1, 1, 3), (2, 5, 17), (2, 37, 3), (1, 37, 17)]
 CASES = [(p, s) for p in ("walk", "chunked") for s in SHAPES] + [("many-chunks", (1, 37, 3))]

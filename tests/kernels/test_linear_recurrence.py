@@ -141,8 +141,7 @@ def test_gpu_dtypes_and_shapes(dtype, shape):
 def test_gpu_lookback_equals_the_walk(dtype, tile):
     """The single-pass look-back plan on the GPU (thousands of chunks waiting on each other)
     equals the walk (checked against the float64 loop above), forward and every gradient; also
-    with only every 5th or 40th chunk publishing its inclusive state (look-backs compose
-    aggregates, within one window and across windows)."""
+    with only every 5th chunk publishing its inclusive state (look-backs compose aggregates)."""
     B, T, D = 2, 30000, 257
     a, b = linear_inputs(B, T, D, dtype=dtype)
     h0 = torch.randn(B, D, device=DEVICE).to(dtype)
@@ -152,7 +151,7 @@ def test_gpu_lookback_equals_the_walk(dtype, tile):
         want = _run(_lib, a, b, h0, w, w_T)
     tol = 1e-5 if dtype == torch.float32 else 1e-2
     bt, bd, nw = tile
-    for stride in (1, 5, 40):
+    for stride in (1, 5):
         with triton_plan("linear_recurrence", strategy="lookback", block_t=bt, block_d=bd,
                          num_warps=nw, lookback_stride=stride):
             got = _run(_lib, a, b, h0, w, w_T)
