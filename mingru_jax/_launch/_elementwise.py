@@ -23,7 +23,9 @@ def plan(op: str, x: jax.Array, tiles: dict | None = None) -> dict:
     """The plan of the elementwise scan ``op`` for ``x (B, T, D)``: the op's measured
     ``tiles`` (forward only), forced choices honoured."""
     B, T, D = x.shape
-    return meta.plan(B, T, D, n_sm=common.sm_count(), **{**(tiles or {}),
+    # No look-back launch sequence through jax-triton yet: the chunked one instead.
+    tiles = {key: value for key, value in (tiles or {}).items() if key != "lookback_tile"}
+    return meta.plan(B, T, D, n_sm=common.sm_count(), **{**tiles,
                                                     **switches.plan_choices(op)})
 
 

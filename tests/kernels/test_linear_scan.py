@@ -130,6 +130,28 @@ def test_plan_chooses_by_program_count_and_never_by_t():
         plan(1, 100, 8, strategy="serial")
 
 
+def test_lookback_replaces_chunked_only_for_ops_that_have_it():
+    from mingru_kernels.launch import linear_recurrence, mingru_cell
+    from mingru_kernels.launch._elementwise import plan
+
+    tiles = linear_recurrence.TILES
+    cfg = plan(16, 16384, 128, **tiles)
+    bt, bd, nw = tiles["lookback_tile"]
+    assert cfg["strategy"] == "lookback" and (cfg["block_t"], cfg["block_d"]) == (bt, bd)
+    assert cfg["chunk_len"] == bt and cfg["n_chunks"] == -(-16384 // bt)
+    assert cfg["num_warps"] == nw and cfg["lookback_stride"] == 1
+    assert plan(8, 65536, 1536, **tiles)["strategy"] == "walk"  # the walk fills the GPU
+    assert plan(16, 1024, 64, **tiles)["strategy"] == "walk"  # short: nothing to split
+    assert plan(16, 16384, 128, **mingru_cell.TILES[False])["strategy"] == "lookback"
+    assert plan(16, 16384, 128)["strategy"] == "chunked"  # an op without look-back kernels
+    with pytest.raises(ValueError, match="LOOKBACK"):
+        plan(1, 100, 8, strategy="lookback")
+    with pytest.raises(ValueError, match="chunk_len"):
+        plan(1, 100, 8, strategy="lookback", chunk_len=128, **tiles)
+    with pytest.raises(ValueError, match="lookback_stride"):
+        plan(1, 100, 8, strategy="lookback", lookback_stride=-1, **tiles)
+
+
 def test_launcher_plan_is_cached_per_shape_and_override():
     from mingru._launch import _elementwise
     from mingru_kernels.launch import switches
