@@ -109,6 +109,25 @@ def lookback_ticket(status_ptr, n_chunks, REVERSE: tl.constexpr):
 
 
 @triton.jit
+def program_coords(status_ptr, n_chunks, n_dblk, MODE: tl.constexpr, REVERSE: tl.constexpr):
+    """``(chunk, batch row, D-block, lane)`` of this program in a scan kernel's grid
+    ``B × chunks × D-blocks``: from ``program_id`` (walk, SUMMARY, APPLY), or from the lane's
+    ticket counter in the look-back strategy (:func:`lookback_ticket`)."""
+    if MODE == K_LOOKBACK:
+        pid_c, lane = lookback_ticket(status_ptr, n_chunks, REVERSE)
+        pid_d = lane % n_dblk
+        pid_b = lane // n_dblk
+    else:
+        pid = tl.program_id(0)
+        pid_d = pid % n_dblk
+        rest = pid // n_dblk
+        pid_c = rest % n_chunks
+        pid_b = rest // n_chunks
+        lane = pid_b * n_dblk + pid_d
+    return pid_c, pid_b, pid_d, lane
+
+
+@triton.jit
 def _publish(status_ptr, word, slot, x, y, cols, col_ok, D, WHICH: tl.constexpr):
     """Write a chunk's aggregate map ``(x, y)`` or its inclusive state ``x``, then its status
     word: the barrier orders every thread's stores before the one release that makes them

@@ -50,9 +50,9 @@ from mingru_kernels._scan_common import (
     K_SUMMARY,
     linear_carry_kernel,
     lookback_carry,
-    lookback_ticket,
     mul_add,
     packed_rows,
+    program_coords,
     restart_rows,
     take_row,
 )
@@ -72,16 +72,7 @@ def linear_recurrence_fwd_kernel(
     MODE: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    if MODE == K_LOOKBACK:
-        pid_c, lane = lookback_ticket(sb_ptr, n_chunks, False)
-        pid_d = lane % n_dblk
-        pid_b = lane // n_dblk
-    else:
-        pid = tl.program_id(0)
-        pid_d = pid % n_dblk
-        rest = pid // n_dblk
-        pid_c = rest % n_chunks
-        pid_b = rest // n_chunks
+    pid_c, pid_b, pid_d, lane = program_coords(sb_ptr, n_chunks, n_dblk, MODE, False)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
@@ -157,16 +148,7 @@ def linear_recurrence_bwd_kernel(
     MODE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, PACKED: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    if MODE == K_LOOKBACK:
-        pid_c, lane = lookback_ticket(sg_ptr, n_chunks, True)
-        pid_d = lane % n_dblk
-        pid_b = lane // n_dblk
-    else:
-        pid = tl.program_id(0)
-        pid_d = pid % n_dblk
-        rest = pid // n_dblk
-        pid_c = rest % n_chunks
-        pid_b = rest // n_chunks
+    pid_c, pid_b, pid_d, lane = program_coords(sg_ptr, n_chunks, n_dblk, MODE, True)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
