@@ -51,14 +51,17 @@ import triton.language as tl
 
 from mingru_kernels._scan_common import (
     K_APPLY,
+    K_LOOKBACK,
     K_SUMMARY,
     K_WALK,
     LOG2E,
     linear_carry_kernel,
     log_pair,
     logaddexp2,
+    lookback_carry,
     max_plus,
     mul_add,
+    program_coords,
     take_row,
 )
 
@@ -75,15 +78,12 @@ def parallel_scan_log_fwd_kernel(
     la_ptr,  # (B, T, D) log a
     lv_ptr,  # (B, T+1, D) log h_0 | log b
     h_ptr,  # (B, T, D) out, input dtype
-    sA_ptr, sL_ptr,  # (B, N, D) fp32 base 2: chunk maps out (SUMMARY); sL = carry-ins (APPLY)
+    sA_ptr, sL_ptr,  # (B, N, D) fp32 base 2: chunk maps out (SUMMARY); sL = carry-ins (APPLY);
+    # LOOKBACK: sA = fp32 chunk values (base 2), sL = int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk,
     MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    pid_d = pid % n_dblk
-    rest = pid // n_dblk
-    pid_c = rest % n_chunks
-    pid_b = rest // n_chunks
+    pid_c, pid_b, pid_d, lane = program_coords(sL_ptr, n_chunks, n_dblk, MODE, False)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
@@ -102,6 +102,9 @@ def parallel_scan_log_fwd_kernel(
         cL = tl.load(sL_ptr + s_off, mask=col_ok, other=0.0)
     else:
         cL = tl.full([BLOCK_D], float("-inf"), tl.float32)
+    if MODE == K_LOOKBACK:
+        # log₂ h_0: the state before the first chunk (the tile itself starts from h = 0).
+        cL0 = tl.load(lv_ptr + vseq + cols, mask=col_ok, other=0.0).to(tl.float32) * LOG2E
 
     for k in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
         t0 = t_start + k * BLOCK_T
@@ -119,7 +122,7 @@ def parallel_scan_log_fwd_kernel(
         Ap = tl.load(la_ptr + tile - D + intra, mask=prev, other=0.0).to(tl.float32) * LOG2E
         Lp = tl.load(lv_ptr + vtile - D + intra, mask=prev, other=float("-inf"))
         Lp = tl.where(first, cL[None, :], Lp.to(tl.float32) * LOG2E)
-        _, N = tl.associative_scan((Ap, Lp), 0, max_plus)
+        Aex, N = tl.associative_scan((Ap, Lp), 0, max_plus)
         M = tl.maximum(N + A, L)
         Ms = tl.where(M == float("-inf"), 0.0, M)  # h_t = 0 so far: any finite scale
         a_s = tl.exp2(A + N - Ms)
@@ -129,6 +132,18 @@ def parallel_scan_log_fwd_kernel(
         _, H = tl.associative_scan((a_s, b_s), 0, mul_add)
         if MODE == K_SUMMARY:
             cA += tl.sum(A, axis=0)  # sums commute: any reduction order is exact enough
+        elif MODE == K_LOOKBACK:
+            # One tile per chunk, scanned from h = 0 (cL = -inf): its map is (Σ log₂ a,
+            # log₂ h_last); the carry looked back for enters as 2^{Σ_{≤t} log₂ a + carry},
+            # added to the zero-start states (each term at most h_t: no spurious overflow).
+            P = Aex + A  # Σ log₂ a up to and including row t (Aex: the rows above)
+            cL = lookback_carry(sL_ptr, sA_ptr, pid_c, lane, pid_b, n_chunks,
+                                take_row(P, rows, BLOCK_T - 1),
+                                take_row(M, rows, BLOCK_T - 1)
+                                + tl.log2(take_row(H, rows, BLOCK_T - 1)),
+                                cL0, cols, col_ok, D, False, True)
+            h = tl.exp2(P + cL[None, :]) + H * tl.exp2(M)
+            tl.store(h_ptr + tile + intra, h.to(h_ptr.dtype.element_ty), mask=m)
         else:
             tl.store(h_ptr + tile + intra, (H * tl.exp2(M)).to(h_ptr.dtype.element_ty), mask=m)
         cL = take_row(M, rows, BLOCK_T - 1) + tl.log2(take_row(H, rows, BLOCK_T - 1))
@@ -178,15 +193,12 @@ def parallel_scan_log_bwd_kernel(
     la_ptr, lv_ptr,  # inputs: (B, T, D) log a; (B, T+1, D) log h_0 | log b
     h_ptr, dh_ptr,  # (B, T, D) the saved output h and its gradient
     dla_ptr, dlv_ptr,  # out: (B, T, D) and (B, T+1, D) gradients, input dtype
-    sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY)
+    sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY);
+    # LOOKBACK: sc = fp32 chunk values, sg = int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk,
     MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    pid_d = pid % n_dblk
-    rest = pid // n_dblk
-    pid_c = rest % n_chunks
-    pid_b = rest // n_chunks
+    pid_c, pid_b, pid_d, lane = program_coords(sg_ptr, n_chunks, n_dblk, MODE, True)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
@@ -227,8 +239,15 @@ def parallel_scan_log_bwd_kernel(
             tg = take_row(_stg, rows, BLOCK_T - 1)
             cc, cg = mul_add(cc, cg, tc, tg)
         else:
-            g = tl.where(first, coef * cg[None, :] + g, g)
-            _, G = tl.associative_scan((coef, g), 0, mul_add)
+            if MODE == K_LOOKBACK:
+                C, G = tl.associative_scan((coef, g), 0, mul_add)
+                cg = lookback_carry(sg_ptr, sc_ptr, pid_c, lane, pid_b, n_chunks,
+                                    take_row(C, rows, BLOCK_T - 1),
+                                    take_row(G, rows, BLOCK_T - 1), cg, cols, col_ok, D, True)
+                G = C * cg[None, :] + G
+            else:
+                g = tl.where(first, coef * cg[None, :] + g, g)
+                _, G = tl.associative_scan((coef, g), 0, mul_add)
             lb = tl.load(lv_ptr + vtile + rev, mask=m, other=float("-inf")).to(tl.float32)
             la = tl.load(la_ptr + tile + rev, mask=m, other=0.0).to(tl.float32)
             h_prev = tl.load(h_ptr + tile - D + rev, mask=m & (t >= 1)[:, None], other=1.0)

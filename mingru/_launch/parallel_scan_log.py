@@ -43,6 +43,11 @@ def _forward(la, lv, h, cfg) -> None:
         if cfg["strategy"] == "walk":
             kernels.parallel_scan_log_fwd_kernel[grid](la, lv, h, h, h, *dims, MODE=meta.WALK, **kw)
             return
+        if cfg["strategy"] == "lookback":
+            values, status = elementwise.lookback_scratch(B, cfg, D, la.device)
+            kernels.parallel_scan_log_fwd_kernel[grid](la, lv, h, values, status, *dims,
+                                                       MODE=meta.LOOKBACK, **kw)
+            return
         sA, sL, cL = elementwise.scratch(meta.FWD_SCRATCH, B, cfg, D, la.device)
         kernels.parallel_scan_log_fwd_kernel[grid](la, lv, h, sA, sL, *dims, MODE=meta.SUMMARY, **kw)
         kernels.parallel_scan_log_carry_kernel[meta.carry_grid(cfg, B)](
@@ -69,7 +74,7 @@ def _fwd_impl(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tenso
 
 def _bwd_impl(log_coeffs, log_values, h, dh) -> tuple[torch.Tensor, torch.Tensor]:
     la, lv = log_coeffs.contiguous(), log_values.contiguous()
-    cfg = elementwise.make_plan("parallel_scan_log", la)
+    cfg = elementwise.make_plan("parallel_scan_log", la, meta.BWD_TILES)
     poisoned = poison()
     dla = new_tensor(la.shape, la.dtype, la.device, poisoned)
     dlv = new_tensor(lv.shape, lv.dtype, lv.device, poisoned)

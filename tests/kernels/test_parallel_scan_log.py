@@ -17,6 +17,7 @@ from tests.helpers import rel_err
 from tests.kernels.cases import (
     CASES,
     DEVICE,
+    LOOKBACK_CASES,
     F64,
     PLANS,
     case_id,
@@ -29,7 +30,7 @@ from tests.reference import loop_log
 
 pytestmark = pytest.mark.usefixtures("fast_interpreter")
 
-LOG_CASES = [(p, s, h0) for (p, s) in CASES for h0 in ("finite", "-inf")]
+LOG_CASES = [(p, s, h0) for (p, s) in CASES + LOOKBACK_CASES for h0 in ("finite", "-inf")]
 
 
 @pytest.mark.interpreter
@@ -55,7 +56,7 @@ def test_parallel_scan_log_forward_backward(case):
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("plan", ["walk", "many-chunks"])
+@pytest.mark.parametrize("plan", ["walk", "many-chunks", "lookback-walks"])
 def test_parallel_scan_log_underflowing_products(plan):
     """Products of a underflow fp32 within a few steps (Σ log a ≈ -10³): still exact."""
     B, T, D = 1, 37, 3

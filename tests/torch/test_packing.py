@@ -38,14 +38,12 @@ def _backend(path):
     """Eager, or the Triton kernels with the elementwise scans' plan forced to ``path``."""
     if path == "eager":
         return mingru.use_backend("eager")
-    if path.startswith("lookback"):  # only these ops have look-back kernels
-        return triton_plan("linear_recurrence", "mingru_cell", **PLANS[path])
     return triton_plan("linear_recurrence", "mingru_cell", "parallel_scan_log", **PLANS[path])
 
 
 PATHS = [("eager", F64), pytest.param("walk", torch.float32, marks=pytest.mark.interpreter),
          pytest.param("chunked", torch.float32, marks=pytest.mark.interpreter)]
-# The kernels with a single-pass look-back strategy restart sequences inside it too.
+# The single-pass look-back strategy restarts sequences inside it too.
 LOOKBACK_PATHS = PATHS + [pytest.param("lookback-walks", torch.float32,
                                        marks=pytest.mark.interpreter)]
 TOL = {F64: 1e-10, torch.float32: 1e-5}
@@ -129,7 +127,7 @@ def test_cells(path, dtype, cell, decay):
     _check_against_alone(packed, alone, [x for x in (k, h0, lg) if x is not None], dtype)
 
 
-@pytest.mark.parametrize("path,dtype", PATHS)
+@pytest.mark.parametrize("path,dtype", LOOKBACK_PATHS)
 def test_public_scans(path, dtype):
     cu = torch.tensor(CU)
     a = torch.tanh(_rand(1, T, 4, dtype=dtype)).requires_grad_()
