@@ -203,15 +203,15 @@ class _HostTensor:
         return None
 
 
-def _host_launch(kernel, grid, inputs, outputs, scalars, meta):
+def _host_launch(kernel, grid, inputs, outputs, scalars, meta, zeroed=()):
     """The interpreter route of :func:`launch`: a pure callback running ``kernel`` on host
-    buffers (outputs NaN-filled first when the poison switch is on)."""
+    buffers (outputs NaN-filled first when the poison switch is on, except ``zeroed``)."""
     poisoned = poison_outputs()
 
     def host(*arrays):
         ins = [_HostTensor(np.ascontiguousarray(a)) for a in arrays]
-        outs = [np.full(o.shape, np.nan, o.dtype) if poisoned else np.zeros(o.shape, o.dtype)
-                for o in outputs]
+        outs = [np.full(o.shape, np.nan, o.dtype) if poisoned and i not in zeroed
+                else np.zeros(o.shape, o.dtype) for i, o in enumerate(outputs)]
         kernel[grid](*ins, *scalars, *(_HostTensor(o) for o in outs), **meta)
         return tuple(outs)
 
@@ -236,10 +236,14 @@ def launch(
     inputs: Sequence[jax.Array],
     outputs: Sequence[jax.ShapeDtypeStruct],
     scalars: Sequence[int] = (),
+    *,
+    zeroed: Sequence[int] = (),
     **meta: Any,
 ) -> tuple[jax.Array, ...]:
     """One launch of an adapter ``kernel(*inputs, *scalars, *outputs, **meta)``: through
     jax-triton on a GPU backend, else through Triton's interpreter (see the module docstring).
+    The outputs at the indices ``zeroed`` are zero-filled before the kernel runs (the
+    look-back strategy's status words).
 
     ``meta`` holds the constexprs and ``num_warps`` / ``num_stages``. The adapters (one per
     kernel, in each launcher module) reorder parameters into this layout and call the kernel
@@ -254,12 +258,14 @@ def launch(
     scalars = tuple(int(s) if isinstance(s, np.integer) else s for s in scalars)
     _compile.note(kernel, inputs, outputs, scalars, meta, grid)
     if not on_gpu():
-        return _host_launch(kernel, grid, inputs, outputs, scalars, meta)
+        return _host_launch(kernel, grid, inputs, outputs, scalars, meta, tuple(zeroed))
     from mingru_jax._launch import import_jax_triton
 
     jt = import_jax_triton()  # lazily: the GPU route only
     _compile.register(kernel)  # compiled with PyTorch's specialisation (see _compile)
 
+    if zeroed:
+        meta = {**meta, "zeroed_outputs": tuple(zeroed)}
     out = jt.triton_call(
         *inputs, *scalars, kernel=kernel, out_shape=tuple(outputs), grid=grid, **meta
     )
@@ -269,6 +275,11 @@ def launch(
 def f32(shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:
     """An fp32 scratch buffer spec."""
     return jax.ShapeDtypeStruct(shape, jnp.float32)
+
+
+def i32(shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:
+    """An int32 scratch buffer spec."""
+    return jax.ShapeDtypeStruct(shape, jnp.int32)
 
 
 def like(x: jax.Array | jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:

@@ -16,17 +16,19 @@ from mingru_kernels import _scan_common as scan_common
 from mingru_kernels.launch import _elementwise as meta
 from mingru_kernels.launch import switches
 
-__all__ = ["carry_adapter", "plan", "run_scan"]
+__all__ = ["carry_adapter", "lookback_launch", "lookback_specs", "plan", "run_scan"]
 
 
 def plan(op: str, x: jax.Array, tiles: dict | None = None) -> dict:
     """The plan of the elementwise scan ``op`` for ``x (B, T, D)``: the op's measured
     ``tiles`` (forward only), forced choices honoured."""
     B, T, D = x.shape
-    # No look-back launch sequence through jax-triton yet: the chunked one instead.
-    tiles = {key: value for key, value in (tiles or {}).items() if key != "lookback_tile"}
-    return meta.plan(B, T, D, n_sm=common.sm_count(), **{**tiles,
-                                                    **switches.plan_choices(op)})
+    choices = switches.plan_choices(op)
+    if int(choices.get("lookback_stride") or 1) > 1:
+        # The stride sits in the first status word, which the launch zeroes here: the
+        # kernels' aggregate path is tested through the PyTorch launchers.
+        raise NotImplementedError("lookback_stride > 1 is a PyTorch-launcher test switch")
+    return meta.plan(B, T, D, n_sm=common.sm_count(), **{**(tiles or {}), **choices})
 
 
 # jax-triton passes outputs after the inputs and runtime scalars; the adapter reorders them.
@@ -39,24 +41,51 @@ def carry_adapter(sa, sx, sy, n_chunks, D, n_dblk, ca, cx, cy,
                           REVERSE, STORE_A, HAS_Y, BLOCK_N, BLOCK_D)
 
 
+def lookback_specs(cfg: dict, B: int, D: int) -> tuple[jax.ShapeDtypeStruct, ...]:
+    """The look-back strategy's two scratch outputs (the last two of the adapters that have
+    it): fp32 chunk values ``(B, n_chunks, 3, D)`` and the int32 status words, which
+    :func:`lookback_launch` zeroes (the twin of ``mingru._launch._elementwise
+    .lookback_scratch``); 1-element placeholders for the other strategies."""
+    if cfg["strategy"] != "lookback":
+        return common.f32((1,)), common.i32((1,))
+    n_chunks, n_lanes = int(cfg["n_chunks"]), B * int(cfg["n_dblk"])
+    return common.f32((B, n_chunks, 3, D)), common.i32((1 + n_lanes * (1 + n_chunks),))
+
+
+def lookback_launch(adapter, cfg: dict, B: int, D: int, inputs: tuple, outs: tuple,
+                    scalars: tuple, **consts) -> tuple:
+    """The single pass of the look-back strategy: ``adapter(*inputs, *scalars, *outs,
+    values, status, MODE=LOOKBACK, ...)``; returns ``outs``' results."""
+    specs = lookback_specs(cfg, B, D)
+    results = common.launch(adapter, meta.grid(cfg, B), inputs, (*outs, *specs), scalars,
+                            zeroed=(len(outs) + 1,), MODE=meta.LOOKBACK, **consts)
+    return results[:len(outs)]
+
+
 def run_scan(adapter, cfg: dict, B: int, D: int, inputs: tuple, outs: tuple, scalars: tuple, *,
-             reverse: bool, **consts) -> tuple:
+             reverse: bool, lookback: bool = False, **consts) -> tuple:
     """Launch a single-state elementwise scan with the plan's strategy (the twin of
-    ``mingru._launch._elementwise.run_scan``): the walk, or chunk summaries → the carry pass →
-    apply. ``adapter(*inputs, s1, s2, *scalars, *outs, MODE=..., **consts)`` writes the chunk
-    maps into its first two outputs in SUMMARY and reads the carry-ins ``(s1, s2)`` in APPLY;
-    returns the outputs of the walk or of APPLY."""
+    ``mingru._launch._elementwise.run_scan``): the walk, chunk summaries → the carry pass →
+    apply, or the look-back. ``adapter(*inputs, s1, s2, *scalars, *outs, MODE=..., **consts)``
+    writes the chunk maps into its first two outputs in SUMMARY and reads the carry-ins
+    ``(s1, s2)`` in APPLY; with ``lookback`` it takes two more outputs last (the look-back's
+    values and status words, placeholders in the other modes). Returns the outputs of the
+    walk, of APPLY or of the look-back."""
     grid = meta.grid(cfg, B)
-    if cfg["strategy"] == "lookback":
-        raise NotImplementedError("the lookback strategy is not launched through jax-triton "
-                                  "yet; force 'walk' or 'chunked' in JAX")
     first = inputs[0]  # placeholder for the scratch operands the walk and SUMMARY ignore
+    extra = lookback_specs(cfg, B, D) if lookback else ()
+    if cfg["strategy"] == "lookback":
+        if not lookback:
+            raise ValueError("this adapter has no look-back mode")
+        return lookback_launch(adapter, cfg, B, D, (*inputs, first, first), outs, scalars,
+                               **consts)
+    n = len(outs)
     if cfg["strategy"] == "walk":
-        return common.launch(adapter, grid, (*inputs, first, first), outs, scalars,
-                             MODE=meta.WALK, **consts)
+        return common.launch(adapter, grid, (*inputs, first, first), (*outs, *extra), scalars,
+                             MODE=meta.WALK, **consts)[:n]
     s, dummy = common.f32((B, int(cfg["n_chunks"]), D)), common.f32((1,))
     sa, sb, *_ = common.launch(adapter, grid, (*inputs, first, first),
-                               (s, s, *(dummy,) * (len(outs) - 2)), scalars,
+                               (s, s, *(dummy,) * (n - 2), *extra), scalars,
                                MODE=meta.SUMMARY, **consts)
     ca, cb, _ = common.launch(
         carry_adapter, meta.carry_grid(cfg, B), (sa, sb, sb), (dummy if reverse else s, s, dummy),
@@ -64,5 +93,5 @@ def run_scan(adapter, cfg: dict, B: int, D: int, inputs: tuple, outs: tuple, sca
         HAS_Y=False, **meta.carry_kwargs(cfg))
     if reverse:
         ca = sa  # adjoint scans carry the state only (STORE_A off)
-    return common.launch(adapter, grid, (*inputs, ca, cb), outs, scalars, MODE=meta.APPLY,
-                         **consts)
+    return common.launch(adapter, grid, (*inputs, ca, cb), (*outs, *extra), scalars,
+                         MODE=meta.APPLY, **consts)[:n]

@@ -67,12 +67,16 @@ def run(
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _fwd_adapter(a, b, h0, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2,
+def _fwd_adapter(a, b, h0, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2, v, st,
                  MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write (h, h_T) = (o1, o2) reading
     # the carry-in maps (s1, s2).
     if MODE == scan_common.K_SUMMARY:
         kernels.linear_recurrence_fwd_kernel(a, b, h0, a, s1, s1, o1, o2,
+                                             T, D, chunk_len, n_chunks, n_dblk,
+                                             MODE, True, False, BLOCK_T, BLOCK_D)
+    elif MODE == scan_common.K_LOOKBACK:
+        kernels.linear_recurrence_fwd_kernel(a, b, h0, a, o1, o2, v, st,
                                              T, D, chunk_len, n_chunks, n_dblk,
                                              MODE, True, False, BLOCK_T, BLOCK_D)
     else:
@@ -83,11 +87,16 @@ def _fwd_adapter(a, b, h0, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2,
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
 def _bwd_adapter(a, h, h0, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2, o3,
+                 v, st,
                  MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (da, db, dh0) = (o1, o2, o3)
     # reading the carries (s1, s2).
     if MODE == scan_common.K_SUMMARY:
         kernels.linear_recurrence_bwd_kernel(a, h, h0, a, dh, dht, o3, o3, o3, o1, o2,
+                                             T, D, chunk_len, n_chunks, n_dblk,
+                                             MODE, True, True, False, BLOCK_T, BLOCK_D)
+    elif MODE == scan_common.K_LOOKBACK:
+        kernels.linear_recurrence_bwd_kernel(a, h, h0, a, dh, dht, o1, o2, o3, v, st,
                                              T, D, chunk_len, n_chunks, n_dblk,
                                              MODE, True, True, False, BLOCK_T, BLOCK_D)
     else:
@@ -102,10 +111,15 @@ def _bwd_adapter(a, h, h0, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
 def _packed_fwd_adapter(a, b, h0, seq, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2,
+                        v, st,
                         MODE: tl.constexpr, HAS_H0: tl.constexpr, BLOCK_T: tl.constexpr,
                         BLOCK_D: tl.constexpr):
     if MODE == scan_common.K_SUMMARY:
         kernels.linear_recurrence_fwd_kernel(a, b, h0, seq, s1, s1, o1, o2,
+                                             T, D, chunk_len, n_chunks, n_dblk,
+                                             MODE, HAS_H0, True, BLOCK_T, BLOCK_D)
+    elif MODE == scan_common.K_LOOKBACK:
+        kernels.linear_recurrence_fwd_kernel(a, b, h0, seq, o1, o2, v, st,
                                              T, D, chunk_len, n_chunks, n_dblk,
                                              MODE, HAS_H0, True, BLOCK_T, BLOCK_D)
     else:
@@ -116,10 +130,14 @@ def _packed_fwd_adapter(a, b, h0, seq, s1, s2, T, D, chunk_len, n_chunks, n_dblk
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
 def _packed_bwd_adapter(a, h, h0, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
-                        o1, o2, o3, MODE: tl.constexpr, HAS_H0: tl.constexpr,
+                        o1, o2, o3, v, st, MODE: tl.constexpr, HAS_H0: tl.constexpr,
                         BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     if MODE == scan_common.K_SUMMARY:
         kernels.linear_recurrence_bwd_kernel(a, h, h0, seq, dh, dht, o3, o3, o3, o1, o2,
+                                             T, D, chunk_len, n_chunks, n_dblk,
+                                             MODE, HAS_H0, True, True, BLOCK_T, BLOCK_D)
+    elif MODE == scan_common.K_LOOKBACK:
+        kernels.linear_recurrence_bwd_kernel(a, h, h0, seq, dh, dht, o1, o2, o3, v, st,
                                              T, D, chunk_len, n_chunks, n_dblk,
                                              MODE, HAS_H0, True, True, BLOCK_T, BLOCK_D)
     else:
@@ -136,15 +154,16 @@ def _launch_forward(a, b, h0):
     cfg = elementwise.plan("linear_recurrence", a, meta.TILES)
     return elementwise.run_scan(_fwd_adapter, cfg, B, D, (a, b, h0),
                                 (common.like(a), common.like(h0)), meta.dims(cfg, T, D),
-                                reverse=False, **meta.launch_kwargs(cfg))
+                                reverse=False, lookback=True, **meta.launch_kwargs(cfg))
 
 
 def _launch_backward(a, h, h0, dh, dh_T):
     B, T, D = a.shape
-    cfg = elementwise.plan("linear_recurrence", a)
+    cfg = elementwise.plan("linear_recurrence", a, {"lookback_tile": meta.TILES["lookback_tile"]})
     return elementwise.run_scan(_bwd_adapter, cfg, B, D, (a, h, h0, dh, dh_T),
                                 (common.like(a), common.like(a), common.like(h0)),
-                                meta.dims(cfg, T, D), reverse=True, **meta.launch_kwargs(cfg))
+                                meta.dims(cfg, T, D), reverse=True, lookback=True,
+                                **meta.launch_kwargs(cfg))
 
 
 def _launch_packed_forward(has_h0, a, b, h0, seq_id):
@@ -152,16 +171,16 @@ def _launch_packed_forward(has_h0, a, b, h0, seq_id):
     cfg = elementwise.plan("linear_recurrence", a, meta.TILES)
     return elementwise.run_scan(_packed_fwd_adapter, cfg, B, D, (a, b, h0, seq_id),
                                 (common.like(a), jax.ShapeDtypeStruct((B, D), a.dtype)),
-                                meta.dims(cfg, T, D), reverse=False, HAS_H0=has_h0,
+                                meta.dims(cfg, T, D), reverse=False, lookback=True, HAS_H0=has_h0,
                                 **meta.launch_kwargs(cfg))
 
 
 def _launch_packed_backward(has_h0, a, h, h0, seq_id, dh, dh_T):
     B, T, D = a.shape
-    cfg = elementwise.plan("linear_recurrence", a)
+    cfg = elementwise.plan("linear_recurrence", a, {"lookback_tile": meta.TILES["lookback_tile"]})
     return elementwise.run_scan(_packed_bwd_adapter, cfg, B, D, (a, h, h0, seq_id, dh, dh_T),
                                 (common.like(a), common.like(a), common.like(h0)),
-                                meta.dims(cfg, T, D), reverse=True, HAS_H0=has_h0,
+                                meta.dims(cfg, T, D), reverse=True, lookback=True, HAS_H0=has_h0,
                                 **meta.launch_kwargs(cfg))
 
 

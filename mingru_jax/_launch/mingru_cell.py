@@ -73,12 +73,17 @@ def run(
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
 def _fwd_adapter(k, lg, h0, s1, s2, T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col, o1, o2,
+                 v, st,
                  MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
                  HAS_DECAY: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write (h, h_T) = (o1, o2) reading
     # the carry-in maps (s1, s2).
     if MODE == scan_common.K_SUMMARY:
         kernels.mingru_cell_fwd_kernel(k, lg, h0, k, s1, s1, o1, o2, T, D, chunk_len, n_chunks,
+                                       n_dblk, lg_row, lg_col, MODE, True, SIGNED, COUPLED,
+                                       HAS_DECAY, False, BLOCK_T, BLOCK_D)
+    elif MODE == scan_common.K_LOOKBACK:
+        kernels.mingru_cell_fwd_kernel(k, lg, h0, k, o1, o2, v, st, T, D, chunk_len, n_chunks,
                                        n_dblk, lg_row, lg_col, MODE, True, SIGNED, COUPLED,
                                        HAS_DECAY, False, BLOCK_T, BLOCK_D)
     else:
@@ -89,13 +94,18 @@ def _fwd_adapter(k, lg, h0, s1, s2, T, D, chunk_len, n_chunks, n_dblk, lg_row, l
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
 def _bwd_adapter(k, lg, h0, h, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk, lg_row,
-                 lg_col, o1, o2, o3, o4,
+                 lg_col, o1, o2, o3, o4, v, st,
                  MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
                  HAS_DECAY: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (dk, dlog_gamma, dh0) =
     # (o1, o2, o3) reading the carries (s1, s2). dh is dense: strides (T·D, D, 1).
     if MODE == scan_common.K_SUMMARY:
         kernels.mingru_cell_bwd_kernel(k, lg, h0, h, k, dh, dht, o3, o4, o4, o1, o2,
+                                       T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
+                                       T * D, D, 1, MODE, True, True, SIGNED, COUPLED, HAS_DECAY,
+                                       False, BLOCK_T, BLOCK_D)
+    elif MODE == scan_common.K_LOOKBACK:
+        kernels.mingru_cell_bwd_kernel(k, lg, h0, h, k, dh, dht, o1, o2, o3, v, st,
                                        T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
                                        T * D, D, 1, MODE, True, True, SIGNED, COUPLED, HAS_DECAY,
                                        False, BLOCK_T, BLOCK_D)
@@ -112,12 +122,16 @@ def _bwd_adapter(k, lg, h0, h, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dbl
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
 def _packed_fwd_adapter(k, lg, h0, seq, s1, s2, T, D, chunk_len, n_chunks, n_dblk, lg_row,
-                        lg_col, o1, o2,
+                        lg_col, o1, o2, v, st,
                         MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
                         HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, BLOCK_T: tl.constexpr,
                         BLOCK_D: tl.constexpr):
     if MODE == scan_common.K_SUMMARY:
         kernels.mingru_cell_fwd_kernel(k, lg, h0, seq, s1, s1, o1, o2, T, D, chunk_len,
+                                       n_chunks, n_dblk, lg_row, lg_col, MODE, HAS_H0, SIGNED,
+                                       COUPLED, HAS_DECAY, True, BLOCK_T, BLOCK_D)
+    elif MODE == scan_common.K_LOOKBACK:
+        kernels.mingru_cell_fwd_kernel(k, lg, h0, seq, o1, o2, v, st, T, D, chunk_len,
                                        n_chunks, n_dblk, lg_row, lg_col, MODE, HAS_H0, SIGNED,
                                        COUPLED, HAS_DECAY, True, BLOCK_T, BLOCK_D)
     else:
@@ -128,12 +142,17 @@ def _packed_fwd_adapter(k, lg, h0, seq, s1, s2, T, D, chunk_len, n_chunks, n_dbl
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
 def _packed_bwd_adapter(k, lg, h0, h, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
-                        lg_row, lg_col, o1, o2, o3, o4,
+                        lg_row, lg_col, o1, o2, o3, o4, v, st,
                         MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
                         HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, BLOCK_T: tl.constexpr,
                         BLOCK_D: tl.constexpr):
     if MODE == scan_common.K_SUMMARY:
         kernels.mingru_cell_bwd_kernel(k, lg, h0, h, seq, dh, dht, o3, o4, o4, o1, o2,
+                                       T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
+                                       T * D, D, 1, MODE, HAS_H0, True, SIGNED, COUPLED,
+                                       HAS_DECAY, True, BLOCK_T, BLOCK_D)
+    elif MODE == scan_common.K_LOOKBACK:
+        kernels.mingru_cell_bwd_kernel(k, lg, h0, h, seq, dh, dht, o1, o2, o3, v, st,
                                        T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
                                        T * D, D, 1, MODE, HAS_H0, True, SIGNED, COUPLED,
                                        HAS_DECAY, True, BLOCK_T, BLOCK_D)
@@ -170,7 +189,7 @@ def _launch_forward(signed, coupled, k, h0, lg, seq_id=None, has_h0=True):
     adapter, ins, extra = ((_fwd_adapter, (k, lg_in, h0), {}) if seq_id is None else
                            (_packed_fwd_adapter, (k, lg_in, h0, seq_id), dict(HAS_H0=has_h0)))
     return elementwise.run_scan(adapter, cfg, B, D, ins, outs,
-                                (*meta.dims(cfg, T, D), *strides), reverse=False,
+                                (*meta.dims(cfg, T, D), *strides), reverse=False, lookback=True,
                                 SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay, **extra,
                                 **meta.launch_kwargs(cfg))
 
@@ -185,7 +204,7 @@ def _launch_backward(signed, coupled, k, h0, lg, h, dh, dh_T, seq_id=None, has_h
                            else (_packed_bwd_adapter, (k, lg_in, h0, h, seq_id, dh, dh_T),
                                  dict(HAS_H0=has_h0)))
     dk, dlg, dh0, _ = elementwise.run_scan(
-        adapter, cfg, B, D, ins, outs, (*meta.dims(cfg, T, D), *strides), reverse=True,
+        adapter, cfg, B, D, ins, outs, (*meta.dims(cfg, T, D), *strides), reverse=True, lookback=True,
         SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay, **extra, **meta.launch_kwargs(cfg))
     if not has_decay:
         return dk, dh0

@@ -41,11 +41,15 @@ def run(log_coeffs: jax.Array, log_values: jax.Array) -> jax.Array:
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _fwd_adapter(la, lv, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2,
+def _fwd_adapter(la, lv, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2, v, st,
                  MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
-    # SUMMARY writes (sA, sL) = (o1, o2); WALK / APPLY write h = o1 reading (sA, cL) = (s1, s2).
+    # SUMMARY writes (sA, sL) = (o1, o2); WALK / APPLY write h = o1 reading (sA, cL) = (s1, s2);
+    # LOOKBACK writes h = o1 with the look-back's values and status words (v, st).
     if MODE == scan_common.K_SUMMARY:
         kernels.parallel_scan_log_fwd_kernel(la, lv, s1, o1, o2, T, D, chunk_len, n_chunks, n_dblk,
+                              MODE, BLOCK_T, BLOCK_D)
+    elif MODE == scan_common.K_LOOKBACK:
+        kernels.parallel_scan_log_fwd_kernel(la, lv, o1, v, st, T, D, chunk_len, n_chunks, n_dblk,
                               MODE, BLOCK_T, BLOCK_D)
     else:
         kernels.parallel_scan_log_fwd_kernel(la, lv, o1, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
@@ -59,11 +63,15 @@ def _log_carry_adapter(sA, sL, lv, T, n_chunks, D, n_dblk, cL,
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _bwd_adapter(la, lv, h, dh, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2,
+def _bwd_adapter(la, lv, h, dh, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2, v, st,
                  MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
-    # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (dla, dlv) = (o1, o2).
+    # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (dla, dlv) = (o1, o2); LOOKBACK
+    # too, with the look-back's values and status words (v, st).
     if MODE == scan_common.K_SUMMARY:
         kernels.parallel_scan_log_bwd_kernel(la, lv, h, dh, s1, s2, o1, o2, T, D, chunk_len, n_chunks, n_dblk,
+                              MODE, BLOCK_T, BLOCK_D)
+    elif MODE == scan_common.K_LOOKBACK:
+        kernels.parallel_scan_log_bwd_kernel(la, lv, h, dh, o1, o2, v, st, T, D, chunk_len, n_chunks, n_dblk,
                               MODE, BLOCK_T, BLOCK_D)
     else:
         kernels.parallel_scan_log_bwd_kernel(la, lv, h, dh, o1, o2, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
@@ -79,31 +87,30 @@ def _launch_forward(la, lv):
     grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
     outs = (common.like(la), common.f32((1,)))
+    if cfg["strategy"] == "lookback":
+        return elementwise.lookback_launch(_fwd_adapter, cfg, B, D, (la, lv, la, la), outs, dims,
+                                           **kw)[:1]
+    extra = elementwise.lookback_specs(cfg, B, D)  # placeholders
     if cfg["strategy"] == "walk":
-        return common.launch(_fwd_adapter, grid, (la, lv, la, la), outs, dims, MODE=meta.WALK, **kw)[:1]
+        return common.launch(_fwd_adapter, grid, (la, lv, la, la), (*outs, *extra), dims,
+                             MODE=meta.WALK, **kw)[:1]
     s = common.f32((B, n_chunks, D))
-    sA, sL = common.launch(_fwd_adapter, grid, (la, lv, la, la), (s, s), dims, MODE=meta.SUMMARY, **kw)
+    sA, sL, *_ = common.launch(_fwd_adapter, grid, (la, lv, la, la), (s, s, *extra), dims,
+                               MODE=meta.SUMMARY, **kw)
     (cL,) = common.launch(_log_carry_adapter, meta.carry_grid(cfg, B), (sA, sL, lv), (s,),
                        (T, n_chunks, D, n_dblk), **meta.carry_kwargs(cfg))
-    return common.launch(_fwd_adapter, grid, (la, lv, sA, cL), outs, dims, MODE=meta.APPLY, **kw)[:1]
+    return common.launch(_fwd_adapter, grid, (la, lv, sA, cL), (*outs, *extra), dims,
+                         MODE=meta.APPLY, **kw)[:1]
 
 
 def _launch_backward(la, lv, h, dh):
     B, T, D = la.shape
-    cfg = elementwise.plan("parallel_scan_log", la)
-    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
-    n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
-    ins = (la, lv, h, dh)
-    outs = (common.like(la), common.like(lv))
-    if cfg["strategy"] == "walk":
-        return common.launch(_bwd_adapter, grid, (*ins, la, la), outs, dims, MODE=meta.WALK, **kw)
-    s = common.f32((B, n_chunks, D))
-    sc, sg = common.launch(_bwd_adapter, grid, (*ins, la, la), (s, s), dims, MODE=meta.SUMMARY, **kw)
-    _, cg, _ = common.launch(
-        elementwise.carry_adapter, meta.carry_grid(cfg, B), (sc, sg, sg), (common.f32((1,)), s, common.f32((1,))),
-        (n_chunks, D, n_dblk), REVERSE=True, STORE_A=False, HAS_Y=False, **meta.carry_kwargs(cfg),
-    )
-    return common.launch(_bwd_adapter, grid, (*ins, sc, cg), outs, dims, MODE=meta.APPLY, **kw)
+    cfg = elementwise.plan("parallel_scan_log", la, meta.BWD_TILES)
+    dims = meta.dims(cfg, T, D)
+    # The adjoint is a single-state linear scan: the shared launch sequences.
+    return elementwise.run_scan(_bwd_adapter, cfg, B, D, (la, lv, h, dh),
+                                (common.like(la), common.like(lv)), dims, reverse=True,
+                                lookback=True, **meta.launch_kwargs(cfg))
 
 
 # ----------------------------------------------------------------------------- custom_vjp

@@ -110,10 +110,10 @@ _PTX_CHECK = textwrap.dedent(
     from mingru_jax._launch import linear_recurrence as L
 
     # The forward walk of B8 T65536 D1536 as the launcher issues it to jax-triton:
-    # (a, b, h0, s1, s2 | T, D, chunk_len, n_chunks, n_dblk | h, h_T).
+    # (a, b, h0, s1, s2 | T, D, chunk_len, n_chunks, n_dblk | h, h_T, values, status).
     def ptx(D, hints):
         n_dblk = -(-D // 32)
-        arg = ["*fp32"] * 5 + ["i32"] * 5 + ["*fp32"] * 2
+        arg = ["*fp32"] * 5 + ["i32"] * 5 + ["*fp32"] * 3 + ["*i32"]
         sc = [(5, "i32", 65536), (6, "i32", D), (7, "i32", 65536), (8, "i32", 1),
               (9, "i32", n_dblk)]
         r = _compile.compile_offline(L._fwd_adapter, arg, sc, dict(MODE=0, BLOCK_T=128,

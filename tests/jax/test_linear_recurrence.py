@@ -26,7 +26,8 @@ from tests.reference import loop_recurrence
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-PLANS = {"walk": {}, "chunked": dict(strategy="chunked", block_t=4, block_d=16, chunk_len=8)}
+PLANS = {"walk": {}, "chunked": dict(strategy="chunked", block_t=4, block_d=16, chunk_len=8),
+         "lookback": dict(strategy="lookback", block_t=4, block_d=16)}
 ON_GPU = jax.default_backend() == "gpu"
 
 
@@ -84,10 +85,10 @@ def _oracle(a, b, h0, w, w_T):
 
 
 @pytest.mark.parametrize("backend", ["eager", "triton"])
-@pytest.mark.parametrize("plan", ["walk", "chunked"])
+@pytest.mark.parametrize("plan", ["walk", "chunked", "lookback"])
 @pytest.mark.parametrize("shape", [(1, 1, 3), (2, 37, 5)])
 def test_matches_the_float64_loop(backend, plan, shape):
-    if backend == "eager" and plan == "chunked":
+    if backend == "eager" and plan != "walk":
         pytest.skip("the plan is a kernel choice")
     a, b, h0, w, w_T = _inputs(*shape)
     h_o, hT_o, grads_o = _oracle(a, b, h0, w, w_T)

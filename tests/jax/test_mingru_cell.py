@@ -19,7 +19,8 @@ from tests.reference import loop_cell
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 PLANS = {"walk": dict(strategy="walk", block_t=8, block_d=4),
-         "chunked": dict(strategy="chunked", block_t=4, block_d=16, chunk_len=8)}
+         "chunked": dict(strategy="chunked", block_t=4, block_d=16, chunk_len=8),
+         "lookback": dict(strategy="lookback", block_t=4, block_d=16)}
 CELLS = {"log": (False, False), "signed": (True, False), "coupled": (True, True)}
 
 

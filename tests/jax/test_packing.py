@@ -31,7 +31,8 @@ CU = (0, 3, 3, 4, 11)  # sequence 1 is empty, sequence 2 has one step
 CU_EQ = (0, 3, 3, 6, 9)  # equal non-empty lengths: block and stack states come out per row
 T, N = CU[-1], len(CU) - 1
 PLANS = {"walk": dict(strategy="walk", block_t=4, block_d=4),
-         "chunked": dict(strategy="chunked", block_t=4, block_d=16, chunk_len=8)}
+         "chunked": dict(strategy="chunked", block_t=4, block_d=16, chunk_len=8),
+         "lookback": dict(strategy="lookback", block_t=4, block_d=16)}
 CELLS = {"log": (False, False), "signed": (True, False), "coupled": (True, True)}
 
 
