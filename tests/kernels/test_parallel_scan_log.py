@@ -17,8 +17,8 @@ from tests.helpers import rel_err
 from tests.kernels.cases import (
     CASES,
     DEVICE,
-    LOOKBACK_CASES,
     F64,
+    LOOKBACK_CASES,
     PLANS,
     case_id,
     eager_f64,
