@@ -273,3 +273,24 @@ class TestGPU:
     def test_vmap(self):
         fn, args = _case("matrix_affine_scan", 5, 200, 3)
         _check_vmap(fn, args)
+
+    @pytest.mark.parametrize("op", ["linear_recurrence", "mingru_cell", "parallel_scan_log"])
+    def test_lookback_at_long_t(self, op):
+        """The default plan at B2 T20000 (the single-pass look-back: thousands of chunks
+        waiting on each other through jax-triton) against the eager twin, outputs and every
+        gradient."""
+        rng = np.random.default_rng(3)
+        T, D = 20000, 65
+
+        def rand(*shape, lo=-1.0, hi=1.0):
+            return jnp.asarray(rng.uniform(lo, hi, shape), jnp.float32)
+
+        if op == "linear_recurrence":
+            fn = functools.partial(mingru_jax.linear_recurrence, return_final_state=True)
+            args = (rand(2, T, D, lo=0.5), rand(2, T, D), rand(2, D))
+        elif op == "mingru_cell":
+            fn = functools.partial(mingru_jax.mingru_cell, return_final_state=True)
+            args = (rand(2, T, 2 * D, lo=-3, hi=3), rand(2, D, lo=0.1))
+        else:
+            fn, args = _case(op, 11, T, D)
+        _check(fn, args, jit=True)
