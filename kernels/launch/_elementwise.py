@@ -84,6 +84,7 @@ def plan(
     chunked_tile: tuple[int, int, int] | None = None,
     lookback_tile: tuple[int, int, int] | None = None,
     lookback_stride: int | None = None,
+    auto_lookback: bool = True,
 ) -> dict[str, int | str]:
     """Choose tile sizes and the strategy for a ``(B, T, D)`` elementwise scan.
 
@@ -94,7 +95,9 @@ def plan(
     tiles) and for the chunked strategy (the ``TILES`` of its launch module); the strategy
     itself is chosen with the default tile, and forced choices win over both.
     ``lookback_tile`` is the tile of the single-pass ``lookback`` strategy, given only by ops
-    whose kernels have that mode (the strategy is refused without it);
+    whose kernels have that mode (the strategy is refused without it), which then replaces
+    ``chunked`` unless ``auto_lookback`` is False (a frontend where it measured slower; it can
+    still be forced);
     ``lookback_stride > 1`` (tests) lets only every stride-th chunk publish its inclusive
     state.
 
@@ -127,7 +130,7 @@ def plan(
             if long_enough and walk_programs < WALK_MIN_PROGRAMS_PER_SM * n_sm
             else "walk"
         )
-        if strategy == "chunked" and lookback_tile is not None:
+        if strategy == "chunked" and lookback_tile is not None and auto_lookback:
             # Where T must be split, the single pass reads the inputs once instead of twice
             # (measured faster on an NVIDIA H200 for every op that has it; the long walk
             # stays ahead where it alone fills the GPU).

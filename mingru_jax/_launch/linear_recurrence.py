@@ -149,9 +149,15 @@ def _packed_bwd_adapter(a, h, h0, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunk
 # ----------------------------------------------------------------------------- launch sequences
 
 
+# The forward keeps the chunked strategy through jax-triton: on an NVIDIA H200 at B16 T16384
+# D128 the look-back measured 0.439 ms against the chunked 0.380 (wall clock, jitted; the
+# backward's look-back gained: fwd+bwd 1.059 vs 1.095).
+_FWD_TILES = {**meta.TILES, "auto_lookback": False}
+
+
 def _launch_forward(a, b, h0):
     B, T, D = a.shape
-    cfg = elementwise.plan("linear_recurrence", a, meta.TILES)
+    cfg = elementwise.plan("linear_recurrence", a, _FWD_TILES)
     return elementwise.run_scan(_fwd_adapter, cfg, B, D, (a, b, h0),
                                 (common.like(a), common.like(h0)), meta.dims(cfg, T, D),
                                 reverse=False, lookback=True, **meta.launch_kwargs(cfg))
@@ -168,7 +174,7 @@ def _launch_backward(a, h, h0, dh, dh_T):
 
 def _launch_packed_forward(has_h0, a, b, h0, seq_id):
     B, T, D = a.shape  # B = 1; h_T is the row's last state
-    cfg = elementwise.plan("linear_recurrence", a, meta.TILES)
+    cfg = elementwise.plan("linear_recurrence", a, _FWD_TILES)
     return elementwise.run_scan(_packed_fwd_adapter, cfg, B, D, (a, b, h0, seq_id),
                                 (common.like(a), jax.ShapeDtypeStruct((B, D), a.dtype)),
                                 meta.dims(cfg, T, D), reverse=False, lookback=True, HAS_H0=has_h0,

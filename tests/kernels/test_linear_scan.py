@@ -144,6 +144,9 @@ def test_lookback_replaces_chunked_only_for_ops_that_have_it():
     assert plan(16, 1024, 64, **tiles)["strategy"] == "walk"  # short: nothing to split
     assert plan(16, 16384, 128, **mingru_cell.TILES[False])["strategy"] == "lookback"
     assert plan(16, 16384, 128)["strategy"] == "chunked"  # an op without look-back kernels
+    assert plan(16, 16384, 128, auto_lookback=False, **tiles)["strategy"] == "chunked"
+    assert plan(16, 16384, 128, strategy="lookback", auto_lookback=False,
+                **tiles)["strategy"] == "lookback"
     with pytest.raises(ValueError, match="LOOKBACK"):
         plan(1, 100, 8, strategy="lookback")
     with pytest.raises(ValueError, match="chunk_len"):
