@@ -140,11 +140,11 @@ def linear_recurrence_fwd_kernel(
 def linear_recurrence_bwd_kernel(
     a_ptr, h_ptr, h0_ptr,  # (B, T, D) input a, the saved states h; h_0 (if HAS_H0)
     seq_ptr,  # (T,) int32 sequence index of each step (if PACKED; then B = 1)
-    dh_ptr, dht_ptr,  # (B, T, D) gradient of h; (B, D) gradient of h_T (if HAS_DHT)
+    dh_ptr, dht_ptr,  # (B, T, D) gradient of h, any strides; (B, D) gradient of h_T (if HAS_DHT)
     da_ptr, db_ptr, dh0_ptr,  # out: (B, T, D), (B, T, D), h_0's shape (if HAS_H0); input dtype
     sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY);
     # LOOKBACK: sc = fp32 chunk values, sg = int32 status words (lookback_carry)
-    T, D, chunk_len, n_chunks, n_dblk,
+    T, D, chunk_len, n_chunks, n_dblk, dh_sb, dh_st, dh_sd,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, PACKED: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
@@ -154,6 +154,8 @@ def linear_recurrence_bwd_kernel(
     rows = tl.arange(0, BLOCK_T)
     # Row r of a tile is time t_hi - r: the adjoint runs backwards in time.
     rev = cols[None, :] - rows[:, None] * D
+    # dh is read through its strides: the gradient of a sum arrives expanded (stride 0).
+    dh_rev = cols[None, :] * dh_sd - rows[:, None] * dh_st
     first = rows[:, None] == 0
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
@@ -185,7 +187,8 @@ def linear_recurrence_bwd_kernel(
             # back across the boundary.
             _, next_start = packed_rows(seq_ptr, t + 1, ok & (t + 1 < T))
             coef = tl.where(next_start[:, None], 0.0, coef)
-        g = tl.load(dh_ptr + tile + rev, mask=m, other=0.0).to(tl.float32)
+        g = tl.load(dh_ptr + pid_b.to(tl.int64) * dh_sb + t_hi.to(tl.int64) * dh_st + dh_rev,
+                    mask=m, other=0.0).to(tl.float32)
         if HAS_DHT:
             g = tl.where((t == T - 1)[:, None], g + dht[None, :], g)
         if MODE == K_SUMMARY:

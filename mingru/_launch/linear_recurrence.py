@@ -73,7 +73,7 @@ def _backward(a, h, h0, seq_id, dh, dh_T, da, db, dh0, cfg) -> None:
     with device_guard(a):
         elementwise.run_scan(kernels.linear_recurrence_bwd_kernel, kernels.linear_carry_kernel,
                              cfg, B, D, (a, h, h0, seq_id, dh, dh_T, da, db, dh0),
-                             meta.dims(cfg, T, D), reverse=True, **flags,
+                             (*meta.dims(cfg, T, D), *dh.stride()), reverse=True, **flags,
                              **meta.launch_kwargs(cfg))
 
 
@@ -95,7 +95,8 @@ def _bwd_impl(a, h, h0, seq_id, dh, dh_T) -> tuple[torch.Tensor, torch.Tensor, t
     h0 = None if h0 is None else h0.contiguous()
     cfg = elementwise.make_plan("linear_recurrence", a,
                                 {"lookback_tile": meta.TILES["lookback_tile"]})
-    dh = torch.zeros_like(h) if dh is None else dh.contiguous()
+    # dh is read through its strides (an expanded gradient of a sum is not copied).
+    dh = h.new_zeros(()).expand(h.shape) if dh is None else dh
     dh_T = None if dh_T is None else dh_T.contiguous()
     poisoned = poison()
     da = new_tensor(a.shape, a.dtype, a.device, poisoned)

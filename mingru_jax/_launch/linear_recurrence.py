@@ -93,15 +93,15 @@ def _bwd_adapter(a, h, h0, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o
     # reading the carries (s1, s2).
     if MODE == scan_common.K_SUMMARY:
         kernels.linear_recurrence_bwd_kernel(a, h, h0, a, dh, dht, o3, o3, o3, o1, o2,
-                                             T, D, chunk_len, n_chunks, n_dblk,
+                                             T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1,
                                              MODE, True, True, False, BLOCK_T, BLOCK_D)
     elif MODE == scan_common.K_LOOKBACK:
         kernels.linear_recurrence_bwd_kernel(a, h, h0, a, dh, dht, o1, o2, o3, v, st,
-                                             T, D, chunk_len, n_chunks, n_dblk,
+                                             T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1,
                                              MODE, True, True, False, BLOCK_T, BLOCK_D)
     else:
         kernels.linear_recurrence_bwd_kernel(a, h, h0, a, dh, dht, o1, o2, o3, s1, s2,
-                                             T, D, chunk_len, n_chunks, n_dblk,
+                                             T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1,
                                              MODE, True, True, False, BLOCK_T, BLOCK_D)
 
 
@@ -134,15 +134,15 @@ def _packed_bwd_adapter(a, h, h0, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunk
                         BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     if MODE == scan_common.K_SUMMARY:
         kernels.linear_recurrence_bwd_kernel(a, h, h0, seq, dh, dht, o3, o3, o3, o1, o2,
-                                             T, D, chunk_len, n_chunks, n_dblk,
+                                             T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1,
                                              MODE, HAS_H0, True, True, BLOCK_T, BLOCK_D)
     elif MODE == scan_common.K_LOOKBACK:
         kernels.linear_recurrence_bwd_kernel(a, h, h0, seq, dh, dht, o1, o2, o3, v, st,
-                                             T, D, chunk_len, n_chunks, n_dblk,
+                                             T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1,
                                              MODE, HAS_H0, True, True, BLOCK_T, BLOCK_D)
     else:
         kernels.linear_recurrence_bwd_kernel(a, h, h0, seq, dh, dht, o1, o2, o3, s1, s2,
-                                             T, D, chunk_len, n_chunks, n_dblk,
+                                             T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1,
                                              MODE, HAS_H0, True, True, BLOCK_T, BLOCK_D)
 
 

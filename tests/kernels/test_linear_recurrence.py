@@ -96,6 +96,27 @@ def test_only_the_final_state_in_the_loss():
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("plan", ["walk", "chunked", "lookback"])
+def test_expanded_and_strided_state_gradients_are_read_in_place(plan):
+    """``h.sum()`` sends an expanded (stride 0) gradient and a loss on ``h.transpose(1, 2)`` a
+    transposed one; the backward reads both through their strides, without a copy."""
+    B, T, D = 2, 37, 5
+    a, b = linear_inputs(B, T, D)
+    w = torch.randn(B, D, T, dtype=F64)
+    ref = [x.to(F64).requires_grad_() for x in (a, b)]
+    h_ref, _ = loop_recurrence(*ref)
+    want_sum = torch.autograd.grad(h_ref.sum(), ref, retain_graph=True)
+    want_t = torch.autograd.grad((h_ref.transpose(1, 2) * w).sum(), ref)
+    leaves = [x.clone().requires_grad_() for x in (a, b)]
+    with triton_plan("linear_recurrence", **PLANS[plan]):
+        h = mingru.linear_recurrence(*leaves)
+        got_sum = torch.autograd.grad(h.sum(), leaves, retain_graph=True)
+        got_t = torch.autograd.grad((h.transpose(1, 2).to(F64) * w).sum(), leaves)
+    for got, want in zip((*got_sum, *got_t), (*want_sum, *want_t), strict=True):
+        assert rel_err(got, want) < 2e-6
+
+
+@pytest.mark.interpreter
 def test_non_contiguous_inputs_and_t1():
     a, b = linear_inputs(2, 6, 9)
     a, b = a.transpose(1, 2), b.transpose(1, 2)  # (2, 9, 6), not contiguous
