@@ -191,11 +191,11 @@ def parallel_scan_log_carry_kernel(
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
 def parallel_scan_log_bwd_kernel(
     la_ptr, lv_ptr,  # inputs: (B, T, D) log a; (B, T+1, D) log h_0 | log b
-    h_ptr, dh_ptr,  # (B, T, D) the saved output h and its gradient
+    h_ptr, dh_ptr,  # (B, T, D) the saved output h and its gradient (dh: any strides)
     dla_ptr, dlv_ptr,  # out: (B, T, D) and (B, T+1, D) gradients, input dtype
     sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY);
     # LOOKBACK: sc = fp32 chunk values, sg = int32 status words (lookback_carry)
-    T, D, chunk_len, n_chunks, n_dblk,
+    T, D, chunk_len, n_chunks, n_dblk, dh_sb, dh_st, dh_sd,
     MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pid_c, pid_b, pid_d, lane = program_coords(sg_ptr, n_chunks, n_dblk, MODE, True)
@@ -204,6 +204,8 @@ def parallel_scan_log_bwd_kernel(
     rows = tl.arange(0, BLOCK_T)
     # Row r of a tile is time t_hi - r: the adjoint runs backwards in time.
     rev = cols[None, :] - rows[:, None] * D
+    # dh is read through its strides: the gradient of a sum arrives expanded (stride 0).
+    dh_rev = cols[None, :] * dh_sd - rows[:, None] * dh_st
     first = rows[:, None] == 0
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
@@ -230,7 +232,8 @@ def parallel_scan_log_bwd_kernel(
         la_next = tl.load(la_ptr + tile + D + rev, mask=m & (t + 1 < T)[:, None],
                           other=float("-inf"))
         coef = tl.where(ok[:, None], tl.exp2(la_next.to(tl.float32) * LOG2E), 1.0)
-        g = tl.load(dh_ptr + tile + rev, mask=m, other=0.0).to(tl.float32)
+        g = tl.load(dh_ptr + pid_b.to(tl.int64) * dh_sb + t_hi.to(tl.int64) * dh_st + dh_rev,
+                    mask=m, other=0.0).to(tl.float32)
         if MODE == K_SUMMARY:
             # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
             # and take the last row (padding rows hold the identity).

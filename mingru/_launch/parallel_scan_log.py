@@ -60,8 +60,9 @@ def _backward(la, lv, h, dh, dla, dlv, cfg) -> None:
     B, T, D = la.shape
     with device_guard(la):
         elementwise.run_scan(kernels.parallel_scan_log_bwd_kernel, kernels.linear_carry_kernel,
-                             cfg, B, D, (la, lv, h, dh, dla, dlv), meta.dims(cfg, T, D),
-                             reverse=True, **meta.launch_kwargs(cfg))
+                             cfg, B, D, (la, lv, h, dh, dla, dlv),
+                             (*meta.dims(cfg, T, D), *dh.stride()), reverse=True,
+                             **meta.launch_kwargs(cfg))
 
 
 def _fwd_impl(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
@@ -78,7 +79,8 @@ def _bwd_impl(log_coeffs, log_values, h, dh) -> tuple[torch.Tensor, torch.Tensor
     poisoned = poison()
     dla = new_tensor(la.shape, la.dtype, la.device, poisoned)
     dlv = new_tensor(lv.shape, lv.dtype, lv.device, poisoned)
-    _backward(la, lv, h.contiguous(), dh.contiguous(), dla, dlv, cfg)
+    # dh is read through its strides (an expanded gradient of a sum is not copied).
+    _backward(la, lv, h.contiguous(), dh, dla, dlv, cfg)
     return dla, dlv
 
 

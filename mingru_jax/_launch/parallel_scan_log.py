@@ -69,13 +69,13 @@ def _bwd_adapter(la, lv, h, dh, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o
     # too, with the look-back's values and status words (v, st).
     if MODE == scan_common.K_SUMMARY:
         kernels.parallel_scan_log_bwd_kernel(la, lv, h, dh, s1, s2, o1, o2, T, D, chunk_len, n_chunks, n_dblk,
-                              MODE, BLOCK_T, BLOCK_D)
+                              T * D, D, 1, MODE, BLOCK_T, BLOCK_D)
     elif MODE == scan_common.K_LOOKBACK:
         kernels.parallel_scan_log_bwd_kernel(la, lv, h, dh, o1, o2, v, st, T, D, chunk_len, n_chunks, n_dblk,
-                              MODE, BLOCK_T, BLOCK_D)
+                              T * D, D, 1, MODE, BLOCK_T, BLOCK_D)
     else:
         kernels.parallel_scan_log_bwd_kernel(la, lv, h, dh, o1, o2, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
-                              MODE, BLOCK_T, BLOCK_D)
+                              T * D, D, 1, MODE, BLOCK_T, BLOCK_D)
 
 
 # ----------------------------------------------------------------------------- launch sequences

@@ -71,6 +71,21 @@ def test_parallel_scan_log_underflowing_products(plan):
     assert rel_err(dla, dlao) < 1e-5 and rel_err(dlv, dlvo) < 1e-5
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize("plan", ["walk", "chunked", "lookback"])
+def test_expanded_state_gradient_is_read_in_place(plan):
+    """``h.sum()`` sends an expanded (stride 0) gradient, read through its strides."""
+    B, T, D = 2, 37, 5
+    la, lv = log_inputs(B, T, D, "finite")
+    leaves = [x.clone().requires_grad_() for x in (la, lv)]
+    with triton_plan("parallel_scan_log", **PLANS[plan]):
+        got = torch.autograd.grad(mingru.parallel_scan_log(*leaves).sum(), leaves)
+    ref = [x.to(F64).requires_grad_() for x in (la, lv)]
+    want = torch.autograd.grad(loop_log(*ref).sum(), ref)
+    for g, w in zip(got, want, strict=True):
+        assert rel_err(g, w) < 1e-5
+
+
 # --- GPU (H200): long T ------------------------------------------------------------------------
 
 
