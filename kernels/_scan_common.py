@@ -233,6 +233,28 @@ def lookback_carry(status_ptr, vals_ptr, c, lane, row, n_chunks, A, Z, init, col
     return carry
 
 
+@triton.jit
+def carried_scan(a, b, carry, status_ptr, vals_ptr, c, lane, row, n_chunks, cols, col_ok, D,
+                 MODE: tl.constexpr, REVERSE: tl.constexpr, BLOCK_T: tl.constexpr):
+    """``(H, carry-in)``: the tile scan of ``h ↦ a h + b`` (``[BLOCK_T, BLOCK_D]``, along
+    rows) from the state carried into the tile. Walk and APPLY: ``carry`` enters the first
+    row's input, so the scan yields the states directly. LOOKBACK (one tile per chunk): the
+    tile is scanned from zero, its carry-in comes from :func:`lookback_carry` (``carry`` is
+    then the state before the first chunk) and enters through the running product,
+    ``H = P·carry + H``."""
+    rows = tl.arange(0, BLOCK_T)
+    if MODE == K_LOOKBACK:
+        P, H = tl.associative_scan((a, b), 0, mul_add)
+        carry = lookback_carry(status_ptr, vals_ptr, c, lane, row, n_chunks,
+                               take_row(P, rows, BLOCK_T - 1), take_row(H, rows, BLOCK_T - 1),
+                               carry, cols, col_ok, D, REVERSE)
+        H = P * carry[None, :] + H
+    else:
+        b = tl.where((rows == 0)[:, None], a * carry[None, :] + b, b)
+        _, H = tl.associative_scan((a, b), 0, mul_add)
+    return H, carry
+
+
 # ----------------------------------------------------------------------------- carry pass
 
 

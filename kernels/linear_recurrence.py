@@ -46,10 +46,9 @@ import triton.language as tl
 
 from mingru_kernels._scan_common import (
     K_APPLY,
-    K_LOOKBACK,
     K_SUMMARY,
+    carried_scan,
     linear_carry_kernel,
-    lookback_carry,
     mul_add,
     packed_rows,
     program_coords,
@@ -77,7 +76,6 @@ def linear_recurrence_fwd_kernel(
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
     intra = rows[:, None] * D + cols[None, :]
-    first = rows[:, None] == 0
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
     seq = pid_b.to(tl.int64) * T * D
@@ -112,20 +110,9 @@ def linear_recurrence_fwd_kernel(
             _sa, _sb = tl.associative_scan((a, b), 0, mul_add)
             cp, cz = mul_add(cp, cz, take_row(_sa, rows, BLOCK_T - 1),
                              take_row(_sb, rows, BLOCK_T - 1))
-        elif MODE == K_LOOKBACK:
-            # One tile per chunk: scan it from zero, look back for the state entering it, and
-            # fix the tile up with its running product, h = P·carry + H.
-            P, H = tl.associative_scan((a, b), 0, mul_add)
-            cz = lookback_carry(sb_ptr, sa_ptr, pid_c, lane, pid_b, n_chunks,
-                                take_row(P, rows, BLOCK_T - 1), take_row(H, rows, BLOCK_T - 1),
-                                cz, cols, col_ok, D, False)
-            H = P * cz[None, :] + H
-            tl.store(h_ptr + tile + intra, H.to(h_ptr.dtype.element_ty), mask=m)
-            cz = take_row(H, rows, BLOCK_T - 1)
         else:
-            # The carried state enters the first row's input: the scan yields h directly.
-            b = tl.where(first, a * cz[None, :] + b, b)
-            _, H = tl.associative_scan((a, b), 0, mul_add)
+            H, _ = carried_scan(a, b, cz, sb_ptr, sa_ptr, pid_c, lane, pid_b, n_chunks, cols,
+                                col_ok, D, MODE, False, BLOCK_T)
             tl.store(h_ptr + tile + intra, H.to(h_ptr.dtype.element_ty), mask=m)
             cz = take_row(H, rows, BLOCK_T - 1)
 
@@ -156,7 +143,6 @@ def linear_recurrence_bwd_kernel(
     rev = cols[None, :] - rows[:, None] * D
     # dh is read through its strides: the gradient of a sum arrives expanded (stride 0).
     dh_rev = cols[None, :] * dh_sd - rows[:, None] * dh_st
-    first = rows[:, None] == 0
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
     seq = pid_b.to(tl.int64) * T * D
@@ -198,15 +184,8 @@ def linear_recurrence_bwd_kernel(
             cc, cg = mul_add(cc, cg, take_row(_sc, rows, BLOCK_T - 1),
                              take_row(_sg, rows, BLOCK_T - 1))
         else:
-            if MODE == K_LOOKBACK:
-                C, G = tl.associative_scan((coef, g), 0, mul_add)
-                cg = lookback_carry(sg_ptr, sc_ptr, pid_c, lane, pid_b, n_chunks,
-                                    take_row(C, rows, BLOCK_T - 1),
-                                    take_row(G, rows, BLOCK_T - 1), cg, cols, col_ok, D, True)
-                G = C * cg[None, :] + G
-            else:
-                g = tl.where(first, coef * cg[None, :] + g, g)
-                _, G = tl.associative_scan((coef, g), 0, mul_add)
+            G, _ = carried_scan(coef, g, cg, sg_ptr, sc_ptr, pid_c, lane, pid_b, n_chunks, cols,
+                                col_ok, D, MODE, True, BLOCK_T)
             h_prev = tl.load(h_ptr + tile - D + rev, mask=m & (t >= 1)[:, None], other=0.0)
             h_prev = h_prev.to(tl.float32)
             if PACKED:

@@ -42,10 +42,9 @@ import triton.language as tl
 
 from mingru_kernels._scan_common import (
     K_APPLY,
-    K_LOOKBACK,
     K_SUMMARY,
+    carried_scan,
     linear_carry_kernel,
-    lookback_carry,
     mul_add,
     packed_rows,
     program_coords,
@@ -143,7 +142,6 @@ def mingru_cell_fwd_kernel(
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
-    first = rows[:, None] == 0
     if SIGNED:
         S = 3 * D
     else:
@@ -188,17 +186,8 @@ def mingru_cell_fwd_kernel(
             cp, cz = mul_add(cp, cz, take_row(_sa, rows, BLOCK_T - 1),
                              take_row(_sb, rows, BLOCK_T - 1))
         else:
-            if MODE == K_LOOKBACK:
-                # One tile per chunk: scan it from zero, look back for the state entering
-                # it, and fix the tile up with its running product, h = P·carry + H.
-                P, H = tl.associative_scan((a, b), 0, mul_add)
-                cz = lookback_carry(sb_ptr, sa_ptr, pid_c, lane, pid_b, n_chunks,
-                                    take_row(P, rows, BLOCK_T - 1),
-                                    take_row(H, rows, BLOCK_T - 1), cz, cols, col_ok, D, False)
-                H = P * cz[None, :] + H
-            else:
-                b = tl.where(first, a * cz[None, :] + b, b)
-                _, H = tl.associative_scan((a, b), 0, mul_add)
+            H, _ = carried_scan(a, b, cz, sb_ptr, sa_ptr, pid_c, lane, pid_b, n_chunks, cols,
+                                col_ok, D, MODE, False, BLOCK_T)
             tl.store(h_ptr + row0 * D + h_intra, H.to(h_ptr.dtype.element_ty), mask=m)
             cz = take_row(H, rows, BLOCK_T - 1)
 
@@ -226,7 +215,6 @@ def mingru_cell_bwd_kernel(
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
-    first = rows[:, None] == 0
     if SIGNED:
         S = 3 * D
     else:
@@ -281,15 +269,8 @@ def mingru_cell_bwd_kernel(
             cc, cg = mul_add(cc, cg, take_row(_sc, rows, BLOCK_T - 1),
                              take_row(_sg, rows, BLOCK_T - 1))
         else:
-            if MODE == K_LOOKBACK:
-                C, G = tl.associative_scan((coef, G), 0, mul_add)
-                cg = lookback_carry(sg_ptr, sc_ptr, pid_c, lane, pid_b, n_chunks,
-                                    take_row(C, rows, BLOCK_T - 1),
-                                    take_row(G, rows, BLOCK_T - 1), cg, cols, col_ok, D, True)
-                G = C * cg[None, :] + G
-            else:
-                G = tl.where(first, coef * cg[None, :] + G, G)
-                _, G = tl.associative_scan((coef, G), 0, mul_add)
+            G, _ = carried_scan(coef, G, cg, sg_ptr, sc_ptr, pid_c, lane, pid_b, n_chunks, cols,
+                                col_ok, D, MODE, True, BLOCK_T)
             cg = take_row(G, rows, BLOCK_T - 1)
             h_prev = tl.load(h_ptr + (row_hi - 1) * D + h_rev, mask=m & (t >= 1)[:, None],
                              other=0.0).to(tl.float32)

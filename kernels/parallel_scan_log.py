@@ -55,6 +55,7 @@ from mingru_kernels._scan_common import (
     K_SUMMARY,
     K_WALK,
     LOG2E,
+    carried_scan,
     linear_carry_kernel,
     log_pair,
     logaddexp2,
@@ -206,7 +207,6 @@ def parallel_scan_log_bwd_kernel(
     rev = cols[None, :] - rows[:, None] * D
     # dh is read through its strides: the gradient of a sum arrives expanded (stride 0).
     dh_rev = cols[None, :] * dh_sd - rows[:, None] * dh_st
-    first = rows[:, None] == 0
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
     seq = pid_b.to(tl.int64) * T * D
@@ -242,15 +242,8 @@ def parallel_scan_log_bwd_kernel(
             tg = take_row(_stg, rows, BLOCK_T - 1)
             cc, cg = mul_add(cc, cg, tc, tg)
         else:
-            if MODE == K_LOOKBACK:
-                C, G = tl.associative_scan((coef, g), 0, mul_add)
-                cg = lookback_carry(sg_ptr, sc_ptr, pid_c, lane, pid_b, n_chunks,
-                                    take_row(C, rows, BLOCK_T - 1),
-                                    take_row(G, rows, BLOCK_T - 1), cg, cols, col_ok, D, True)
-                G = C * cg[None, :] + G
-            else:
-                g = tl.where(first, coef * cg[None, :] + g, g)
-                _, G = tl.associative_scan((coef, g), 0, mul_add)
+            G, _ = carried_scan(coef, g, cg, sg_ptr, sc_ptr, pid_c, lane, pid_b, n_chunks, cols,
+                                col_ok, D, MODE, True, BLOCK_T)
             lb = tl.load(lv_ptr + vtile + rev, mask=m, other=float("-inf")).to(tl.float32)
             la = tl.load(la_ptr + tile + rev, mask=m, other=0.0).to(tl.float32)
             h_prev = tl.load(h_ptr + tile - D + rev, mask=m & (t >= 1)[:, None], other=1.0)
