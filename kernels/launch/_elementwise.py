@@ -189,6 +189,14 @@ def dims(cfg: Mapping[str, Any], T: int, D: int) -> tuple[int, int, int, int, in
     return (T, D, int(cfg["chunk_len"]), int(cfg["n_chunks"]), int(cfg["n_dblk"]))
 
 
+def lookback_shapes(cfg: Mapping[str, Any], B: int, D: int) -> tuple[tuple[int, ...], int]:
+    """The look-back strategy's scratch sizes: the fp32 chunk values ``(B, n_chunks, 3, D)``
+    and the number of int32 status words (the stride word, one ticket counter per lane, one
+    status word per program; layout in :func:`mingru_kernels._scan_common.lookback_carry`)."""
+    n_chunks, n_lanes = int(cfg["n_chunks"]), B * int(cfg["n_dblk"])
+    return (B, n_chunks, 3, D), 1 + n_lanes * (1 + n_chunks)
+
+
 def launch_kwargs(cfg: Mapping[str, Any]) -> dict[str, int]:
     """Compile-time block sizes, warps (and pipelining stages if set) for the scan kernels."""
     kw = dict(BLOCK_T=int(cfg["block_t"]), BLOCK_D=int(cfg["block_d"]),

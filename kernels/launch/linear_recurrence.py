@@ -23,7 +23,7 @@ from mingru_kernels.launch._elementwise import (
 )
 
 __all__ = [
-    "TILES",
+    "BWD_TILES", "TILES",
     "APPLY", "BWD_SCRATCH", "FWD_SCRATCH", "PLAN_KEYS", "SUMMARY", "WALK", "carry_grid",
     "carry_kwargs", "dims", "grid", "launch_kwargs", "plan",
 ]
@@ -38,3 +38,6 @@ TILES: dict = dict(walk_tile=(128, 32, 4), chunked_tile=(64, 64, 2), lookback_ti
 H200, forward times with ``triton.testing.do_bench``: at B8 T65536 D1536 (walk) 3.02 → 2.52 ms and at B16 T16384 D128 (chunked) 0.244 → 0.197 ms). ``lookback_tile`` (the single-pass
 strategy, forward and backward, used where T is split): at B16 T16384 D128 forward 0.196 ms
 (chunked 0.200), fwd+bwd 0.760 ms (chunked 1.114)."""
+
+BWD_TILES: dict = dict(lookback_tile=TILES["lookback_tile"])
+"""The backward's tiles: the forward's look-back tile (measured with it, fwd+bwd above)."""

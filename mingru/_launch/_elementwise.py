@@ -111,9 +111,9 @@ def lookback_scratch(B: int, cfg: Mapping[str, int | str], D: int,
     before they are read) and the int32 status words, zeroed (layout in
     :func:`mingru_kernels._scan_common.lookback_carry`; the first word is the plan's
     ``lookback_stride``, which tests set above 1 so that look-backs walk through aggregates)."""
-    n_chunks, n_lanes = int(cfg["n_chunks"]), B * int(cfg["n_dblk"])
-    values = new_tensor((B, n_chunks, 3, D), torch.float32, device)
-    status = torch.zeros(1 + n_lanes * (1 + n_chunks), dtype=torch.int32, device=device)
+    values_shape, n_status = elementwise_plan.lookback_shapes(cfg, B, D)
+    values = new_tensor(values_shape, torch.float32, device)
+    status = torch.zeros(n_status, dtype=torch.int32, device=device)
     stride = int(cfg.get("lookback_stride", 1))
     if stride > 1:
         status[0] = stride

@@ -48,8 +48,8 @@ def lookback_specs(cfg: dict, B: int, D: int) -> tuple[jax.ShapeDtypeStruct, ...
     .lookback_scratch``); 1-element placeholders for the other strategies."""
     if cfg["strategy"] != "lookback":
         return common.f32((1,)), common.i32((1,))
-    n_chunks, n_lanes = int(cfg["n_chunks"]), B * int(cfg["n_dblk"])
-    return common.f32((B, n_chunks, 3, D)), common.i32((1 + n_lanes * (1 + n_chunks),))
+    values_shape, n_status = meta.lookback_shapes(cfg, B, D)
+    return common.f32(values_shape), common.i32((n_status,))
 
 
 def lookback_launch(adapter, cfg: dict, B: int, D: int, inputs: tuple, outs: tuple,

@@ -165,7 +165,7 @@ def _launch_forward(a, b, h0):
 
 def _launch_backward(a, h, h0, dh, dh_T):
     B, T, D = a.shape
-    cfg = elementwise.plan("linear_recurrence", a, {"lookback_tile": meta.TILES["lookback_tile"]})
+    cfg = elementwise.plan("linear_recurrence", a, meta.BWD_TILES)
     return elementwise.run_scan(_bwd_adapter, cfg, B, D, (a, h, h0, dh, dh_T),
                                 (common.like(a), common.like(a), common.like(h0)),
                                 meta.dims(cfg, T, D), reverse=True, lookback=True,
@@ -183,7 +183,7 @@ def _launch_packed_forward(has_h0, a, b, h0, seq_id):
 
 def _launch_packed_backward(has_h0, a, h, h0, seq_id, dh, dh_T):
     B, T, D = a.shape
-    cfg = elementwise.plan("linear_recurrence", a, {"lookback_tile": meta.TILES["lookback_tile"]})
+    cfg = elementwise.plan("linear_recurrence", a, meta.BWD_TILES)
     return elementwise.run_scan(_packed_bwd_adapter, cfg, B, D, (a, h, h0, seq_id, dh, dh_T),
                                 (common.like(a), common.like(a), common.like(h0)),
                                 meta.dims(cfg, T, D), reverse=True, lookback=True, HAS_H0=has_h0,
