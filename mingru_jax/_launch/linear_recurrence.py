@@ -66,84 +66,43 @@ def run(
 # into the kernels' own order and call them unchanged (inlined by Triton).
 
 
+# ``seq`` is the (T,) int32 sequence index of each step when PACKED (``h0`` is then (N, D),
+# or a placeholder without HAS_H0), else a placeholder.
+
+
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _fwd_adapter(a, b, h0, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2, v, st,
-                 MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+def _fwd_adapter(a, b, h0, seq, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2, v, st,
+                 MODE: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
+                 BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write (h, h_T) = (o1, o2) reading
-    # the carry-in maps (s1, s2).
+    # the carry-in maps (s1, s2); LOOKBACK writes (h, h_T) with its values and status (v, st).
     if MODE == scan_common.K_SUMMARY:
-        kernels.linear_recurrence_fwd_kernel(a, b, h0, a, s1, s1, o1, o2,
-                                             T, D, chunk_len, n_chunks, n_dblk,
-                                             MODE, True, False, BLOCK_T, BLOCK_D)
+        h, h_T, x, y = s1, s1, o1, o2
     elif MODE == scan_common.K_LOOKBACK:
-        kernels.linear_recurrence_fwd_kernel(a, b, h0, a, o1, o2, v, st,
-                                             T, D, chunk_len, n_chunks, n_dblk,
-                                             MODE, True, False, BLOCK_T, BLOCK_D)
+        h, h_T, x, y = o1, o2, v, st
     else:
-        kernels.linear_recurrence_fwd_kernel(a, b, h0, a, o1, o2, s1, s2,
-                                             T, D, chunk_len, n_chunks, n_dblk,
-                                             MODE, True, False, BLOCK_T, BLOCK_D)
+        h, h_T, x, y = o1, o2, s1, s2
+    kernels.linear_recurrence_fwd_kernel(a, b, h0, seq, h, h_T, x, y,
+                                         T, D, chunk_len, n_chunks, n_dblk,
+                                         MODE, HAS_H0, PACKED, BLOCK_T, BLOCK_D)
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _bwd_adapter(a, h, h0, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2, o3,
-                 v, st,
-                 MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+def _bwd_adapter(a, h, h0, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
+                 o1, o2, o3, v, st, MODE: tl.constexpr, HAS_H0: tl.constexpr,
+                 PACKED: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (da, db, dh0) = (o1, o2, o3)
-    # reading the carries (s1, s2).
+    # reading the carries (s1, s2); LOOKBACK writes them with its values and status (v, st).
+    # dh is dense: strides (T·D, D, 1).
     if MODE == scan_common.K_SUMMARY:
-        kernels.linear_recurrence_bwd_kernel(a, h, h0, a, dh, dht, o3, o3, o3, o1, o2,
-                                             T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1,
-                                             MODE, True, True, False, BLOCK_T, BLOCK_D)
+        da, db, dh0, x, y = o3, o3, o3, o1, o2
     elif MODE == scan_common.K_LOOKBACK:
-        kernels.linear_recurrence_bwd_kernel(a, h, h0, a, dh, dht, o1, o2, o3, v, st,
-                                             T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1,
-                                             MODE, True, True, False, BLOCK_T, BLOCK_D)
+        da, db, dh0, x, y = o1, o2, o3, v, st
     else:
-        kernels.linear_recurrence_bwd_kernel(a, h, h0, a, dh, dht, o1, o2, o3, s1, s2,
-                                             T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1,
-                                             MODE, True, True, False, BLOCK_T, BLOCK_D)
-
-
-# Packed sequences: ``seq`` is the (T,) int32 sequence index of each step; ``h0`` is (N, D),
-# or a placeholder without HAS_H0.
-
-
-@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _packed_fwd_adapter(a, b, h0, seq, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2,
-                        v, st,
-                        MODE: tl.constexpr, HAS_H0: tl.constexpr, BLOCK_T: tl.constexpr,
-                        BLOCK_D: tl.constexpr):
-    if MODE == scan_common.K_SUMMARY:
-        kernels.linear_recurrence_fwd_kernel(a, b, h0, seq, s1, s1, o1, o2,
-                                             T, D, chunk_len, n_chunks, n_dblk,
-                                             MODE, HAS_H0, True, BLOCK_T, BLOCK_D)
-    elif MODE == scan_common.K_LOOKBACK:
-        kernels.linear_recurrence_fwd_kernel(a, b, h0, seq, o1, o2, v, st,
-                                             T, D, chunk_len, n_chunks, n_dblk,
-                                             MODE, HAS_H0, True, BLOCK_T, BLOCK_D)
-    else:
-        kernels.linear_recurrence_fwd_kernel(a, b, h0, seq, o1, o2, s1, s2,
-                                             T, D, chunk_len, n_chunks, n_dblk,
-                                             MODE, HAS_H0, True, BLOCK_T, BLOCK_D)
-
-
-@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _packed_bwd_adapter(a, h, h0, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
-                        o1, o2, o3, v, st, MODE: tl.constexpr, HAS_H0: tl.constexpr,
-                        BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
-    if MODE == scan_common.K_SUMMARY:
-        kernels.linear_recurrence_bwd_kernel(a, h, h0, seq, dh, dht, o3, o3, o3, o1, o2,
-                                             T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1,
-                                             MODE, HAS_H0, True, True, BLOCK_T, BLOCK_D)
-    elif MODE == scan_common.K_LOOKBACK:
-        kernels.linear_recurrence_bwd_kernel(a, h, h0, seq, dh, dht, o1, o2, o3, v, st,
-                                             T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1,
-                                             MODE, HAS_H0, True, True, BLOCK_T, BLOCK_D)
-    else:
-        kernels.linear_recurrence_bwd_kernel(a, h, h0, seq, dh, dht, o1, o2, o3, s1, s2,
-                                             T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1,
-                                             MODE, HAS_H0, True, True, BLOCK_T, BLOCK_D)
+        da, db, dh0, x, y = o1, o2, o3, s1, s2
+    kernels.linear_recurrence_bwd_kernel(a, h, h0, seq, dh, dht, da, db, dh0, x, y,
+                                         T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1,
+                                         MODE, HAS_H0, True, PACKED, BLOCK_T, BLOCK_D)
 
 
 # ----------------------------------------------------------------------------- launch sequences
@@ -155,39 +114,35 @@ def _packed_bwd_adapter(a, h, h0, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunk
 _FWD_TILES = {**meta.TILES, "auto_lookback": False}
 
 
-def _launch_forward(a, b, h0):
+def _launch_forward(a, b, h0, seq_id=None, has_h0=True):
+    """``(h, h_T)``; packed (``seq_id`` given, ``B = 1``): ``h_T`` is the row's last state."""
     B, T, D = a.shape
     cfg = elementwise.plan("linear_recurrence", a, _FWD_TILES)
-    return elementwise.run_scan(_fwd_adapter, cfg, B, D, (a, b, h0),
-                                (common.like(a), common.like(h0)), meta.dims(cfg, T, D),
-                                reverse=False, lookback=True, **meta.launch_kwargs(cfg))
+    seq = a if seq_id is None else seq_id  # a placeholder unless packed
+    return elementwise.run_scan(_fwd_adapter, cfg, B, D, (a, b, h0, seq),
+                                (common.like(a), jax.ShapeDtypeStruct((B, D), a.dtype)),
+                                meta.dims(cfg, T, D), reverse=False, lookback=True,
+                                HAS_H0=has_h0, PACKED=seq_id is not None,
+                                **meta.launch_kwargs(cfg))
 
 
-def _launch_backward(a, h, h0, dh, dh_T):
+def _launch_backward(a, h, h0, dh, dh_T, seq_id=None, has_h0=True):
     B, T, D = a.shape
     cfg = elementwise.plan("linear_recurrence", a, meta.BWD_TILES)
-    return elementwise.run_scan(_bwd_adapter, cfg, B, D, (a, h, h0, dh, dh_T),
+    seq = a if seq_id is None else seq_id
+    return elementwise.run_scan(_bwd_adapter, cfg, B, D, (a, h, h0, seq, dh, dh_T),
                                 (common.like(a), common.like(a), common.like(h0)),
                                 meta.dims(cfg, T, D), reverse=True, lookback=True,
+                                HAS_H0=has_h0, PACKED=seq_id is not None,
                                 **meta.launch_kwargs(cfg))
 
 
 def _launch_packed_forward(has_h0, a, b, h0, seq_id):
-    B, T, D = a.shape  # B = 1; h_T is the row's last state
-    cfg = elementwise.plan("linear_recurrence", a, _FWD_TILES)
-    return elementwise.run_scan(_packed_fwd_adapter, cfg, B, D, (a, b, h0, seq_id),
-                                (common.like(a), jax.ShapeDtypeStruct((B, D), a.dtype)),
-                                meta.dims(cfg, T, D), reverse=False, lookback=True, HAS_H0=has_h0,
-                                **meta.launch_kwargs(cfg))
+    return _launch_forward(a, b, h0, seq_id, has_h0)
 
 
 def _launch_packed_backward(has_h0, a, h, h0, seq_id, dh, dh_T):
-    B, T, D = a.shape
-    cfg = elementwise.plan("linear_recurrence", a, meta.BWD_TILES)
-    return elementwise.run_scan(_packed_bwd_adapter, cfg, B, D, (a, h, h0, seq_id, dh, dh_T),
-                                (common.like(a), common.like(a), common.like(h0)),
-                                meta.dims(cfg, T, D), reverse=True, lookback=True, HAS_H0=has_h0,
-                                **meta.launch_kwargs(cfg))
+    return _launch_backward(a, h, h0, dh, dh_T, seq_id, has_h0)
 
 
 # ----------------------------------------------------------------------------- custom_vjp

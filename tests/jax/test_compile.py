@@ -31,12 +31,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 def test_scalar_rule_matches_pytorchs_launcher():
-    fwd = lr_launcher._fwd_adapter  # (a, b, h0, s1, s2, T, D, chunk_len, n_chunks, n_dblk, ...)
+    fwd = lr_launcher._fwd_adapter  # (a, b, h0, seq, s1, s2, T, D, chunk_len, n_chunks, n_dblk, ...)
     assert _compile.unspecialised(fwd) == {"T", "chunk_len", "n_chunks"}
     # T = 4096 is a multiple of 16 but do_not_specialize: runtime, no hint (one kernel per T).
-    assert _compile.scalar_tags(fwd, 5, (4096, 1536, 4096, 3, 48)) == ("", "D", "", "", "D")
-    assert _compile.scalar_tags(fwd, 5, (100, 1537, 100, 1, 2)) == ("", "", "", "1", "")
-    assert _compile.scalar_tag(fwd, 5, 1) == "1"  # jax-triton makes any 1 a constexpr
+    assert _compile.scalar_tags(fwd, 6, (4096, 1536, 4096, 3, 48)) == ("", "D", "", "", "D")
+    assert _compile.scalar_tags(fwd, 6, (100, 1537, 100, 1, 2)) == ("", "", "", "1", "")
+    assert _compile.scalar_tag(fwd, 6, 1) == "1"  # jax-triton makes any 1 a constexpr
     # The carry pass follows T through n_chunks: not specialised, as the kernel's own list.
     assert "n_chunks" in _compile.unspecialised(carry_adapter)
 
@@ -110,14 +110,15 @@ _PTX_CHECK = textwrap.dedent(
     from mingru_jax._launch import linear_recurrence as L
 
     # The forward walk of B8 T65536 D1536 as the launcher issues it to jax-triton:
-    # (a, b, h0, s1, s2 | T, D, chunk_len, n_chunks, n_dblk | h, h_T, values, status).
+    # (a, b, h0, seq, s1, s2 | T, D, chunk_len, n_chunks, n_dblk | h, h_T, values, status).
     def ptx(D, hints):
         n_dblk = -(-D // 32)
-        arg = ["*fp32"] * 5 + ["i32"] * 5 + ["*fp32"] * 3 + ["*i32"]
-        sc = [(5, "i32", 65536), (6, "i32", D), (7, "i32", 65536), (8, "i32", 1),
-              (9, "i32", n_dblk)]
-        r = _compile.compile_offline(L._fwd_adapter, arg, sc, dict(MODE=0, BLOCK_T=128,
-                                     BLOCK_D=32), num_warps=4, int_hints=hints)
+        arg = ["*fp32"] * 6 + ["i32"] * 5 + ["*fp32"] * 3 + ["*i32"]
+        sc = [(6, "i32", 65536), (7, "i32", D), (8, "i32", 65536), (9, "i32", 1),
+              (10, "i32", n_dblk)]
+        r = _compile.compile_offline(L._fwd_adapter, arg, sc, dict(
+            MODE=0, HAS_H0=True, PACKED=False, BLOCK_T=128, BLOCK_D=32), num_warps=4,
+            int_hints=hints)
         text = r["compiled"].asm["ptx"]
         return len(re.findall(r"ld\\.global[^\\n]*\\.v4", text)), r["divisible_16"]
 
