@@ -71,96 +71,48 @@ def run(
 # into the kernels' own order and call them unchanged (inlined by Triton).
 
 
+# ``seq`` is the (T,) int32 sequence index of each step when PACKED (``h0`` is then (N, D),
+# or a placeholder without HAS_H0), else a placeholder.
+
+
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _fwd_adapter(k, lg, h0, s1, s2, T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col, o1, o2,
-                 v, st,
+def _fwd_adapter(k, lg, h0, seq, s1, s2, T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
+                 o1, o2, v, st,
                  MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
-                 HAS_DECAY: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+                 HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
+                 BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write (h, h_T) = (o1, o2) reading
-    # the carry-in maps (s1, s2).
+    # the carry-in maps (s1, s2); LOOKBACK writes (h, h_T) with its values and status (v, st).
     if MODE == scan_common.K_SUMMARY:
-        kernels.mingru_cell_fwd_kernel(k, lg, h0, k, s1, s1, o1, o2, T, D, chunk_len, n_chunks,
-                                       n_dblk, lg_row, lg_col, MODE, True, SIGNED, COUPLED,
-                                       HAS_DECAY, False, BLOCK_T, BLOCK_D)
+        h, h_T, x, y = s1, s1, o1, o2
     elif MODE == scan_common.K_LOOKBACK:
-        kernels.mingru_cell_fwd_kernel(k, lg, h0, k, o1, o2, v, st, T, D, chunk_len, n_chunks,
-                                       n_dblk, lg_row, lg_col, MODE, True, SIGNED, COUPLED,
-                                       HAS_DECAY, False, BLOCK_T, BLOCK_D)
+        h, h_T, x, y = o1, o2, v, st
     else:
-        kernels.mingru_cell_fwd_kernel(k, lg, h0, k, o1, o2, s1, s2, T, D, chunk_len, n_chunks,
-                                       n_dblk, lg_row, lg_col, MODE, True, SIGNED, COUPLED,
-                                       HAS_DECAY, False, BLOCK_T, BLOCK_D)
+        h, h_T, x, y = o1, o2, s1, s2
+    kernels.mingru_cell_fwd_kernel(k, lg, h0, seq, h, h_T, x, y, T, D, chunk_len, n_chunks,
+                                   n_dblk, lg_row, lg_col, MODE, HAS_H0, SIGNED, COUPLED,
+                                   HAS_DECAY, PACKED, BLOCK_T, BLOCK_D)
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _bwd_adapter(k, lg, h0, h, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk, lg_row,
-                 lg_col, o1, o2, o3, o4, v, st,
+def _bwd_adapter(k, lg, h0, h, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
+                 lg_row, lg_col, o1, o2, o3, o4, v, st,
                  MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
-                 HAS_DECAY: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+                 HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
+                 BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (dk, dlog_gamma, dh0) =
-    # (o1, o2, o3) reading the carries (s1, s2). dh is dense: strides (T·D, D, 1).
+    # (o1, o2, o3) reading the carries (s1, s2); LOOKBACK writes them with its values and
+    # status (v, st). dh is dense: strides (T·D, D, 1).
     if MODE == scan_common.K_SUMMARY:
-        kernels.mingru_cell_bwd_kernel(k, lg, h0, h, k, dh, dht, o3, o4, o4, o1, o2,
-                                       T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
-                                       T * D, D, 1, MODE, True, True, SIGNED, COUPLED, HAS_DECAY,
-                                       False, BLOCK_T, BLOCK_D)
+        dk, dlg, dh0, x, y = o3, o4, o4, o1, o2
     elif MODE == scan_common.K_LOOKBACK:
-        kernels.mingru_cell_bwd_kernel(k, lg, h0, h, k, dh, dht, o1, o2, o3, v, st,
-                                       T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
-                                       T * D, D, 1, MODE, True, True, SIGNED, COUPLED, HAS_DECAY,
-                                       False, BLOCK_T, BLOCK_D)
+        dk, dlg, dh0, x, y = o1, o2, o3, v, st
     else:
-        kernels.mingru_cell_bwd_kernel(k, lg, h0, h, k, dh, dht, o1, o2, o3, s1, s2,
-                                       T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
-                                       T * D, D, 1, MODE, True, True, SIGNED, COUPLED, HAS_DECAY,
-                                       False, BLOCK_T, BLOCK_D)
-
-
-# Packed sequences: ``seq`` is the (T,) int32 sequence index of each step; ``h0`` is (N, D),
-# or a placeholder without HAS_H0.
-
-
-@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _packed_fwd_adapter(k, lg, h0, seq, s1, s2, T, D, chunk_len, n_chunks, n_dblk, lg_row,
-                        lg_col, o1, o2, v, st,
-                        MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
-                        HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, BLOCK_T: tl.constexpr,
-                        BLOCK_D: tl.constexpr):
-    if MODE == scan_common.K_SUMMARY:
-        kernels.mingru_cell_fwd_kernel(k, lg, h0, seq, s1, s1, o1, o2, T, D, chunk_len,
-                                       n_chunks, n_dblk, lg_row, lg_col, MODE, HAS_H0, SIGNED,
-                                       COUPLED, HAS_DECAY, True, BLOCK_T, BLOCK_D)
-    elif MODE == scan_common.K_LOOKBACK:
-        kernels.mingru_cell_fwd_kernel(k, lg, h0, seq, o1, o2, v, st, T, D, chunk_len,
-                                       n_chunks, n_dblk, lg_row, lg_col, MODE, HAS_H0, SIGNED,
-                                       COUPLED, HAS_DECAY, True, BLOCK_T, BLOCK_D)
-    else:
-        kernels.mingru_cell_fwd_kernel(k, lg, h0, seq, o1, o2, s1, s2, T, D, chunk_len,
-                                       n_chunks, n_dblk, lg_row, lg_col, MODE, HAS_H0, SIGNED,
-                                       COUPLED, HAS_DECAY, True, BLOCK_T, BLOCK_D)
-
-
-@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _packed_bwd_adapter(k, lg, h0, h, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
-                        lg_row, lg_col, o1, o2, o3, o4, v, st,
-                        MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
-                        HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, BLOCK_T: tl.constexpr,
-                        BLOCK_D: tl.constexpr):
-    if MODE == scan_common.K_SUMMARY:
-        kernels.mingru_cell_bwd_kernel(k, lg, h0, h, seq, dh, dht, o3, o4, o4, o1, o2,
-                                       T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
-                                       T * D, D, 1, MODE, HAS_H0, True, SIGNED, COUPLED,
-                                       HAS_DECAY, True, BLOCK_T, BLOCK_D)
-    elif MODE == scan_common.K_LOOKBACK:
-        kernels.mingru_cell_bwd_kernel(k, lg, h0, h, seq, dh, dht, o1, o2, o3, v, st,
-                                       T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
-                                       T * D, D, 1, MODE, HAS_H0, True, SIGNED, COUPLED,
-                                       HAS_DECAY, True, BLOCK_T, BLOCK_D)
-    else:
-        kernels.mingru_cell_bwd_kernel(k, lg, h0, h, seq, dh, dht, o1, o2, o3, s1, s2,
-                                       T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
-                                       T * D, D, 1, MODE, HAS_H0, True, SIGNED, COUPLED,
-                                       HAS_DECAY, True, BLOCK_T, BLOCK_D)
+        dk, dlg, dh0, x, y = o1, o2, o3, s1, s2
+    kernels.mingru_cell_bwd_kernel(k, lg, h0, h, seq, dh, dht, dk, dlg, dh0, x, y,
+                                   T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
+                                   T * D, D, 1, MODE, HAS_H0, True, SIGNED, COUPLED, HAS_DECAY,
+                                   PACKED, BLOCK_T, BLOCK_D)
 
 
 # ----------------------------------------------------------------------------- launch sequences
@@ -185,10 +137,10 @@ def _launch_forward(signed, coupled, k, h0, lg, seq_id=None, has_h0=True):
     cfg, B, T, D = _plan(k, h0, signed, forward=True)
     lg_in, strides, has_decay = _decay(k, lg)
     outs = (jax.ShapeDtypeStruct((B, T, D), k.dtype), jax.ShapeDtypeStruct((B, D), k.dtype))
-    # Packed (B = 1): the packed adapter, the per-step sequence index as one more input.
-    adapter, ins, extra = ((_fwd_adapter, (k, lg_in, h0), {}) if seq_id is None else
-                           (_packed_fwd_adapter, (k, lg_in, h0, seq_id), dict(HAS_H0=has_h0)))
-    return elementwise.run_scan(adapter, cfg, B, D, ins, outs,
+    # Packed (B = 1): the per-step sequence index as one more input (a placeholder if not).
+    ins = (k, lg_in, h0, k if seq_id is None else seq_id)
+    extra = dict(HAS_H0=has_h0, PACKED=seq_id is not None)
+    return elementwise.run_scan(_fwd_adapter, cfg, B, D, ins, outs,
                                 (*meta.dims(cfg, T, D), *strides), reverse=False, lookback=True,
                                 SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay, **extra,
                                 **meta.launch_kwargs(cfg))
@@ -200,11 +152,10 @@ def _launch_backward(signed, coupled, k, h0, lg, h, dh, dh_T, seq_id=None, has_h
     dummy = common.f32((1,))
     dlg = jax.ShapeDtypeStruct((B, T, D), lg.dtype) if has_decay else dummy
     outs = (common.like(k), dlg, common.like(h0), dummy)
-    adapter, ins, extra = ((_bwd_adapter, (k, lg_in, h0, h, dh, dh_T), {}) if seq_id is None
-                           else (_packed_bwd_adapter, (k, lg_in, h0, h, seq_id, dh, dh_T),
-                                 dict(HAS_H0=has_h0)))
+    ins = (k, lg_in, h0, h, k if seq_id is None else seq_id, dh, dh_T)
+    extra = dict(HAS_H0=has_h0, PACKED=seq_id is not None)
     dk, dlg, dh0, _ = elementwise.run_scan(
-        adapter, cfg, B, D, ins, outs, (*meta.dims(cfg, T, D), *strides), reverse=True, lookback=True,
+        _bwd_adapter, cfg, B, D, ins, outs, (*meta.dims(cfg, T, D), *strides), reverse=True, lookback=True,
         SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay, **extra, **meta.launch_kwargs(cfg))
     if not has_decay:
         return dk, dh0
