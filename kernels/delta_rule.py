@@ -174,23 +174,31 @@ def _inv_unit_lower(A, N: tl.constexpr):
 
 @triton.jit
 def _inv_unit_lower_blocked(A, LP: tl.constexpr, SUB: tl.constexpr, PREC: tl.constexpr):
-    """``(I + A)⁻¹`` by blocks of ``SUB`` rows: the diagonal blocks ``T_pp`` by substitution
-    (cut out and put back with exact 0/1 selector products), then with
-    ``T_d = blockdiag(T_pp)`` and ``N = T_d A_off`` (strictly block-lower, ``N^P = 0``):
-    ``(I + A)⁻¹ = Σ_m (−N)^m T_d``, summed by Horner's rule."""
+    """``(I + A)⁻¹`` by blocks of ``SUB`` rows, with matrix products only (tensor cores for
+    half inputs, no serial row loop): all diagonal blocks at once as ``T_d = (I + A_d)⁻¹ =
+    (I − A_d)(I + A_d²)(I + A_d⁴)…`` (exact: ``A_d^SUB = 0``), then with the strictly
+    block-lower ``N = T_d A_off`` (``N^P = 0``) ``(I + A)⁻¹ = Σ_m (−N)^m T_d`` by Horner's rule.
+
+    The products stay within a ``SUB``-block, where ``|A_ij| ≤ β|k_i||k_j|``: for unit keys
+    and ``β ≤ 2`` the float32 result is as accurate as substitution (a few 1e-7 relative)."""
     il = tl.arange(0, LP)
-    isub = tl.arange(0, SUB)
-    Td = tl.zeros([LP, LP], dtype=tl.float32)
-    for p in tl.static_range(LP // SUB):
-        E = tl.where(il[:, None] == p * SUB + isub[None, :], 1.0, 0.0)  # (LP, SUB)
-        App = tl.dot(tl.trans(E), tl.dot(A, E, input_precision=PREC), input_precision=PREC)
-        Tpp = _inv_unit_lower(App, SUB)
-        Td += tl.dot(tl.dot(E, Tpp, input_precision=PREC), tl.trans(E), input_precision=PREC)
-    A_off = tl.where(il[:, None] // SUB > il[None, :] // SUB, A, 0.0)
-    Nm = tl.dot(Td, A_off, input_precision=PREC)
-    Tm = Td
-    for _ in tl.static_range(LP // SUB - 1):
-        Tm = Td - tl.dot(Nm, Tm, input_precision=PREC)
+    blk_r = il[:, None] // SUB
+    blk_c = il[None, :] // SUB
+    Ad = tl.where(blk_r == blk_c, A, 0.0)
+    Td = tl.where(il[:, None] == il[None, :], 1.0, 0.0) - Ad
+    tl.static_assert(SUB == 16, "the doubling below covers A_d^SUB = 0 for SUB = 16")
+    A2 = tl.dot(Ad, Ad, input_precision=PREC)
+    A4 = tl.dot(A2, A2, input_precision=PREC)
+    Td += tl.dot(Td, A2, input_precision=PREC)
+    Td += tl.dot(Td, A4, input_precision=PREC)
+    Td += tl.dot(Td, tl.dot(A4, A4, input_precision=PREC), input_precision=PREC)
+    if LP > SUB:
+        Nm = tl.dot(Td, tl.where(blk_r > blk_c, A, 0.0), input_precision=PREC)
+        Tm = Td
+        for _ in tl.static_range(LP // SUB - 1):
+            Tm = Td - tl.dot(Nm, Tm, input_precision=PREC)
+    else:
+        Tm = Td
     return Tm
 
 

@@ -156,6 +156,8 @@ def _run_case(case: bench_cases.Case, plan: Plan, bandwidth: float | None) -> li
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             if mode == "fwd" and bandwidth and "io_bytes" in row and case.group in FLOOR_GROUPS:
                 row["floor_ms"] = row["io_bytes"] / bandwidth * 1e3
+            if row.get("ms"):
+                row.update(_floors(case, mode, bandwidth, row["ms"]))
             rows.append(row)
             if plan.device == "cuda":
                 torch.cuda.empty_cache()  # leave room for the next backend (JAX allocates too)
@@ -205,6 +207,20 @@ def _time_backend(case: bench_cases.Case, plan: Plan, mode: str, backend: str, r
         out["tflops"] = case.flops[mode] / (out["ms"] * 1e-3) / 1e12
     if plan.device == "cuda" and case.group in plan.memory_groups:
         out["peak_mb"] = _peak_mb(call)
+    return out
+
+
+def _floors(case: bench_cases.Case, mode: str, bandwidth: float | None,
+            ms: float) -> dict[str, float]:
+    """The memory and compute floors of a row whose case states its bytes and FLOP ceiling,
+    and the fraction of the larger floor the measured time reaches."""
+    out = {}
+    if bandwidth and case.bytes_moved.get(mode):
+        out["mem_floor_ms"] = case.bytes_moved[mode] / bandwidth * 1e3
+    if case.peak_flops and case.flops.get(mode):
+        out["compute_floor_ms"] = case.flops[mode] / case.peak_flops * 1e3
+    if out:
+        out["floor_frac"] = max(out.values()) / ms
     return out
 
 
@@ -316,6 +332,9 @@ def _group_table(group: str, rows: list[dict[str, Any]], note: str) -> list[str]
     has_floor = any("floor_ms" in r for r in rows)
     has_mem = any(r.get("peak_mb") is not None for r in rows)
     rate_backends = [b for b in backends if any(r["backend"] == b and "tflops" in r for r in rows)]
+    floor_backends = [b for b in backends
+                      if any(r["backend"] == b and "floor_frac" in r for r in rows)]
+    floor_cols = [c for c in ("mem_floor_ms", "compute_floor_ms") if any(c in r for r in rows)]
     ratios = []
     if "loop" in backends and "eager" in backends:
         ratios.append(("eager vs loop", "loop", "eager"))
@@ -338,6 +357,8 @@ def _group_table(group: str, rows: list[dict[str, Any]], note: str) -> list[str]
         header.append("bw floor ms")
     header += [r[0] for r in ratios]
     header += [f"{b} TFLOP/s" for b in rate_backends]
+    header += [c.removesuffix("_ms").replace("_", " ") + " ms" for c in floor_cols]
+    header += [f"{b} % floor" for b in floor_backends]
     if has_mem:
         header += [f"{b} peak MB" for b in backends if any(
             r["backend"] == b and r.get("peak_mb") is not None for r in rows)]
@@ -361,6 +382,11 @@ def _group_table(group: str, rows: list[dict[str, Any]], note: str) -> list[str]
         line += [_ratio(ms.get(num), ms.get(den)) for _, num, den in ratios]
         line += [f"{cell[b]['tflops']:.1f}" if "tflops" in cell.get(b, {}) else "—"
                  for b in rate_backends]
+        for col in floor_cols:
+            vals = [c[col] for c in cell.values() if col in c]
+            line.append(_fmt_ms(vals[0]) if vals else "—")
+        line += [f"{100 * cell[b]['floor_frac']:.1f}" if "floor_frac" in cell.get(b, {}) else "—"
+                 for b in floor_backends]
         if has_mem:
             for b in backends:
                 if any(r["backend"] == b and r.get("peak_mb") is not None for r in rows):

@@ -44,6 +44,8 @@ class Case:
     module: torch.nn.Module | None = None  # mixers: parameters also need grads cleared
     skip: dict[str, str] = field(default_factory=dict)  # backend -> why it did not run
     flops: dict[str, float] = field(default_factory=dict)  # mode -> nominal FLOPs per call
+    bytes_moved: dict[str, float] = field(default_factory=dict)  # mode -> least HBM bytes
+    peak_flops: float | None = None  # FLOP/s ceiling of the case's dtype (compute floor)
 
 
 # --------------------------------------------------------------------------- loop baselines
@@ -156,12 +158,13 @@ FUSED_OPS = ("givens_recurrence", "delta_rule")
 
 
 def fused_inputs(op: str, B: int, T: int, D: int, device: str, dtype: torch.dtype,
-                 seed: int = 0, heads: int = 4, nh: int = 1) -> Callable[[bool], Tensors]:
+                 seed: int = 0, heads: int = 4, nh: int = 1,
+                 decay: bool = False) -> Callable[[bool], Tensors]:
     """Inputs of the fused mixer recurrences at width ``D``.
 
     ``givens_recurrence``: ``n = D/8`` blocks of ``k = 8``, 3 rounds (GivensMinGRU's default).
-    ``delta_rule``: ``heads`` heads of ``d_k = d_v = D/heads``, ``nh`` micro-steps, unit-norm
-    keys.
+    ``delta_rule``: ``q, k, v, beta`` with ``heads`` heads of ``d_k = d_v = D/heads``, ``nh``
+    micro-steps, unit-norm keys; with ``decay`` also ``log_gamma (B, T, heads)`` (γ ≈ 0.95).
     """
 
     def make(requires_grad: bool) -> Tensors:
@@ -178,6 +181,8 @@ def fused_inputs(op: str, B: int, T: int, D: int, device: str, dtype: torch.dtyp
             k = torch.nn.functional.normalize(rnd(B, T, nh, H, dk), dim=-1)
             beta = 2 * torch.sigmoid(rnd(B, T, nh, H))
             xs = (rnd(B, T, H, dk) / dk**0.5, k, rnd(B, T, nh, H, dk), beta)
+            if decay:
+                xs += (torch.nn.functional.logsigmoid(3 + rnd(B, T, H)),)
         else:  # pragma: no cover - programming error
             raise ValueError(f"unknown fused op {op!r}")
         return tuple(x.to(device=device, dtype=dtype).requires_grad_(requires_grad) for x in xs)
@@ -193,7 +198,8 @@ def fused_eager(op: str) -> Runner:
         return lambda theta, b, h0: givens_recurrence_eager(theta, b, h0, None, None)
     from mingru._eager.delta_rule import delta_rule_eager
 
-    return lambda q, k, v, beta: delta_rule_eager(q, k, v, beta, None, None, 64)
+    return lambda q, k, v, beta, log_gamma=None: delta_rule_eager(q, k, v, beta, log_gamma,
+                                                                  None, 64)
 
 
 def fused_public(op: str) -> Runner:
@@ -205,7 +211,7 @@ def fused_public(op: str) -> Runner:
         return lambda theta, b, h0: _givens_recurrence(theta, b, h0)
     from mingru.scans import _delta_rule
 
-    return lambda q, k, v, beta: _delta_rule(q, k, v, beta, None, None, 64)
+    return lambda q, k, v, beta, log_gamma=None: _delta_rule(q, k, v, beta, log_gamma, None, 64)
 
 
 def delta_rule_flops(B: int, T: int, heads: int, nh: int, dk: int, dv: int) -> dict[str, float]:
@@ -218,6 +224,23 @@ def delta_rule_flops(B: int, T: int, heads: int, nh: int, dk: int, dv: int) -> d
     return {"fwd": fwd, "fwd+bwd": 3 * fwd}
 
 
+def delta_rule_bytes(B: int, T: int, heads: int, nh: int, dk: int, dv: int,
+                     dtype: torch.dtype, decay: bool = False) -> dict[str, float]:
+    """Least HBM traffic of the delta rule: the forward reads ``q, k, v, β`` (and ``log γ``)
+    and writes ``o``; the backward also reads ``dO`` and writes a gradient of each input
+    (it re-reads the inputs: counted once more)."""
+    size = torch.finfo(dtype).bits // 8
+    inputs = B * T * heads * (dk + nh * (dk + dv + 1) + (1 if decay else 0)) * size
+    out = B * T * heads * dv * size
+    fwd = float(inputs + out)
+    return {"fwd": fwd, "fwd+bwd": fwd + float(inputs + out + 2 * inputs)}
+
+
+PEAK_FLOPS = {torch.float32: 67e12, torch.bfloat16: 790e12, torch.float16: 790e12}
+"""FLOP/s ceilings on an H200: float32 on the FMA units (no tensor cores), and dense
+bfloat16/float16 matrix products (measured)."""
+
+
 def _fla_delta(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor) -> Tensors:
     from fla.ops.delta_rule import chunk_delta_rule
 
@@ -225,14 +248,40 @@ def _fla_delta(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Te
     return (o,)
 
 
+def _fla_delta_product(nh: int) -> Runner:
+    from fla.ops.gated_delta_product import chunk_gated_delta_product
+
+    def run(q, k, v, beta, g) -> Tensors:
+        o, _ = chunk_gated_delta_product(q, k, v, g, beta, num_householder=nh, scale=1.0)
+        return (o,)
+
+    return run
+
+
 def peer_delta_runners(make: Callable[[bool], Tensors]) -> dict[str, tuple[Callable, Runner]]:
-    """fla's chunked delta rule on the same inputs (one micro-step: drop the ``nh`` axis)."""
+    """fla on the same inputs, its layout prepared outside the timing: one micro-step without
+    decay on ``chunk_delta_rule`` (the ``nh`` axis dropped); otherwise its DeltaProduct,
+    ``chunk_gated_delta_product`` (``num_householder = nh``, the micro-steps of a token
+    consecutive along time, ``log γ`` as its gate ``g``; zeros without decay)."""
+    q, k, _, _, *lg = make(False)
+    B, T, nh, H, _ = k.shape
+    if nh == 1 and not lg:
 
-    def fla_make(rg: bool) -> Tensors:
-        q, k, v, beta = make(False)
-        return tuple(x.contiguous().requires_grad_(rg) for x in (q, k[:, :, 0], v[:, :, 0], beta[:, :, 0]))
+        def fla_make(rg: bool) -> Tensors:
+            q, k, v, beta = make(False)
+            return tuple(x.contiguous().requires_grad_(rg)
+                         for x in (q, k[:, :, 0], v[:, :, 0], beta[:, :, 0]))
 
-    return {"fla": (fla_make, _fla_delta)}
+        return {"fla": (fla_make, _fla_delta)}
+
+    def fla_product_make(rg: bool) -> Tensors:
+        q, k, v, beta, *lg = make(False)
+        g = lg[0] if lg else q.new_zeros(B, T, H)
+        flat = (q, k.reshape(B, T * nh, H, -1), v.reshape(B, T * nh, H, -1),
+                beta.reshape(B, T * nh, H), g.float())
+        return tuple(x.contiguous().requires_grad_(rg) for x in flat)
+
+    return {"fla": (fla_product_make, _fla_delta_product(nh))}
 
 
 def build_mixer(name: str, d: int, device: str, dtype: torch.dtype) -> torch.nn.Module:

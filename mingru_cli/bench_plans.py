@@ -13,9 +13,11 @@ Groups:
   very long (``B16 T16384 D128``) shapes, fwd and fwd+bwd, all backends.
 * ``gpu-huge`` — the diagonal scans at ``B8 T65536 D1536``, forward, with the bandwidth floor.
 * ``gpu-fused`` — the fused Givens recurrence and delta rule at ``B16 T1024 D64``.
-* ``gpu-delta`` — the delta rule at ``B128, 4 heads, d_k = d_v ∈ {16, 64}, T ∈ {64, 256,
-  1024}``: fp32 with ``nh = 2`` (eager, compile, triton, peak memory) and bf16 with ``nh = 1``
-  (triton vs fla's ``chunk_delta_rule``), with TFLOP/s.
+* ``gpu-delta`` — the delta rule at ``4 heads, d_k = d_v ∈ {16, 64}``, ``B128`` (``B32`` at
+  ``T = 4096``): bf16 at ``T ∈ {256, 1024, 4096}`` with ``nh = 1`` (triton vs fla's
+  ``chunk_delta_rule``) and with ``nh = 2`` and decay (vs fla's ``chunk_gated_delta_product``);
+  fp32 with ``nh ∈ {1, 2}`` at ``T ∈ {256, 1024}`` (eager, compile, triton); TFLOP/s, the
+  fractions of the memory and compute floors, peak memory.
 * ``gpu-mixers`` — each mixer fwd and fwd+bwd at ``B16 T4096 d256``, time and peak memory.
 * ``gpu-memory`` — ``GivensMinGRU(64, 64, block_size=8, rounds=3)`` fwd+bwd at ``B128 T64``.
 
@@ -93,13 +95,18 @@ def group_shapes(group: str, device: str, quick: bool) -> list[tuple[str, str, t
     if group == "host":
         return [(name, f"B{d[0]} T{d[1]} D{d[2]}", d) for name, d in table[kind]]
     return [(name, shape_label(d), d) for name, d in table[kind]]
-# The delta-rule variants of gpu-delta: (dtype, micro-steps nh).
-DELTA_VARIANTS = ((torch.float32, 2), (torch.bfloat16, 1))
+# The delta-rule variants of gpu-delta: (dtype, micro-steps nh, decay, sequence lengths).
+DELTA_VARIANTS = (
+    (torch.bfloat16, 1, False, (256, 1024, 4096)),
+    (torch.bfloat16, 2, True, (256, 1024, 4096)),
+    (torch.float32, 1, False, (256, 1024)),
+    (torch.float32, 2, False, (256, 1024)),
+)
 GIVENS_MEMORY_CASE = "givens(64,k8,R3)"
 
 
-def _delta_case_name(dtype: torch.dtype, nh: int) -> str:
-    return f"delta_rule {str(dtype).removeprefix('torch.')} nh{nh}"
+def _delta_case_name(dtype: torch.dtype, nh: int, decay: bool = False) -> str:
+    return f"delta_rule {str(dtype).removeprefix('torch.')} nh{nh}{' decay' if decay else ''}"
 
 
 # The case (op) names of each group: what ``--ops`` filters by substring.
@@ -109,7 +116,7 @@ CASE_NAMES: dict[str, tuple[str, ...]] = {
     "gpu-scans": bench_cases.SCAN_OPS,
     "gpu-huge": ("parallel_scan_log", "linear_scan"),
     "gpu-fused": bench_cases.FUSED_OPS,
-    "gpu-delta": tuple(_delta_case_name(dt, nh) for dt, nh in DELTA_VARIANTS),
+    "gpu-delta": tuple(_delta_case_name(dt, nh, dec) for dt, nh, dec, _ in DELTA_VARIANTS),
     "gpu-mixers": bench_cases.MIXERS,
     "gpu-memory": (GIVENS_MEMORY_CASE,),
     "mixers": bench_cases.MIXERS,
@@ -133,7 +140,10 @@ NOTES = {
                  "rows nh = 1 (fla: chunk_delta_rule, scale 1, its layout prepared outside the "
                  "timing). TFLOP/s counts the recurrent form's useful FLOPs "
                  "(`bench_cases.delta_rule_flops`); ceilings on an H200: about 67 TFLOP/s fp32 "
-                 "without tensor cores, about 790 TFLOP/s bf16 dense matmul.",
+                 "without tensor cores, about 790 TFLOP/s bf16 dense matmul. `mem floor` = "
+                 "least HBM bytes (`bench_cases.delta_rule_bytes`) / copy bandwidth, "
+                 "`compute floor` = those FLOPs / the ceiling; `% floor` = the larger floor / "
+                 "the time.",
     "gpu-mixers": "Mixers with input = hidden = d; peak MB = torch.cuda.max_memory_allocated "
                   "above the memory held before the call.",
     "gpu-memory": "GivensMinGRU(64, 64, block_size=8, rounds=3), fwd+bwd.",
@@ -189,7 +199,7 @@ class Plan:
 
     @property
     def bandwidth(self) -> bool:
-        return "gpu-huge" in self.groups or "gpu-scans" in self.groups
+        return any(g in self.groups for g in ("gpu-huge", "gpu-scans", "gpu-delta"))
 
     def wants(self, backend: str) -> bool:
         return backend in self.backends and backend not in self.skip
@@ -326,25 +336,28 @@ class Plan:
             yield case
 
     def _gpu_delta(self) -> Iterator[bench_cases.Case]:
-        B, H = (8, 4) if self.quick else (128, 4)
+        H = 4
         public = bench_cases.fused_public("delta_rule")
         for dk in (16, 64):
-            for T in (64, 256, 1024):
-                for dtype, nh in DELTA_VARIANTS:
-                    name = _delta_case_name(dtype, nh)
-                    if not self._selected(name):
-                        continue
-                    make = bench_cases.fused_inputs("delta_rule", B, T, H * dk, self.device, dtype,
-                                          heads=H, nh=nh)
+            for dtype, nh, decay, lengths in DELTA_VARIANTS:
+                name = _delta_case_name(dtype, nh, decay)
+                if not self._selected(name):
+                    continue
+                for T in (64,) if self.quick else lengths:
+                    B = 8 if self.quick else (32 if T >= 4096 else 128)
+                    make = bench_cases.fused_inputs("delta_rule", B, T, H * dk, self.device,
+                                                    dtype, heads=H, nh=nh, decay=decay)
                     case = bench_cases.Case("gpu-delta", name, f"B{B} T{T} H{H} d{dk}", make,
-                                  flops=bench_cases.delta_rule_flops(B, T, H, nh, dk, dk))
+                                            flops=bench_cases.delta_rule_flops(B, T, H, nh, dk, dk),
+                                            bytes_moved=bench_cases.delta_rule_bytes(
+                                                B, T, H, nh, dk, dk, dtype, decay),
+                                            peak_flops=bench_cases.PEAK_FLOPS[dtype])
                     if dtype == torch.float32:
                         if self.wants("eager"):
                             case.runners["eager"] = bench_cases._with_backend("eager", public)
-                        if self.wants("compile") and T >= 256:
-                            case.runners["compile"] = bench_cases.compiled(bench_cases.fused_eager("delta_rule"))
-                        elif self.wants("compile"):
-                            case.skip["compile"] = "only at T ≥ 256 in this group (the target)"
+                        if self.wants("compile") and not self.quick:
+                            case.runners["compile"] = bench_cases.compiled(
+                                bench_cases.fused_eager("delta_rule"))
                     if self.wants("triton"):
                         case.runners["triton"] = bench_cases._with_backend("triton", public)
                     if dtype == torch.bfloat16 and self.wants("fla"):

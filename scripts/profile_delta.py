@@ -6,6 +6,10 @@ CUDA time of every kernel summed over the profiled repeats, divided by the repea
 of one call, split by kernel.
 
     python3 scripts/profile_delta.py [--shapes 128,1024,4,64 ...] [--dtype bfloat16] [--nh 1]
+        [--half-slice 32,64] [--no-fla]
+
+``--half-slice`` sweeps ``mingru_kernels.launch.delta_rule.HALF_SLICE`` (the slice width of
+the per-chunk kernels and the state kernels' columns for half inputs) over the given values.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from mingru import dispatch
 from mingru.scans import _delta_rule
+from mingru_kernels.launch import delta_rule as meta
 
 
 def _inputs(B: int, T: int, H: int, d: int, nh: int, dtype: torch.dtype):
@@ -40,8 +45,9 @@ def _fla(q, k, v, beta):
     return chunk_delta_rule(q, k[:, :, 0], v[:, :, 0], beta[:, :, 0], scale=1.0)[0]
 
 
-def _table(fn, args, bwd: bool, repeats: int) -> dict[str, float]:
+def _table(fn, width: int, args, bwd: bool, repeats: int) -> dict[str, float]:
     def once():
+        meta.HALF_SLICE = width  # read by launch_config in the forward and the backward
         xs = [a.detach().requires_grad_(bwd) for a in args]
         o = fn(*xs)
         if bwd:
@@ -68,22 +74,26 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--nh", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--half-slice", default="", help="comma-separated HALF_SLICE values")
+    ap.add_argument("--no-fla", action="store_true")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
-    runners = {"ours": _ours}
+    runners = {}
+    for width in [int(w) for w in args.half_slice.split(",") if w] or [meta.HALF_SLICE]:
+        runners[f"ours(slice {width})"] = (_ours, width)
     try:
         import fla  # noqa: F401
 
-        if args.nh == 1 and dtype != torch.float32:
-            runners["fla"] = _fla
+        if args.nh == 1 and dtype != torch.float32 and not args.no_fla:
+            runners["fla"] = (_fla, meta.HALF_SLICE)
     except ImportError:
         pass
     for shape in args.shapes:
         B, T, H, d = (int(x) for x in shape.split(","))
         xs = _inputs(B, T, H, d, args.nh, dtype)
         for bwd in (False, True):
-            for name, fn in runners.items():
-                t = _table(fn, xs, bwd, args.repeats)
+            for name, (fn, width) in runners.items():
+                t = _table(fn, width, xs, bwd, args.repeats)
                 total = sum(t.values())
                 print(f"\n{name} B{B} T{T} H{H} d{d} nh{args.nh} {args.dtype} "
                       f"{'fwd+bwd' if bwd else 'fwd'}: {total:.3f} ms GPU-busy")

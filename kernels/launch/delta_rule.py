@@ -19,10 +19,17 @@ SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
 
 KS = 16
-"""Slice of ``d_k`` rows/columns per partial product when contracting over ``d_k``."""
+"""Slice of ``d_k`` rows/columns per partial product when contracting over ``d_k`` with
+float32 ``"ieee"`` dots (FMA units: whole operand rows and columns live in registers)."""
 
 VS = 16
-"""Slice of ``d_v`` columns handled at a time (value side of a chunk, state programs)."""
+"""Slice of ``d_v`` columns handled at a time with float32 ``"ieee"`` dots (value side of a
+chunk), and the state columns of one program of the state kernels (all precisions)."""
+
+HALF_SLICE = 64
+"""Slice width of the per-chunk kernels with bfloat16/float16 inputs: their products run on
+the tensor cores, whose operands are spread over the warps, so a slice can be as wide as a
+64-wide head without spilling (and one wide product beats four narrow ones)."""
 
 MAX_NH = 64
 """Largest ``nh`` served (a chunk must hold at least one token's micro-steps)."""
@@ -79,8 +86,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``).
     ``micro_chunk`` (``LP``, micro-steps per chunk; 0 = default) must be 16, 32 or 64 and at
     least ``nh``; a chunk holds ``C = LP // nh`` whole tokens. ``blocked`` picks the blocked
-    triangular inverse (default: when ``LP > 32``). Returns ``NH, C, LP, CP, BK, BV, KS, VS,
-    SUB, BLOCKED, PREC`` and per-kernel ``warps`` / ``stages``.
+    triangular inverse by matrix products (the default) over row-by-row substitution.
+    Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, the state kernels' column
+    slice ``VSS`` and per-kernel ``warps`` / ``stages``.
     """
     if not 1 <= nh <= MAX_NH:
         raise ValueError(f"nh must be in [1, {MAX_NH}]; got {nh}")
@@ -89,6 +97,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         raise ValueError(f"micro_chunk must be 16, 32 or 64 and >= nh ({nh}); got {lp}")
     bk, bv = block_size(dk), block_size(dv)
     chunk_warps = 4 if lp * max(bk, bv) < 2048 else 8
+    vss = min(HALF_SLICE if half else VS, bv)
+    state_warps = 8 if bk * vss >= 4096 else 4  # a 64×64 float32 state tile: 32 regs/thread
     return {
         "NH": nh,
         "C": lp // nh,
@@ -96,23 +106,31 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "CP": max(16, next_pow2(lp // nh)),
         "BK": bk,
         "BV": bv,
-        "KS": min(KS, bk),
-        "VS": min(VS, bv),
+        "KS": min(HALF_SLICE if half else KS, bk),
+        "VS": min(HALF_SLICE if half else VS, bv),
+        # Tensor-core products hold a whole 64-wide state slice; FMA products spill past 16.
+        "VSS": vss,
         "SUB": SUB,
-        "BLOCKED": (lp > 32 if blocked is None else bool(blocked)) and lp > SUB,
+        "BLOCKED": True if blocked is None else bool(blocked),
         "PREC": HALF_DOT_PRECISION if half else DOT_PRECISION,
-        "warps": {"fwd_prep": chunk_warps, "fwd_state": 4, "fwd_out": 4, "bwd_state": 4,
-                  "bwd_grads": chunk_warps},
+        "warps": {"fwd_prep": chunk_warps, "fwd_state": state_warps, "fwd_out": 4,
+                  "bwd_state": state_warps, "bwd_grads": chunk_warps},
         # The state kernels re-read what they just stored: no software pipelining there.
         "stages": {"fwd_prep": 2, "fwd_state": 1, "fwd_out": 2, "bwd_state": 1,
                    "bwd_grads": 2},
     }
 
 
+_STATE_KERNELS = ("fwd_state", "bwd_state")
+"""Kernels whose ``VS`` is the column slice of one program (``cfg["VSS"]``)."""
+
+
 def launch_kwargs(cfg: dict, kernel: str, **flags) -> dict:
     """Keyword arguments for launching ``kernel`` (a key of ``KERNEL_CONSTEXPRS``):
     its constexprs from ``cfg``, the given flags (``HAS_DECAY`` ...), warps and stages."""
     out = {n: cfg[n] for n in KERNEL_CONSTEXPRS[kernel]}
+    if kernel in _STATE_KERNELS:
+        out["VS"] = cfg["VSS"]
     out.update(flags)
     out["num_warps"] = cfg["warps"][kernel]
     out["num_stages"] = cfg["stages"][kernel]
@@ -155,4 +173,4 @@ def grid_chunks(T: int, BH: int, cfg: dict) -> tuple:
 
 def grid_state(BH: int, cfg: dict) -> tuple:
     """Grid of the serial-over-chunks kernels: one program per ``(b, h)`` and ``VS`` columns."""
-    return (BH, cfg["BV"] // cfg["VS"])
+    return (BH, cfg["BV"] // cfg["VSS"])
