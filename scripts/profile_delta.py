@@ -6,10 +6,13 @@ CUDA time of every kernel summed over the profiled repeats, divided by the repea
 of one call, split by kernel.
 
     python3 scripts/profile_delta.py [--shapes 128,1024,4,64 ...] [--dtype bfloat16] [--nh 1]
-        [--half-slice 32,64] [--no-fla]
+        [--variants "" "lp=64" "warps.fwd_prep=4;slice=32" ...] [--no-fla]
 
-``--half-slice`` sweeps ``mingru_kernels.launch.delta_rule.HALF_SLICE`` (the slice width of
-the per-chunk kernels and the state kernels' columns for half inputs) over the given values.
+``--variants`` sweeps launch configurations: each is ``;``-separated overrides of
+``mingru_kernels.launch.delta_rule.launch_config`` — ``lp=N`` (micro-steps per chunk),
+``slice=N`` (``HALF_SLICE``: slice width of the per-chunk kernels and the state kernels'
+columns for half inputs), ``warps.<kernel>=N``, ``stages.<kernel>=N`` — applied to the
+forward and the backward alike; ``""`` is the shipped default.
 """
 
 from __future__ import annotations
@@ -45,9 +48,29 @@ def _fla(q, k, v, beta):
     return chunk_delta_rule(q, k[:, :, 0], v[:, :, 0], beta[:, :, 0], scale=1.0)[0]
 
 
-def _table(fn, width: int, args, bwd: bool, repeats: int) -> dict[str, float]:
+_SHIPPED = meta.launch_config
+
+
+def _apply(variant: str) -> None:
+    """Route ``meta.launch_config`` (read at every call, forward and backward) through the
+    variant's overrides."""
+    items = dict(kv.split("=") for kv in variant.split(";") if kv)
+    meta.HALF_SLICE = int(items.pop("slice", 64))
+    lp = int(items.pop("lp", 0))
+
+    def patched(nh, dk, dv, half=False, micro_chunk=0, blocked=None):
+        cfg = _SHIPPED(nh, dk, dv, half=half, micro_chunk=micro_chunk or lp, blocked=blocked)
+        for key, val in items.items():
+            table, kernel = key.split(".")
+            cfg[table] = {**cfg[table], kernel: int(val)}
+        return cfg
+
+    meta.launch_config = patched
+
+
+def _table(fn, variant: str, args, bwd: bool, repeats: int) -> dict[str, float]:
     def once():
-        meta.HALF_SLICE = width  # read by launch_config in the forward and the backward
+        _apply(variant)
         xs = [a.detach().requires_grad_(bwd) for a in args]
         o = fn(*xs)
         if bwd:
@@ -74,26 +97,26 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--nh", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--half-slice", default="", help="comma-separated HALF_SLICE values")
+    ap.add_argument("--variants", nargs="*", default=[""], help="launch overrides (see above)")
     ap.add_argument("--no-fla", action="store_true")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     runners = {}
-    for width in [int(w) for w in args.half_slice.split(",") if w] or [meta.HALF_SLICE]:
-        runners[f"ours(slice {width})"] = (_ours, width)
+    for variant in args.variants:
+        runners[f"ours({variant or 'default'})"] = (_ours, variant)
     try:
         import fla  # noqa: F401
 
         if args.nh == 1 and dtype != torch.float32 and not args.no_fla:
-            runners["fla"] = (_fla, meta.HALF_SLICE)
+            runners["fla"] = (_fla, "")
     except ImportError:
         pass
     for shape in args.shapes:
         B, T, H, d = (int(x) for x in shape.split(","))
         xs = _inputs(B, T, H, d, args.nh, dtype)
         for bwd in (False, True):
-            for name, (fn, width) in runners.items():
-                t = _table(fn, width, xs, bwd, args.repeats)
+            for name, (fn, variant) in runners.items():
+                t = _table(fn, variant, xs, bwd, args.repeats)
                 total = sum(t.values())
                 print(f"\n{name} B{B} T{T} H{H} d{d} nh{args.nh} {args.dtype} "
                       f"{'fwd+bwd' if bwd else 'fwd'}: {total:.3f} ms GPU-busy")
