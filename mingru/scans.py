@@ -375,6 +375,7 @@ def _delta_rule(
     chunk_size: int = 64,
     *,
     cu_seqlens: torch.Tensor | None = None,
+    allow_tf32: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The delta rule (DeltaNet / DeltaProduct) behind DeltaMinGRU (private op).
 
@@ -395,6 +396,10 @@ def _delta_rule(
             sequence's own ``h0[n]``: ``h0`` is then ``(N, H, d_k, d_v)`` (or ``None``:
             zeros) and ``h_T`` is ``(N, H, d_k, d_v)``, each sequence's final state (an empty
             sequence's is its initial state). Equal to running each sequence alone.
+        allow_tf32: let the Triton kernels multiply float32 inputs in TF32 on the tensor
+            cores (faster; products to about 1e-3 relative instead of exact float32). Off by
+            default; half-precision inputs always use the tensor cores, and the eager path
+            is unaffected.
 
     Returns:
         ``(o (B, T, H, d_v), h_T (B, H, d_k, d_v))`` in ``q``'s dtype; packed,
@@ -414,6 +419,8 @@ def _delta_rule(
     for name, t in named:
         _validate.floating(t, f"delta_rule: {name}")
     positive_int(chunk_size, "chunk_size")
+    if not isinstance(allow_tf32, bool):
+        raise TypeError(f"delta_rule: allow_tf32 must be a bool; got {allow_tf32!r}")
     check_delta_rule_shapes(q, k, v, beta, log_gamma, None if cu_seqlens is not None else h0)
     devices = {t.device for _, t in named}
     if len(devices) > 1:
@@ -425,6 +432,7 @@ def _delta_rule(
         cu = check_cu_seqlens(cu_seqlens, B, T, q.device)
         check_packed_state(h0, cu.shape[0] - 1, (H, dk, v.shape[-1]), "h0")
         return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size,
-                    cu_seqlens=cu)
-    return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size)
+                    cu_seqlens=cu, allow_tf32=allow_tf32)
+    return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size,
+                allow_tf32=allow_tf32)
 

@@ -80,10 +80,12 @@ def block_size(n: int) -> int:
 
 
 def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: int = 0,
-                  blocked: bool | None = None) -> dict:
+                  blocked: bool | None = None, tf32: bool = False) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
-    ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``).
+    ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
+    caller allows TF32 products for float32 inputs (the tensor-core precision and tiling of
+    half inputs; without it float32 products are exact, ``DOT_PRECISION``).
     ``micro_chunk`` (``LP``, micro-steps per chunk; 0 = default) must be 16, 32 or 64 and at
     least ``nh``; a chunk holds ``C = LP // nh`` whole tokens. ``blocked`` picks the blocked
     triangular inverse by matrix products (the default) over row-by-row substitution.
@@ -96,6 +98,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     if lp not in (16, 32, 64) or lp < nh:
         raise ValueError(f"micro_chunk must be 16, 32 or 64 and >= nh ({nh}); got {lp}")
     bk, bv = block_size(dk), block_size(dv)
+    half = half or tf32  # from here on: "products on the tensor cores"
     chunk_warps = 4 if lp * max(bk, bv) < 2048 else 8
     vss = min(HALF_SLICE if half else VS, bv)
     state_warps = 8 if bk * vss >= 4096 else 4  # a 64×64 float32 state tile: 32 regs/thread

@@ -57,6 +57,7 @@ def unsupported_reason(
     chunk_size: int = 64,
     *,
     cu_seqlens: Tensor | None = None,
+    allow_tf32: bool = False,
 ) -> str | None:
     """Why the Triton kernels cannot run this (validated) call, or ``None``."""
     for name, t in (("q", q), ("k", k), ("v", v), ("beta", beta), ("log_gamma", log_gamma),
@@ -82,6 +83,7 @@ def run(
     chunk_size: int = 64,
     *,
     cu_seqlens: Tensor | None = None,
+    allow_tf32: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """The delta rule on the Triton kernels (shapes as in ``mingru._eager.delta_rule``):
     ``(o (B,T,H,d_v), h_T (B,H,d_k,d_v))`` in ``q``'s dtype, differentiable in every tensor
@@ -99,8 +101,11 @@ def run(
 
     With ``cu_seqlens`` (checked int64 offsets ``(N+1,)``, ``B = 1``): ``h0`` and ``h_T`` are
     ``(N, H, d_k, d_v)``, one state per sequence (see the module docstring).
+    ``allow_tf32``: float32 inputs may be multiplied in TF32 on the tensor cores (faster,
+    about 1e-3 relative error); by default their products are exact float32. Half inputs
+    always use the tensor cores.
     """
-    tuning = _tuning()
+    tuning = _tuning(allow_tf32)
     if cu_seqlens is None:
         o, h_T, _, _, _ = _entry(q, k, v, beta, log_gamma, h0, tuning, None, None, None)
         return o, h_T
@@ -114,27 +119,31 @@ def run(
     return gather_packed(o, lay), h_T
 
 
-def _tuning() -> int:
-    """The forced plan choices (:mod:`mingru_kernels.launch.switches`) as the custom ops' int:
-    0 = defaults, else ``micro_chunk + 1000 * (1 + blocked)``. An int argument keeps the
-    choice fixed between the forward and its backward."""
+_TF32 = 10_000
+"""Flag of ``allow_tf32`` in the custom ops' ``tuning`` int."""
+
+
+def _tuning(allow_tf32: bool = False) -> int:
+    """The forced plan choices (:mod:`mingru_kernels.launch.switches`) and ``allow_tf32`` as
+    the custom ops' int: ``micro_chunk + 1000 * (1 + blocked) + 10000 * allow_tf32`` (0 =
+    defaults). An int argument keeps the choice fixed between the forward and its backward."""
     choices = switches.plan_choices("delta_rule")
-    if not choices:
-        return 0
     blocked = choices.get("blocked")
-    return int(choices.get("micro_chunk", 0)) + (0 if blocked is None else 1000 * (1 + bool(blocked)))
+    return (int(choices.get("micro_chunk", 0)) + (0 if blocked is None else 1000 * (1 + bool(blocked)))
+            + (_TF32 if allow_tf32 else 0))
 
 
 # --- custom ops ----------------------------------------------------------------------------
 
 
 def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> dict:
-    # ``tuning`` (a custom-op int): 0 = defaults; else micro_chunk + 1000 * (1 + blocked).
+    # ``tuning`` (a custom-op int, see _tuning): micro_chunk + 1000 * (1 + blocked) + 10000 * tf32.
     _, _, nh, _, dk = k.shape
     half = q.dtype in (torch.bfloat16, torch.float16)
+    tf32, tuning = tuning >= _TF32, tuning % _TF32
     blocked = None if tuning < 1000 else tuning >= 2000
     return meta.launch_config(nh, dk, v.shape[-1], half=half, micro_chunk=tuning % 1000,
-                              blocked=blocked)
+                              blocked=blocked, tf32=tf32)
 
 
 def _n_seq(cu: Tensor | None, B: int) -> int:

@@ -217,9 +217,12 @@ def delta_rule_eager(
     chunk_size: int = 64,
     *,
     cu_seqlens: jax.Array | None = None,
+    allow_tf32: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """The delta rule by the chunked WY form; see the module docstring for shapes and math
     (and for ``cu_seqlens``, the packed form: ``B = 1``, ``h0``/``h_T`` ``(N, H, d_k, d_v)``).
+    ``allow_tf32`` is the kernels' option (TF32 products for float32 inputs); this reference
+    takes it for the same signature and keeps its full-float32 products.
 
     Example:
         >>> import jax, jax.numpy as jnp

@@ -22,6 +22,8 @@ the op stays on the JAX eager chunked form; ``use_backend("triton")`` selects th
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import triton
@@ -39,7 +41,7 @@ _HALF = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
 def unsupported_reason(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64, *,
-                       cu_seqlens=None) -> str | None:
+                       cu_seqlens=None, allow_tf32=False) -> str | None:
     """Why the kernels cannot run this (validated) call, or ``None``."""
     for name, x in (("q", q), ("k", k), ("v", v), ("beta", beta), ("log_gamma", log_gamma),
                     ("h0", h0)):
@@ -53,20 +55,23 @@ def prefer_over_eager(*args, **kwargs) -> bool:
     return False
 
 
-def run(q, k, v, beta, log_gamma=None, h0=None, chunk_size: int = 64, *, cu_seqlens=None):
+def run(q, k, v, beta, log_gamma=None, h0=None, chunk_size: int = 64, *, cu_seqlens=None,
+        allow_tf32: bool = False):
     """``(o (B, T, H, d_v), h_T (B, H, d_k, d_v))`` on the Triton kernels, in ``q``'s dtype;
     jit/grad/vmap-compatible. ``chunk_size`` (the eager twin's hint, validated in
     :mod:`mingru_jax.scans`) is ignored: the kernels use their own chunk. With
     ``cu_seqlens`` (checked int32 offsets ``(N+1,)``, ``B = 1``) ``h0`` and ``h_T`` are
-    ``(N, H, d_k, d_v)``, one state per sequence (see the module docstring)."""
+    ``(N, H, d_k, d_v)``, one state per sequence (see the module docstring).
+    ``allow_tf32``: TF32 products for float32 inputs (exact float32 by default)."""
+    op, packed_op = _ops(bool(allow_tf32))
     if cu_seqlens is None:
-        return _op(q, k, v, beta, log_gamma, h0)
+        return op(q, k, v, beta, log_gamma, h0)
     lay = packed_layout(cu_seqlens, q.shape[1], _config(q, k, v)["C"])
     q, k, v, beta = (scatter_packed(x, lay) for x in (q, k, v, beta))
     if log_gamma is not None:
         log_gamma = scatter_packed(log_gamma, lay)
     cu = jnp.asarray(cu_seqlens).astype(jnp.int32)
-    o, h_T = _packed_op(q, k, v, beta, log_gamma, h0, lay.chunk_seq, lay.chunk_end, cu)
+    o, h_T = packed_op(q, k, v, beta, log_gamma, h0, lay.chunk_seq, lay.chunk_end, cu)
     return gather_packed(o, lay), h_T
 
 
@@ -125,12 +130,12 @@ def _bwd_grads(q, k, v, beta, lg, states, dstates, do, T, H, DK, DV, NC,
 # ----------------------------------------------------------------------------- launch sequences
 
 
-def _config(q, k, v) -> dict:
+def _config(q, k, v, tf32: bool = False) -> dict:
     _, _, nh, _, dk = k.shape
     choices = switches.plan_choices("delta_rule")
     return meta.launch_config(nh, dk, v.shape[-1], half=jnp.dtype(q.dtype) in _HALF,
                               micro_chunk=int(choices.get("micro_chunk", 0)),
-                              blocked=choices.get("blocked"))
+                              blocked=choices.get("blocked"), tf32=tf32)
 
 
 def _tables(q, tables):
@@ -140,10 +145,10 @@ def _tables(q, tables):
     return True, tuple(tables), tables[2].shape[0] - 1
 
 
-def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None):
+def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None, tf32=False):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
-    cfg = _config(q, k, v)
+    cfg = _config(q, k, v, tf32)
     BH, nc = B * H, meta.n_chunks(T, cfg)
     shp = meta.scratch_shapes(BH, T, cfg)
     lg = q if log_gamma is None else log_gamma  # placeholders, never read
@@ -168,10 +173,11 @@ def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None):
     return o, h_T, states, M, qeff
 
 
-def _launch_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tables=None):
+def _launch_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tables=None,
+                     tf32=False):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
-    cfg = _config(q, k, v)
+    cfg = _config(q, k, v, tf32)
     BH, nc = B * H, meta.n_chunks(T, cfg)
     dummy = common.f32((1,))
     packed, tabs, n_states = _tables(q, tables)
@@ -194,84 +200,88 @@ def _launch_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, ta
 
 
 # ----------------------------------------------------------------------------- custom_vjp
+# One pair of differentiable ops per ``allow_tf32`` setting (a static choice: it picks the
+# kernels' compile-time precision), built on first use.
 
 
-_forward = common.batched(_launch_forward)
-
-
-@common.batched
-def _backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T):
-    dq, dk, dv, dbeta, dlg, dh0 = _launch_backward(q, k, v, beta, log_gamma, h0, states, M, qeff,
-                                                   do, dh_T)
-    # Only present inputs get a gradient; the batch rule needs a leading B on every output.
+def _grads_of_present(log_gamma, h0, dq, dk, dv, dbeta, dlg, dh0):
+    """Only present inputs get a gradient; the batch rule needs a leading B on every output."""
     return tuple(g for g in (dq, dk, dv, dbeta, None if log_gamma is None else dlg,
                              None if h0 is None else dh0) if g is not None)
 
 
-@jax.custom_vjp
-def _op(q, k, v, beta, log_gamma, h0):
-    o, h_T, *_ = _forward(q, k, v, beta, log_gamma, h0)
-    return o, h_T
-
-
-def _op_fwd(q, k, v, beta, log_gamma, h0):
-    o, h_T, states, M, qeff = _forward(q, k, v, beta, log_gamma, h0)
-    return (o, h_T), (q, k, v, beta, log_gamma, h0, states, M, qeff)
-
-
-def _op_bwd(res, cts):
-    q, k, v, beta, log_gamma, h0, states, M, qeff = res
-    do, dh_T = cts
-    grads = iter(_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T))
+def _unpack_grads(grads, log_gamma, h0):
+    grads = iter(grads)
     dq, dk, dv, dbeta = (next(grads) for _ in range(4))
     dlg = None if log_gamma is None else next(grads)
     dh0 = None if h0 is None else next(grads)
     return dq, dk, dv, dbeta, dlg, dh0
 
 
-_op.defvjp(_op_fwd, _op_bwd)
+def _make_op(tf32: bool):
+    forward = common.batched(functools.partial(_launch_forward, tables=None, tf32=tf32))
+
+    @common.batched
+    def backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T):
+        return _grads_of_present(log_gamma, h0, *_launch_backward(
+            q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, None, tf32))
+
+    @jax.custom_vjp
+    def op(q, k, v, beta, log_gamma, h0):
+        o, h_T, *_ = forward(q, k, v, beta, log_gamma, h0)
+        return o, h_T
+
+    def op_fwd(q, k, v, beta, log_gamma, h0):
+        o, h_T, states, M, qeff = forward(q, k, v, beta, log_gamma, h0)
+        return (o, h_T), (q, k, v, beta, log_gamma, h0, states, M, qeff)
+
+    def op_bwd(res, cts):
+        q, k, v, beta, log_gamma, h0, states, M, qeff = res
+        do, dh_T = cts
+        return _unpack_grads(backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T),
+                             log_gamma, h0)
+
+    op.defvjp(op_fwd, op_bwd)
+    return op
 
 
-# ----------------------------------------------------------------------------- packed custom_vjp
 # One padded row (B = 1) with the layout's tables, which have no batch axis: a vmapped call
 # runs its rows one after another (common.batched_by_map).
 
 
-@common.batched_by_map
-def _packed_forward(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu):
-    return _launch_forward(q, k, v, beta, log_gamma, h0, (chunk_seq, chunk_end, cu))
+def _make_packed_op(tf32: bool):
+    @common.batched_by_map
+    def forward(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu):
+        return _launch_forward(q, k, v, beta, log_gamma, h0, (chunk_seq, chunk_end, cu), tf32)
+
+    @common.batched_by_map
+    def backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, chunk_seq,
+                 chunk_end, cu):
+        return _grads_of_present(log_gamma, h0, *_launch_backward(
+            q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T,
+            (chunk_seq, chunk_end, cu), tf32))
+
+    @jax.custom_vjp
+    def op(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu):
+        o, h_T, *_ = forward(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu)
+        return o, h_T
+
+    def op_fwd(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu):
+        o, h_T, states, M, qeff = forward(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu)
+        return (o, h_T), (q, k, v, beta, log_gamma, h0, states, M, qeff, chunk_seq, chunk_end, cu)
+
+    def op_bwd(res, cts):
+        q, k, v, beta, log_gamma, h0, states, M, qeff, chunk_seq, chunk_end, cu = res
+        do, dh_T = cts
+        grads = backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, chunk_seq,
+                         chunk_end, cu)
+        return (*_unpack_grads(grads, log_gamma, h0), None, None, None)
+
+    op.defvjp(op_fwd, op_bwd)
+    return op
 
 
-@common.batched_by_map
-def _packed_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, chunk_seq,
-                     chunk_end, cu):
-    dq, dk, dv, dbeta, dlg, dh0 = _launch_backward(q, k, v, beta, log_gamma, h0, states, M,
-                                                   qeff, do, dh_T, (chunk_seq, chunk_end, cu))
-    return tuple(g for g in (dq, dk, dv, dbeta, None if log_gamma is None else dlg,
-                             None if h0 is None else dh0) if g is not None)
-
-
-@jax.custom_vjp
-def _packed_op(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu):
-    o, h_T, *_ = _packed_forward(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu)
-    return o, h_T
-
-
-def _packed_op_fwd(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu):
-    o, h_T, states, M, qeff = _packed_forward(q, k, v, beta, log_gamma, h0, chunk_seq,
-                                              chunk_end, cu)
-    return (o, h_T), (q, k, v, beta, log_gamma, h0, states, M, qeff, chunk_seq, chunk_end, cu)
-
-
-def _packed_op_bwd(res, cts):
-    q, k, v, beta, log_gamma, h0, states, M, qeff, chunk_seq, chunk_end, cu = res
-    do, dh_T = cts
-    grads = iter(_packed_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T,
-                                  chunk_seq, chunk_end, cu))
-    dq, dk, dv, dbeta = (next(grads) for _ in range(4))
-    dlg = None if log_gamma is None else next(grads)
-    dh0 = None if h0 is None else next(grads)
-    return dq, dk, dv, dbeta, dlg, dh0, None, None, None
-
-
-_packed_op.defvjp(_packed_op_fwd, _packed_op_bwd)
+@functools.cache
+def _ops(tf32: bool):
+    """``(op, packed_op)`` for one ``allow_tf32`` setting."""
+    return _make_op(tf32), _make_packed_op(tf32)

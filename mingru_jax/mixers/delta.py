@@ -62,6 +62,9 @@ class DeltaMinGRU(nnx.Module):
         decay: ``None``, ``"fixed"`` or ``"learnable"`` (one rate per head) time decay.
         decay_rate: ``λ`` (fixed) or its initial value (learnable), ``> 0``.
         log1p_delta: use ``f = log1p`` on the time gaps.
+        allow_tf32: let the Triton kernels multiply float32 inputs in TF32 on the tensor
+            cores (faster, products to about 1e-3 relative); off by default (exact float32
+            products). Half-precision inputs always use the tensor cores.
         dtype: computation dtype of the projections (``None``: promote input and params).
         param_dtype: dtype of the parameters.
         rngs: :class:`flax.nnx.Rngs` for the initialisation.
@@ -103,11 +106,14 @@ class DeltaMinGRU(nnx.Module):
         decay: str | None = None,
         decay_rate: float = 1.0,
         log1p_delta: bool = False,
+        allow_tf32: bool = False,
         *,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
         rngs: nnx.Rngs,
     ) -> None:
+        if not isinstance(allow_tf32, bool):
+            raise TypeError(f"DeltaMinGRU: allow_tf32 must be a bool; got {allow_tf32!r}")
         sizes = check_delta(input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size)
         input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size = sizes
 
@@ -118,6 +124,7 @@ class DeltaMinGRU(nnx.Module):
         self.d_k = d_k
         self.d_v = d_v
         self.chunk_size = chunk_size
+        self.allow_tf32 = allow_tf32
         self.state_size = sizes.state_size
 
         # Creation order is part of the interface (the same as the PyTorch twin).
@@ -203,13 +210,15 @@ class DeltaMinGRU(nnx.Module):
             check_axis(axis_name)
             eye = jnp.broadcast_to(jnp.eye(dk, dtype=dtype), (B, H, dk, dk))
             _, product = _delta_rule(q, k, jnp.zeros((*k.shape[:-1], dk), dtype), beta,
-                                     log_gamma, eye, self.chunk_size)
+                                     log_gamma, eye, self.chunk_size,
+                                     allow_tf32=self.allow_tf32)
             o, h_T = sequence_parallel(
-                lambda S: _delta_rule(q, k, v, beta, log_gamma, S, self.chunk_size),
+                lambda S: _delta_rule(q, k, v, beta, log_gamma, S, self.chunk_size,
+                                      allow_tf32=self.allow_tf32),
                 product, h0, axis_name, True, matrix=True)
         else:
             o, h_T = _delta_rule(q, k, v, beta, log_gamma, h0, self.chunk_size,
-                                 cu_seqlens=cu_seqlens)
+                                 cu_seqlens=cu_seqlens, allow_tf32=self.allow_tf32)
         y = self.out_proj(o.reshape(B, T, H * dv))
         if return_state:
             return y, h_T.reshape(n_states, 1, self.state_size)

@@ -210,6 +210,32 @@ def test_delta_rule_under_jit_and_vmap():
     _check_vmap(fn, tuple(args.values()))
 
 
+def test_delta_rule_allow_tf32_reaches_the_kernels(monkeypatch):
+    """``allow_tf32`` picks the kernels' TF32 precision for float32 inputs in the forward and
+    the backward (exact float32 by default), packed or not; the result (exact in the
+    interpreter) and gradients still match eager; a non-bool is refused."""
+    from mingru_jax._launch import delta_rule as launcher
+
+    seen = []
+    real = launcher._config
+    monkeypatch.setattr(launcher, "_config",
+                        lambda *a, **kw: seen.append(real(*a, **kw)["PREC"]) or real(*a, **kw))
+    args = _delta_args(13, 6, 2, True, True)
+    names = tuple(args)
+
+    def fn(*xs):
+        return _delta_rule(**dict(zip(names, xs, strict=True)), chunk_size=4, allow_tf32=True)
+
+    _check(fn, tuple(args.values()))
+    assert seen and set(seen) == {"tf32"}
+    seen.clear()
+    with use_backend("triton"):
+        _delta_rule(**args)
+    assert set(seen) == {"ieee"}
+    with pytest.raises(TypeError, match="allow_tf32 must be a bool"):
+        _delta_rule(**args, allow_tf32=1)
+
+
 def test_delta_rule_auto_keeps_eager_until_measured(monkeypatch):
     from mingru_jax._launch import delta_rule as launcher
 

@@ -225,6 +225,43 @@ def test_mixer_compiles_fullgraph_onto_the_kernel():
     assert rel_err(y, y_e) <= 1e-5
 
 
+@pytest.mark.interpreter
+def test_allow_tf32_is_threaded_to_the_kernels_precision():
+    """float32 products are exact unless the caller asks for TF32 (forward and backward
+    alike, with forced layouts kept); half inputs always take the tensor cores."""
+    from mingru._launch import delta_rule as launcher
+    from mingru_kernels.launch import delta_rule as meta
+
+    args = [a.float().to(DEVICE) for a in make_inputs(1, 9, 2, 2, 16, 16)]
+    q, k, v = args[:3]
+    assert launcher._config(q, k, v, launcher._tuning())["PREC"] == meta.DOT_PRECISION
+    assert launcher._config(q, k, v, launcher._tuning(True))["PREC"] == "tf32"
+    assert launcher._config(q.bfloat16(), k, v, launcher._tuning())["PREC"] == "tf32"
+    with switches.forced("delta_rule", micro_chunk=64, blocked=False):
+        cfg = launcher._config(q, k, v, launcher._tuning(True))
+    assert (cfg["LP"], cfg["BLOCKED"], cfg["PREC"]) == (64, False, "tf32")
+    # The interpreter multiplies exactly either way: the flag must not change the result.
+    check(make_inputs(1, 20, 2, 2, 16, 16, True, True, True), layout=None)
+    xs = [a.clone().requires_grad_(True) for a in args]
+    with mingru.use_backend("triton"):
+        o, h = _delta_rule(*xs, allow_tf32=True)
+        o_ref, h_ref = _delta_rule(*args)
+    (o.sum() + h.sum()).backward()
+    assert rel_err(o, o_ref) <= 1e-6 and rel_err(h, h_ref) <= 1e-6
+    assert all(torch.isfinite(x.grad).all() for x in xs)
+
+
+@pytest.mark.interpreter
+def test_allow_tf32_must_be_a_bool():
+    args = [a.float().to(DEVICE) for a in make_inputs(1, 3, 1, 2, 16, 16)]
+    with pytest.raises(TypeError, match="allow_tf32 must be a bool"):
+        _delta_rule(*args, allow_tf32=1)
+    with pytest.raises(TypeError, match="allow_tf32 must be a bool"):
+        DeltaMinGRU(4, 8, n_heads=2, allow_tf32="yes")
+    m = DeltaMinGRU(4, 8, n_heads=2, allow_tf32=True)
+    assert "allow_tf32=True" in repr(m)
+
+
 # --- GPU ------------------------------------------------------------------------------------
 
 
@@ -250,6 +287,19 @@ class TestGPU:
         for name, g, x in zip(NAMES, grads, xs, strict=True):
             if g is not None:
                 assert rel_err(g, x.grad) <= tol, name
+
+    @pytest.mark.parametrize("allow_tf32", [False, True], ids=["ieee", "tf32"])
+    def test_allow_tf32_precision_on_the_gpu(self, allow_tf32):
+        """Exact float32 products by default (errors of a few 1e-7 relative); with
+        ``allow_tf32`` the kernels use TF32 (errors up to about 1e-3, never NaN)."""
+        args = [None if a is None else a.to(DEVICE)
+                for a in make_inputs(2, 1000, 2, 2, 64, 64, True, True, True, seed=5)]
+        o_ref, h_ref = delta_rule_eager(*args, chunk_size=64)  # float64
+        f32 = [None if a is None else a.float() for a in args]
+        with mingru.use_backend("triton"):
+            o, h = _delta_rule(*f32, allow_tf32=allow_tf32)
+        err = max(rel_err(o, o_ref), rel_err(h, h_ref))
+        assert err <= (5e-3 if allow_tf32 else 1e-5), err
 
     @pytest.mark.parametrize("layout", ["L16", "L32-rows", "L64-blocked"])
     def test_chunk_layouts_head64(self, layout):
