@@ -58,8 +58,9 @@ def _apply(variant: str) -> None:
     meta.HALF_SLICE = int(items.pop("slice", 64))
     lp = int(items.pop("lp", 0))
 
-    def patched(nh, dk, dv, half=False, micro_chunk=0, blocked=None):
-        cfg = _SHIPPED(nh, dk, dv, half=half, micro_chunk=micro_chunk or lp, blocked=blocked)
+    def patched(nh, dk, dv, half=False, micro_chunk=0, blocked=None, tf32=False):
+        cfg = _SHIPPED(nh, dk, dv, half=half, micro_chunk=micro_chunk or lp, blocked=blocked,
+                       tf32=tf32)
         for key, val in items.items():
             table, kernel = key.split(".")
             cfg[table] = {**cfg[table], kernel: int(val)}

@@ -101,10 +101,11 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     half = half or tf32  # from here on: "products on the tensor cores"
     chunk_warps = 4 if lp * max(bk, bv) < 2048 else 8
     # Tensor-core products: 4 warps let two chunk programs share an SM and overlap their
-    # chains of dependent products (H200, d = 64, bf16: fwd_prep 0.99 -> 0.54 ms).
-    prep_warps = 4 if half else chunk_warps
+    # chains of dependent products (H200, d = 64, bf16: fwd_prep 0.99 -> 0.54 ms, fwd+bwd
+    # 2.97 -> 2.35 ms with the backward's too, in spite of its spills).
+    tc_warps = 4 if half else chunk_warps
     vss = min(HALF_SLICE if half else VS, bv)
-    state_warps = 8 if bk * vss >= 4096 else 4  # a 64×64 float32 state tile: 32 regs/thread
+    state_warps = 4  # 8 for a 64×64 tile measured 3 % slower on an H200 (d = 64, bf16)
     return {
         "NH": nh,
         "C": lp // nh,
@@ -119,8 +120,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "SUB": SUB,
         "BLOCKED": True if blocked is None else bool(blocked),
         "PREC": HALF_DOT_PRECISION if half else DOT_PRECISION,
-        "warps": {"fwd_prep": prep_warps, "fwd_state": state_warps, "fwd_out": 4,
-                  "bwd_state": state_warps, "bwd_grads": chunk_warps},
+        "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps, "fwd_out": 4,
+                  "bwd_state": state_warps, "bwd_grads": tc_warps},
         # The state kernels re-read what they just stored: no software pipelining there.
         "stages": {"fwd_prep": 2, "fwd_state": 1, "fwd_out": 2, "bwd_state": 1,
                    "bwd_grads": 2},
