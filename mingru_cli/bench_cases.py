@@ -249,23 +249,22 @@ def _fla_delta(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Te
 
 
 def _fla_delta_product(nh: int) -> Runner:
-    from fla.ops.gated_delta_product import chunk_gated_delta_product
-
     def run(q, k, v, beta, g) -> Tensors:
+        from fla.ops.gated_delta_product import chunk_gated_delta_product
+
         o, _ = chunk_gated_delta_product(q, k, v, g, beta, num_householder=nh, scale=1.0)
         return (o,)
 
     return run
 
 
-def peer_delta_runners(make: Callable[[bool], Tensors]) -> dict[str, tuple[Callable, Runner]]:
+def peer_delta_runners(make: Callable[[bool], Tensors], nh: int = 1,
+                       decay: bool = False) -> dict[str, tuple[Callable, Runner]]:
     """fla on the same inputs, its layout prepared outside the timing: one micro-step without
     decay on ``chunk_delta_rule`` (the ``nh`` axis dropped); otherwise its DeltaProduct,
     ``chunk_gated_delta_product`` (``num_householder = nh``, the micro-steps of a token
     consecutive along time, ``log γ`` as its gate ``g``; zeros without decay)."""
-    q, k, _, _, *lg = make(False)
-    B, T, nh, H, _ = k.shape
-    if nh == 1 and not lg:
+    if nh == 1 and not decay:
 
         def fla_make(rg: bool) -> Tensors:
             q, k, v, beta = make(False)
@@ -276,6 +275,7 @@ def peer_delta_runners(make: Callable[[bool], Tensors]) -> dict[str, tuple[Calla
 
     def fla_product_make(rg: bool) -> Tensors:
         q, k, v, beta, *lg = make(False)
+        B, T, _, H, _ = k.shape
         g = lg[0] if lg else q.new_zeros(B, T, H)
         flat = (q, k.reshape(B, T * nh, H, -1), v.reshape(B, T * nh, H, -1),
                 beta.reshape(B, T * nh, H), g.float())

@@ -136,9 +136,10 @@ NOTES = {
                 "measured by a large clone in the same run.",
     "gpu-fused": "givens_recurrence: n=D/8 blocks, k=8, 3 rounds; delta_rule: 4 heads, "
                  "d_k=d_v=D/4, one micro-step (fla: chunk_delta_rule, scale 1).",
-    "gpu-delta": "delta_rule, 4 heads, d_k = d_v = d; fp32 rows use nh = 2 micro-steps, bf16 "
-                 "rows nh = 1 (fla: chunk_delta_rule, scale 1, its layout prepared outside the "
-                 "timing). TFLOP/s counts the recurrent form's useful FLOPs "
+    "gpu-delta": "delta_rule, 4 heads, d_k = d_v = d, B128 (B32 at T = 4096); `nh1` rows "
+                 "against fla's chunk_delta_rule, `nh2 decay` rows against fla's "
+                 "chunk_gated_delta_product (num_householder = nh, log γ as its gate), scale 1, "
+                 "fla's layout prepared outside the timing. TFLOP/s counts the recurrent form's useful FLOPs "
                  "(`bench_cases.delta_rule_flops`); ceilings on an H200: about 67 TFLOP/s fp32 "
                  "without tensor cores, about 790 TFLOP/s bf16 dense matmul. `mem floor` = "
                  "least HBM bytes (`bench_cases.delta_rule_bytes`) / copy bandwidth, "
@@ -361,7 +362,7 @@ class Plan:
                     if self.wants("triton"):
                         case.runners["triton"] = bench_cases._with_backend("triton", public)
                     if dtype == torch.bfloat16 and self.wants("fla"):
-                        case.runners.update(bench_cases.peer_delta_runners(make))
+                        case.runners.update(bench_cases.peer_delta_runners(make, nh, decay))
                     self._note_skips(case)
                     yield case
 

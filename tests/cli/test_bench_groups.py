@@ -249,3 +249,44 @@ def test_backend_selection_and_aliases():
     every = make_plan("cpu", quick=False, groups=["host"], backends=["compile"])
     assert bench_common.backend_status(every, "compile(reduce-overhead)") == "run"
     assert bench_common.backend_status(every, "eager") is None
+
+
+def test_delta_peers_get_fla_layouts_without_building_inputs_early():
+    """gpu-delta's peers: ``chunk_delta_rule`` inputs (nh axis dropped) for one micro-step
+    without decay, ``chunk_gated_delta_product`` inputs (micro-steps consecutive in time,
+    ``log γ`` as its gate, zeros without decay) otherwise; inputs are made only when timed."""
+    from mingru_cli import bench_cases
+
+    calls = []
+    base = bench_cases.fused_inputs("delta_rule", 2, 5, 8, "cpu", torch.float32, nh=2, decay=True)
+
+    def make(rg):
+        calls.append(rg)
+        return base(rg)
+
+    peers = bench_cases.peer_delta_runners(make, nh=2, decay=True)
+    assert calls == [] and list(peers) == ["fla"]
+    q, k, v, beta, g = peers["fla"][0](True)
+    q0, k0, v0, beta0, lg0 = base(False)
+    assert k.shape == (2, 10, 4, 2) and v.shape == (2, 10, 4, 2) and beta.shape == (2, 10, 4)
+    assert torch.equal(k[:, 1], k0[:, 0, 1]) and torch.equal(k[:, 2], k0[:, 1, 0])
+    assert torch.equal(g, lg0) and (lg0 < 0).all() and all(x.requires_grad for x in (q, k, g))
+    one = bench_cases.fused_inputs("delta_rule", 2, 5, 8, "cpu", torch.float32)
+    q, k, v, beta = bench_cases.peer_delta_runners(one)["fla"][0](False)
+    assert k.shape == (2, 5, 4, 2) and beta.shape == (2, 5, 4)
+    product = bench_cases.peer_delta_runners(
+        bench_cases.fused_inputs("delta_rule", 2, 5, 8, "cpu", torch.float32, nh=2), nh=2)
+    assert torch.equal(product["fla"][0](False)[4], torch.zeros(2, 5, 4))
+
+
+def test_delta_rule_bytes_and_floors():
+    from mingru_cli import bench, bench_cases
+
+    by = bench_cases.delta_rule_bytes(2, 3, 4, 1, 8, 8, torch.bfloat16)
+    inputs, out = 2 * 3 * 4 * (8 + 8 + 8 + 1) * 2, 2 * 3 * 4 * 8 * 2
+    assert by == {"fwd": inputs + out, "fwd+bwd": 2 * (inputs + out) + 2 * inputs}
+    case = bench_cases.Case("gpu-delta", "x", "s", lambda rg: (), flops={"fwd": 2e9},
+                            bytes_moved={"fwd": 4e9}, peak_flops=1e12)
+    floors = bench._floors(case, "fwd", 4e12, 4.0)
+    assert floors == {"mem_floor_ms": 1.0, "compute_floor_ms": 2.0, "floor_frac": 0.5}
+    assert bench._floors(case, "fwd+bwd", 4e12, 4.0) == {}
