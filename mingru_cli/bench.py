@@ -196,6 +196,8 @@ def _time_backend(case: bench_cases.Case, plan: Plan, mode: str, backend: str, r
             out["_out"] = first
         elif ref_out is not None and not isinstance(runner, tuple):
             out["max_abs_diff_vs_eager"] = _max_diff(first, ref_out)
+        if case.reference is not None:
+            out["err_vs_f64"] = _rel_err_vs(bench_cases.all_outputs(first)[0], case.reference())
         del first
     else:
         call = _fwd_bwd(run, xs, case.module)
@@ -208,6 +210,12 @@ def _time_backend(case: bench_cases.Case, plan: Plan, mode: str, backend: str, r
     if plan.device == "cuda" and case.group in plan.memory_groups:
         out["peak_mb"] = _peak_mb(call)
     return out
+
+
+def _rel_err_vs(got: torch.Tensor, want: torch.Tensor) -> float:
+    """``max |got − want| / max |want|`` in float64 (the tests' relative error)."""
+    got, want = got.double(), want.double().to(got.device)
+    return float((got - want).abs().max() / want.abs().max().clamp_min(1e-300))
 
 
 def _floors(case: bench_cases.Case, mode: str, bandwidth: float | None,
@@ -335,6 +343,7 @@ def _group_table(group: str, rows: list[dict[str, Any]], note: str) -> list[str]
     floor_backends = [b for b in backends
                       if any(r["backend"] == b and "floor_frac" in r for r in rows)]
     floor_cols = [c for c in ("mem_floor_ms", "compute_floor_ms") if any(c in r for r in rows)]
+    err_backends = [b for b in backends if any(r["backend"] == b and "err_vs_f64" in r for r in rows)]
     ratios = []
     if "loop" in backends and "eager" in backends:
         ratios.append(("eager vs loop", "loop", "eager"))
@@ -359,6 +368,7 @@ def _group_table(group: str, rows: list[dict[str, Any]], note: str) -> list[str]
     header += [f"{b} TFLOP/s" for b in rate_backends]
     header += [c.removesuffix("_ms").replace("_", " ") + " ms" for c in floor_cols]
     header += [f"{b} % floor" for b in floor_backends]
+    header += [f"{b} err vs f64" for b in err_backends]
     if has_mem:
         header += [f"{b} peak MB" for b in backends if any(
             r["backend"] == b and r.get("peak_mb") is not None for r in rows)]
@@ -387,6 +397,8 @@ def _group_table(group: str, rows: list[dict[str, Any]], note: str) -> list[str]
             line.append(_fmt_ms(vals[0]) if vals else "—")
         line += [f"{100 * cell[b]['floor_frac']:.1f}" if "floor_frac" in cell.get(b, {}) else "—"
                  for b in floor_backends]
+        line += [f"{cell[b]['err_vs_f64']:.2g}" if "err_vs_f64" in cell.get(b, {}) else "—"
+                 for b in err_backends]
         if has_mem:
             for b in backends:
                 if any(r["backend"] == b and r.get("peak_mb") is not None for r in rows):

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mingru_cli import bench_cases
+from mingru_cli import bench_cases, bench_delta
 
 __all__ = ["ALL_BACKENDS", "CASE_NAMES", "GROUPS", "MODEL_GROUPS", "Plan", "make_plan"]
 
@@ -140,11 +140,12 @@ NOTES = {
                  "against fla's chunk_delta_rule, `nh2 decay` rows against fla's "
                  "chunk_gated_delta_product (num_householder = nh, log γ as its gate), scale 1, "
                  "fla's layout prepared outside the timing. TFLOP/s counts the recurrent form's useful FLOPs "
-                 "(`bench_cases.delta_rule_flops`); ceilings on an H200: about 67 TFLOP/s fp32 "
+                 "(`bench_delta.delta_rule_flops`); ceilings on an H200: about 67 TFLOP/s fp32 "
                  "without tensor cores, about 790 TFLOP/s bf16 dense matmul. `mem floor` = "
-                 "least HBM bytes (`bench_cases.delta_rule_bytes`) / copy bandwidth, "
+                 "least HBM bytes (`bench_delta.delta_rule_bytes`) / copy bandwidth, "
                  "`compute floor` = those FLOPs / the ceiling; `% floor` = the larger floor / "
-                 "the time.",
+                 "the time; `err vs f64` = max |o − o₆₄| / max |o₆₄| against the float64 eager "
+                 "form on the same (rounded) inputs.",
     "gpu-mixers": "Mixers with input = hidden = d; peak MB = torch.cuda.max_memory_allocated "
                   "above the memory held before the call.",
     "gpu-memory": "GivensMinGRU(64, 64, block_size=8, rounds=3), fwd+bwd.",
@@ -333,7 +334,7 @@ class Plan:
             if self.wants("triton"):
                 case.runners["triton"] = bench_cases._with_backend("triton", public)
             if op == "delta_rule" and self.wants("fla"):
-                case.runners.update(bench_cases.peer_delta_runners(make))
+                case.runners.update(bench_delta.peer_delta_runners(make))
             yield case
 
     def _gpu_delta(self) -> Iterator[bench_cases.Case]:
@@ -349,10 +350,11 @@ class Plan:
                     make = bench_cases.fused_inputs("delta_rule", B, T, H * dk, self.device,
                                                     dtype, heads=H, nh=nh, decay=decay)
                     case = bench_cases.Case("gpu-delta", name, f"B{B} T{T} H{H} d{dk}", make,
-                                            flops=bench_cases.delta_rule_flops(B, T, H, nh, dk, dk),
-                                            bytes_moved=bench_cases.delta_rule_bytes(
+                                            flops=bench_delta.delta_rule_flops(B, T, H, nh, dk, dk),
+                                            bytes_moved=bench_delta.delta_rule_bytes(
                                                 B, T, H, nh, dk, dk, dtype, decay),
-                                            peak_flops=bench_cases.PEAK_FLOPS[dtype])
+                                            peak_flops=bench_delta.PEAK_FLOPS[dtype],
+                                            reference=bench_delta.float64_output(make))
                     if dtype == torch.float32:
                         if self.wants("eager"):
                             case.runners["eager"] = bench_cases._with_backend("eager", public)
@@ -362,7 +364,7 @@ class Plan:
                     if self.wants("triton"):
                         case.runners["triton"] = bench_cases._with_backend("triton", public)
                     if dtype == torch.bfloat16 and self.wants("fla"):
-                        case.runners.update(bench_cases.peer_delta_runners(make, nh, decay))
+                        case.runners.update(bench_delta.peer_delta_runners(make, nh, decay))
                     self._note_skips(case)
                     yield case
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session's measurements in one command (install offline, then the named sections);
-# logs and JSON go to $OUT. Sections: tests-cell tests-torch tests-jax floor lookback. Usage: scripts/gpu_round.sh floor mixers ...
+# logs and JSON go to $OUT. Sections: tests-cell tests-torch tests-jax floor lookback
+# tests-delta delta-profile delta-bench. Usage: scripts/gpu_round.sh floor mixers ...
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -27,6 +28,14 @@ for s in "$@"; do
           --tiles "${LOOKBACK_TILES:-32x32x4,64x32x4,32x64x4,64x64x4,128x32x4,16x64x2,32x32x2,64x16x2,32x128x4,64x128x8,16x128x4}" \
           2>&1 | tee -a "$OUT/lookback-sweep.log" | grep -v Warn
       done ;;
+    tests-delta) timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu \
+        tests/kernels/test_delta_rule.py tests/torch/test_delta_packing.py 2>&1 | tail -5 ;;
+    delta-profile) timeout 200 python3 scripts/profile_delta.py --repeats 5 \
+        --shapes 128,1024,4,64 128,256,4,64 128,1024,4,16 ${DELTA_VARIANTS:+--variants $DELTA_VARIANTS} \
+        2>&1 | grep -v -i warn | tee "$OUT/delta-profile.txt" | grep GPU-busy ;;
+    delta-bench) timeout 500 python3 -m mingru bench --device cuda --groups gpu-delta \
+        --backends "${DELTA_BACKENDS:-eager,compile,triton,fla}" --out "$OUT/delta" 2>&1 \
+        | grep -v -i warn | tail -40 ;;
     floor) timeout 300 python3 benchmarks/memory_floor.py --out "$OUT" --repeats 20 \
         ${FLOOR_OPS:+--ops $FLOOR_OPS} 2>&1 | tail -30 ;;
     *) echo "unknown section $s" ;;

@@ -98,13 +98,13 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     if lp not in (16, 32, 64) or lp < nh:
         raise ValueError(f"micro_chunk must be 16, 32 or 64 and >= nh ({nh}); got {lp}")
     bk, bv = block_size(dk), block_size(dv)
-    half = half or tf32  # from here on: "products on the tensor cores"
+    tensor_cores = half or tf32
     chunk_warps = 4 if lp * max(bk, bv) < 2048 else 8
     # Tensor-core products: 4 warps let two chunk programs share an SM and overlap their
     # chains of dependent products (H200, d = 64, bf16: fwd_prep 0.99 -> 0.54 ms, fwd+bwd
     # 2.97 -> 2.35 ms with the backward's too, in spite of its spills).
-    tc_warps = 4 if half else chunk_warps
-    vss = min(HALF_SLICE if half else VS, bv)
+    tc_warps = 4 if tensor_cores else chunk_warps
+    vss = min(HALF_SLICE if tensor_cores else VS, bv)
     state_warps = 4  # 8 for a 64×64 tile measured 3 % slower on an H200 (d = 64, bf16)
     return {
         "NH": nh,
@@ -113,13 +113,13 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "CP": max(16, next_pow2(lp // nh)),
         "BK": bk,
         "BV": bv,
-        "KS": min(HALF_SLICE if half else KS, bk),
-        "VS": min(HALF_SLICE if half else VS, bv),
+        "KS": min(HALF_SLICE if tensor_cores else KS, bk),
+        "VS": min(HALF_SLICE if tensor_cores else VS, bv),
         # Tensor-core products hold a whole 64-wide state slice; FMA products spill past 16.
         "VSS": vss,
         "SUB": SUB,
         "BLOCKED": True if blocked is None else bool(blocked),
-        "PREC": HALF_DOT_PRECISION if half else DOT_PRECISION,
+        "PREC": HALF_DOT_PRECISION if tensor_cores else DOT_PRECISION,
         "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps, "fwd_out": 4,
                   "bwd_state": state_warps, "bwd_grads": tc_warps},
         # The state kernels re-read what they just stored: no software pipelining there.

@@ -11,7 +11,14 @@ import math
 import pytest
 import torch
 
-from mingru_cli import bench_cases, bench_common, bench_mixers, bench_profile, bench_train
+from mingru_cli import (
+    bench_cases,
+    bench_common,
+    bench_delta,
+    bench_mixers,
+    bench_profile,
+    bench_train,
+)
 from mingru_cli.bench_merge import merge
 from mingru_cli.bench_plans import TRAIN_MIXERS, make_plan
 from mingru_cli.cli import main
@@ -255,8 +262,6 @@ def test_delta_peers_get_fla_layouts_without_building_inputs_early():
     """gpu-delta's peers: ``chunk_delta_rule`` inputs (nh axis dropped) for one micro-step
     without decay, ``chunk_gated_delta_product`` inputs (micro-steps consecutive in time,
     ``log γ`` as its gate, zeros without decay) otherwise; inputs are made only when timed."""
-    from mingru_cli import bench_cases
-
     calls = []
     base = bench_cases.fused_inputs("delta_rule", 2, 5, 8, "cpu", torch.float32, nh=2, decay=True)
 
@@ -264,7 +269,7 @@ def test_delta_peers_get_fla_layouts_without_building_inputs_early():
         calls.append(rg)
         return base(rg)
 
-    peers = bench_cases.peer_delta_runners(make, nh=2, decay=True)
+    peers = bench_delta.peer_delta_runners(make, nh=2, decay=True)
     assert calls == [] and list(peers) == ["fla"]
     q, k, v, beta, g = peers["fla"][0](True)
     q0, k0, v0, beta0, lg0 = base(False)
@@ -272,17 +277,17 @@ def test_delta_peers_get_fla_layouts_without_building_inputs_early():
     assert torch.equal(k[:, 1], k0[:, 0, 1]) and torch.equal(k[:, 2], k0[:, 1, 0])
     assert torch.equal(g, lg0) and (lg0 < 0).all() and all(x.requires_grad for x in (q, k, g))
     one = bench_cases.fused_inputs("delta_rule", 2, 5, 8, "cpu", torch.float32)
-    q, k, v, beta = bench_cases.peer_delta_runners(one)["fla"][0](False)
+    q, k, v, beta = bench_delta.peer_delta_runners(one)["fla"][0](False)
     assert k.shape == (2, 5, 4, 2) and beta.shape == (2, 5, 4)
-    product = bench_cases.peer_delta_runners(
+    product = bench_delta.peer_delta_runners(
         bench_cases.fused_inputs("delta_rule", 2, 5, 8, "cpu", torch.float32, nh=2), nh=2)
     assert torch.equal(product["fla"][0](False)[4], torch.zeros(2, 5, 4))
 
 
 def test_delta_rule_bytes_and_floors():
-    from mingru_cli import bench, bench_cases
+    from mingru_cli import bench
 
-    by = bench_cases.delta_rule_bytes(2, 3, 4, 1, 8, 8, torch.bfloat16)
+    by = bench_delta.delta_rule_bytes(2, 3, 4, 1, 8, 8, torch.bfloat16)
     inputs, out = 2 * 3 * 4 * (8 + 8 + 8 + 1) * 2, 2 * 3 * 4 * 8 * 2
     assert by == {"fwd": inputs + out, "fwd+bwd": 2 * (inputs + out) + 2 * inputs}
     case = bench_cases.Case("gpu-delta", "x", "s", lambda rg: (), flops={"fwd": 2e9},
@@ -290,3 +295,19 @@ def test_delta_rule_bytes_and_floors():
     floors = bench._floors(case, "fwd", 4e12, 4.0)
     assert floors == {"mem_floor_ms": 1.0, "compute_floor_ms": 2.0, "floor_frac": 0.5}
     assert bench._floors(case, "fwd+bwd", 4e12, 4.0) == {}
+
+
+def test_delta_error_column_is_against_float64():
+    """gpu-delta's ``err vs f64``: the float64 eager output on the case's own (rounded)
+    inputs, computed once, and the tests' relative error against it."""
+    from mingru._eager.delta_rule import delta_rule_eager
+    from mingru_cli import bench
+
+    make = bench_cases.fused_inputs("delta_rule", 2, 7, 8, "cpu", torch.bfloat16, nh=2, decay=True)
+    ref = bench_delta.float64_output(make)
+    o = ref()
+    assert o.dtype == torch.float64 and ref() is o
+    q, k, v, beta, lg = (x.double() for x in make(False))
+    assert torch.equal(o, delta_rule_eager(q, k, v, beta, lg, None, 64)[0])
+    got = o.float() + 1e-3 * o.abs().max()
+    assert bench._rel_err_vs(got, o) == pytest.approx(1e-3, rel=1e-3)  # float32 rounding

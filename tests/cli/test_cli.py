@@ -14,7 +14,7 @@ import textwrap
 import pytest
 import torch
 
-from mingru_cli import bench_cases
+from mingru_cli import bench_cases, bench_delta
 from mingru_cli.cli import main
 from mingru_cli.tasks import GroupWordTask, MQARTask, ParityTask, make_task, permutation_table
 from mingru_cli.train import TrainConfig, parse_mixer_spec, run
@@ -396,7 +396,7 @@ def test_delta_rule_flop_count():
     torch.testing.assert_close(o, o_ref, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(S, S_ref, rtol=1e-10, atol=1e-10)
 
-    flops = bench_cases.delta_rule_flops(B=B, T=T, heads=H, nh=nh, dk=dk, dv=dv)
+    flops = bench_delta.delta_rule_flops(B=B, T=T, heads=H, nh=nh, dk=dk, dv=dv)
     assert flops["fwd"] == state_flops
     # By hand: per (token, head) each of the nh = 2 micro-steps does kᵀS and the rank-1
     # update, 5·7 = 35 multiply-adds each (140 for both steps), and the read-out Sᵀq 35 more:
@@ -405,7 +405,7 @@ def test_delta_rule_flop_count():
     # Backward is counted as twice the forward (the convention stated in delta_rule_flops).
     assert flops["fwd+bwd"] == 3 * flops["fwd"] == 25200
     # Another shape, by hand: B=1, T=1, H=1, nh=1, d_k=d_v=2: 2·4 + 4 = 12 multiply-adds.
-    assert bench_cases.delta_rule_flops(B=1, T=1, heads=1, nh=1, dk=2, dv=2)["fwd"] == 24
+    assert bench_delta.delta_rule_flops(B=1, T=1, heads=1, nh=1, dk=2, dv=2)["fwd"] == 24
 
 
 def test_bench_unknown_ops_lists_valid_names_and_writes_nothing(tmp_path, capsys):

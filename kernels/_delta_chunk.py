@@ -1,0 +1,165 @@
+"""Chunk algebra of the delta-rule kernels (:mod:`mingru_kernels.delta_rule`), inlined into
+them: the chunk's row indices, padded tile loads, the gates and decay tables, the Gram
+products and the WY triangular inverse ``(I + A)⁻¹``. Notation and numerics as in that
+module's docstring.
+
+This module imports only ``triton``.
+"""
+
+import triton
+import triton.language as tl
+
+# Sums are spelled ``tl.reduce(x, axis, _sum_combine)`` / ``tl.associative_scan(...)``: the
+# same code as ``tl.sum`` / ``tl.cumsum`` on GPU, but Triton's interpreter re-patches the
+# language on every call of those jit wrappers (milliseconds each), which made the CPU tests
+# several times slower; with the combine function passed directly it runs numpy's sum.
+from triton.language.standard import _sum_combine
+
+
+@triton.jit
+def _chunk_index(c, T, NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr):
+    """Micro-step rows ``il`` (token ``tok``, sub-step ``sub``, global token ``t_l``) and
+    token rows ``ir`` (global token ``t_r``) of chunk ``c`` with their validity masks."""
+    il = tl.arange(0, LP)
+    tok = il // NH
+    sub = il % NH
+    t_l = c * C + tok
+    ok_l = (tok < C) & (t_l < T)
+    ir = tl.arange(0, CP)
+    t_r = c * C + ir
+    ok_r = (ir < C) & (t_r < T)
+    return il, tok, sub, t_l, ok_l, ir, t_r, ok_r
+
+
+@triton.jit
+def _ld(ptr, rows, row_ok, col0, ncols, W: tl.constexpr):
+    """Float32 tile ``[rows, col0 : col0+W]`` of a row-major array with ``ncols`` columns;
+    rows outside ``row_ok`` and columns ``>= ncols`` read 0."""
+    cols = col0 + tl.arange(0, W)
+    return tl.load(ptr + rows[:, None] * ncols + cols[None, :],
+                   mask=row_ok[:, None] & (cols[None, :] < ncols), other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _lds(ptr, base, r0, R: tl.constexpr, ld: tl.constexpr, c0, W: tl.constexpr):
+    """Tile ``[r0 : r0+R, c0 : c0+W]`` of a padded float32 scratch matrix at ``base``."""
+    r = r0 + tl.arange(0, R)
+    cc = c0 + tl.arange(0, W)
+    return tl.load(ptr + base + r[:, None] * ld + cc[None, :])
+
+
+@triton.jit
+def _load_gates(beta_ptr, lg_ptr, micro, ok_l, sub, lg_rows, token, ok_r,
+                LP: tl.constexpr, CP: tl.constexpr, HAS_DECAY: tl.constexpr):
+    """``β (LP)``, per-micro-step ``log γ`` (``LP``; zero except on a token's first
+    micro-step) and per-token ``log γ`` (``CP``), float32."""
+    beta = tl.load(beta_ptr + micro, mask=ok_l, other=0.0).to(tl.float32)
+    if HAS_DECAY:
+        lgm = tl.load(lg_ptr + lg_rows, mask=ok_l & (sub == 0), other=0.0).to(tl.float32)
+        lgt = tl.load(lg_ptr + token, mask=ok_r, other=0.0).to(tl.float32)
+        # -inf (and anything below) is an exact reset either way; the floor keeps sums finite.
+        lgm = tl.maximum(lgm, -1.0e30)
+        lgt = tl.maximum(lgt, -1.0e30)
+    else:
+        lgm = tl.zeros([LP], dtype=tl.float32)
+        lgt = tl.zeros([CP], dtype=tl.float32)
+    return beta, lgm, lgt
+
+
+@triton.jit
+def _decay_tables(lgm, lgt, il, tok, ir, LP: tl.constexpr, CP: tl.constexpr,
+                  HAS_DECAY: tl.constexpr):
+    """``D (LP,LP)``, ``Γ (LP)``, ``d = D[L-1] (LP)``, ``Γ_L``, ``Do (CP,LP)``, ``Γo (CP)``.
+
+    Every factor is ``exp`` of a segment sum of non-positive terms (masked cumulative sum):
+    no cancellation and no ``inf − inf`` even when one ``log γ`` is ``−1e30``."""
+    causal = il[:, None] >= il[None, :]
+    seen = ir[:, None] >= tok[None, :]  # micro-step j is at or before token row r's output
+    if HAS_DECAY:
+        seg = tl.associative_scan(tl.where(il[:, None] > il[None, :], lgm[:, None], 0.0), 0,
+                                  _sum_combine)
+        D = tl.where(causal, tl.exp(seg), 0.0)
+        gam = tl.exp(tl.associative_scan(lgm, 0, _sum_combine))
+        seg_o = tl.associative_scan(tl.where(ir[:, None] > tok[None, :], lgt[:, None], 0.0), 0,
+                                    _sum_combine)
+        Do = tl.where(seen, tl.exp(seg_o), 0.0)
+        gam_o = tl.exp(tl.associative_scan(lgt, 0, _sum_combine))
+    else:
+        D = tl.where(causal, 1.0, 0.0)
+        gam = tl.full([LP], 1.0, tl.float32)
+        Do = tl.where(seen, 1.0, 0.0)
+        gam_o = tl.full([CP], 1.0, tl.float32)
+    d = tl.reduce(tl.where(il[:, None] == LP - 1, D, 0.0), 0, _sum_combine)
+    gam_last = tl.reduce(tl.where(il == LP - 1, gam, 0.0), 0, _sum_combine)
+    return D, gam, d, gam_last, Do, gam_o
+
+
+@triton.jit
+def _gram(k_ptr, q_ptr, micro, ok_l, token, ok_r, DK, LP: tl.constexpr, CP: tl.constexpr,
+          BK: tl.constexpr, KS: tl.constexpr, PREC: tl.constexpr):
+    """``K Kᵀ (LP,LP)`` and ``Q Kᵀ (CP,LP)``, contracted over ``d_k`` in slices of ``KS``
+    columns loaded from memory (small operands keep float32 FMA dots out of spills)."""
+    KK = tl.zeros([LP, LP], dtype=tl.float32)
+    QK = tl.zeros([CP, LP], dtype=tl.float32)
+    for j in tl.static_range(BK // KS):
+        Kj = _ld(k_ptr, micro, ok_l, j * KS, DK, KS)
+        Qj = _ld(q_ptr, token, ok_r, j * KS, DK, KS)
+        KK = tl.dot(Kj, tl.trans(Kj), acc=KK, input_precision=PREC)
+        QK = tl.dot(Qj, tl.trans(Kj), acc=QK, input_precision=PREC)
+    return KK, QK
+
+
+@triton.jit
+def _inv_unit_lower(A, N: tl.constexpr):
+    """``(I + A)⁻¹`` for a strictly lower ``N×N`` ``A``, by forward substitution on rows:
+    ``T[i] = e_i − Σ_{c<i} A[i, c] T[c]`` (rows ``c < i`` are final when row ``i`` is made)."""
+    idx = tl.arange(0, N)
+    At = tl.trans(A)  # column i of Aᵀ is row i of A, already indexed like T's rows
+    Tm = tl.where(idx[:, None] == idx[None, :], 1.0, 0.0)
+    for i in range(1, N):
+        a = tl.reduce(tl.where(idx[None, :] == i, At, 0.0), 1, _sum_combine)
+        row = tl.reduce(a[:, None] * Tm, 0, _sum_combine)
+        Tm = tl.where(idx[:, None] == i, Tm - row[None, :], Tm)
+    return Tm
+
+
+@triton.jit
+def _inv_unit_lower_blocked(A, LP: tl.constexpr, SUB: tl.constexpr, PREC: tl.constexpr):
+    """``(I + A)⁻¹`` by blocks of ``SUB`` rows, with matrix products only (tensor cores for
+    half inputs, no serial row loop): all diagonal blocks at once as ``T_d = (I + A_d)⁻¹ =
+    (I − A_d)(I + A_d²)(I + A_d⁴)…`` (exact: ``A_d^SUB = 0``), then with the strictly
+    block-lower ``N = T_d A_off`` (``N^P = 0``) ``(I + A)⁻¹ = Σ_m (−N)^m T_d`` by Horner's rule.
+
+    The products stay within a ``SUB``-block, where ``|A_ij| ≤ β|k_i||k_j|``: for unit keys
+    and ``β ≤ 2`` the float32 result is as accurate as substitution (a few 1e-7 relative)."""
+    il = tl.arange(0, LP)
+    blk_r = il[:, None] // SUB
+    blk_c = il[None, :] // SUB
+    Ad = tl.where(blk_r == blk_c, A, 0.0)
+    Td = tl.where(il[:, None] == il[None, :], 1.0, 0.0) - Ad
+    tl.static_assert(SUB == 16, "the doubling below covers A_d^SUB = 0 for SUB = 16")
+    A2 = tl.dot(Ad, Ad, input_precision=PREC)
+    A4 = tl.dot(A2, A2, input_precision=PREC)
+    Td += tl.dot(Td, A2, input_precision=PREC)
+    Td += tl.dot(Td, A4, input_precision=PREC)
+    Td += tl.dot(Td, tl.dot(A4, A4, input_precision=PREC), input_precision=PREC)
+    if LP > SUB:
+        Nm = tl.dot(Td, tl.where(blk_r > blk_c, A, 0.0), input_precision=PREC)
+        Tm = Td
+        for _ in tl.static_range(LP // SUB - 1):
+            Tm = Td - tl.dot(Nm, Tm, input_precision=PREC)
+    else:
+        Tm = Td
+    return Tm
+
+
+@triton.jit
+def _wy_inverse(KK, beta, D, il, LP: tl.constexpr, SUB: tl.constexpr,
+                BLOCKED: tl.constexpr, PREC: tl.constexpr):
+    """``T = (I + A)⁻¹`` with ``A = strict_lower(diag(β) (D ⊙ K Kᵀ))``."""
+    A = tl.where(il[:, None] > il[None, :], beta[:, None] * D * KK, 0.0)
+    if BLOCKED:
+        Tm = _inv_unit_lower_blocked(A, LP, SUB, PREC)
+    else:
+        Tm = _inv_unit_lower(A, LP)
+    return Tm
