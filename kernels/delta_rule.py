@@ -138,11 +138,13 @@ def delta_rule_fwd_state_kernel(
     H, DK, DV, NC, NSEQ,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
     HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
+    REG_STATE: tl.constexpr = False,
 ):
     """Grid ``(B·H, BV/VS)``: one program per (b, h) and slice of ``VS`` state columns.
     ``states[c] = S_c`` (chunk start states, ``c < NC``) by ``S_{c+1} = M_c S_c + N_c``;
     ``h_T = S_NC`` in the output dtype. Launch with ``num_stages=1``: the product
-    re-reads the state just stored (slices of ``KS`` rows) behind a barrier.
+    re-reads the state just stored (slices of ``KS`` rows) behind a barrier — or, with
+    ``REG_STATE`` (needs ``KS == BK``: one slice), takes ``S`` straight from registers.
 
     ``PACKED`` (``B = 1``; ``NSEQ`` sequences laid out chunk-aligned, see the launchers):
     ``h0`` and ``h_T`` are ``(NSEQ, H, DK, DV)``; ``cseq[c]`` (int32) is the sequence chunk
@@ -184,14 +186,19 @@ def delta_rule_fwd_state_kernel(
             S = tl.where(starts, S0, S)
         sbase = (bh64 * NC + c) * (BK * BV)
         tl.store(states_ptr + sbase + kv, S)
-        tl.debug_barrier()
         mbase = (bh64 * NC + c) * (BK * BK)
         acc = tl.load(n_ptr + (bh64 * NC + c) * (BK * BV) + kv)
-        for j in tl.static_range(BK // KS):
-            jj = j * KS + tl.arange(0, KS)
-            Mj = tl.load(m_ptr + mbase + ik[:, None] * BK + jj[None, :])
-            Sj = tl.load(states_ptr + sbase + jj[:, None] * BV + iv[None, :])
-            acc = tl.dot(Mj, Sj, acc=acc, input_precision=PREC)
+        if REG_STATE:
+            tl.static_assert(KS == BK, "REG_STATE multiplies the whole state tile at once")
+            Mc = tl.load(m_ptr + mbase + ik[:, None] * BK + ik[None, :])
+            acc = tl.dot(Mc, S, acc=acc, input_precision=PREC)
+        else:
+            tl.debug_barrier()
+            for j in tl.static_range(BK // KS):
+                jj = j * KS + tl.arange(0, KS)
+                Mj = tl.load(m_ptr + mbase + ik[:, None] * BK + jj[None, :])
+                Sj = tl.load(states_ptr + sbase + jj[:, None] * BV + iv[None, :])
+                acc = tl.dot(Mj, Sj, acc=acc, input_precision=PREC)
         S = acc
         if PACKED:
             e = tl.load(cend_ptr + c)
@@ -238,10 +245,12 @@ def delta_rule_bwd_state_kernel(
     C: tl.constexpr, CP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     KS: tl.constexpr, VS: tl.constexpr,
     HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
+    REG_STATE: tl.constexpr = False,
 ):
     """Grid ``(B·H, BV/VS)``. Backwards over chunks: ``dstates[c] = ∂L/∂S_{c+1}`` and
     ``∂L/∂S_c = M_cᵀ ∂L/∂S_{c+1} + Qeff_cᵀ dO_c``; ``dh0 = ∂L/∂S_0``. ``num_stages=1``
-    (re-reads the slice just stored, as the forward state kernel does).
+    (re-reads the slice just stored, as the forward state kernel does, or with
+    ``REG_STATE`` takes it from registers).
 
     ``PACKED`` (tables as in :func:`delta_rule_fwd_state_kernel`): the adjoint is cut at
     every sequence boundary — the last chunk of sequence ``n`` starts from ``dh_T[n]``
@@ -285,7 +294,8 @@ def delta_rule_bwd_state_kernel(
             dS = tl.where(ends, g, dS)
         dbase = (bh64 * NC + c) * (BK * BV)
         tl.store(dstates_ptr + dbase + kv, dS)
-        tl.debug_barrier()
+        if not REG_STATE:
+            tl.debug_barrier()
         # Qeffᵀ and Mᵀ straight from memory: element (a, r) of Xᵀ is X[r, a].
         QeT = tl.load(qeff_ptr + (bh64 * NC + c) * (CP * BK) + ir[None, :] * BK + ik[:, None])
         t_r = c * C + ir
@@ -293,11 +303,16 @@ def delta_rule_bwd_state_kernel(
         dO = _ld(do_ptr, token, (ir < C) & (t_r < T), tl.program_id(1) * VS, DV, VS)
         acc = tl.dot(QeT, dO, input_precision=PREC)
         mbase = (bh64 * NC + c) * (BK * BK)
-        for j in tl.static_range(BK // KS):
-            jj = j * KS + tl.arange(0, KS)
-            MtJ = tl.load(m_ptr + mbase + jj[None, :] * BK + ik[:, None])
-            dSj = tl.load(dstates_ptr + dbase + jj[:, None] * BV + iv[None, :])
-            acc = tl.dot(MtJ, dSj, acc=acc, input_precision=PREC)
+        if REG_STATE:
+            tl.static_assert(KS == BK, "REG_STATE multiplies the whole state tile at once")
+            Mt = tl.load(m_ptr + mbase + ik[None, :] * BK + ik[:, None])
+            acc = tl.dot(Mt, dS, acc=acc, input_precision=PREC)
+        else:
+            for j in tl.static_range(BK // KS):
+                jj = j * KS + tl.arange(0, KS)
+                MtJ = tl.load(m_ptr + mbase + jj[None, :] * BK + ik[:, None])
+                dSj = tl.load(dstates_ptr + dbase + jj[:, None] * BV + iv[None, :])
+                acc = tl.dot(MtJ, dSj, acc=acc, input_precision=PREC)
         dS = acc
         if PACKED:
             s = tl.load(cseq_ptr + c)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session's measurements in one command (install offline, then the named sections);
 # logs and JSON go to $OUT. Sections: tests-cell tests-torch tests-jax floor lookback
-# tests-delta delta-profile delta-bench. Usage: scripts/gpu_round.sh floor mixers ...
+# tests-delta delta-profile delta-bench (DELTA_VARIANTS="default reg_state=1 ..." sweeps). Usage: scripts/gpu_round.sh floor mixers ...
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false

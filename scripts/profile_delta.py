@@ -10,9 +10,10 @@ of one call, split by kernel.
 
 ``--variants`` sweeps launch configurations: each is ``;``-separated overrides of
 ``mingru_kernels.launch.delta_rule.launch_config`` — ``lp=N`` (micro-steps per chunk),
-``slice=N`` (``HALF_SLICE``: slice width of the per-chunk kernels and the state kernels'
-columns for half inputs), ``warps.<kernel>=N``, ``stages.<kernel>=N`` — applied to the
-forward and the backward alike; ``""`` is the shipped default.
+``reg_state=0|1`` (the state kernels' product from registers), ``slice=N``
+(``HALF_SLICE``: slice width of the per-chunk kernels and the state kernels' columns for
+half inputs), ``warps.<kernel>=N``, ``stages.<kernel>=N`` — applied to the forward and the
+backward alike; ``""`` (or ``default``) is the shipped default.
 """
 
 from __future__ import annotations
@@ -54,13 +55,16 @@ _SHIPPED = meta.launch_config
 def _apply(variant: str) -> None:
     """Route ``meta.launch_config`` (read at every call, forward and backward) through the
     variant's overrides."""
-    items = dict(kv.split("=") for kv in variant.split(";") if kv)
+    items = dict(kv.split("=") for kv in variant.split(";") if kv and kv != "default")
     meta.HALF_SLICE = int(items.pop("slice", 64))
     lp = int(items.pop("lp", 0))
 
-    def patched(nh, dk, dv, half=False, micro_chunk=0, blocked=None, tf32=False):
+    reg = items.pop("reg_state", None)
+
+    def patched(nh, dk, dv, half=False, micro_chunk=0, blocked=None, tf32=False,
+                reg_state=None):
         cfg = _SHIPPED(nh, dk, dv, half=half, micro_chunk=micro_chunk or lp, blocked=blocked,
-                       tf32=tf32)
+                       tf32=tf32, reg_state=reg_state if reg is None else reg == "1")
         for key, val in items.items():
             table, kernel = key.split(".")
             cfg[table] = {**cfg[table], kernel: int(val)}

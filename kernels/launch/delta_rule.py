@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from mingru_kernels.launch._elementwise import next_pow2
 
-PLAN_KEYS = ("micro_chunk", "blocked")
+PLAN_KEYS = ("micro_chunk", "blocked", "reg_state")
 """The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`):
-``micro_chunk`` and ``blocked`` of :func:`launch_config`."""
+``micro_chunk``, ``blocked`` and ``reg_state`` of :func:`launch_config`."""
 
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
@@ -52,9 +52,9 @@ multiplied more precisely than the inputs are stored (10- vs 7/10-bit mantissas)
 
 KERNEL_CONSTEXPRS = {
     "fwd_prep": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC"),
-    "fwd_state": ("BK", "BV", "KS", "VS", "PREC"),
+    "fwd_state": ("BK", "BV", "KS", "VS", "PREC", "REG_STATE"),
     "fwd_out": ("C", "CP", "BK", "BV", "KS", "PREC"),
-    "bwd_state": ("C", "CP", "BK", "BV", "KS", "VS", "PREC"),
+    "bwd_state": ("C", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE"),
     "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC"),
 }
 """The constexpr parameters each kernel takes from :func:`launch_config`."""
@@ -80,7 +80,8 @@ def block_size(n: int) -> int:
 
 
 def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: int = 0,
-                  blocked: bool | None = None, tf32: bool = False) -> dict:
+                  blocked: bool | None = None, tf32: bool = False,
+                  reg_state: bool | None = None) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -89,6 +90,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     ``micro_chunk`` (``LP``, micro-steps per chunk; 0 = default) must be 16, 32 or 64 and at
     least ``nh``; a chunk holds ``C = LP // nh`` whole tokens. ``blocked`` picks the blocked
     triangular inverse by matrix products (the default) over row-by-row substitution.
+    ``reg_state`` feeds the state kernels' product from registers (``REG_STATE``; only where
+    one slice covers the head, ``KS == BK``; off by default until timed).
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, the state kernels' column
     slice ``VSS`` and per-kernel ``warps`` / ``stages``.
     """
@@ -106,6 +109,10 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     tc_warps = 4 if tensor_cores else chunk_warps
     vss = min(HALF_SLICE if tensor_cores else VS, bv)
     state_warps = 4  # 8 for a 64×64 tile measured 3 % slower on an H200 (d = 64, bf16)
+    ks = min(HALF_SLICE if tensor_cores else KS, bk)
+    if reg_state and ks != bk:
+        raise ValueError(f"reg_state needs one slice per head (KS = {ks} < BK = {bk}: exact "
+                         "float32 products of a head wider than 16)")
     return {
         "NH": nh,
         "C": lp // nh,
@@ -113,13 +120,16 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "CP": max(16, next_pow2(lp // nh)),
         "BK": bk,
         "BV": bv,
-        "KS": min(HALF_SLICE if tensor_cores else KS, bk),
+        "KS": ks,
         "VS": min(HALF_SLICE if tensor_cores else VS, bv),
         # Tensor-core products hold a whole 64-wide state slice; FMA products spill past 16.
         "VSS": vss,
         "SUB": SUB,
         "BLOCKED": True if blocked is None else bool(blocked),
         "PREC": HALF_DOT_PRECISION if tensor_cores else DOT_PRECISION,
+        # The state kernels' product from registers instead of a store, barrier and reload
+        # (possible when one slice is the whole head). Off until timed on a GPU.
+        "REG_STATE": bool(reg_state),
         "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps, "fwd_out": 4,
                   "bwd_state": state_warps, "bwd_grads": tc_warps},
         # The state kernels re-read what they just stored: no software pipelining there.

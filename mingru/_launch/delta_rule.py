@@ -121,29 +121,34 @@ def run(
 
 _TF32 = 10_000
 """Flag of ``allow_tf32`` in the custom ops' ``tuning`` int."""
+_REG = 100_000
+"""Unit of the forced ``reg_state`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
 
 
 def _tuning(allow_tf32: bool = False) -> int:
     """The forced plan choices (:mod:`mingru_kernels.launch.switches`) and ``allow_tf32`` as
-    the custom ops' int: ``micro_chunk + 1000 * (1 + blocked) + 10000 * allow_tf32`` (0 =
-    defaults). An int argument keeps the choice fixed between the forward and its backward."""
+    the custom ops' int: ``micro_chunk + 1000 * (1 + blocked) + 10000 * allow_tf32 +
+    100000 * (1 + reg_state)`` (0 = defaults; an unforced choice adds nothing). An int
+    argument keeps the choice fixed between the forward and its backward."""
     choices = switches.plan_choices("delta_rule")
-    blocked = choices.get("blocked")
+    blocked, reg = choices.get("blocked"), choices.get("reg_state")
     return (int(choices.get("micro_chunk", 0)) + (0 if blocked is None else 1000 * (1 + bool(blocked)))
-            + (_TF32 if allow_tf32 else 0))
+            + (_TF32 if allow_tf32 else 0) + (0 if reg is None else _REG * (1 + bool(reg))))
 
 
 # --- custom ops ----------------------------------------------------------------------------
 
 
 def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> dict:
-    # ``tuning`` (a custom-op int, see _tuning): micro_chunk + 1000 * (1 + blocked) + 10000 * tf32.
+    # ``tuning`` (a custom-op int, see _tuning).
     _, _, nh, _, dk = k.shape
     half = q.dtype in (torch.bfloat16, torch.float16)
+    reg, tuning = tuning // _REG, tuning % _REG
     tf32, tuning = tuning >= _TF32, tuning % _TF32
     blocked = None if tuning < 1000 else tuning >= 2000
     return meta.launch_config(nh, dk, v.shape[-1], half=half, micro_chunk=tuning % 1000,
-                              blocked=blocked, tf32=tf32)
+                              blocked=blocked, tf32=tf32,
+                              reg_state=None if reg == 0 else reg == 2)
 
 
 def _n_seq(cu: Tensor | None, B: int) -> int:

@@ -93,9 +93,10 @@ def _fwd_prep(q, k, v, beta, lg, T, H, DK, DV, NC, m, n, qeff, ou,
 @triton.jit
 def _fwd_state(h0, m, n, cseq, cend, cu, H, DK, DV, NC, NSEQ, states, ht,
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-               HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr):
+               HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
+               REG_STATE: tl.constexpr):
     kernels.delta_rule_fwd_state_kernel(h0, m, n, states, ht, cseq, cend, cu, H, DK, DV, NC,
-                                        NSEQ, BK, BV, KS, VS, HAS_H0, PACKED, PREC)
+                                        NSEQ, BK, BV, KS, VS, HAS_H0, PACKED, PREC, REG_STATE)
 
 
 @triton.jit
@@ -109,10 +110,11 @@ def _fwd_out(qeff, ou, states, T, H, DV, NC, o,
 def _bwd_state(dht, do, m, qeff, cseq, cend, cu, T, H, DK, DV, NC, NSEQ, dstates, dh0,
                C: tl.constexpr, CP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                KS: tl.constexpr, VS: tl.constexpr, HAS_DHT: tl.constexpr,
-               HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr):
+               HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
+               REG_STATE: tl.constexpr):
     kernels.delta_rule_bwd_state_kernel(dht, do, m, qeff, dstates, dh0, cseq, cend, cu,
                                         T, H, DK, DV, NC, NSEQ, C, CP, BK, BV, KS, VS,
-                                        HAS_DHT, HAS_H0, PACKED, PREC)
+                                        HAS_DHT, HAS_H0, PACKED, PREC, REG_STATE)
 
 
 @triton.jit
@@ -135,7 +137,8 @@ def _config(q, k, v, tf32: bool = False) -> dict:
     choices = switches.plan_choices("delta_rule")
     return meta.launch_config(nh, dk, v.shape[-1], half=jnp.dtype(q.dtype) in _HALF,
                               micro_chunk=int(choices.get("micro_chunk", 0)),
-                              blocked=choices.get("blocked"), tf32=tf32)
+                              blocked=choices.get("blocked"), tf32=tf32,
+                              reg_state=choices.get("reg_state"))
 
 
 def _tables(q, tables):

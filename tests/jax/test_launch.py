@@ -25,6 +25,7 @@ import pytest
 import mingru_jax
 from mingru_jax.dispatch import use_backend
 from mingru_jax.scans import _delta_rule, _givens_recurrence
+from mingru_kernels.launch import switches
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -236,6 +237,23 @@ def test_delta_rule_allow_tf32_reaches_the_kernels(monkeypatch):
     assert np.all(np.isfinite(np.asarray(dq)))
     with pytest.raises(TypeError, match="allow_tf32 must be a bool"):
         _delta_rule(**args, allow_tf32=1)
+
+
+def test_delta_rule_reg_state_matches_the_reload():
+    """The state kernels' register-fed product (forced) equals the store-and-reload one,
+    forward and gradient, through the JAX adapters."""
+    args = _delta_args(14, 5, 2, True, True)
+
+    def loss(q):
+        o, h_T = _delta_rule(**dict(args, q=q))
+        return (o * o).sum() + h_T.sum()
+
+    with use_backend("triton"):
+        want = jax.value_and_grad(loss)(args["q"])
+        with switches.forced("delta_rule", reg_state=True):
+            got = jax.value_and_grad(loss)(args["q"])
+    for x, y in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-6)
 
 
 def test_delta_rule_auto_keeps_eager_until_measured(monkeypatch):

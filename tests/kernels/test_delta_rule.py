@@ -35,6 +35,8 @@ LAYOUTS = {
     "L32-blocked": dict(micro_chunk=32, blocked=True),
     "L64-blocked": dict(micro_chunk=64, blocked=True),
     "L64-rows": dict(micro_chunk=64, blocked=False),
+    # The state kernels' product from registers (one slice per head: d_k ≤ 16 in float32).
+    "L32-reg-state": dict(micro_chunk=32, reg_state=True),
 }
 
 
@@ -193,6 +195,7 @@ def test_unsupported_and_bad_calls():
 @pytest.mark.interpreter
 def test_custom_op_registration():
     """Schema, fake (meta) implementation, autograd registration and AOT tracing."""
+    _launcher()  # registers the custom ops (whatever ran before in this process)
     args = [a.float().to(DEVICE) for a in make_inputs(1, 5, 2, 2, 16, 16)]
     args = [a.requires_grad_(True) for a in args]
     result = torch.library.opcheck(
@@ -251,6 +254,28 @@ def test_allow_tf32_is_threaded_to_the_kernels_precision():
 
 
 @pytest.mark.interpreter
+def test_reg_state_with_packed_sequences_and_its_limits():
+    """The register-fed state product: packed sequences (resets, per-sequence states) and
+    the refusal where a head spans several exact-float32 slices."""
+    from mingru_kernels.launch import delta_rule as meta
+
+    torch.manual_seed(3)
+    B, T, nh, H, d = 1, 23, 2, 2, 16
+    q, k, v, beta, lg, _ = make_inputs(B, T, nh, H, d, d, True, True, True, seed=4)
+    args = [x.float().to(DEVICE) for x in (q, k, v, beta, lg)]
+    cu = torch.tensor([0, 7, 7, 23], device=DEVICE)
+    h0 = torch.randn(3, H, d, d, device=DEVICE)
+    with mingru.use_backend("triton"):
+        o_ref, h_ref = _delta_rule(*args, h0, cu_seqlens=cu)
+        with switches.forced("delta_rule", reg_state=True):
+            o, h = _delta_rule(*args, h0, cu_seqlens=cu)
+    assert rel_err(o, o_ref) <= 1e-6 and rel_err(h, h_ref) <= 1e-6
+    with pytest.raises(ValueError, match="reg_state needs one slice per head"):
+        meta.launch_config(1, 64, 64, reg_state=True)
+    assert meta.launch_config(1, 64, 64, half=True, reg_state=True)["REG_STATE"] is True
+
+
+@pytest.mark.interpreter
 def test_allow_tf32_must_be_a_bool():
     args = [a.float().to(DEVICE) for a in make_inputs(1, 3, 1, 2, 16, 16)]
     with pytest.raises(TypeError, match="allow_tf32 must be a bool"):
@@ -299,6 +324,13 @@ class TestGPU:
             o, h = _delta_rule(*f32, allow_tf32=allow_tf32)
         err = max(rel_err(o, o_ref), rel_err(h, h_ref))
         assert err <= (5e-3 if allow_tf32 else 1e-5), err
+
+    @pytest.mark.parametrize("reg_state", [False, True], ids=["reload", "registers"])
+    def test_reg_state_bf16_head64(self, reg_state):
+        """Both ways of feeding the state kernels' product, with bf16 at d = 64 (one slice)."""
+        args = make_inputs(2, 700, 2, 2, 64, 64, True, True, True, seed=7)
+        args = [None if a is None else a.to(torch.bfloat16).double() for a in args]
+        check(args, dtype=torch.bfloat16, tol=3e-2, layout=dict(reg_state=reg_state))
 
     @pytest.mark.parametrize("layout", ["L16", "L32-rows", "L64-blocked"])
     def test_chunk_layouts_head64(self, layout):
