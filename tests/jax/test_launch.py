@@ -8,9 +8,9 @@ jax-triton route; the GPU class adds longer sequences.
 Compile time is the cost (most of all on a GPU, where each XLA compilation runs ptxas): the
 jitted checks share one ``jax.jit`` per (function, backend) at module scope (a computation
 compiles once per shape, whichever test asks), outputs and gradients come from one jitted
-function, and on a GPU the eager reference is jitted too (run op by op, the eager twins'
-``associative_scan`` alone costs hundreds of compilations per shape). On CPU the reference
-runs op by op, as the eager backend is used without ``jit``.
+function, and the eager reference is jitted too: run op by op, every primitive of the eager
+twins compiles on its own (their ``associative_scan`` alone costs hundreds of compilations per
+shape), which made this file twice as slow on CPU as well.
 """
 
 from __future__ import annotations
@@ -97,9 +97,9 @@ def _run(fn, args, backend, jit):
 
 def _check(fn, args, jit=False):
     """Outputs and gradients of ``fn`` on the kernels (op by op, or jitted) against the eager
-    twin (jitted on a GPU, see the module docstring)."""
+    twin (jitted, see the module docstring)."""
     got = _run(fn, args, "triton", jit)
-    want = _run(fn, args, "eager", jit or ON_GPU)
+    want = _run(fn, args, "eager", True)
     for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         assert np.all(np.isfinite(np.asarray(x)))
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-4)
@@ -142,7 +142,7 @@ def test_vmap(op):
     with use_backend("triton"):
         out_k, g_k = outputs_and_grads(*stacked)
     with use_backend("eager"):
-        out_e, g_e = (jax.jit(outputs_and_grads) if ON_GPU else outputs_and_grads)(*stacked)
+        out_e, g_e = jax.jit(outputs_and_grads)(*stacked)
     for x, y in zip(jax.tree.leaves((out_k, g_k)), jax.tree.leaves((out_e, g_e)), strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-4)
 
@@ -199,7 +199,7 @@ def _check_vmap(fn, args):
     with use_backend("triton"):
         out_k = jax.vmap(fn)(*stacked)
     with use_backend("eager"):
-        out_e = (jax.jit(jax.vmap(fn)) if ON_GPU else jax.vmap(fn))(*stacked)
+        out_e = jax.jit(jax.vmap(fn))(*stacked)
     for x, y in zip(jax.tree.leaves(out_k), jax.tree.leaves(out_e), strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-4)
 
