@@ -50,13 +50,14 @@ def _fla(q, k, v, beta):
 
 
 _SHIPPED = meta.launch_config
+_SHIPPED_SLICE = meta.HALF_SLICE
 
 
 def _apply(variant: str) -> None:
     """Route ``meta.launch_config`` (read at every call, forward and backward) through the
     variant's overrides."""
     items = dict(kv.split("=") for kv in variant.split(";") if kv and kv != "default")
-    meta.HALF_SLICE = int(items.pop("slice", 64))
+    meta.HALF_SLICE = int(items.pop("slice", _SHIPPED_SLICE))
     lp = int(items.pop("lp", 0))
 
     reg = items.pop("reg_state", None)

@@ -23,8 +23,8 @@ KS = 16
 float32 ``"ieee"`` dots (FMA units: whole operand rows and columns live in registers)."""
 
 VS = 16
-"""Slice of ``d_v`` columns handled at a time with float32 ``"ieee"`` dots (value side of a
-chunk), and the state columns of one program of the state kernels (all precisions)."""
+"""Slice of ``d_v`` columns handled at a time with float32 ``"ieee"`` dots: the value side of
+a chunk, and the state columns of one program of the state kernels."""
 
 HALF_SLICE = 64
 """Slice width of the per-chunk kernels with bfloat16/float16 inputs: their products run on
@@ -92,8 +92,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     triangular inverse by matrix products (the default) over row-by-row substitution.
     ``reg_state`` feeds the state kernels' product from registers (``REG_STATE``; only where
     one slice covers the head, ``KS == BK``; off by default until timed).
-    Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, the state kernels' column
-    slice ``VSS`` and per-kernel ``warps`` / ``stages``.
+    Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC, REG_STATE`` and per-kernel
+    ``warps`` / ``stages``.
     """
     if not 1 <= nh <= MAX_NH:
         raise ValueError(f"nh must be in [1, {MAX_NH}]; got {nh}")
@@ -107,7 +107,6 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     # chains of dependent products (H200, d = 64, bf16: fwd_prep 0.99 -> 0.54 ms, fwd+bwd
     # 2.97 -> 2.35 ms with the backward's too, in spite of its spills).
     tc_warps = 4 if tensor_cores else chunk_warps
-    vss = min(HALF_SLICE if tensor_cores else VS, bv)
     state_warps = 4  # 8 for a 64×64 tile measured 3 % slower on an H200 (d = 64, bf16)
     ks = min(HALF_SLICE if tensor_cores else KS, bk)
     if reg_state and ks != bk:
@@ -121,9 +120,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "BK": bk,
         "BV": bv,
         "KS": ks,
+        # Also a state program's columns: tensor-core products hold a 64-wide state slice,
+        # FMA products spill past 16.
         "VS": min(HALF_SLICE if tensor_cores else VS, bv),
-        # Tensor-core products hold a whole 64-wide state slice; FMA products spill past 16.
-        "VSS": vss,
         "SUB": SUB,
         "BLOCKED": True if blocked is None else bool(blocked),
         "PREC": HALF_DOT_PRECISION if tensor_cores else DOT_PRECISION,
@@ -138,16 +137,10 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     }
 
 
-_STATE_KERNELS = ("fwd_state", "bwd_state")
-"""Kernels whose ``VS`` is the column slice of one program (``cfg["VSS"]``)."""
-
-
 def launch_kwargs(cfg: dict, kernel: str, **flags) -> dict:
     """Keyword arguments for launching ``kernel`` (a key of ``KERNEL_CONSTEXPRS``):
     its constexprs from ``cfg``, the given flags (``HAS_DECAY`` ...), warps and stages."""
     out = {n: cfg[n] for n in KERNEL_CONSTEXPRS[kernel]}
-    if kernel in _STATE_KERNELS:
-        out["VS"] = cfg["VSS"]
     out.update(flags)
     out["num_warps"] = cfg["warps"][kernel]
     out["num_stages"] = cfg["stages"][kernel]
@@ -190,4 +183,4 @@ def grid_chunks(T: int, BH: int, cfg: dict) -> tuple:
 
 def grid_state(BH: int, cfg: dict) -> tuple:
     """Grid of the serial-over-chunks kernels: one program per ``(b, h)`` and ``VS`` columns."""
-    return (BH, cfg["BV"] // cfg["VSS"])
+    return (BH, cfg["BV"] // cfg["VS"])
