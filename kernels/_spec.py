@@ -32,6 +32,7 @@ __all__ = [
     "check_decay",
     "check_delta_rule_shapes",
     "check_delta",
+    "check_flag",
     "check_givens",
     "check_mixer_name",
     "check_rotation_hidden",
@@ -89,6 +90,13 @@ def positive_int(value: object, name: str) -> int:
     """As :func:`check_size`, with the delta mixer's wording (``an int >= 1``)."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be an int >= 1; got {value!r}")
+    return value
+
+
+def check_flag(value: object, name: str) -> bool:
+    """``value`` must be a ``bool`` (``1`` or ``"yes"`` are refused); returns it."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool; got {value!r}")
     return value
 
 

@@ -32,7 +32,12 @@ from mingru._packing import (
 )
 from mingru._sharding import check_group, sequence_parallel
 from mingru.dispatch import call
-from mingru_kernels._spec import check_delta_rule_shapes, check_packed_state, positive_int
+from mingru_kernels._spec import (
+    check_delta_rule_shapes,
+    check_flag,
+    check_packed_state,
+    positive_int,
+)
 
 __all__ = [
     "linear_recurrence", "linear_scan", "matrix_affine_scan", "matrix_scan", "parallel_scan_log",
@@ -419,8 +424,7 @@ def _delta_rule(
     for name, t in named:
         _validate.floating(t, f"delta_rule: {name}")
     positive_int(chunk_size, "chunk_size")
-    if not isinstance(allow_tf32, bool):
-        raise TypeError(f"delta_rule: allow_tf32 must be a bool; got {allow_tf32!r}")
+    check_flag(allow_tf32, "delta_rule: allow_tf32")
     check_delta_rule_shapes(q, k, v, beta, log_gamma, None if cu_seqlens is not None else h0)
     devices = {t.device for _, t in named}
     if len(devices) > 1:

@@ -25,7 +25,7 @@ from mingru.mixers._common import (
     project,
 )
 from mingru.scans import _delta_rule
-from mingru_kernels._spec import KEY_NORM_EPS, check_delta
+from mingru_kernels._spec import KEY_NORM_EPS, check_delta, check_flag
 
 __all__ = ["KEY_NORM_EPS", "DeltaMinGRU"]
 
@@ -97,8 +97,7 @@ class DeltaMinGRU(nn.Module):
         allow_tf32: bool = False,
     ) -> None:
         super().__init__()
-        if not isinstance(allow_tf32, bool):
-            raise TypeError(f"DeltaMinGRU: allow_tf32 must be a bool; got {allow_tf32!r}")
+        check_flag(allow_tf32, "DeltaMinGRU: allow_tf32")
         sizes = check_delta(input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size)
         input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size = sizes
 

@@ -26,7 +26,7 @@ from mingru_jax.mixers._common import (
     project,
 )
 from mingru_jax.scans import _delta_rule
-from mingru_kernels._spec import KEY_NORM_EPS, check_delta
+from mingru_kernels._spec import KEY_NORM_EPS, check_delta, check_flag
 
 __all__ = ["KEY_NORM_EPS", "DeltaMinGRU", "DeltaMinGRUCell"]
 
@@ -112,8 +112,7 @@ class DeltaMinGRU(nnx.Module):
         param_dtype: Any = jnp.float32,
         rngs: nnx.Rngs,
     ) -> None:
-        if not isinstance(allow_tf32, bool):
-            raise TypeError(f"DeltaMinGRU: allow_tf32 must be a bool; got {allow_tf32!r}")
+        check_flag(allow_tf32, "DeltaMinGRU: allow_tf32")
         sizes = check_delta(input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size)
         input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size = sizes
 
