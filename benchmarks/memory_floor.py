@@ -133,7 +133,10 @@ def jax_runners(op: str, mode: str, xs) -> dict[str, Callable[[], Any]]:
     out = {}
     for backend in ("jax-eager", "jax-triton"):
         with mingru_jax.use_backend("eager" if backend == "jax-eager" else "triton"):
-            f = jax.jit(fn) if mode == "fwd" else jax.jit(jax.grad(loss, argnums=(0, 1)))
+            # A fresh function per backend: jax.jit caches traces by function, and the backend
+            # is read at trace time, so a second jax.jit(fn) would replay the first trace.
+            f = (jax.jit(lambda *a: fn(*a)) if mode == "fwd"
+                 else jax.jit(jax.grad(loss, argnums=(0, 1))))
             jax.block_until_ready(f(*arrays))  # compile inside the backend's context
         out[backend] = lambda f=f: jax.block_until_ready(f(*arrays))
     return out

@@ -69,7 +69,7 @@ def linear_recurrence_fwd_kernel(
     # LOOKBACK: sa = fp32 chunk values, sb = int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
     pid_c, pid_b, pid_d, lane = program_coords(sb_ptr, n_chunks, n_dblk, MODE, False)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -93,7 +93,7 @@ def linear_recurrence_fwd_kernel(
             cb = tl.load(sb_ptr + s_off, mask=col_ok, other=0.0)
             cz = ca * cz + cb
 
-    for k in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
+    for k in tl.range(0, tl.cdiv(t_end - t_start, BLOCK_T), num_stages=LOOP_STAGES):
         t0 = t_start + k * BLOCK_T
         m = ((t0 + rows) < t_end)[:, None] & col_ok[None, :]
         tile = seq + t0.to(tl.int64) * D
@@ -133,7 +133,7 @@ def linear_recurrence_bwd_kernel(
     # LOOKBACK: sc = fp32 chunk values, sg = int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk, dh_sb, dh_st, dh_sd,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, PACKED: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
     pid_c, pid_b, pid_d, lane = program_coords(sg_ptr, n_chunks, n_dblk, MODE, True)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -159,7 +159,7 @@ def linear_recurrence_bwd_kernel(
     if HAS_H0 and not PACKED:
         h0 = tl.load(h0_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
 
-    for k in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
+    for k in tl.range(0, tl.cdiv(t_end - t_start, BLOCK_T), num_stages=LOOP_STAGES):
         t_hi = t_end - 1 - k * BLOCK_T
         t = t_hi - rows
         ok = t >= t_start

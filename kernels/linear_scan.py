@@ -52,7 +52,7 @@ def linear_scan_fwd_kernel(
     p_ptr, z_ptr,  # (B, T, D) outputs, input dtype
     sa_ptr, sb_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-ins in (APPLY)
     T, D, chunk_len, n_chunks, n_dblk,
-    MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pid_d = pid % n_dblk
@@ -76,7 +76,7 @@ def linear_scan_fwd_kernel(
         cp = tl.full([BLOCK_D], 1.0, tl.float32)
         cz = tl.zeros([BLOCK_D], tl.float32)
 
-    for k in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
+    for k in tl.range(0, tl.cdiv(t_end - t_start, BLOCK_T), num_stages=LOOP_STAGES):
         t0 = t_start + k * BLOCK_T
         m = ((t0 + rows) < t_end)[:, None] & col_ok[None, :]
         tile = seq + t0.to(tl.int64) * D
@@ -113,7 +113,7 @@ def linear_scan_bwd_kernel(
     sc_ptr, sg_ptr, sgp_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-ins (APPLY)
     T, D, chunk_len, n_chunks, n_dblk,
     MODE: tl.constexpr, HAS_DP: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pid_d = pid % n_dblk
@@ -142,7 +142,7 @@ def linear_scan_bwd_kernel(
         cg = tl.zeros([BLOCK_D], tl.float32)
         cgp = tl.zeros([BLOCK_D], tl.float32)
 
-    for k in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
+    for k in tl.range(0, tl.cdiv(t_end - t_start, BLOCK_T), num_stages=LOOP_STAGES):
         t_hi = t_end - 1 - k * BLOCK_T
         t = t_hi - rows
         ok = t >= t_start

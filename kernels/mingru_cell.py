@@ -136,7 +136,7 @@ def mingru_cell_fwd_kernel(
     T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
     HAS_DECAY: tl.constexpr, PACKED: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_D: tl.constexpr,
+    BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
     pid_c, pid_b, pid_d, lane = program_coords(sb_ptr, n_chunks, n_dblk, MODE, False)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -165,7 +165,7 @@ def mingru_cell_fwd_kernel(
             cb = tl.load(sb_ptr + s_off, mask=col_ok, other=0.0)
             cz = ca * cz + cb
 
-    for it in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
+    for it in tl.range(0, tl.cdiv(t_end - t_start, BLOCK_T), num_stages=LOOP_STAGES):
         t0 = (t_start + it * BLOCK_T).to(tl.int64)
         m = ((t0 + rows) < t_end)[:, None] & col_ok[None, :]
         row0 = b64 * T + t0
@@ -209,7 +209,7 @@ def mingru_cell_bwd_kernel(
     T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col, dh_sb, dh_st, dh_sd,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, SIGNED: tl.constexpr,
     COUPLED: tl.constexpr, HAS_DECAY: tl.constexpr, PACKED: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
     pid_c, pid_b, pid_d, lane = program_coords(sg_ptr, n_chunks, n_dblk, MODE, True)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -241,7 +241,7 @@ def mingru_cell_bwd_kernel(
     if HAS_H0 and not PACKED:
         h0 = tl.load(h0_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
 
-    for it in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
+    for it in tl.range(0, tl.cdiv(t_end - t_start, BLOCK_T), num_stages=LOOP_STAGES):
         t_hi = (t_end - 1 - it * BLOCK_T).to(tl.int64)
         t = t_hi - rows
         ok = t >= t_start

@@ -82,7 +82,7 @@ def parallel_scan_log_fwd_kernel(
     sA_ptr, sL_ptr,  # (B, N, D) fp32 base 2: chunk maps out (SUMMARY); sL = carry-ins (APPLY);
     # LOOKBACK: sA = fp32 chunk values (base 2), sL = int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk,
-    MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
     pid_c, pid_b, pid_d, lane = program_coords(sL_ptr, n_chunks, n_dblk, MODE, False)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -107,7 +107,7 @@ def parallel_scan_log_fwd_kernel(
         # log₂ h_0: the state before the first chunk (the tile itself starts from h = 0).
         cL0 = tl.load(lv_ptr + vseq + cols, mask=col_ok, other=0.0).to(tl.float32) * LOG2E
 
-    for k in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
+    for k in tl.range(0, tl.cdiv(t_end - t_start, BLOCK_T), num_stages=LOOP_STAGES):
         t0 = t_start + k * BLOCK_T
         t = t0 + rows
         m = (t < t_end)[:, None] & col_ok[None, :]
@@ -197,7 +197,7 @@ def parallel_scan_log_bwd_kernel(
     sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY);
     # LOOKBACK: sc = fp32 chunk values, sg = int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk, dh_sb, dh_st, dh_sd,
-    MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
     pid_c, pid_b, pid_d, lane = program_coords(sg_ptr, n_chunks, n_dblk, MODE, True)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -221,7 +221,7 @@ def parallel_scan_log_bwd_kernel(
     if MODE != K_SUMMARY:
         log2_h0 = tl.load(lv_ptr + vseq + cols, mask=col_ok, other=0.0).to(tl.float32) * LOG2E
 
-    for k in range(0, tl.cdiv(t_end - t_start, BLOCK_T)):
+    for k in tl.range(0, tl.cdiv(t_end - t_start, BLOCK_T), num_stages=LOOP_STAGES):
         t_hi = t_end - 1 - k * BLOCK_T
         t = t_hi - rows
         ok = t >= t_start

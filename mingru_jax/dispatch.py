@@ -84,7 +84,10 @@ def scan_mode() -> str:
 def use_backend(mode: str) -> Iterator[None]:
     """Force a backend mode inside a ``with`` block, beating ``MINGRU_SCAN``.
 
-    Takes effect for functions *traced* inside the block (see the module docstring).
+    Takes effect for functions *traced* inside the block (see the module docstring). The
+    mode is not part of ``jax.jit``'s cache key: a second ``jax.jit(f)`` of the same ``f``
+    with the same argument shapes replays the first trace, whatever the mode. To compare
+    backends, trace a fresh function under each (``jax.jit(lambda *a: f(*a))``).
 
     Example:
         >>> import jax.numpy as jnp, mingru_jax

@@ -60,33 +60,34 @@ def main() -> int:
     parser.add_argument("--shapes", default="big,16k")
     parser.add_argument("--strategy", default=None, help="force walk or chunked")
     parser.add_argument("--bwd", action="store_true")
+    parser.add_argument("--top", type=int, default=6, help="rows printed per op and shape")
     parser.add_argument("--tiles", default=None,
-                        help="only these tiles, e.g. '32x64x1,64x32x1' (block_t x block_d x "
-                             "num_warps) instead of the grid")
+                        help="only these tiles, e.g. '32x64x1,64x32x1x3' (block_t x block_d x "
+                             "num_warps [x loop_stages]) instead of the grid")
     args = parser.parse_args()
-    tiles = list(itertools.product(*GRID.values()))
+    tiles = [(*t, 1) for t in itertools.product(*GRID.values())]
     if args.tiles:
-        tiles = [tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",")]
+        tiles = [(*(int(v) for v in t.split("x")), 1)[:4] for t in args.tiles.split(",")]
     for op, shape in itertools.product(args.ops.split(","), args.shapes.split(",")):
         B, T, D = SHAPES[shape]
         xs = inputs(op, B, T, D, args.bwd)
         fn = getattr(mingru, op)
         rows = []
-        for bt, bd, nw in tiles:
+        for bt, bd, nw, ls in tiles:
             try:
                 with mingru.use_backend("triton"), switches.forced(
-                        PLAN_OP.get(op, op), block_t=bt, block_d=bd, num_warps=nw,
+                        PLAN_OP.get(op, op), block_t=bt, block_d=bd, num_warps=nw, loop_stages=ls,
                         **({"strategy": args.strategy} if args.strategy else {})):
                     ms = time_call(fn, xs, args.bwd)
             except Exception as exc:  # an unsupported combination (registers, shared memory)
                 ms = float("nan")
-                print(f"{op} {shape} {bt} {bd} {nw}: {type(exc).__name__}: {exc}"[:200])
-            rows.append((ms, bt, bd, nw))
+                print(f"{op} {shape} {bt} {bd} {nw} {ls}: {type(exc).__name__}: {exc}"[:200])
+            rows.append((ms, bt, bd, nw, ls))
         with mingru.use_backend("triton"):
             default = time_call(fn, xs, args.bwd)
         rows.sort()
         print(json.dumps({"op": op, "shape": shape, "bwd": args.bwd, "default_ms": default,
-                          "best": rows[:6]}), flush=True)
+                          "best": rows[:args.top]}), flush=True)
         torch.cuda.empty_cache()
     return 0
 

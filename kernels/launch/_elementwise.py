@@ -49,7 +49,7 @@ STRATEGIES = ("walk", "chunked", "lookback")
 """The launch strategies; ``lookback`` only where an op's kernels have a LOOKBACK mode."""
 
 PLAN_KEYS = ("strategy", "block_t", "block_d", "chunk_len", "num_warps", "num_stages",
-             "lookback_stride")
+             "loop_stages", "lookback_stride")
 """The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`)."""
 
 
@@ -80,6 +80,7 @@ def plan(
     chunk_len: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    loop_stages: int | None = None,
     walk_tile: tuple[int, int, int] | None = None,
     chunked_tile: tuple[int, int, int] | None = None,
     lookback_tile: tuple[int, int, int] | None = None,
@@ -91,8 +92,8 @@ def plan(
     Keyword overrides exist for tests and tuning sweeps. ``T`` only sets runtime values (chunk
     length and count), never a compile-time constant, so every T of a shape class reuses one
     compiled kernel. ``walk_tile`` / ``chunked_tile`` are an op's measured
-    ``(block_t, block_d, num_warps)`` for a long walk (more than ``WALK_MAX_TILES`` default
-    tiles) and for the chunked strategy (the ``TILES`` of its launch module); the strategy
+    ``(block_t, block_d, num_warps[, loop_stages])`` for a long walk (more than
+    ``WALK_MAX_TILES`` default tiles) and for the chunked strategy (the ``TILES`` of its launch module); the strategy
     itself is chosen with the default tile, and forced choices win over both.
     ``lookback_tile`` is the tile of the single-pass ``lookback`` strategy, given only by ops
     whose kernels have that mode (the strategy is refused without it), which then replaces
@@ -102,7 +103,9 @@ def plan(
     state.
 
     Returns a dict with ``strategy`` (``"walk"``, ``"chunked"`` or ``"lookback"``), ``block_t``, ``block_d``,
-    ``num_warps``, ``num_stages`` (0: Triton's default), ``n_dblk`` (D-blocks), ``chunk_len``
+    ``num_warps``, ``num_stages`` (0: Triton's default), ``loop_stages`` (the software
+    pipelining depth of the kernels' tile loop: tile ``i + 1``'s loads are in flight while
+    tile ``i`` is scanned; 1: none), ``n_dblk`` (D-blocks), ``chunk_len``
     (steps per chunk; ``T`` for the walk) and ``n_chunks`` (1 for the walk).
 
     Example:
@@ -121,6 +124,9 @@ def plan(
         raise ValueError(f"block sizes must be powers of two; got block_t={bt}, block_d={bd}")
     nw = int(num_warps or NUM_WARPS)
     ns = int(num_stages or 0)
+    ls = int(loop_stages or 1)
+    if ls < 1:
+        raise ValueError(f"loop_stages must be >= 1; got {loop_stages}")
     n_dblk = cdiv(D, bd)
     walk_programs = B * n_dblk
     if strategy is None:
@@ -150,11 +156,12 @@ def plan(
         bt = int(block_t or tuned[0])
         bd = int(block_d or tuned[1])
         nw = int(num_warps or tuned[2])
+        ls = int(loop_stages or (tuned[3] if len(tuned) > 3 else 1))
         n_dblk = cdiv(D, bd)
         walk_programs = B * n_dblk
     if strategy == "walk":
         return dict(strategy="walk", block_t=bt, block_d=bd, num_warps=nw, num_stages=ns,
-                    n_dblk=n_dblk, chunk_len=T, n_chunks=1)
+                    loop_stages=ls, n_dblk=n_dblk, chunk_len=T, n_chunks=1)
     if strategy == "lookback":
         if chunk_len is not None and int(chunk_len) != bt:
             raise ValueError(f"the lookback strategy scans one tile per chunk: chunk_len must "
@@ -163,7 +170,8 @@ def plan(
         if stride < 1:
             raise ValueError(f"lookback_stride must be >= 1; got {lookback_stride}")
         return dict(strategy="lookback", block_t=bt, block_d=bd, num_warps=nw, num_stages=ns,
-                    n_dblk=n_dblk, chunk_len=bt, n_chunks=cdiv(T, bt), lookback_stride=stride)
+                    loop_stages=ls, n_dblk=n_dblk, chunk_len=bt, n_chunks=cdiv(T, bt),
+                    lookback_stride=stride)
     if chunk_len is None:
         want = cdiv(CHUNKED_PROGRAMS_PER_SM * n_sm, walk_programs)
         chunk_len = cdiv(cdiv(T, want), bt) * bt
@@ -171,7 +179,7 @@ def plan(
     if chunk_len < 1 or chunk_len % bt:
         raise ValueError(f"chunk_len must be a positive multiple of block_t={bt}; got {chunk_len}")
     return dict(strategy="chunked", block_t=bt, block_d=bd, num_warps=nw, num_stages=ns,
-                n_dblk=n_dblk, chunk_len=chunk_len, n_chunks=cdiv(T, chunk_len))
+                loop_stages=ls, n_dblk=n_dblk, chunk_len=chunk_len, n_chunks=cdiv(T, chunk_len))
 
 
 def grid(cfg: Mapping[str, Any], B: int) -> tuple[int]:
@@ -198,9 +206,10 @@ def lookback_shapes(cfg: Mapping[str, Any], B: int, D: int) -> tuple[tuple[int, 
 
 
 def launch_kwargs(cfg: Mapping[str, Any]) -> dict[str, int]:
-    """Compile-time block sizes, warps (and pipelining stages if set) for the scan kernels."""
+    """Compile-time block sizes, tile-loop pipelining depth, warps (and Triton's
+    ``num_stages`` if set) for the scan kernels."""
     kw = dict(BLOCK_T=int(cfg["block_t"]), BLOCK_D=int(cfg["block_d"]),
-              num_warps=int(cfg["num_warps"]))
+              LOOP_STAGES=int(cfg.get("loop_stages", 1)), num_warps=int(cfg["num_warps"]))
     if int(cfg["num_stages"]):
         kw["num_stages"] = int(cfg["num_stages"])
     return kw

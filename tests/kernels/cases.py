@@ -128,3 +128,27 @@ def segments(seg_len):
         "givens_recurrence", seg_len=seg_len
     ):
         yield
+
+
+# --- the tile loop's software pipelining (loop_stages) ------------------------------------------
+
+# Long enough for many tiles per program, wide enough for several D-blocks and programs.
+PIPELINE_SHAPE = (2, 5000, 300)
+
+
+def assert_pipelining_changes_nothing(op, fn, inputs, cotangents, stages=(2, 3)):
+    """The walk with its tile loop software-pipelined (``loop_stages`` > 1: the next tile's
+    loads in flight while this one is scanned) gives bit-for-bit the outputs and gradients of
+    the unpipelined walk: only when loads are issued changes, never the arithmetic."""
+    with triton_plan(op, strategy="walk", block_t=32, block_d=32, num_warps=4, loop_stages=1):
+        want_out, want_grads = grads(fn, inputs, cotangents)
+    for ls in stages:
+        with triton_plan(op, strategy="walk", block_t=32, block_d=32, num_warps=4,
+                         loop_stages=ls):
+            got_out, got_grads = grads(fn, inputs, cotangents)
+        for got, want in zip((*got_out, *got_grads), (*want_out, *want_grads), strict=True):
+            if want is None:
+                assert got is None
+                continue
+            assert torch.isfinite(got).all(), f"loop_stages={ls}: non-finite values"
+            assert torch.equal(got, want), f"loop_stages={ls}: differs from the unpipelined walk"

@@ -17,7 +17,9 @@ from tests.kernels.cases import (
     DEVICE,
     F64,
     LOOKBACK_CASES,
+    PIPELINE_SHAPE,
     PLANS,
+    assert_pipelining_changes_nothing,
     case_id,
     linear_inputs,
     triton_plan,
@@ -178,3 +180,13 @@ def test_gpu_lookback_equals_the_walk(dtype, tile):
             got = _run(_lib, a, b, h0, w, w_T)
         for g, wt in zip((got[0], got[1], *got[2]), (want[0], want[1], *want[2]), strict=True):
             assert g.dtype == dtype and torch.isfinite(g).all() and rel_err(g, wt) < tol
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_pipelined_tile_loop(dtype):
+    B, T, D = PIPELINE_SHAPE
+    a, b = linear_inputs(B, T, D, dtype=dtype)
+    h0 = torch.randn(B, D, device=DEVICE).to(dtype)
+    cot = (torch.randn(B, T, D, device=DEVICE).to(dtype), torch.randn(B, D, device=DEVICE).to(dtype))
+    assert_pipelining_changes_nothing("linear_recurrence", _lib, (a, b, h0), cot)

@@ -23,7 +23,9 @@ from tests.kernels.cases import (
     CASES,
     DEVICE,
     F64,
+    PIPELINE_SHAPE,
     PLANS,
+    assert_pipelining_changes_nothing,
     case_id,
     eager_f64,
     grads,
@@ -259,3 +261,40 @@ class TestGPU:
             _, g_e = grads(f, (a, b, la, lv), (torch.ones((), device="cuda"),))
         for x, r in zip(g_c, g_e, strict=True):
             assert rel_err(x, r) <= 1e-6
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["linear_scan", "parallel_scan_log"])
+def test_gpu_pipelined_tile_loop(op):
+    B, T, D = PIPELINE_SHAPE
+    if op == "linear_scan":
+        inputs = linear_inputs(B, T, D, device="cuda")
+        cot = [torch.randn_like(inputs[0]) for _ in range(2)]
+    else:
+        inputs = log_inputs(B, T, D, device="cuda")
+        cot = [torch.randn_like(inputs[0])]
+    assert_pipelining_changes_nothing(op, getattr(mingru, op), inputs, cot)
+
+
+@pytest.mark.interpreter
+def test_loop_stages_is_a_plan_choice():
+    from mingru_kernels.launch._elementwise import launch_kwargs, plan
+
+    assert plan(8, 65536, 1536)["loop_stages"] >= 1
+    assert launch_kwargs(plan(2, 100, 8, loop_stages=3))["LOOP_STAGES"] == 3
+    # a measured 4-tuple tile carries its depth; a forced choice wins over it
+    long = dict(walk_tile=(32, 64, 2, 3))
+    assert plan(8, 65536, 1536, **long)["loop_stages"] == 3
+    assert plan(8, 65536, 1536, loop_stages=2, **long)["loop_stages"] == 2
+    assert plan(8, 65536, 1536, walk_tile=(32, 64, 2))["loop_stages"] == 1
+    with pytest.raises(ValueError, match="loop_stages"):
+        plan(2, 100, 8, loop_stages=-1)
+    # the interpreter ignores pipelining: a forced depth runs and gives the same result
+    a, b = linear_inputs(2, 37, 5)
+    cot = [torch.randn_like(a) for _ in range(2)]
+    with triton_plan("linear_scan", **PLANS["walk"]):
+        want = grads(mingru.linear_scan, (a, b), cot)
+    with triton_plan("linear_scan", **PLANS["walk"], loop_stages=3):
+        got = grads(mingru.linear_scan, (a, b), cot)
+    for x, r in zip(got[0] + got[1], want[0] + want[1], strict=True):
+        assert torch.equal(x, r)

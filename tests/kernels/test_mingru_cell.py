@@ -13,7 +13,14 @@ import torch
 import mingru
 from mingru.cells import mingru_cell, signed_mingru_cell
 from tests.helpers import rel_err
-from tests.kernels.cases import DEVICE, F64, PLANS, triton_plan
+from tests.kernels.cases import (
+    DEVICE,
+    F64,
+    PIPELINE_SHAPE,
+    PLANS,
+    assert_pipelining_changes_nothing,
+    triton_plan,
+)
 from tests.reference import loop_cell
 
 pytestmark = pytest.mark.usefixtures("fast_interpreter")
@@ -209,3 +216,13 @@ def test_gpu_lookback_equals_the_walk(cell, tile):
         hw, hTw, grads_w = _grads(lambda *x: _call(cell, *x), (k, h0, lg), w, w_T)
     for got, want in zip((h, h_T, *grads), (hw, hTw, *grads_w), strict=True):
         assert torch.isfinite(got).all() and rel_err(got, want) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cell", list(CELLS))
+def test_gpu_pipelined_tile_loop(cell, dtype):
+    B, T, D = PIPELINE_SHAPE
+    k, h0, lg = _inputs(cell, B, T, D, "B,T,D", dtype=dtype)
+    cot = (torch.randn(B, T, D, device=DEVICE).to(dtype), torch.randn(B, D, device=DEVICE).to(dtype))
+    assert_pipelining_changes_nothing("mingru_cell", lambda *x: _call(cell, *x), (k, h0, lg), cot)
