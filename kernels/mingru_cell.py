@@ -40,6 +40,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mingru_kernels._fast_math import fast_exp, fast_rcp
 from mingru_kernels._scan_common import (
     K_APPLY,
     K_SUMMARY,
@@ -59,8 +60,8 @@ __all__ = ["linear_carry_kernel", "mingru_cell_bwd_kernel", "mingru_cell_fwd_ker
 def _sigmoid_pair(x):
     """``(σ(x), σ(−x))`` from one exponential and one division (the gate math is most of the
     cell's instructions): ``e = e^{−|x|} ∈ (0, 1]`` never overflows."""
-    e = tl.exp(-tl.abs(x))
-    r = 1.0 / (1.0 + e)
+    e = fast_exp(-tl.abs(x))
+    r = fast_rcp(1.0 + e)
     er = e * r
     pos = x >= 0
     return tl.where(pos, r, er), tl.where(pos, er, r)
@@ -70,8 +71,8 @@ def _sigmoid_pair(x):
 def _g_and_slope(x):
     """``g(x)`` and ``g'(x)``: ``x + ½`` and 1 for ``x ≥ 0``, ``σ(x)`` and ``σ(x)(1 − σ(x))``
     below (one exponential of ``min(x, 0) ≤ 0``)."""
-    e = tl.exp(tl.minimum(x, 0.0))
-    sg = e / (1.0 + e)
+    e = fast_exp(tl.minimum(x, 0.0))
+    sg = e * fast_rcp(1.0 + e)
     pos = x >= 0
     return tl.where(pos, x + 0.5, sg), tl.where(pos, 1.0, sg * (1.0 - sg))
 
@@ -79,8 +80,8 @@ def _g_and_slope(x):
 @triton.jit
 def _tanh(x):
     # Through e^{-2|x|} ∈ (0, 1]: no overflow for any x.
-    e = tl.exp(-2.0 * tl.abs(x))
-    t = (1.0 - e) / (1.0 + e)
+    e = fast_exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) * fast_rcp(1.0 + e)
     return tl.where(x < 0, -t, t)
 
 
@@ -120,7 +121,7 @@ def _gates(kz, ks, kh, lg, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
         gk, _ = _g_and_slope(kh)
         b = z * gk
     if HAS_DECAY:
-        a = a * tl.exp(lg)
+        a = a * fast_exp(lg)
     return a, b
 
 
@@ -289,7 +290,7 @@ def mingru_cell_bwd_kernel(
             z, one_minus_z = _sigmoid_pair(kz)
             zz = z * one_minus_z  # σ'(k_z) = z (1 − z)
             if HAS_DECAY:
-                gamma = tl.exp(lg)
+                gamma = fast_exp(lg)
             else:
                 gamma = 1.0
             da = G * h_prev

@@ -49,6 +49,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mingru_kernels._fast_math import fast_exp2, fast_log2
 from mingru_kernels._scan_common import (
     K_APPLY,
     K_LOOKBACK,
@@ -126,8 +127,8 @@ def parallel_scan_log_fwd_kernel(
         Aex, N = tl.associative_scan((Ap, Lp), 0, max_plus)
         M = tl.maximum(N + A, L)
         Ms = tl.where(M == float("-inf"), 0.0, M)  # h_t = 0 so far: any finite scale
-        a_s = tl.exp2(A + N - Ms)
-        b_s = tl.exp2(L - Ms)
+        a_s = fast_exp2(A + N - Ms)
+        b_s = fast_exp2(L - Ms)
         # The carry is 2^{N_0} exactly (N_0 = c): in the scale of row 0 it is 1.
         b_s = tl.where(first, a_s + b_s, b_s)
         _, H = tl.associative_scan((a_s, b_s), 0, mul_add)
@@ -141,13 +142,13 @@ def parallel_scan_log_fwd_kernel(
             cL = lookback_carry(sL_ptr, sA_ptr, pid_c, lane, pid_b, n_chunks,
                                 take_row(P, rows, BLOCK_T - 1),
                                 take_row(M, rows, BLOCK_T - 1)
-                                + tl.log2(take_row(H, rows, BLOCK_T - 1)),
+                                + fast_log2(take_row(H, rows, BLOCK_T - 1)),
                                 cL0, cols, col_ok, D, False, True)
-            h = tl.exp2(P + cL[None, :]) + H * tl.exp2(M)
+            h = fast_exp2(P + cL[None, :]) + H * fast_exp2(M)
             tl.store(h_ptr + tile + intra, h.to(h_ptr.dtype.element_ty), mask=m)
         else:
-            tl.store(h_ptr + tile + intra, (H * tl.exp2(M)).to(h_ptr.dtype.element_ty), mask=m)
-        cL = take_row(M, rows, BLOCK_T - 1) + tl.log2(take_row(H, rows, BLOCK_T - 1))
+            tl.store(h_ptr + tile + intra, (H * fast_exp2(M)).to(h_ptr.dtype.element_ty), mask=m)
+        cL = take_row(M, rows, BLOCK_T - 1) + fast_log2(take_row(H, rows, BLOCK_T - 1))
 
     if MODE == K_SUMMARY:
         tl.store(sA_ptr + s_off, cA, mask=col_ok)
@@ -231,7 +232,7 @@ def parallel_scan_log_bwd_kernel(
         # Coefficient of step t is a_{t+1} (0 past the end); padding rows are the identity.
         la_next = tl.load(la_ptr + tile + D + rev, mask=m & (t + 1 < T)[:, None],
                           other=float("-inf"))
-        coef = tl.where(ok[:, None], tl.exp2(la_next.to(tl.float32) * LOG2E), 1.0)
+        coef = tl.where(ok[:, None], fast_exp2(la_next.to(tl.float32) * LOG2E), 1.0)
         g = tl.load(dh_ptr + pid_b.to(tl.int64) * dh_sb + t_hi.to(tl.int64) * dh_st + dh_rev,
                     mask=m, other=0.0).to(tl.float32)
         if MODE == K_SUMMARY:
@@ -248,9 +249,9 @@ def parallel_scan_log_bwd_kernel(
             la = tl.load(la_ptr + tile + rev, mask=m, other=0.0).to(tl.float32)
             h_prev = tl.load(h_ptr + tile - D + rev, mask=m & (t >= 1)[:, None], other=1.0)
             log2_h_prev = tl.where((t == 0)[:, None], log2_h0[None, :],
-                                   tl.log2(h_prev.to(tl.float32)))
-            d_la = G * tl.exp2(la * LOG2E + log2_h_prev)
-            d_lb = G * tl.exp2(lb * LOG2E)
+                                   fast_log2(h_prev.to(tl.float32)))
+            d_la = G * fast_exp2(la * LOG2E + log2_h_prev)
+            d_lb = G * fast_exp2(lb * LOG2E)
             tl.store(dla_ptr + tile + rev, d_la.to(dla_ptr.dtype.element_ty), mask=m)
             tl.store(dlv_ptr + vtile + rev, d_lb.to(dlv_ptr.dtype.element_ty), mask=m)
             if t_hi < BLOCK_T:

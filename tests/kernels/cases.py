@@ -151,4 +151,8 @@ def assert_pipelining_changes_nothing(op, fn, inputs, cotangents, stages=(2, 3))
                 assert got is None
                 continue
             assert torch.isfinite(got).all(), f"loop_stages={ls}: non-finite values"
-            assert torch.equal(got, want), f"loop_stages={ls}: differs from the unpipelined walk"
+            diff = (got.double() - want.double()).abs().max().item()
+            scale = want.double().abs().max().item()
+            assert torch.equal(got, want), (
+                f"loop_stages={ls}: differs from the unpipelined walk by {diff:.3g} (max |x| "
+                f"{scale:.3g}) at {(got != want).sum().item()} of {got.numel()} values")
