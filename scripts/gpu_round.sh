@@ -17,6 +17,9 @@ for s in "$@"; do
   case "$s" in
     tests-cell) timeout 240 python3 -m pytest -q -x -p no:cacheprovider -m gpu \
         tests/kernels/test_mingru_cell.py 2>&1 | tail -5 ;;
+    tests-scans) timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu \
+        tests/kernels/test_linear_recurrence.py tests/kernels/test_mingru_cell.py \
+        tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_scan.py 2>&1 | tail -8 ;;
     tests-torch) timeout 300 python3 -m pytest -q -p no:cacheprovider tests/torch tests/kernels \
         -m gpu 2>&1 | tail -8 ;;
     tests-jax) ( time timeout 300 python3 -m pytest -q -p no:cacheprovider tests/jax \
