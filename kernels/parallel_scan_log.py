@@ -26,6 +26,16 @@ carry ``c = log₂ h`` at the tile start:
 Three ``exp2`` per element and one ``log2`` per column per tile. Base 2 because
 ``exp2``/``log2`` are single hardware instructions.
 
+Fast path (walk and chunked APPLY tiles): most tiles need no per-row scale. With one scale per
+column, ``S = max(c, max_t log₂ b_t)``, the scaled states obey the same linear recurrence
+with ``ã_t = a_t`` and ``b̃_t = 2^{log₂ b_t − S} ≤ 1``; when every ``log₂ b_t`` of the tile is
+within 90 octaves of ``S`` and the coefficients grow the states by at most ``2^60``
+(:func:`_tile_scale`), every ``h̃_t`` is a normal fp32 number of at least ``2^-90``
+(``h_t ≥ b_t``) and no term that flushes to zero is within fp32 rounding of a state, so ONE
+linear scan gives the states to fp32 rounding (two ``exp2`` per element, no max-plus scan).
+Other tiles (``b = 0``, wider ranges, ``NaN``) take the exact path above; the choice is made
+per program and tile, so both are compiled and the branch is uniform.
+
 Backward, in linear space (like ``mingru._eager.parallel_scan_log``): the adjoint
 ``g_t = dh_t + a_{t+1} g_{t+1}`` is a reversed linear scan with ``a_{t+1} = exp(log a_{t+1})``;
 ``d log b_t = g_t b_t``, ``d log a_t = g_t a_t h_{t-1}`` and ``d log h_0 = d log a_1``. It reads
@@ -74,6 +84,73 @@ __all__ = [
     "parallel_scan_log_fwd_kernel",
 ]
 
+# A tile may take one scale per column (the fast path of the forward) when its states stay
+# within these many octaves below the scale (the fp32 exponent reaches 2^-126; 2^-90 leaves
+# every flushed term < 2^-36 of a state, summed over at most 2^6 rows < fp32 rounding) and its
+# coefficients grow the states by at most 2^FAST_GROWTH (no overflow); the scale itself stays
+# below 2^FAST_TOP so 2^S is finite.
+FAST_RANGE = tl.constexpr(90.0)
+FAST_GROWTH = tl.constexpr(60.0)
+FAST_TOP = tl.constexpr(120.0)
+
+
+@triton.jit
+def _tile_scale(A, L, c, m, col_ok, FROM_ZERO: tl.constexpr = False):
+    """``(S, fast)``: a per-column scale for a whole tile and whether every column may use it.
+
+    ``S = ⌈max(c, max_t log₂ b_t)⌉`` (an integer, see :func:`_exp2_minus`). With it, ``h̃_t = h_t / 2^S`` obeys
+    ``h̃_t = a_t h̃_{t-1} + 2^{log₂ b_t − S}`` with the carry ``2^{c − S} ≤ 1``. Since
+    ``h_t ≥ b_t``, the check ``min_t log₂ b_t ≥ S − FAST_RANGE`` bounds every ``h̃_t`` below
+    by ``2^-90`` (normal fp32, and far above any term that flushes to zero), and
+    ``Σ_t max(log₂ a_t, 0) ≤ FAST_GROWTH`` bounds it above. Tiles that fail (zero inputs
+    ``b = 0``, ranges of more than 90 octaves in a tile, ``NaN``) take the exact
+    per-row-scaled path; both give the states to fp32 rounding. ``FROM_ZERO`` (a look-back
+    tile, scanned from ``h = 0`` and shifted by its carry afterwards through ``Π a``): the
+    products must stay normal too, ``Σ_t min(log₂ a_t, 0) ≥ −FAST_RANGE``."""
+    Lv = tl.where(m, L, float("-inf"))
+    S = tl.math.ceil(tl.maximum(c, tl.max(Lv, axis=0)))
+    Lmin = tl.min(tl.where(m, L, float("inf")), axis=0)
+    grow = tl.sum(tl.where(m, tl.maximum(A, 0.0), 0.0), axis=0)
+    ok = (Lmin >= S - FAST_RANGE) & (grow <= FAST_GROWTH) & (S <= FAST_TOP)
+    ok = ok & (S > float("-inf"))
+    if FROM_ZERO:
+        ok = ok & (tl.sum(tl.where(m, tl.minimum(A, 0.0), 0.0), axis=0) >= -FAST_RANGE)
+    ok = ok | (col_ok == 0)
+    return S, tl.min(ok.to(tl.int32), axis=0) == 1
+
+
+@triton.jit
+def _exp2_minus(x, S):
+    """``2^{x − S}`` for an integer-valued ``S``, with no rounding in the exponent: ``x − S``
+    in fp32 would round at the ulp of ``|x − S|`` (``4e-6`` at 60, a relative error of
+    ``3e-6`` in the power), so the power is taken as ``2^{x − ⌊x⌋} · 2^{⌊x⌋ − S}``, both
+    exponents exact. ``x = −∞`` gives 0."""
+    xi = tl.where(x == float("-inf"), 0.0, tl.math.floor(x))
+    return fast_exp2(x - xi) * fast_exp2(xi - S)
+
+
+@triton.jit
+def _exact_tile(la_ptr, lv_ptr, tile, vtile, intra, A, L, c, rows, t, t_end, col_ok, D):
+    """The exact tile scan with one scale per row: ``(Aex, M, H)`` with ``h_t = H_t 2^{M_t}``
+    (``Aex``: ``Σ log₂ a`` of the rows above each row)."""
+    first = rows[:, None] == 0
+    # The same maps one row earlier (L1/L2 hits: the rows were just read); the first row
+    # holds the carry instead, so the inclusive max-plus scan of this tile is exclusive
+    # in the rows above.
+    prev = (rows >= 1)[:, None] & ((t - 1) < t_end)[:, None] & col_ok[None, :]
+    Ap = tl.load(la_ptr + tile - D + intra, mask=prev, other=0.0).to(tl.float32) * LOG2E
+    Lp = tl.load(lv_ptr + vtile - D + intra, mask=prev, other=float("-inf"))
+    Lp = tl.where(first, c[None, :], Lp.to(tl.float32) * LOG2E)
+    Aex, N = tl.associative_scan((Ap, Lp), 0, max_plus)
+    M = tl.maximum(N + A, L)
+    Ms = tl.where(M == float("-inf"), 0.0, M)  # h_t = 0 so far: any finite scale
+    a_s = fast_exp2(A + N - Ms)
+    b_s = fast_exp2(L - Ms)
+    # The carry is 2^{N_0} exactly (N_0 = c): in the scale of row 0 it is 1.
+    b_s = tl.where(first, a_s + b_s, b_s)
+    _, H = tl.associative_scan((a_s, b_s), 0, mul_add)
+    return Aex, M, H
+
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
 def parallel_scan_log_fwd_kernel(
@@ -117,38 +194,50 @@ def parallel_scan_log_fwd_kernel(
         # Padding rows load the identity map (log a, log b) = (0, -inf).
         A = tl.load(la_ptr + tile + intra, mask=m, other=0.0).to(tl.float32) * LOG2E
         L = tl.load(lv_ptr + vtile + intra, mask=m, other=float("-inf")).to(tl.float32) * LOG2E
-        # The same maps one row earlier (L1/L2 hits: the rows were just read); the first row
-        # holds the carry instead, so the inclusive max-plus scan of this tile is exclusive
-        # in the rows above.
-        prev = (rows >= 1)[:, None] & ((t - 1) < t_end)[:, None] & col_ok[None, :]
-        Ap = tl.load(la_ptr + tile - D + intra, mask=prev, other=0.0).to(tl.float32) * LOG2E
-        Lp = tl.load(lv_ptr + vtile - D + intra, mask=prev, other=float("-inf"))
-        Lp = tl.where(first, cL[None, :], Lp.to(tl.float32) * LOG2E)
-        Aex, N = tl.associative_scan((Ap, Lp), 0, max_plus)
-        M = tl.maximum(N + A, L)
-        Ms = tl.where(M == float("-inf"), 0.0, M)  # h_t = 0 so far: any finite scale
-        a_s = fast_exp2(A + N - Ms)
-        b_s = fast_exp2(L - Ms)
-        # The carry is 2^{N_0} exactly (N_0 = c): in the scale of row 0 it is 1.
-        b_s = tl.where(first, a_s + b_s, b_s)
-        _, H = tl.associative_scan((a_s, b_s), 0, mul_add)
-        if MODE == K_SUMMARY:
+        if MODE == K_WALK or MODE == K_APPLY:
+            S, fast = _tile_scale(A, L, cL, m, col_ok)
+            if fast:
+                # One scale per column for the whole tile (see _tile_scale): a single linear
+                # scan, no max-plus scan.
+                a_s = fast_exp2(A)
+                b_s = _exp2_minus(L, S[None, :])
+                b_s = tl.where(first, a_s * _exp2_minus(cL, S)[None, :] + b_s, b_s)
+                _, H = tl.associative_scan((a_s, b_s), 0, mul_add)
+                tl.store(h_ptr + tile + intra,
+                         (H * fast_exp2(S)[None, :]).to(h_ptr.dtype.element_ty), mask=m)
+                cL = S + fast_log2(take_row(H, rows, BLOCK_T - 1))
+            else:
+                _, M, H = _exact_tile(la_ptr, lv_ptr, tile, vtile, intra, A, L, cL, rows, t,
+                                      t_end, col_ok, D)
+                tl.store(h_ptr + tile + intra, (H * fast_exp2(M)).to(h_ptr.dtype.element_ty),
+                         mask=m)
+                cL = take_row(M, rows, BLOCK_T - 1) + fast_log2(take_row(H, rows, BLOCK_T - 1))
+        elif MODE == K_SUMMARY:
+            _, M, H = _exact_tile(la_ptr, lv_ptr, tile, vtile, intra, A, L, cL, rows, t,
+                                  t_end, col_ok, D)
             cA += tl.sum(A, axis=0)  # sums commute: any reduction order is exact enough
-        elif MODE == K_LOOKBACK:
-            # One tile per chunk, scanned from h = 0 (cL = -inf): its map is (Σ log₂ a,
-            # log₂ h_last); the carry looked back for enters as 2^{Σ_{≤t} log₂ a + carry},
-            # added to the zero-start states (each term at most h_t: no spurious overflow).
-            P = Aex + A  # Σ log₂ a up to and including row t (Aex: the rows above)
-            cL = lookback_carry(sL_ptr, sA_ptr, pid_c, lane, pid_b, n_chunks,
-                                take_row(P, rows, BLOCK_T - 1),
-                                take_row(M, rows, BLOCK_T - 1)
+            cL = take_row(M, rows, BLOCK_T - 1) + fast_log2(take_row(H, rows, BLOCK_T - 1))
+        else:
+            # LOOKBACK: one tile per chunk, scanned from h = 0 (cL = -inf): its map is
+            # (Σ log₂ a, log₂ h_last); the carry looked back for enters as
+            # 2^{Σ_{≤t} log₂ a + carry}, added to the zero-start states (each term at most
+            # h_t: no spurious overflow). h_t = H_t 2^{Ms_t}; P_t = Σ_{≤t} log₂ a.
+            S, fast = _tile_scale(A, L, cL, m, col_ok, True)
+            if fast:
+                a_s = fast_exp2(A)
+                Pprod, H = tl.associative_scan((a_s, _exp2_minus(L, S[None, :])), 0, mul_add)
+                P = fast_log2(Pprod)  # 2^-90 ≤ Π a ≤ 2^60 (_tile_scale): a normal number
+                Ms = tl.broadcast_to(S[None, :], (BLOCK_T, BLOCK_D))
+            else:
+                Aex, Ms, H = _exact_tile(la_ptr, lv_ptr, tile, vtile, intra, A, L, cL, rows, t,
+                                         t_end, col_ok, D)
+                P = Aex + A  # Aex: Σ log₂ a of the rows above
+            cL = lookback_carry(sL_ptr, sA_ptr, pid_c, lane, pid_b, n_chunks, tl.sum(A, axis=0),
+                                take_row(Ms, rows, BLOCK_T - 1)
                                 + fast_log2(take_row(H, rows, BLOCK_T - 1)),
                                 cL0, cols, col_ok, D, False, True)
-            h = fast_exp2(P + cL[None, :]) + H * fast_exp2(M)
+            h = fast_exp2(P + cL[None, :]) + H * fast_exp2(Ms)
             tl.store(h_ptr + tile + intra, h.to(h_ptr.dtype.element_ty), mask=m)
-        else:
-            tl.store(h_ptr + tile + intra, (H * fast_exp2(M)).to(h_ptr.dtype.element_ty), mask=m)
-        cL = take_row(M, rows, BLOCK_T - 1) + fast_log2(take_row(H, rows, BLOCK_T - 1))
 
     if MODE == K_SUMMARY:
         tl.store(sA_ptr + s_off, cA, mask=col_ok)

@@ -20,6 +20,8 @@ for s in "$@"; do
     tests-scans) timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu \
         tests/kernels/test_linear_recurrence.py tests/kernels/test_mingru_cell.py \
         tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_scan.py 2>&1 | tail -8 ;;
+    tests-log) timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=line \
+        tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_scan.py 2>&1 | tail -6 ;;
     tests-torch) timeout 300 python3 -m pytest -q -p no:cacheprovider tests/torch tests/kernels \
         -m gpu 2>&1 | tail -8 ;;
     tests-jax) ( time timeout 300 python3 -m pytest -q -p no:cacheprovider tests/jax \
@@ -42,8 +44,8 @@ for s in "$@"; do
         | grep -v -i warn | tail -40 ;;
     floor) timeout 300 python3 benchmarks/memory_floor.py --out "$OUT" --repeats 20 \
         ${FLOOR_OPS:+--ops $FLOOR_OPS} 2>&1 | tail -30 ;;
-    walk) timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu -k pipelined \
-        tests/kernels 2>&1 | tail -4
+    walk) timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu -k pipelined --tb=line \
+        tests/kernels 2>&1 | grep -v -i warn | tail -6
       timeout 420 python3 scripts/plan_sweep.py --strategy walk --shapes big --top 40 \
         --ops "${WALK_OPS:-mingru_cell,signed_mingru_cell,linear_recurrence,parallel_scan_log}" \
         --tiles "${WALK_TILES:-64x32x8x1,64x32x8x2,64x32x8x3,32x32x4x1,32x32x4x2,32x32x4x3,64x32x4x1,64x32x4x2,64x32x4x3,32x64x2x1,32x64x2x2,32x64x2x3,32x64x4x1,32x64x4x2,64x64x4x2,16x64x2x3,16x64x2x4,32x32x2x3,16x32x2x3,128x32x4x1,128x32x4x2,16x128x4x2,32x128x4x2,64x16x4x2}" \
