@@ -22,6 +22,8 @@ for s in "$@"; do
         tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_scan.py 2>&1 | tail -8 ;;
     tests-log) timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=line \
         tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_scan.py 2>&1 | tail -6 ;;
+    tests-walk) timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=line \
+        -k "long_walk or pipelined" tests/kernels 2>&1 | grep -v -i warn | tail -6 ;;
     tests-torch) timeout 300 python3 -m pytest -q -p no:cacheprovider tests/torch tests/kernels \
         -m gpu 2>&1 | tail -8 ;;
     tests-jax) ( time timeout 300 python3 -m pytest -q -p no:cacheprovider tests/jax \

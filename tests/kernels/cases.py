@@ -156,3 +156,27 @@ def assert_pipelining_changes_nothing(op, fn, inputs, cotangents, stages=(2, 3))
             assert torch.equal(got, want), (
                 f"loop_stages={ls}: differs from the unpipelined walk by {diff:.3g} (max |x| "
                 f"{scale:.3g}) at {(got != want).sum().item()} of {got.numel()} values")
+
+
+# Wide enough that the planner walks (B·D / block_d ≥ 2 programs per SM on an H200) and long
+# enough for its measured long-walk tile (more than WALK_MAX_TILES default tiles).
+LONG_WALK_SHAPE = (8, 2048, 1536)
+
+
+def assert_long_walk_plan_matches_float64(tiles, fn, inputs, cotangents, tol=1e-5):
+    """The production plan at :data:`LONG_WALK_SHAPE` (the long walk's measured tile ``tiles``,
+    its pipelined loop and, for the cells and the log scan, the fast special functions)
+    against the eager op in float64: outputs and every gradient."""
+    from mingru_kernels.launch._elementwise import plan
+    from tests.helpers import rel_err
+
+    B, T, D = LONG_WALK_SHAPE
+    n_sm = torch.cuda.get_device_properties(0).multi_processor_count
+    cfg = plan(B, T, D, n_sm=n_sm, **tiles)
+    assert cfg["strategy"] == "walk" and tuple(cfg[k] for k in ("block_t", "block_d")) == \
+        tuple(tiles["walk_tile"][:2])
+    with mingru.use_backend("triton"):
+        outs, gs = grads(fn, inputs, cotangents)
+    ref_outs, ref_gs = eager_f64(fn, inputs, cotangents)
+    for x, r in zip(outs + gs, ref_outs + ref_gs, strict=True):
+        assert torch.isfinite(x).all() and rel_err(x, r) <= tol

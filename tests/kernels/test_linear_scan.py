@@ -23,8 +23,10 @@ from tests.kernels.cases import (
     CASES,
     DEVICE,
     F64,
+    LONG_WALK_SHAPE,
     PIPELINE_SHAPE,
     PLANS,
+    assert_long_walk_plan_matches_float64,
     assert_pipelining_changes_nothing,
     case_id,
     eager_f64,
@@ -298,3 +300,17 @@ def test_loop_stages_is_a_plan_choice():
         got = grads(mingru.linear_scan, (a, b), cot)
     for x, r in zip(got[0] + got[1], want[0] + want[1], strict=True):
         assert torch.equal(x, r)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["parallel_scan_log", "linear_recurrence"])
+def test_gpu_long_walk_plan(op):
+    from mingru_kernels.launch import linear_recurrence, parallel_scan_log
+
+    B, T, D = LONG_WALK_SHAPE
+    if op == "parallel_scan_log":
+        inputs, tiles = log_inputs(B, T, D, device="cuda"), parallel_scan_log.TILES
+    else:
+        inputs, tiles = linear_inputs(B, T, D, device="cuda"), linear_recurrence.TILES
+    cot = [torch.randn_like(inputs[0])]
+    assert_long_walk_plan_matches_float64(tiles, getattr(mingru, op), inputs, cot)

@@ -16,8 +16,10 @@ from tests.helpers import rel_err
 from tests.kernels.cases import (
     DEVICE,
     F64,
+    LONG_WALK_SHAPE,
     PIPELINE_SHAPE,
     PLANS,
+    assert_long_walk_plan_matches_float64,
     assert_pipelining_changes_nothing,
     triton_plan,
 )
@@ -226,3 +228,15 @@ def test_gpu_pipelined_tile_loop(cell, dtype):
     k, h0, lg = _inputs(cell, B, T, D, "B,T,D", dtype=dtype)
     cot = (torch.randn(B, T, D, device=DEVICE).to(dtype), torch.randn(B, D, device=DEVICE).to(dtype))
     assert_pipelining_changes_nothing("mingru_cell", lambda *x: _call(cell, *x), (k, h0, lg), cot)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cell", ["log", "signed"])
+def test_gpu_long_walk_plan(cell):
+    from mingru_kernels.launch import mingru_cell as meta
+
+    B, T, D = LONG_WALK_SHAPE
+    k, h0, lg = _inputs(cell, B, T, D, "B,T,1")
+    cot = (torch.randn(B, T, D, device=DEVICE), torch.randn(B, D, device=DEVICE))
+    assert_long_walk_plan_matches_float64(meta.TILES[CELLS[cell][0]], lambda *x: _call(cell, *x),
+                                          (k, h0, lg), cot, tol=1e-4)
