@@ -117,7 +117,8 @@ _PTX_CHECK = textwrap.dedent(
         sc = [(6, "i32", 65536), (7, "i32", D), (8, "i32", 65536), (9, "i32", 1),
               (10, "i32", n_dblk)]
         r = _compile.compile_offline(L._fwd_adapter, arg, sc, dict(
-            MODE=0, HAS_H0=True, PACKED=False, BLOCK_T=128, BLOCK_D=32), num_warps=4,
+            MODE=0, HAS_H0=True, PACKED=False, BLOCK_T=128, BLOCK_D=32, LOOP_STAGES=1),
+            num_warps=4,
             int_hints=hints)
         text = r["compiled"].asm["ptx"]
         return len(re.findall(r"ld\\.global[^\\n]*\\.v4", text)), r["divisible_16"]
