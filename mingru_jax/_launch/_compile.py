@@ -18,7 +18,10 @@ the route PyTorch takes, in ways that cost time:
   scalar equal to 1 becomes a constexpr (``constants.update({...: 1 ... if v == 1})``) and
   its lowering drops that parameter from the launch. That part is kept here (the lowering
   depends on it): ``T == 1`` compiles its own variant, as PyTorch's ``== 1`` rule would for a
-  specialised argument.
+  specialised argument. A size that is 1 in the common case must therefore not reach an
+  adapter as 1: the elementwise scans' adapters take ``n_chunks + 1``
+  (:func:`mingru_jax._launch._elementwise.dims`), since the walk's constant ``n_chunks = 1``
+  cost its ``linear_recurrence`` kernel 82 more registers than PyTorch's compile.
 * **No on-disk cache.** jax-triton sets ``TRITON_CACHE_DIR=""`` when imported (restored by
   :func:`mingru_jax._launch.import_jax_triton`) and runs the stages itself (``ast_to_ttir``,
   ``make_ttir`` … ``make_ptx``), so every process recompiles every kernel variant; its cache

@@ -70,11 +70,12 @@ def run(
 # or a placeholder without HAS_H0), else a placeholder.
 
 
-@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _fwd_adapter(a, b, h0, seq, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2, v, st,
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
+def _fwd_adapter(a, b, h0, seq, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, o1, o2, v, st,
                  MODE: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
                  LOOP_STAGES: tl.constexpr):
+    n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write (h, h_T) = (o1, o2) reading
     # the carry-in maps (s1, s2); LOOKBACK writes (h, h_T) with its values and status (v, st).
     if MODE == scan_common.K_SUMMARY:
@@ -88,11 +89,12 @@ def _fwd_adapter(a, b, h0, seq, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o
                                          MODE, HAS_H0, PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES)
 
 
-@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _bwd_adapter(a, h, h0, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
+def _bwd_adapter(a, h, h0, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk,
                  o1, o2, o3, v, st, MODE: tl.constexpr, HAS_H0: tl.constexpr,
                  PACKED: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
                  LOOP_STAGES: tl.constexpr):
+    n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (da, db, dh0) = (o1, o2, o3)
     # reading the carries (s1, s2); LOOKBACK writes them with its values and status (v, st).
     # dh is dense: strides (T·D, D, 1).
@@ -123,7 +125,7 @@ def _launch_forward(a, b, h0, seq_id=None, has_h0=True):
     seq = a if seq_id is None else seq_id  # a placeholder unless packed
     return elementwise.run_scan(_fwd_adapter, cfg, B, D, (a, b, h0, seq),
                                 (common.like(a), jax.ShapeDtypeStruct((B, D), a.dtype)),
-                                meta.dims(cfg, T, D), reverse=False, lookback=True,
+                                elementwise.dims(cfg, T, D), reverse=False, lookback=True,
                                 HAS_H0=has_h0, PACKED=seq_id is not None,
                                 **meta.launch_kwargs(cfg))
 
@@ -134,7 +136,7 @@ def _launch_backward(a, h, h0, dh, dh_T, seq_id=None, has_h0=True):
     seq = a if seq_id is None else seq_id
     return elementwise.run_scan(_bwd_adapter, cfg, B, D, (a, h, h0, seq, dh, dh_T),
                                 (common.like(a), common.like(a), common.like(h0)),
-                                meta.dims(cfg, T, D), reverse=True, lookback=True,
+                                elementwise.dims(cfg, T, D), reverse=True, lookback=True,
                                 HAS_H0=has_h0, PACKED=seq_id is not None,
                                 **meta.launch_kwargs(cfg))
 

@@ -41,10 +41,11 @@ def run(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
 # into the kernels' own order and call them unchanged (inlined by Triton).
 
 
-@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _fwd_adapter(a, b, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2,
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
+def _fwd_adapter(a, b, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, o1, o2,
                  MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
                  LOOP_STAGES: tl.constexpr):
+    n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write P, Z (o1, o2) reading s1, s2.
     if MODE == scan_common.K_SUMMARY:
         kernels.linear_scan_fwd_kernel(a, b, s1, s2, o1, o2, T, D, chunk_len, n_chunks, n_dblk,
@@ -54,11 +55,12 @@ def _fwd_adapter(a, b, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2,
                                  MODE, BLOCK_T, BLOCK_D, LOOP_STAGES)
 
 
-@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _bwd_adapter(a, P, Z, dP, dZ, s1, s2, s3, T, D, chunk_len, n_chunks, n_dblk, o1, o2, o3,
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
+def _bwd_adapter(a, P, Z, dP, dZ, s1, s2, s3, T, D, chunk_len, n_chunks_p1, n_dblk, o1, o2, o3,
                  MODE: tl.constexpr, HAS_DP: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
                  LOOP_STAGES: tl.constexpr):
+    n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes (sc, sg, sgp) = (o1, o2, o3); WALK / APPLY write (da, db) = (o1, o2)
     # reading the carries (s1, s2, s3) (o3 is an unused 1-element buffer then).
     if MODE == scan_common.K_SUMMARY:
@@ -77,7 +79,7 @@ def _bwd_adapter(a, P, Z, dP, dZ, s1, s2, s3, T, D, chunk_len, n_chunks, n_dblk,
 def _launch_forward(a, b):
     B, T, D = a.shape
     cfg = elementwise.plan("linear_scan", a)
-    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
+    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), elementwise.dims(cfg, T, D)
     outs = (common.like(a), common.like(a))
     if cfg["strategy"] == "walk":
         return common.launch(_fwd_adapter, grid, (a, b, a, b), outs, dims, MODE=meta.WALK, **kw)
@@ -94,7 +96,7 @@ def _launch_forward(a, b):
 def _launch_backward(a, P, Z, dP, dZ):
     B, T, D = a.shape
     cfg = elementwise.plan("linear_scan", a)
-    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
+    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), elementwise.dims(cfg, T, D)
     ins = (a, P, Z, dP, dZ)
     outs = (common.like(a), common.like(a), common.f32((1,)))
     if cfg["strategy"] == "walk":

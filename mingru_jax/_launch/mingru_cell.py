@@ -75,13 +75,14 @@ def run(
 # or a placeholder without HAS_H0), else a placeholder.
 
 
-@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _fwd_adapter(k, lg, h0, seq, s1, s2, T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
+def _fwd_adapter(k, lg, h0, seq, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, lg_row, lg_col,
                  o1, o2, v, st,
                  MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
                  HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
                  LOOP_STAGES: tl.constexpr):
+    n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write (h, h_T) = (o1, o2) reading
     # the carry-in maps (s1, s2); LOOKBACK writes (h, h_T) with its values and status (v, st).
     if MODE == scan_common.K_SUMMARY:
@@ -95,13 +96,14 @@ def _fwd_adapter(k, lg, h0, seq, s1, s2, T, D, chunk_len, n_chunks, n_dblk, lg_r
                                    HAS_DECAY, PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES)
 
 
-@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _bwd_adapter(k, lg, h0, h, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
+def _bwd_adapter(k, lg, h0, h, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk,
                  lg_row, lg_col, o1, o2, o3, o4, v, st,
                  MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
                  HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
                  LOOP_STAGES: tl.constexpr):
+    n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (dk, dlog_gamma, dh0) =
     # (o1, o2, o3) reading the carries (s1, s2); LOOKBACK writes them with its values and
     # status (v, st). dh is dense: strides (T·D, D, 1).
@@ -143,7 +145,7 @@ def _launch_forward(signed, coupled, k, h0, lg, seq_id=None, has_h0=True):
     ins = (k, lg_in, h0, k if seq_id is None else seq_id)
     extra = dict(HAS_H0=has_h0, PACKED=seq_id is not None)
     return elementwise.run_scan(_fwd_adapter, cfg, B, D, ins, outs,
-                                (*meta.dims(cfg, T, D), *strides), reverse=False, lookback=True,
+                                (*elementwise.dims(cfg, T, D), *strides), reverse=False, lookback=True,
                                 SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay, **extra,
                                 **meta.launch_kwargs(cfg))
 
@@ -157,7 +159,7 @@ def _launch_backward(signed, coupled, k, h0, lg, h, dh, dh_T, seq_id=None, has_h
     ins = (k, lg_in, h0, h, k if seq_id is None else seq_id, dh, dh_T)
     extra = dict(HAS_H0=has_h0, PACKED=seq_id is not None)
     dk, dlg, dh0, _ = elementwise.run_scan(
-        _bwd_adapter, cfg, B, D, ins, outs, (*meta.dims(cfg, T, D), *strides), reverse=True, lookback=True,
+        _bwd_adapter, cfg, B, D, ins, outs, (*elementwise.dims(cfg, T, D), *strides), reverse=True, lookback=True,
         SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay, **extra, **meta.launch_kwargs(cfg))
     if not has_decay:
         return dk, dh0

@@ -40,10 +40,11 @@ def run(log_coeffs: jax.Array, log_values: jax.Array) -> jax.Array:
 # Outputs last (jax-triton's layout); the kernels are called unchanged.
 
 
-@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _fwd_adapter(la, lv, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2, v, st,
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
+def _fwd_adapter(la, lv, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, o1, o2, v, st,
                  MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
                  LOOP_STAGES: tl.constexpr):
+    n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes (sA, sL) = (o1, o2); WALK / APPLY write h = o1 reading (sA, cL) = (s1, s2);
     # LOOKBACK writes h = o1 with the look-back's values and status words (v, st).
     if MODE == scan_common.K_SUMMARY:
@@ -63,10 +64,11 @@ def _log_carry_adapter(sA, sL, lv, T, n_chunks, D, n_dblk, cL,
     kernels.parallel_scan_log_carry_kernel(sA, sL, lv, cL, T, n_chunks, D, n_dblk, BLOCK_N, BLOCK_D)
 
 
-@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
-def _bwd_adapter(la, lv, h, dh, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o2, v, st,
+@triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
+def _bwd_adapter(la, lv, h, dh, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, o1, o2, v, st,
                  MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
                  LOOP_STAGES: tl.constexpr):
+    n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (dla, dlv) = (o1, o2); LOOKBACK
     # too, with the look-back's values and status words (v, st).
     if MODE == scan_common.K_SUMMARY:
@@ -86,7 +88,7 @@ def _bwd_adapter(la, lv, h, dh, s1, s2, T, D, chunk_len, n_chunks, n_dblk, o1, o
 def _launch_forward(la, lv):
     B, T, D = la.shape
     cfg = elementwise.plan("parallel_scan_log", la, meta.TILES)
-    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
+    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), elementwise.dims(cfg, T, D)
     n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
     outs = (common.like(la), common.f32((1,)))
     if cfg["strategy"] == "lookback":
@@ -108,7 +110,7 @@ def _launch_forward(la, lv):
 def _launch_backward(la, lv, h, dh):
     B, T, D = la.shape
     cfg = elementwise.plan("parallel_scan_log", la, meta.BWD_TILES)
-    dims = meta.dims(cfg, T, D)
+    dims = elementwise.dims(cfg, T, D)
     # The adjoint is a single-state linear scan: the shared launch sequences.
     return elementwise.run_scan(_bwd_adapter, cfg, B, D, (la, lv, h, dh),
                                 (common.like(la), common.like(lv)), dims, reverse=True,

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import pytest
 
 from mingru_jax._launch import _compile
+from mingru_jax._launch import _elementwise as elementwise
 from mingru_jax._launch import delta_rule as delta_launcher
 from mingru_jax._launch import givens_recurrence as givens_launcher
 from mingru_jax._launch import linear_recurrence as lr_launcher
@@ -31,11 +32,14 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 def test_scalar_rule_matches_pytorchs_launcher():
-    fwd = lr_launcher._fwd_adapter  # (a, b, h0, seq, s1, s2, T, D, chunk_len, n_chunks, n_dblk, ...)
-    assert _compile.unspecialised(fwd) == {"T", "chunk_len", "n_chunks"}
+    fwd = lr_launcher._fwd_adapter  # (a, b, h0, seq, s1, s2, T, D, chunk_len, n_chunks + 1, n_dblk, ...)
+    assert _compile.unspecialised(fwd) == {"T", "chunk_len", "n_chunks_p1"}
     # T = 4096 is a multiple of 16 but do_not_specialize: runtime, no hint (one kernel per T).
     assert _compile.scalar_tags(fwd, 6, (4096, 1536, 4096, 3, 48)) == ("", "D", "", "", "D")
     assert _compile.scalar_tags(fwd, 6, (100, 1537, 100, 1, 2)) == ("", "", "", "1", "")
+    # ...which is why the adapters take n_chunks + 1: the walk's n_chunks = 1 stays at run time.
+    assert elementwise.dims(dict(chunk_len=100, n_chunks=1, n_dblk=2), 100, 1537) == \
+        (100, 1537, 100, 2, 2)
     assert _compile.scalar_tag(fwd, 6, 1) == "1"  # jax-triton makes any 1 a constexpr
     # The carry pass follows T through n_chunks: not specialised, as the kernel's own list.
     assert "n_chunks" in _compile.unspecialised(carry_adapter)
@@ -114,7 +118,7 @@ _PTX_CHECK = textwrap.dedent(
     def ptx(D, hints):
         n_dblk = -(-D // 32)
         arg = ["*fp32"] * 6 + ["i32"] * 5 + ["*fp32"] * 3 + ["*i32"]
-        sc = [(6, "i32", 65536), (7, "i32", D), (8, "i32", 65536), (9, "i32", 1),
+        sc = [(6, "i32", 65536), (7, "i32", D), (8, "i32", 65536), (9, "i32", 2),
               (10, "i32", n_dblk)]
         r = _compile.compile_offline(L._fwd_adapter, arg, sc, dict(
             MODE=0, HAS_H0=True, PACKED=False, BLOCK_T=128, BLOCK_D=32, LOOP_STAGES=1),
@@ -127,6 +131,38 @@ _PTX_CHECK = textwrap.dedent(
     assert v4 > 0 and "D" in div and "T" not in div, (v4, div)
     assert ptx(1536, False)[0] == 0  # jax-triton's own rule: no 128-bit loads
     assert ptx(1537, True)[0] == 0  # D not a multiple of 16: none, as under PyTorch
+
+    # The same walk as PyTorch's launcher compiles it (n_chunks at run time, pointers and D
+    # 16-aligned, T chunk_len n_chunks do_not_specialize): the jax adapter inlines the kernel
+    # to the same machine code, register count included.
+    import subprocess, tempfile
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.compiler import ASTSource
+    from mingru_kernels import linear_recurrence as K
+
+    def registers(ptx_text):
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+            f.write(ptx_text)
+        out = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name=sm_90a", f.name, "-o",
+                              f.name + ".cubin"], capture_output=True, text=True).stderr
+        return int(re.search(r"Used (\\d+) registers", out).group(1))
+
+    consts = dict(MODE=0, HAS_H0=True, PACKED=False, BLOCK_T=128, BLOCK_D=32, LOOP_STAGES=1)
+    names = list(K.linear_recurrence_fwd_kernel.arg_names)
+    sig = {n: ("constexpr" if n in consts else "*fp32" if n.endswith("_ptr") else "i32")
+           for n in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+             if n.endswith("_ptr") or n in ("D", "n_dblk")}
+    torch_side = triton.compile(ASTSource(K.linear_recurrence_fwd_kernel, sig, consts, attrs),
+                                target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    jax_side = _compile.compile_offline(
+        L._fwd_adapter, ["*fp32"] * 6 + ["i32"] * 5 + ["*fp32"] * 3 + ["*i32"],
+        [(6, "i32", 65536), (7, "i32", 1536), (8, "i32", 65536), (9, "i32", 2), (10, "i32", 48)],
+        consts, num_warps=4)["compiled"]
+    r_torch, r_jax = registers(torch_side.asm["ptx"]), registers(jax_side.asm["ptx"])
+    assert r_jax == r_torch, (r_jax, r_torch)
     print("OK")
     """
 )
