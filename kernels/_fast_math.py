@@ -48,22 +48,25 @@ if INTERPRETING:
 else:
 
     @triton.jit
+    def _ptx_f32(x, instruction: tl.constexpr):
+        """One PTX instruction ``instruction $0, $1;`` on fp32 ``x``, elementwise."""
+        return tl.inline_asm_elementwise(instruction + " $0, $1;", "=f,f", [x],
+                                         dtype=tl.float32, is_pure=True, pack=1)
+
+    @triton.jit
     def fast_exp2(x):
         """``2^x`` (fp32): one ``MUFU.EX2``."""
-        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x],
-                                         dtype=tl.float32, is_pure=True, pack=1)
+        return _ptx_f32(x, "ex2.approx.ftz.f32")
 
     @triton.jit
     def fast_log2(x):
         """``log₂ x`` (fp32): one ``MUFU.LG2``."""
-        return tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=f,f", [x],
-                                         dtype=tl.float32, is_pure=True, pack=1)
+        return _ptx_f32(x, "lg2.approx.ftz.f32")
 
     @triton.jit
     def fast_rcp(x):
         """``1 / x`` (fp32): one ``MUFU.RCP``."""
-        return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [x],
-                                         dtype=tl.float32, is_pure=True, pack=1)
+        return _ptx_f32(x, "rcp.approx.ftz.f32")
 
 
 @triton.jit
