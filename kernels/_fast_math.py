@@ -16,14 +16,14 @@ module is imported) the same names are the plain ``tl`` operations.
 
 from __future__ import annotations
 
-import os
-
 import triton
 import triton.language as tl
 
+from mingru_kernels._seam import interpreter_mode
+
 __all__ = ["INTERPRETING", "LOG2E", "fast_exp", "fast_exp2", "fast_log2", "fast_rcp"]
 
-INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+INTERPRETING = interpreter_mode()
 """Whether the kernels were imported for Triton's interpreter (no inline PTX there)."""
 
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
