@@ -86,7 +86,7 @@ __all__ = [
 
 # A tile may take one scale per column (the fast path of the forward) when its states stay
 # within these many octaves below the scale (the fp32 exponent reaches 2^-126; 2^-90 leaves
-# every flushed term < 2^-36 of a state, summed over at most 2^6 rows < fp32 rounding) and its
+# every flushed term < 2^-36 of a state, summed over at most 2^7 rows < fp32 rounding) and its
 # coefficients grow the states by at most 2^FAST_GROWTH (no overflow); the scale itself stays
 # below 2^FAST_TOP so 2^S is finite.
 FAST_RANGE = tl.constexpr(90.0)
