@@ -32,6 +32,11 @@ import torch  # noqa: E402
 from mingru_cli.bench import copy_bandwidth, time_call  # noqa: E402
 
 SHAPES = {"long": (16, 1024, 64), "16k": (16, 16384, 128), "big": (8, 65536, 1536)}
+# A size ladder at B16 D128 (0.26 M to 67 M state elements), for where each frontend's ``auto``
+# should switch from its eager path to the kernels (--ladder): T = 2^7 ... 2^15.
+LADDER = {f"T{T}": (16, T, 128) for T in (128, 512, 2048, 8192, 32768)}
+SHAPES.update(LADDER)
+LADDER_OPS = ("parallel_scan_log", "linear_recurrence", "mingru_cell", "signed_mingru_cell")
 CASES = [  # (op, shape, modes)
     ("parallel_scan_log", "big", ("fwd",)),
     ("parallel_scan_log", "16k", ("fwd", "fwd+bwd")),
@@ -169,11 +174,17 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--ops", default="", help="comma-separated ops (default: all)")
     parser.add_argument("--no-jax", action="store_true")
+    parser.add_argument("--ladder", action="store_true",
+                        help="instead of the fixed cases: every op at every LADDER shape, fwd "
+                             "and fwd+bwd")
     args = parser.parse_args()
     ops = {o for o in args.ops.split(",") if o}
+    cases = CASES
+    if args.ladder:
+        cases = [(op, shape, ("fwd", "fwd+bwd")) for op in LADDER_OPS for shape in LADDER]
     bw = copy_bandwidth("cuda") / 1e3  # bytes per ms
     rows = []
-    for op, shape, modes in CASES:
+    for op, shape, modes in cases:
         if ops and op not in ops:
             continue
         B, T, D = SHAPES[shape]

@@ -2,7 +2,8 @@
 # One GPU session's measurements in one command (install offline, then the named sections);
 # logs and JSON go to $OUT. Sections: tests-cell tests-torch tests-jax floor lookback
 # tests-delta delta-profile delta-bench (DELTA_VARIANTS="default reg_state=1 ..." sweeps)
-# walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES). Usage: scripts/gpu_round.sh floor mixers ...
+# walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES),
+# ladder (every frontend's kernels against its eager path at B16 D128, T = 128 ... 32768). Usage: scripts/gpu_round.sh floor mixers ...
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -52,6 +53,8 @@ for s in "$@"; do
         --ops "${WALK_OPS:-mingru_cell,signed_mingru_cell,linear_recurrence,parallel_scan_log}" \
         --tiles "${WALK_TILES:-64x32x8x1,64x32x8x2,64x32x8x3,32x32x4x1,32x32x4x2,32x32x4x3,64x32x4x1,64x32x4x2,64x32x4x3,32x64x2x1,32x64x2x2,32x64x2x3,32x64x4x1,32x64x4x2,64x64x4x2,16x64x2x3,16x64x2x4,32x32x2x3,16x32x2x3,128x32x4x1,128x32x4x2,16x128x4x2,32x128x4x2,64x16x4x2}" \
         2>&1 | tee "$OUT/walk-sweep.log" | grep -v -i warn ;;
+    ladder) timeout 400 python3 benchmarks/memory_floor.py --ladder --repeats 20 \
+        --out "$OUT/ladder" ${FLOOR_OPS:+--ops $FLOOR_OPS} 2>&1 | tail -45 ;;
     *) echo "unknown section $s" ;;
   esac
 done
