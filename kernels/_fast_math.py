@@ -27,6 +27,7 @@ INTERPRETING = interpreter_mode()
 """Whether the kernels were imported for Triton's interpreter (no inline PTX there)."""
 
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
+"""``log₂ e``: ``e^x = 2^{x log₂ e}`` (the log-space kernels work in base 2)."""
 
 if INTERPRETING:
 

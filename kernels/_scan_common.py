@@ -30,8 +30,6 @@ K_SUMMARY = tl.constexpr(SUMMARY)
 K_APPLY = tl.constexpr(APPLY)
 K_LOOKBACK = tl.constexpr(LOOKBACK)
 
-# log₂ e: the log kernels work in base 2 (exp2 and log2 are single hardware ops).
-LOG2E = tl.constexpr(1.4426950408889634)
 
 # ----------------------------------------------------------------------------- combines
 

@@ -59,13 +59,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mingru_kernels._fast_math import fast_exp2, fast_log2
+from mingru_kernels._fast_math import LOG2E, fast_exp2, fast_log2
 from mingru_kernels._scan_common import (
     K_APPLY,
     K_LOOKBACK,
     K_SUMMARY,
     K_WALK,
-    LOG2E,
     carried_scan,
     linear_carry_kernel,
     log_pair,
@@ -127,6 +126,12 @@ def _exp2_minus(x, S):
     exponents exact. ``x = −∞`` gives 0."""
     xi = tl.where(x == float("-inf"), 0.0, tl.math.floor(x))
     return fast_exp2(x - xi) * fast_exp2(xi - S)
+
+
+@triton.jit
+def _log2_last(M, H, rows, BLOCK_T: tl.constexpr):
+    """``log₂ h`` of a tile's last row, its states kept as ``h = H 2^M``."""
+    return take_row(M, rows, BLOCK_T - 1) + fast_log2(take_row(H, rows, BLOCK_T - 1))
 
 
 @triton.jit
@@ -211,12 +216,12 @@ def parallel_scan_log_fwd_kernel(
                                       t_end, col_ok, D)
                 tl.store(h_ptr + tile + intra, (H * fast_exp2(M)).to(h_ptr.dtype.element_ty),
                          mask=m)
-                cL = take_row(M, rows, BLOCK_T - 1) + fast_log2(take_row(H, rows, BLOCK_T - 1))
+                cL = _log2_last(M, H, rows, BLOCK_T)
         elif MODE == K_SUMMARY:
             _, M, H = _exact_tile(la_ptr, lv_ptr, tile, vtile, intra, A, L, cL, rows, t,
                                   t_end, col_ok, D)
             cA += tl.sum(A, axis=0)  # sums commute: any reduction order is exact enough
-            cL = take_row(M, rows, BLOCK_T - 1) + fast_log2(take_row(H, rows, BLOCK_T - 1))
+            cL = _log2_last(M, H, rows, BLOCK_T)
         else:
             # LOOKBACK: one tile per chunk, scanned from h = 0 (cL = -inf): its map is
             # (Σ log₂ a, log₂ h_last); the carry looked back for enters as
@@ -233,8 +238,7 @@ def parallel_scan_log_fwd_kernel(
                                          t_end, col_ok, D)
                 P = Aex + A  # Aex: Σ log₂ a of the rows above
             cL = lookback_carry(sL_ptr, sA_ptr, pid_c, lane, pid_b, n_chunks, tl.sum(A, axis=0),
-                                take_row(Ms, rows, BLOCK_T - 1)
-                                + fast_log2(take_row(H, rows, BLOCK_T - 1)),
+                                _log2_last(Ms, H, rows, BLOCK_T),
                                 cL0, cols, col_ok, D, False, True)
             h = fast_exp2(P + cL[None, :]) + H * fast_exp2(Ms)
             tl.store(h_ptr + tile + intra, h.to(h_ptr.dtype.element_ty), mask=m)

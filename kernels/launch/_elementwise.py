@@ -125,8 +125,6 @@ def plan(
     nw = int(num_warps or NUM_WARPS)
     ns = int(num_stages or 0)
     ls = int(loop_stages or 1)
-    if ls < 1:
-        raise ValueError(f"loop_stages must be >= 1; got {loop_stages}")
     n_dblk = cdiv(D, bd)
     walk_programs = B * n_dblk
     if strategy is None:
@@ -159,6 +157,8 @@ def plan(
         ls = int(loop_stages or (tuned[3] if len(tuned) > 3 else 1))
         n_dblk = cdiv(D, bd)
         walk_programs = B * n_dblk
+    if ls < 1:
+        raise ValueError(f"loop_stages must be >= 1; got {ls}")
     if strategy == "walk":
         return dict(strategy="walk", block_t=bt, block_d=bd, num_warps=nw, num_stages=ns,
                     loop_stages=ls, n_dblk=n_dblk, chunk_len=T, n_chunks=1)
