@@ -2,7 +2,8 @@
 # One GPU session's measurements in one command (install offline, then the named sections);
 # logs and JSON go to $OUT. Sections: tests-cell tests-torch tests-jax floor lookback
 # tests-delta delta-profile delta-bench (DELTA_VARIANTS="default reg_state=1 ..." sweeps)
-# walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES),
+# walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
+# WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
 # ladder (every frontend's kernels against its eager path at B16 D128, T = 128 ... 32768). Usage: scripts/gpu_round.sh floor mixers ...
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -49,10 +50,14 @@ for s in "$@"; do
         ${FLOOR_OPS:+--ops $FLOOR_OPS} 2>&1 | tail -30 ;;
     walk) timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu -k pipelined --tb=line \
         tests/kernels 2>&1 | grep -v -i warn | tail -6
-      timeout 420 python3 scripts/plan_sweep.py --strategy walk --shapes big --top 40 \
+      timeout "${WALK_TIMEOUT:-420}" python3 scripts/plan_sweep.py --strategy walk \
+        --shapes "${WALK_SHAPES:-big}" ${WALK_BWD:+--bwd} --top 40 \
         --ops "${WALK_OPS:-mingru_cell,signed_mingru_cell,linear_recurrence,parallel_scan_log}" \
         --tiles "${WALK_TILES:-64x32x8x1,64x32x8x2,64x32x8x3,32x32x4x1,32x32x4x2,32x32x4x3,64x32x4x1,64x32x4x2,64x32x4x3,32x64x2x1,32x64x2x2,32x64x2x3,32x64x4x1,32x64x4x2,64x64x4x2,16x64x2x3,16x64x2x4,32x32x2x3,16x32x2x3,128x32x4x1,128x32x4x2,16x128x4x2,32x128x4x2,64x16x4x2}" \
-        2>&1 | tee "$OUT/walk-sweep.log" | grep -v -i warn ;;
+        2>&1 | tee -a "$OUT/walk-sweep.log" | grep -v -i warn ;;
+    walk-only) timeout "${WALK_TIMEOUT:-420}" python3 scripts/plan_sweep.py --strategy walk \
+        --shapes "${WALK_SHAPES:-big}" ${WALK_BWD:+--bwd} --top 40 --ops "${WALK_OPS}" \
+        --tiles "${WALK_TILES}" 2>&1 | tee -a "$OUT/walk-sweep.log" | grep -v -i warn ;;
     ladder) timeout 400 python3 benchmarks/memory_floor.py --ladder --repeats 20 \
         --out "$OUT/ladder" ${FLOOR_OPS:+--ops $FLOOR_OPS} 2>&1 | tail -45 ;;
     *) echo "unknown section $s" ;;
