@@ -33,11 +33,14 @@ FWD_SCRATCH = 4
 BWD_SCRATCH = 3
 """The same for the chunked backward."""
 
-TILES: dict = dict(walk_tile=(128, 32, 4), chunked_tile=(64, 64, 2), lookback_tile=(32, 32, 2))
+TILES: dict = dict(walk_tile=(32, 32, 1, 4), chunked_tile=(64, 64, 2), lookback_tile=(32, 32, 2))
 """The forward's measured tiles, passed to :func:`plan` (``scripts/plan_sweep.py`` on an NVIDIA
 H200, forward times with ``triton.testing.do_bench``: at B8 T65536 D1536 (walk) 3.02 → 2.52 ms and at B16 T16384 D128 (chunked) 0.244 → 0.197 ms). ``lookback_tile`` (the single-pass
 strategy, forward and backward, used where T is split): at B16 T16384 D128 forward 0.196 ms
-(chunked 0.200), fwd+bwd 0.760 ms (chunked 1.114)."""
+(chunked 0.200), fwd+bwd 0.760 ms (chunked 1.114). ``walk_tile`` (block_t, block_d, num_warps, loop_stages): at
+B8 T65536 D1536 2.558 ms with (128, 32, 4) → 2.440 ms with one warp per program, the tile loop
+pipelined four deep (ninth round, ``docs/results/gpu-h200/session9-walk-sweep.log``: a single
+warp scans its tile without Triton's cross-warp exchange)."""
 
 BWD_TILES: dict = dict(lookback_tile=TILES["lookback_tile"])
 """The backward's tiles: the forward's look-back tile (measured with it, fwd+bwd above)."""

@@ -35,7 +35,8 @@ def dual_entry(
     bwd_impl: Callable[..., Any],
 ) -> Callable[..., Any]:
     """``call(*args)``: the custom ``op`` while ``torch.compile`` traces, else an
-    ``autograd.Function`` running ``forward`` and ``formula(ctx, *grads, bwd=bwd_impl)``.
+    ``autograd.Function`` running ``forward`` and ``formula(ctx, *grads, bwd=bwd_impl)`` —
+    or ``forward`` itself when no argument needs a gradient.
 
     ``forward`` is the op's implementation (positional arguments only). ``setup_context`` and
     ``formula`` are registered here with ``op.register_autograd`` too, so the two entries
@@ -59,7 +60,12 @@ def dual_entry(
     def call(*args: Any) -> Any:
         if torch.compiler.is_compiling():
             return op(*args)
-        return fn.apply(*args)
+        if torch.is_grad_enabled() and any(
+                isinstance(arg, torch.Tensor) and arg.requires_grad for arg in args):
+            return fn.apply(*args)
+        # Nothing to differentiate (no_grad, inference, constant inputs): the Function's
+        # graph bookkeeping would be pure host time.
+        return forward(*args)
 
     call.__name__ = name
     call.__doc__ = f"{name}: the custom op under torch.compile, an autograd.Function in eager mode."

@@ -1,0 +1,106 @@
+"""Where the host time of a training step goes (a diagnosis tool for a CUDA machine).
+
+The ``train-step`` bench group reports ms/step and the GPU-busy share; this script splits the
+rest. For each backend it builds the bench's language model (:mod:`mingru_cli.bench_train`),
+warms up, then prints per step: the wall time with a sync per step, the wall time of a batch
+of steps with one sync (what the GPU cannot hide), the GPU-busy time (union of kernel
+intervals under ``torch.profiler``), the number of kernel launches, and the Python functions
+and ATen ops that own the host time (``cProfile`` by own time, ``torch.profiler`` by self CPU
+time).
+
+    python3 scripts/profile_train_step.py --mixer log --backends auto,compile(triton) \
+        [--shape 8,2048,512,4] [--fused-adamw] [--compile-mode reduce-overhead] [--top 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from mingru_cli import bench_train
+
+
+def busy_ms(prof) -> tuple[float, int]:
+    """Union of the device kernels' intervals (ms) and their count."""
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA)
+    total, end = 0.0, float("-inf")
+    for s, e in spans:
+        if e > end:
+            total += e - max(s, end)
+            end = e
+    return total / 1e3, len(spans)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--mixer", default="log")
+    p.add_argument("--backends", default="auto,compile(triton)")
+    p.add_argument("--shape", default="8,2048,512,4", help="B,T,d,layers")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--top", type=int, default=20)
+    p.add_argument("--fused-adamw", action="store_true")
+    p.add_argument("--compile-mode", default=None, help="torch.compile mode of the blocks")
+    args = p.parse_args()
+    B, T, d, L = map(int, args.shape.split(","))
+    for backend in args.backends.split(","):
+        model = bench_train.build_model(args.mixer, d, L, "cuda")
+        mode = backend
+        if backend.startswith("compile("):
+            mode = backend[len("compile("):-1]
+            for block in model.stack.blocks:
+                block.compile(dynamic=False, mode=args.compile_mode)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3,
+                                **({"fused": True} if args.fused_adamw else {}))
+        tokens = torch.randint(0, bench_train.VOCAB, (B, T + 1), device="cuda")
+        step = bench_train.make_step(model, opt, tokens, "cuda", mode)
+        for _ in range(5):
+            step()
+        torch.cuda.synchronize()
+        per_step = []
+        for _ in range(args.steps):
+            t = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            per_step.append((time.perf_counter() - t) * 1e3)
+        t = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        host = (time.perf_counter() - t) * 1e3 / args.steps  # before the sync: host only
+        torch.cuda.synchronize()
+        batch = (time.perf_counter() - t) * 1e3 / args.steps
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                step()
+            torch.cuda.synchronize()
+        busy, kernels = busy_ms(prof)
+        print(f"\n##### {args.mixer} {backend} B{B} T{T} d{d} L{L}"
+              f"{' fused AdamW' if args.fused_adamw else ''}"
+              f"{' mode=' + args.compile_mode if args.compile_mode else ''}")
+        print(f"wall/step (sync each) {statistics.median(per_step):.2f} ms; batch of "
+              f"{args.steps}: {batch:.2f} ms/step, host-only {host:.2f} ms/step; GPU-busy "
+              f"{busy / 5:.2f} ms/step (under the profiler); {kernels / 5:.0f} kernels/step")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top))
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(10):
+            step()
+        torch.cuda.synchronize()
+        pr.disable()
+        s = io.StringIO()
+        pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(args.top)
+        print(s.getvalue())
+        del model, opt, step
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
