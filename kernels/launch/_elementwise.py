@@ -42,6 +42,11 @@ CHUNKED_PROGRAMS_PER_SM = 4
 # H200 host (scripts/profile_overhead.py), more than a walk of a few short tiles takes on the
 # GPU, so below this length more parallelism in T does not pay for itself.
 WALK_MAX_TILES = 16
+# Ops with the single-pass look-back pay one launch and one zeroed status buffer for it, not
+# the chunked strategy's three launches and four buffers: they split T from this many tiles on
+# (the walk of a few programs over a thousand steps was device-bound at ~0.13 ms where the
+# look-back's device time is a few microseconds; B16 T1024 D64 on an NVIDIA H200).
+LOOKBACK_MIN_TILES = 4
 # DEFAULT_SM_COUNT is what the planner assumes when the caller cannot ask the device (an H200).
 DEFAULT_SM_COUNT = 132
 
@@ -128,7 +133,9 @@ def plan(
     n_dblk = cdiv(D, bd)
     walk_programs = B * n_dblk
     if strategy is None:
-        long_enough = T > WALK_MAX_TILES * bt
+        split_from = LOOKBACK_MIN_TILES if lookback_tile is not None and auto_lookback else (
+            WALK_MAX_TILES)
+        long_enough = T > split_from * bt
         strategy = (
             "chunked"
             if long_enough and walk_programs < WALK_MIN_PROGRAMS_PER_SM * n_sm

@@ -33,14 +33,17 @@ FWD_SCRATCH = 4
 BWD_SCRATCH = 3
 """The same for the chunked backward."""
 
-TILES: dict = dict(walk_tile=(32, 32, 1, 4), chunked_tile=(64, 64, 2), lookback_tile=(32, 32, 2))
+TILES: dict = dict(walk_tile=(32, 32, 1, 4), chunked_tile=(64, 64, 2), lookback_tile=(16, 128, 1))
 """The forward's measured tiles, passed to :func:`plan` (``scripts/plan_sweep.py`` on an NVIDIA
 H200, forward times with ``triton.testing.do_bench``: at B8 T65536 D1536 (walk) 3.02 → 2.52 ms and at B16 T16384 D128 (chunked) 0.244 → 0.197 ms). ``lookback_tile`` (the single-pass
-strategy, forward and backward, used where T is split): at B16 T16384 D128 forward 0.196 ms
-(chunked 0.200), fwd+bwd 0.760 ms (chunked 1.114). ``walk_tile`` (block_t, block_d, num_warps, loop_stages): at
+strategy, used where T is split): at B16 T16384 D128 forward 0.196 ms with (32, 32, 2) (chunked
+0.200), fwd+bwd 0.760 ms (chunked 1.114); then 0.197 → 0.166 ms with one warp per 16 × 128
+tile, its 32 lanes along D and each thread's 16 steps scanned in registers (ninth round,
+``docs/results/gpu-h200/session9-lookback-sweep.log``). ``walk_tile`` (block_t, block_d, num_warps, loop_stages): at
 B8 T65536 D1536 2.558 ms with (128, 32, 4) → 2.440 ms with one warp per program, the tile loop
 pipelined four deep (ninth round, ``docs/results/gpu-h200/session9-walk-sweep.log``: a single
 warp scans its tile without Triton's cross-warp exchange)."""
 
-BWD_TILES: dict = dict(lookback_tile=TILES["lookback_tile"])
-"""The backward's tiles: the forward's look-back tile (measured with it, fwd+bwd above)."""
+BWD_TILES: dict = dict(lookback_tile=(32, 32, 2))
+"""The backward's tiles: the look-back tile measured with fwd+bwd above (the one-warp tiles were
+no faster there: 0.72–1.56 ms against 0.75 in the ninth round's sweep)."""

@@ -35,15 +35,17 @@ BWD_SCRATCH = 3
 """The same for the chunked backward."""
 
 TILES: dict = {
-    False: dict(walk_tile=(64, 32, 4, 3), chunked_tile=(32, 64, 4), lookback_tile=(16, 128, 4)),
-    True: dict(walk_tile=(128, 32, 4, 2), chunked_tile=(32, 32, 4), lookback_tile=(16, 128, 4)),
+    False: dict(walk_tile=(64, 32, 4, 3), chunked_tile=(32, 64, 4), lookback_tile=(16, 32, 1)),
+    True: dict(walk_tile=(128, 32, 4, 2), chunked_tile=(32, 32, 4), lookback_tile=(16, 32, 1)),
 }
 """The forward's tiles per cell (key: ``signed``), from ``scripts/plan_sweep.py`` on an NVIDIA
 H200 (``triton.testing.do_bench``): the gate math needs fewer elements per thread than the plain
 recurrence's tiles. MinGRU cell at B8 T65536 D1536 (walk) 12.76 → 4.90 ms, at B16 T16384 D128
 (chunked) 0.681 → 0.414 ms; signed cell 14.32 → 5.65 ms and 0.891 → 0.525 ms. The single-pass
 ``lookback_tile``, used where T is split: at B16 T16384 D128 0.461 → 0.261 ms (MinGRU cell)
-and 0.498 → 0.285 ms (signed), against the chunked strategy in the same run. The long walk's
+and 0.498 → 0.285 ms (signed), against the chunked strategy in the same run, with (16, 128, 4);
+then one warp per 16 × 32 tile: 0.254 → 0.239 ms and 0.295 → 0.253 ms (ninth round,
+``docs/results/gpu-h200/session9-lookback-sweep.log``). The long walk's
 tiles carry a fourth element, the tile loop's pipelining depth (``loop_stages``): with the
 next tile's loads in flight while one is scanned, and the gate math on single ``MUFU``
 instructions (:mod:`mingru_kernels._fast_math`), the big shape went 5.04 → 3.08 ms (MinGRU

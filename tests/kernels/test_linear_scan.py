@@ -145,7 +145,12 @@ def test_lookback_replaces_chunked_only_for_ops_that_have_it():
     assert cfg["chunk_len"] == bt and cfg["n_chunks"] == -(-16384 // bt)
     assert cfg["num_warps"] == nw and cfg["lookback_stride"] == 1
     assert plan(8, 65536, 1536, **tiles)["strategy"] == "walk"  # the walk fills the GPU
-    assert plan(16, 1024, 64, **tiles)["strategy"] == "walk"  # short: nothing to split
+    # The look-back splits T from LOOKBACK_MIN_TILES default tiles on; the chunked strategy
+    # (three launches) only past WALK_MAX_TILES.
+    assert plan(16, 1024, 64, **tiles)["strategy"] == "lookback"
+    assert plan(16, 256, 64, **tiles)["strategy"] == "walk"  # short: nothing to split
+    assert plan(16, 1024, 64)["strategy"] == "walk"
+    assert plan(16, 1024, 64, auto_lookback=False, **tiles)["strategy"] == "walk"
     assert plan(16, 16384, 128, **mingru_cell.TILES[False])["strategy"] == "lookback"
     assert plan(16, 16384, 128)["strategy"] == "chunked"  # an op without look-back kernels
     assert plan(16, 16384, 128, auto_lookback=False, **tiles)["strategy"] == "chunked"
