@@ -108,10 +108,10 @@ def linear_scan_fwd_kernel(
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
 def linear_scan_bwd_kernel(
     a_ptr, p_ptr, z_ptr,  # (B, T, D) input a and the saved outputs P, Z
-    dp_ptr, dz_ptr,  # (B, T, D) output gradients (dp_ptr unused unless HAS_DP)
+    dp_ptr, dz_ptr,  # (B, T, D) output gradients, any strides (dp_ptr unused unless HAS_DP)
     da_ptr, db_ptr,  # (B, T, D) input gradients, input dtype
     sc_ptr, sg_ptr, sgp_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-ins (APPLY)
-    T, D, chunk_len, n_chunks, n_dblk,
+    T, D, chunk_len, n_chunks, n_dblk, dz_sb, dz_st, dz_sd, dp_sb, dp_st, dp_sd,
     MODE: tl.constexpr, HAS_DP: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
@@ -125,6 +125,10 @@ def linear_scan_bwd_kernel(
     rows = tl.arange(0, BLOCK_T)
     # Row r of a tile is time t_hi - r: the adjoint runs backwards in time.
     rev = cols[None, :] - rows[:, None] * D
+    # The output gradients are read through their strides: the gradient of a sum arrives
+    # expanded (stride 0) and is not copied.
+    dz_rev = cols[None, :] * dz_sd - rows[:, None] * dz_st
+    dp_rev = cols[None, :] * dp_sd - rows[:, None] * dp_st
     first = rows[:, None] == 0
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
@@ -151,9 +155,11 @@ def linear_scan_bwd_kernel(
         # Coefficient of step t is a_{t+1} (0 past the end); padding rows are the identity.
         coef = tl.load(a_ptr + tile + D + rev, mask=m & (t + 1 < T)[:, None], other=0.0)
         coef = tl.where(ok[:, None], coef.to(tl.float32), 1.0)
-        g = tl.load(dz_ptr + tile + rev, mask=m, other=0.0).to(tl.float32)
+        g = tl.load(dz_ptr + pid_b.to(tl.int64) * dz_sb + t_hi.to(tl.int64) * dz_st + dz_rev,
+                    mask=m, other=0.0).to(tl.float32)
         if HAS_DP:
-            gp = tl.load(dp_ptr + tile + rev, mask=m, other=0.0).to(tl.float32)
+            gp = tl.load(dp_ptr + pid_b.to(tl.int64) * dp_sb + t_hi.to(tl.int64) * dp_st
+                         + dp_rev, mask=m, other=0.0).to(tl.float32)
         if MODE == K_SUMMARY:
             if HAS_DP:
                 # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan

@@ -56,6 +56,7 @@ def _backward(a, P, Z, dP, dZ, da, db, cfg) -> None:
     grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     has_dp = dP is not None
     dP = dZ if dP is None else dP  # a placeholder pointer when HAS_DP is False
+    dims = (*dims, *dZ.stride(), *dP.stride())
     with device_guard(a):
         if cfg["strategy"] == "walk":
             kernels.linear_scan_bwd_kernel[grid](
@@ -88,8 +89,9 @@ def _fwd_impl(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
 def _bwd_impl(a, P, Z, dP, dZ) -> tuple[torch.Tensor, torch.Tensor]:
     a = a.contiguous()
     cfg = elementwise.make_plan("linear_scan", a)
-    dZ = torch.zeros_like(Z) if dZ is None else dZ.contiguous()
-    dP = None if dP is None else dP.contiguous()
+    # The output gradients are read through their strides (an expanded gradient of a sum is
+    # not copied); a missing dZ is a zero read with stride 0.
+    dZ = Z.new_zeros(()).expand(Z.shape) if dZ is None else dZ
     poisoned = poison()
     da = new_tensor(a.shape, a.dtype, a.device, poisoned)
     db = new_tensor(a.shape, a.dtype, a.device, poisoned)

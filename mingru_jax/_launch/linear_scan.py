@@ -62,14 +62,15 @@ def _bwd_adapter(a, P, Z, dP, dZ, s1, s2, s3, T, D, chunk_len, n_chunks_p1, n_db
                  LOOP_STAGES: tl.constexpr):
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes (sc, sg, sgp) = (o1, o2, o3); WALK / APPLY write (da, db) = (o1, o2)
-    # reading the carries (s1, s2, s3) (o3 is an unused 1-element buffer then).
+    # reading the carries (s1, s2, s3) (o3 is an unused 1-element buffer then). The output
+    # gradients are dense: strides (T·D, D, 1).
     if MODE == scan_common.K_SUMMARY:
         kernels.linear_scan_bwd_kernel(a, P, Z, dP, dZ, s1, s2, o1, o2, o3,
-                                 T, D, chunk_len, n_chunks, n_dblk,
+                                 T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1, T * D, D, 1,
                                  MODE, HAS_DP, BLOCK_T, BLOCK_D, LOOP_STAGES)
     else:
         kernels.linear_scan_bwd_kernel(a, P, Z, dP, dZ, o1, o2, s1, s2, s3,
-                                 T, D, chunk_len, n_chunks, n_dblk,
+                                 T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1, T * D, D, 1,
                                  MODE, HAS_DP, BLOCK_T, BLOCK_D, LOOP_STAGES)
 
 

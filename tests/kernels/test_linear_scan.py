@@ -89,6 +89,29 @@ def test_linear_scan_one_output_used(plan, used):
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("plan", ["walk", "chunked"])
+def test_expanded_and_strided_output_gradients_are_read_in_place(plan):
+    """``P.sum() + Z.sum()`` sends expanded (stride 0) gradients and a loss on transposed
+    outputs transposed ones; the backward reads both through their strides, without a copy."""
+    B, T, D = 2, 37, 5
+    a, b = linear_inputs(B, T, D)
+    w = torch.randn(B, D, T, dtype=F64, device=DEVICE)
+    ref = [x.to(F64).requires_grad_() for x in (a, b)]
+    P_ref, Z_ref = loop_linear(*ref)
+    want_sum = torch.autograd.grad(P_ref.sum() + Z_ref.sum(), ref, retain_graph=True)
+    want_t = torch.autograd.grad((P_ref.transpose(1, 2) * w).sum()
+                                 + (Z_ref.transpose(1, 2) * w * 2).sum(), ref)
+    leaves = [x.clone().requires_grad_() for x in (a, b)]
+    with triton_plan("linear_scan", **PLANS[plan]):
+        P, Z = mingru.linear_scan(*leaves)
+        got_sum = torch.autograd.grad(P.sum() + Z.sum(), leaves, retain_graph=True)
+        got_t = torch.autograd.grad((P.transpose(1, 2).to(F64) * w).sum()
+                                    + (Z.transpose(1, 2).to(F64) * w * 2).sum(), leaves)
+    for got, want in zip((*got_sum, *got_t), (*want_sum, *want_t), strict=True):
+        assert rel_err(got, want) < 2e-6
+
+
+@pytest.mark.interpreter
 def test_linear_scan_non_contiguous_inputs():
     B, T, D = 2, 9, 6
     a, b = linear_inputs(B, D, T)  # (B, D, T) then transposed: not contiguous
