@@ -30,7 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "loop,eager,compile,triton,jax,jax-triton,accelerated_scan,fla; the "
                         "model-level groups also know auto, compile(eager), compile(triton), "
                         "compile(reduce-overhead) (or compile-eager, compile-triton, "
-                        "compile-ro; 'compile' selects every compile variant there)")
+                        "compile-ro; 'compile' selects every compile variant there), and "
+                        "train-step's CUDA-graph rows compile-ro-eager, compile-ro-triton "
+                        "(only when named)")
     p.add_argument("--shapes", default=None,
                    help="model-level groups: keep the sizes whose name or label contains one "
                         "of these (mixers: long,wide; train-step: small,medium; or e.g. d256)")

@@ -134,13 +134,14 @@ def backend_status(plan: Any, backend: str) -> str | None:
     """``"run"`` when the model-level groups should time ``backend``, the reason it cannot
     run here, or ``None`` when it was not asked for (no row at all).
 
-    ``--backends compile`` asks for every ``compile(...)`` variant; ``compile(triton)`` also
-    needs the Triton backend.
+    ``--backends compile`` asks for every ``compile(...)`` variant but the train-step group's
+    ``compile(X, reduce-overhead)`` (only when named); ``compile(triton...)`` also needs the
+    Triton backend.
     """
     base = "compile" if backend.startswith("compile") else backend
-    if backend not in plan.backends and base not in plan.backends:
-        return None
-    for name in (backend, base) + (("triton",) if backend == "compile(triton)" else ()):
+    if backend not in plan.backends and (base not in plan.backends or ", " in backend):
+        return None  # the CUDA-graph variants of the train-step group run only when named
+    for name in (backend, base) + (("triton",) if backend.startswith("compile(triton") else ()):
         if name in plan.skip:
             return plan.skip[name]
     return "run"

@@ -49,11 +49,14 @@ from mingru_cli import bench_cases, bench_delta
 __all__ = ["ALL_BACKENDS", "CASE_NAMES", "GROUPS", "MODEL_GROUPS", "Plan", "make_plan"]
 
 ALL_BACKENDS = ("loop", "eager", "compile", "triton", "jax", "jax-triton", "accelerated_scan", "fla",
-                "auto", "compile(eager)", "compile(triton)", "compile(reduce-overhead)")
+                "auto", "compile(eager)", "compile(triton)", "compile(reduce-overhead)",
+                "compile(eager, reduce-overhead)", "compile(triton, reduce-overhead)")
 # Shell-friendly spellings accepted by --backends.
 BACKEND_ALIASES = {"compile-eager": "compile(eager)", "compile-triton": "compile(triton)",
                    "compile-ro": "compile(reduce-overhead)",
-                   "reduce-overhead": "compile(reduce-overhead)"}
+                   "reduce-overhead": "compile(reduce-overhead)",
+                   "compile-ro-eager": "compile(eager, reduce-overhead)",
+                   "compile-ro-triton": "compile(triton, reduce-overhead)"}
 GROUPS = {
     "cpu": ("cpu-mixers", "cpu-scans"),
     "cuda": ("gpu-scans", "gpu-huge", "gpu-fused", "gpu-delta", "gpu-mixers", "gpu-memory"),
@@ -166,7 +169,9 @@ NOTES = {
                   "opt.step(); opt.zero_grad(set_to_none=True)`. DeltaMinGRU: d/64 heads. "
                   "`auto` = default dispatch; `compile(X)` = every block `torch.compile`d "
                   "(regional compilation: the blocks share one compiled graph) and run under "
-                  "`use_backend(X)`. ms/step = median over the timed steps after warm-up; "
+                  "`use_backend(X)`; `compile(X, reduce-overhead)` compiles the blocks with "
+                  "`mode=\"reduce-overhead\"` (CUDA graphs; `cudagraph_mark_step_begin()` before "
+                  "each step; only when named). ms/step = median over the timed steps after warm-up; "
                   "peak MB = max allocated over the timed steps (weights, optimizer state and "
                   "activations); warm-up s = the first step (compiles, optimizer-state init).",
     "host": "Host cost per call: wall clock over a batch of calls (CUDA: 200, fewer — at "

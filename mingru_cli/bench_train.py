@@ -9,7 +9,9 @@ cross-entropy on a fixed random batch, ``torch.optim.AdamW``, bf16 autocast::
 
 Backends: ``eager`` and ``auto`` (``use_backend``, no compile), ``compile(eager)`` and
 ``compile(triton)`` (every block ``torch.compile``d in place — regional compilation, the
-blocks share one compiled graph — run under ``use_backend(X)``). Each row: median ms/step of
+blocks share one compiled graph — run under ``use_backend(X)``), and, only when named,
+``compile(eager, reduce-overhead)`` / ``compile(triton, reduce-overhead)`` (the same with CUDA
+graphs: what is left of the step once the host's launch time leaves the critical path). Each row: median ms/step of
 the timed steps after warm-up (CUDA events, or wall clock with a sync per step), tokens/s,
 peak memory, warm-up seconds, and a ``torch.profiler`` breakdown of a few more steps
 (:mod:`mingru_cli.bench_profile`).
@@ -43,11 +45,13 @@ from mingru_cli.bench_common import (
 from mingru_cli.bench_plans import TRAIN_MIXERS, group_shapes
 from mingru_cli.bench_profile import FAMILIES, profile_steps
 
-__all__ = ["BACKENDS", "VOCAB", "build_model", "mixer_kwargs", "run", "speedups", "table",
+__all__ = ["BACKENDS", "VOCAB", "build_model", "make_step", "mixer_kwargs", "parse_backend", "run",
+           "speedups", "table",
            "time_steps"]
 
 GROUP = "train-step"
-BACKENDS = ("eager", "auto", "compile(eager)", "compile(triton)")
+BACKENDS = ("eager", "auto", "compile(eager)", "compile(triton)",
+            "compile(eager, reduce-overhead)", "compile(triton, reduce-overhead)")
 VOCAB = 256
 MLP_EXPANSION = 4  # MinGRUStack's default
 
@@ -66,20 +70,35 @@ def build_model(name: str, d: int, n_layers: int, device: str) -> torch.nn.Modul
                          mlp_expansion=MLP_EXPANSION).to(device)
 
 
-def _compile_blocks(model: torch.nn.Module) -> None:
+def _compile_blocks(model: torch.nn.Module, mode: str | None = None) -> None:
     bench_cases.fresh_dynamo()
     for block in model.stack.blocks:
-        block.compile(dynamic=False)
+        block.compile(dynamic=False, mode=mode)
+
+
+def parse_backend(backend: str) -> tuple[str, str | None]:
+    """``(use_backend mode, torch.compile mode)`` of a row's backend: ``"auto"`` →
+    ``("auto", None)``, ``"compile(triton, reduce-overhead)"`` → ``("triton",
+    "reduce-overhead")``; the compile mode is ``None`` for uncompiled rows and plain compile."""
+    if not backend.startswith("compile("):
+        return backend, None
+    inner, _, compile_mode = backend[len("compile("):-1].partition(", ")
+    return inner, compile_mode or None
 
 
 def make_step(model: torch.nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor,
-              device: str, mode: str) -> Callable[[], torch.Tensor]:
-    """One training step under ``use_backend(mode)``; returns the (detached) loss."""
+              device: str, mode: str, cudagraphs: bool = False) -> Callable[[], torch.Tensor]:
+    """One training step under ``use_backend(mode)``; returns the (detached) loss. With
+    ``cudagraphs`` (blocks compiled with ``mode="reduce-overhead"``) each step starts with
+    ``torch.compiler.cudagraph_mark_step_begin()``, so a replay never overwrites outputs the
+    step still needs."""
     import mingru
 
     inp, tgt = tokens[:, :-1], tokens[:, 1:].reshape(-1)
 
     def step() -> torch.Tensor:
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with mingru.use_backend(mode):
             with torch.autocast(device_type=device, dtype=torch.bfloat16):
                 logits = model(inp)
@@ -126,15 +145,15 @@ def _measure(plan: Any, name: str, backend: str, B: int, T: int, d: int,
     out: dict[str, Any] = {}
     model = build_model(name, d, L, plan.device)
     out["parameters"] = sum(p.numel() for p in model.parameters())
-    mode = backend
+    mode, compile_mode = parse_backend(backend)
     if backend.startswith("compile("):
-        mode = backend[len("compile("):-1]
         torch._dynamo.utils.counters.clear()
-        _compile_blocks(model)
+        _compile_blocks(model, compile_mode)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(3)
     tokens = torch.randint(0, VOCAB, (B, T + 1), generator=g).to(plan.device)
-    step = make_step(model, opt, tokens, plan.device, mode)
+    step = make_step(model, opt, tokens, plan.device, mode,
+                     cudagraphs=compile_mode == "reduce-overhead" and plan.device == "cuda")
     t0 = time.perf_counter()
     out["loss_first"] = float(step())  # compiles, creates the optimizer state
     out["warmup_s"] = round(time.perf_counter() - t0, 2)
@@ -196,8 +215,12 @@ def run(plan: Any) -> list[dict[str, Any]]:
 
 def speedups(rows: list[dict[str, Any]]) -> None:
     """``speedup_vs_eager`` and ``speedup_vs_compile_eager`` (ms/step) of every timed row."""
-    add_speedups(rows, ("op", "shape"), "ms", {"eager": lambda r: "eager",
-                                               "compile_eager": lambda r: "compile(eager)"})
+    add_speedups(rows, ("op", "shape"), "ms", {
+        "eager": lambda r: "eager",
+        # Like with like: a CUDA-graph row against compile(eager) with CUDA graphs.
+        "compile_eager": lambda r: ("compile(eager, reduce-overhead)"
+                                    if r["backend"].endswith(", reduce-overhead)")
+                                    else "compile(eager)")})
 
 
 def _pct(part: float | None, whole: float | None) -> str:

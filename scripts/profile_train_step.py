@@ -52,15 +52,16 @@ def main() -> int:
     B, T, d, L = map(int, args.shape.split(","))
     for backend in args.backends.split(","):
         model = bench_train.build_model(args.mixer, d, L, "cuda")
-        mode = backend
+        mode, compile_mode = bench_train.parse_backend(backend)
+        compile_mode = compile_mode or args.compile_mode
         if backend.startswith("compile("):
-            mode = backend[len("compile("):-1]
             for block in model.stack.blocks:
-                block.compile(dynamic=False, mode=args.compile_mode)
+                block.compile(dynamic=False, mode=compile_mode)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3,
                                 **({"fused": True} if args.fused_adamw else {}))
         tokens = torch.randint(0, bench_train.VOCAB, (B, T + 1), device="cuda")
-        step = bench_train.make_step(model, opt, tokens, "cuda", mode)
+        step = bench_train.make_step(model, opt, tokens, "cuda", mode,
+                                     cudagraphs=compile_mode == "reduce-overhead")
         for _ in range(5):
             step()
         torch.cuda.synchronize()
@@ -83,7 +84,7 @@ def main() -> int:
         busy, kernels = busy_ms(prof)
         print(f"\n##### {args.mixer} {backend} B{B} T{T} d{d} L{L}"
               f"{' fused AdamW' if args.fused_adamw else ''}"
-              f"{' mode=' + args.compile_mode if args.compile_mode else ''}")
+              f"{' mode=' + compile_mode if compile_mode else ''}")
         print(f"wall/step (sync each) {statistics.median(per_step):.2f} ms; batch of "
               f"{args.steps}: {batch:.2f} ms/step, host-only {host:.2f} ms/step; GPU-busy "
               f"{busy / 5:.2f} ms/step (under the profiler); {kernels / 5:.0f} kernels/step")

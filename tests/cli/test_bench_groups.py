@@ -256,6 +256,30 @@ def test_backend_selection_and_aliases():
     every = make_plan("cpu", quick=False, groups=["host"], backends=["compile"])
     assert bench_common.backend_status(every, "compile(reduce-overhead)") == "run"
     assert bench_common.backend_status(every, "eager") is None
+    # The train-step group's CUDA-graph rows run only when named, not under "compile".
+    assert bench_common.backend_status(every, "compile(eager, reduce-overhead)") is None
+    named = make_plan("cpu", quick=False, groups=["train-step"],
+                      backends=["compile-ro-eager", "compile-ro-triton"])
+    assert named.backends == ["compile(eager, reduce-overhead)",
+                              "compile(triton, reduce-overhead)"]
+    assert bench_common.backend_status(named, "compile(eager, reduce-overhead)") == "run"
+    assert bench_common.backend_status(named, "compile(triton, reduce-overhead)") != "run"
+    assert bench_common.backend_status(named, "compile(eager)") is None
+
+
+def test_train_step_backends_parse_and_compare_like_with_like():
+    assert bench_train.parse_backend("auto") == ("auto", None)
+    assert bench_train.parse_backend("compile(triton)") == ("triton", None)
+    assert bench_train.parse_backend("compile(eager, reduce-overhead)") == (
+        "eager", "reduce-overhead")
+    rows = [{"op": "log", "shape": "s", "backend": b, "ms": ms} for b, ms in (
+        ("eager", 30.0), ("compile(eager)", 12.0), ("compile(triton)", 10.0),
+        ("compile(eager, reduce-overhead)", 6.0), ("compile(triton, reduce-overhead)", 4.0))]
+    bench_train.speedups(rows)
+    by = {r["backend"]: r for r in rows}
+    assert by["compile(triton)"]["speedup_vs_compile_eager"] == pytest.approx(1.2)
+    assert by["compile(triton, reduce-overhead)"]["speedup_vs_compile_eager"] == pytest.approx(1.5)
+    assert by["compile(triton, reduce-overhead)"]["speedup_vs_eager"] == pytest.approx(7.5)
 
 
 def test_delta_peers_get_fla_layouts_without_building_inputs_early():
