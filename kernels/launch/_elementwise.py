@@ -47,6 +47,10 @@ WALK_MAX_TILES = 16
 # (the walk of a few programs over a thousand steps was device-bound at ~0.13 ms where the
 # look-back's device time is a few microseconds; B16 T1024 D64 on an NVIDIA H200).
 LOOKBACK_MIN_TILES = 4
+# An op's narrow_walk_tile (few channels per program) walks instead of splitting T when it alone
+# gives this many programs per SM. Measured at one point only: B16 T16384 D128, 256 programs of
+# (256, 8, 2, 3) on an H200's 132 SMs (1.94 per SM) for the log-space scan's forward.
+NARROW_WALK_MIN_PROGRAMS_PER_SM = 1.9
 # DEFAULT_SM_COUNT is what the planner assumes when the caller cannot ask the device (an H200).
 DEFAULT_SM_COUNT = 132
 
@@ -89,6 +93,7 @@ def plan(
     walk_tile: tuple[int, int, int] | None = None,
     chunked_tile: tuple[int, int, int] | None = None,
     lookback_tile: tuple[int, int, int] | None = None,
+    narrow_walk_tile: tuple[int, ...] | None = None,
     lookback_stride: int | None = None,
     auto_lookback: bool = True,
 ) -> dict[str, int | str]:
@@ -104,6 +109,9 @@ def plan(
     whose kernels have that mode (the strategy is refused without it), which then replaces
     ``chunked`` unless ``auto_lookback`` is False (a frontend where it measured slower; it can
     still be forced);
+    ``narrow_walk_tile`` is an op's measured walk tile over few channels: where the default
+    tile's walk has too few programs and T is long, it walks anyway if this tile alone gives
+    ``NARROW_WALK_MIN_PROGRAMS_PER_SM`` programs per SM (chosen automatically only);
     ``lookback_stride > 1`` (tests) lets only every stride-th chunk publish its inclusive
     state.
 
@@ -146,6 +154,9 @@ def plan(
             # (measured faster on an NVIDIA H200 for every op that has it; the long walk
             # stays ahead where it alone fills the GPU).
             strategy = "lookback"
+        if (strategy != "walk" and narrow_walk_tile is not None and T > WALK_MAX_TILES * BLOCK_T
+                and B * cdiv(D, narrow_walk_tile[1]) >= NARROW_WALK_MIN_PROGRAMS_PER_SM * n_sm):
+            strategy, walk_tile = "walk", narrow_walk_tile
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}; got {strategy!r}")
     if strategy == "lookback":

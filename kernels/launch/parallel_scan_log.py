@@ -34,7 +34,8 @@ FWD_SCRATCH = 3
 BWD_SCRATCH = 3
 """The same for the chunked backward."""
 
-TILES: dict = dict(walk_tile=(64, 32, 2, 3), chunked_tile=(32, 64, 1), lookback_tile=(32, 64, 1))
+TILES: dict = dict(walk_tile=(64, 32, 2, 3), chunked_tile=(32, 64, 1), lookback_tile=(32, 64, 1),
+                   narrow_walk_tile=(256, 8, 2, 3))
 """The forward's measured tiles, passed to :func:`plan` (``scripts/plan_sweep.py`` on an NVIDIA
 H200, forward times with ``triton.testing.do_bench``: at B16 T16384 D128 (chunked) 0.527 → 0.426 ms
 with (64, 64, 2), then 0.423 → 0.357 ms with the one-warp (32, 64, 1) in one run,
@@ -44,7 +45,10 @@ with (32, 64, 1), against 0.447 with (16, 128, 4) and 0.357 for the chunked stra
 round in ``docs/results/gpu-h200.md``). ``walk_tile`` (block_t, block_d, num_warps,
 loop_stages): the long walk at B8 T65536 D1536, its tile loop pipelined three deep: 4.66 →
 4.07 ms with (64, 16, 2, 3) on the exact path alone, then with the one-scale fast path 3.73
-ms, and 3.51 ms with (64, 32, 2, 3) (eighth round)."""
+ms, and 3.51 ms with (64, 32, 2, 3) (eighth round). ``narrow_walk_tile``: at B16 T16384 D128
+a walk of 256 programs over 8 channels each, 0.261 ms against 0.293 ms for the look-back in
+the same run (ninth round, ``docs/results/gpu-h200/session9-walk-sweep.log``; the backward
+keeps its look-back, which measured faster)."""
 
 BWD_TILES: dict = dict(lookback_tile=(32, 32, 2))
 """The backward's tiles: its adjoint is the linear recurrence's, so its look-back tile."""

@@ -342,3 +342,53 @@ def test_gpu_long_walk_plan(op):
         inputs, tiles = linear_inputs(B, T, D, device="cuda"), linear_recurrence.TILES
     cot = [torch.randn_like(inputs[0])]
     assert_long_walk_plan_matches_float64(tiles, getattr(mingru, op), inputs, cot)
+
+
+def test_narrow_walk_where_its_tile_alone_fills_the_gpu():
+    """An op's ``narrow_walk_tile`` walks instead of splitting T when the default tile's walk
+    has too few programs, T is long, and the narrow tile gives enough programs per SM."""
+    from mingru_kernels.launch import parallel_scan_log
+    from mingru_kernels.launch._elementwise import NARROW_WALK_MIN_PROGRAMS_PER_SM, plan
+
+    tiles = parallel_scan_log.TILES
+    bt, bd, nw, ls = tiles["narrow_walk_tile"]
+    cfg = plan(16, 16384, 128, n_sm=132, **tiles)  # 16 * 128 / 8 = 256 programs: 1.94 per SM
+    assert cfg["strategy"] == "walk" and cfg["n_chunks"] == 1
+    assert (cfg["block_t"], cfg["block_d"], cfg["num_warps"], cfg["loop_stages"]) == (
+        bt, bd, nw, ls)
+    assert 16 * 128 // bd >= NARROW_WALK_MIN_PROGRAMS_PER_SM * 132
+    # Too few narrow programs: the look-back; short T: the default walk; a wide batch: the
+    # default tile's own long walk; a forced strategy is never replaced.
+    assert plan(8, 16384, 128, n_sm=132, **tiles)["strategy"] == "lookback"
+    short = plan(16, 1024, 128, n_sm=132, **tiles)
+    assert short["strategy"] == "lookback" and short["block_d"] == tiles["lookback_tile"][1]
+    wide = plan(8, 65536, 1536, n_sm=132, **tiles)
+    assert wide["strategy"] == "walk" and wide["block_d"] == tiles["walk_tile"][1]
+    assert plan(16, 16384, 128, n_sm=132, strategy="lookback", **tiles)["strategy"] == "lookback"
+    forced = plan(16, 16384, 128, n_sm=132, strategy="walk", **tiles)
+    assert forced["block_d"] == tiles["walk_tile"][1]
+    # Only ops that name a narrow tile walk narrow; the backward's tiles name none.
+    assert plan(16, 16384, 128, n_sm=132, **parallel_scan_log.BWD_TILES)["strategy"] == (
+        "lookback")
+
+
+@pytest.mark.gpu
+def test_gpu_narrow_walk_plan():
+    """The log scan's forward on its production narrow-walk plan (B16 T2048 D128: 256
+    programs of 8 channels), backward on its look-back, against the eager op in float64."""
+    from mingru_kernels.launch import parallel_scan_log
+    from mingru_kernels.launch._elementwise import plan
+
+    B, T, D = 16, 2048, 128
+    n_sm = torch.cuda.get_device_properties(0).multi_processor_count
+    cfg = plan(B, T, D, n_sm=n_sm, **parallel_scan_log.TILES)
+    if cfg["strategy"] != "walk" or cfg["block_d"] != parallel_scan_log.TILES[
+            "narrow_walk_tile"][1]:
+        pytest.skip(f"{n_sm} SMs: the planner does not walk narrow at B{B} T{T} D{D}")
+    la, lv = log_inputs(B, T, D, device="cuda")
+    cot = (torch.randn_like(la),)
+    with mingru.use_backend("triton"):
+        outs, gs = grads(mingru.parallel_scan_log, (la, lv), cot)
+    ref_outs, ref_gs = eager_f64(mingru.parallel_scan_log, (la, lv), cot)
+    for x, r in zip(outs + gs, ref_outs + ref_gs, strict=True):
+        assert torch.isfinite(x).all() and rel_err(x, r) <= 1e-5
