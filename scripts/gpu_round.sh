@@ -28,7 +28,11 @@ for s in "$@"; do
         -k "long_walk or pipelined" tests/kernels 2>&1 | grep -v -i warn | tail -6 ;;
     tests-torch) timeout 300 python3 -m pytest -q -p no:cacheprovider tests/torch tests/kernels \
         -m gpu 2>&1 | tail -8 ;;
-    tests-jax) ( time timeout 300 python3 -m pytest -q -p no:cacheprovider tests/jax \
+    tests-jax)
+      # The suite's time is Triton / XLA compiles, CPU-bound: spread them over workers when
+      # pytest-xdist is there (put its wheel and execnet's in .whl/: pip download --no-deps).
+      workers=""; python3 -c "import xdist" 2>/dev/null && workers="-n ${JAX_WORKERS:-8}"
+      ( time timeout 300 python3 -m pytest -q -p no:cacheprovider tests/jax $workers \
         --durations=10 ) 2>&1 | tail -25 ;;
     lookback) timeout 200 python3 -m pytest -q -x -p no:cacheprovider -m gpu -k lookback \
         tests/kernels/test_linear_recurrence.py tests/kernels/test_mingru_cell.py 2>&1 | tail -5
