@@ -392,3 +392,20 @@ def test_gpu_narrow_walk_plan():
     ref_outs, ref_gs = eager_f64(mingru.parallel_scan_log, (la, lv), cot)
     for x, r in zip(outs + gs, ref_outs + ref_gs, strict=True):
         assert torch.isfinite(x).all() and rel_err(x, r) <= 1e-5
+
+
+@pytest.mark.interpreter
+def test_narrow_walk_tile_matches_float64():
+    """The log scan on its narrow-walk tile (256 steps × 8 channels, pipelined): two tiles,
+    the second partial, and a channel block cut by D, against the float64 eager op."""
+    from mingru_kernels.launch import parallel_scan_log
+
+    bt, bd, nw, ls = parallel_scan_log.TILES["narrow_walk_tile"]
+    la, lv = log_inputs(1, 300, 11)
+    cot = (torch.randn_like(la),)
+    with triton_plan("parallel_scan_log", strategy="walk", block_t=bt, block_d=bd,
+                     num_warps=nw, loop_stages=ls):
+        outs, gs = grads(mingru.parallel_scan_log, (la, lv), cot)
+    ref_outs, ref_gs = eager_f64(mingru.parallel_scan_log, (la, lv), cot)
+    for x, r in zip(outs + gs, ref_outs + ref_gs, strict=True):
+        assert rel_err(x, r) < 2e-6
