@@ -115,6 +115,18 @@ def test_forward_and_grad_match_eager(op, T, D):
     _check(fn, args)
 
 
+def test_log_scan_on_its_narrow_walk_tile():
+    """The log scan's narrow-walk tile (256 steps × 8 channels, pipelined), forced: two tiles,
+    the second partial, a channel block cut by D, forward and backward."""
+    from mingru_kernels.launch import parallel_scan_log
+
+    bt, bd, nw, ls = parallel_scan_log.TILES["narrow_walk_tile"]
+    fn, args = _case("parallel_scan_log", 11, 300, 11)
+    with switches.forced("parallel_scan_log", strategy="walk", block_t=bt, block_d=bd,
+                         num_warps=nw, loop_stages=ls):
+        _check(fn, args)
+
+
 @pytest.mark.parametrize("op", ["parallel_scan_log", "matrix_affine_scan"])
 def test_under_jit(op):
     fn, args = _case(op, 3, 5, 3)
