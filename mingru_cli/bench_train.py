@@ -219,7 +219,7 @@ def speedups(rows: list[dict[str, Any]]) -> None:
         "eager": lambda r: "eager",
         # Like with like: a CUDA-graph row against compile(eager) with CUDA graphs.
         "compile_eager": lambda r: ("compile(eager, reduce-overhead)"
-                                    if r["backend"].endswith(", reduce-overhead)")
+                                    if parse_backend(r["backend"])[1] == "reduce-overhead"
                                     else "compile(eager)")})
 
 

@@ -24,19 +24,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from mingru_cli import bench_train
-
-
-def busy_ms(prof) -> tuple[float, int]:
-    """Union of the device kernels' intervals (ms) and their count."""
-    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-                   if e.device_type == torch.autograd.DeviceType.CUDA)
-    total, end = 0.0, float("-inf")
-    for s, e in spans:
-        if e > end:
-            total += e - max(s, end)
-            end = e
-    return total / 1e3, len(spans)
+from mingru_cli import bench_profile, bench_train
 
 
 def main() -> int:
@@ -77,17 +65,20 @@ def main() -> int:
         host = (time.perf_counter() - t) * 1e3 / args.steps  # before the sync: host only
         torch.cuda.synchronize()
         batch = (time.perf_counter() - t) * 1e3 / args.steps
+        t = time.perf_counter()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(5):
                 step()
             torch.cuda.synchronize()
-        busy, kernels = busy_ms(prof)
+        profiled = bench_profile.breakdown(prof, 5, (time.perf_counter() - t) * 1e3)
+        kernels = sum(e.device_type == torch.autograd.DeviceType.CUDA for e in prof.events())
         print(f"\n##### {args.mixer} {backend} B{B} T{T} d{d} L{L}"
               f"{' fused AdamW' if args.fused_adamw else ''}"
               f"{' mode=' + compile_mode if compile_mode else ''}")
         print(f"wall/step (sync each) {statistics.median(per_step):.2f} ms; batch of "
               f"{args.steps}: {batch:.2f} ms/step, host-only {host:.2f} ms/step; GPU-busy "
-              f"{busy / 5:.2f} ms/step (under the profiler); {kernels / 5:.0f} kernels/step")
+              f"{profiled['busy_ms_per_step']:.2f} ms/step (under the profiler); "
+              f"{kernels / 5:.0f} kernels/step; by family {profiled['families_ms_per_step']}")
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top))
         pr = cProfile.Profile()
         pr.enable()
