@@ -32,6 +32,19 @@ def _chunk_index(c, T, NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: 
 
 
 @triton.jit
+def _chunk_rows(c, b64, h, T, H, NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr,
+                CP: tl.constexpr):
+    """:func:`_chunk_index` of chunk ``c`` of batch row ``b64`` (int64) and head ``h``, plus
+    the memory rows: ``micro`` of ``(B, T, nh, H)``, ``token`` and ``lg_rows`` (each micro-step's
+    token) of ``(B, T, H)``."""
+    il, tok, sub, t_l, ok_l, ir, t_r, ok_r = _chunk_index(c, T, NH, C, LP, CP)
+    micro = ((b64 * T + t_l) * NH + sub) * H + h
+    token = (b64 * T + t_r) * H + h
+    lg_rows = (b64 * T + t_l) * H + h
+    return il, tok, sub, ok_l, ir, ok_r, micro, token, lg_rows
+
+
+@triton.jit
 def _ld(ptr, rows, row_ok, col0, ncols, W: tl.constexpr):
     """Float32 tile ``[rows, col0 : col0+W]`` of a row-major array with ``ncols`` columns;
     rows outside ``row_ok`` and columns ``>= ncols`` read 0."""
@@ -49,11 +62,10 @@ def _lds(ptr, base, r0, R: tl.constexpr, ld: tl.constexpr, c0, W: tl.constexpr):
 
 
 @triton.jit
-def _load_gates(beta_ptr, lg_ptr, micro, ok_l, sub, lg_rows, token, ok_r,
-                LP: tl.constexpr, CP: tl.constexpr, HAS_DECAY: tl.constexpr):
-    """``β (LP)``, per-micro-step ``log γ`` (``LP``; zero except on a token's first
-    micro-step) and per-token ``log γ`` (``CP``), float32."""
-    beta = tl.load(beta_ptr + micro, mask=ok_l, other=0.0).to(tl.float32)
+def _load_log_gamma(lg_ptr, lg_rows, ok_l, sub, token, ok_r, LP: tl.constexpr,
+                    CP: tl.constexpr, HAS_DECAY: tl.constexpr):
+    """Per-micro-step ``log γ`` (``LP``; zero except on a token's first micro-step) and
+    per-token ``log γ`` (``CP``), float32; zeros without decay."""
     if HAS_DECAY:
         lgm = tl.load(lg_ptr + lg_rows, mask=ok_l & (sub == 0), other=0.0).to(tl.float32)
         lgt = tl.load(lg_ptr + token, mask=ok_r, other=0.0).to(tl.float32)
@@ -63,6 +75,15 @@ def _load_gates(beta_ptr, lg_ptr, micro, ok_l, sub, lg_rows, token, ok_r,
     else:
         lgm = tl.zeros([LP], dtype=tl.float32)
         lgt = tl.zeros([CP], dtype=tl.float32)
+    return lgm, lgt
+
+
+@triton.jit
+def _load_gates(beta_ptr, lg_ptr, micro, ok_l, sub, lg_rows, token, ok_r,
+                LP: tl.constexpr, CP: tl.constexpr, HAS_DECAY: tl.constexpr):
+    """``β (LP)`` and the two ``log γ`` vectors of :func:`_load_log_gamma`, float32."""
+    beta = tl.load(beta_ptr + micro, mask=ok_l, other=0.0).to(tl.float32)
+    lgm, lgt = _load_log_gamma(lg_ptr, lg_rows, ok_l, sub, token, ok_r, LP, CP, HAS_DECAY)
     return beta, lgm, lgt
 
 
@@ -95,17 +116,25 @@ def _decay_tables(lgm, lgt, il, tok, ir, LP: tl.constexpr, CP: tl.constexpr,
 
 
 @triton.jit
+def _dot_t(a_ptr, a_rows, a_ok, b_ptr, b_rows, b_ok, DK, RA: tl.constexpr, RB: tl.constexpr,
+           BK: tl.constexpr, KS: tl.constexpr, PREC: tl.constexpr):
+    """``A Bᵀ (RA, RB)`` of two row sets of ``(·, d_k)`` inputs, contracted over ``d_k`` in
+    slices of ``KS`` columns loaded from memory (small operands keep float32 FMA dots out of
+    spills)."""
+    acc = tl.zeros([RA, RB], dtype=tl.float32)
+    for j in tl.static_range(BK // KS):
+        acc = tl.dot(_ld(a_ptr, a_rows, a_ok, j * KS, DK, KS),
+                     tl.trans(_ld(b_ptr, b_rows, b_ok, j * KS, DK, KS)), acc=acc,
+                     input_precision=PREC)
+    return acc
+
+
+@triton.jit
 def _gram(k_ptr, q_ptr, micro, ok_l, token, ok_r, DK, LP: tl.constexpr, CP: tl.constexpr,
           BK: tl.constexpr, KS: tl.constexpr, PREC: tl.constexpr):
-    """``K Kᵀ (LP,LP)`` and ``Q Kᵀ (CP,LP)``, contracted over ``d_k`` in slices of ``KS``
-    columns loaded from memory (small operands keep float32 FMA dots out of spills)."""
-    KK = tl.zeros([LP, LP], dtype=tl.float32)
-    QK = tl.zeros([CP, LP], dtype=tl.float32)
-    for j in tl.static_range(BK // KS):
-        Kj = _ld(k_ptr, micro, ok_l, j * KS, DK, KS)
-        Qj = _ld(q_ptr, token, ok_r, j * KS, DK, KS)
-        KK = tl.dot(Kj, tl.trans(Kj), acc=KK, input_precision=PREC)
-        QK = tl.dot(Qj, tl.trans(Kj), acc=QK, input_precision=PREC)
+    """``K Kᵀ (LP,LP)`` and ``Q Kᵀ (CP,LP)`` (see :func:`_dot_t`)."""
+    KK = _dot_t(k_ptr, micro, ok_l, k_ptr, micro, ok_l, DK, LP, LP, BK, KS, PREC)
+    QK = _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
     return KK, QK
 
 

@@ -16,13 +16,17 @@ inclusive), ``D_ij = Γ_i/Γ_j`` (``j ≤ i``) and ``A = strict_lower(diag(β)(D
     O  = diag(Γo) Q S + Po W                 Po = Do ⊙ Q Kᵀ (token rows × micro-steps)
     S' = Γ_L S + Kᵀ diag(d) W                d_j = D_{L-1, j}, Γ_L = Γ_{L-1}
 
-so per chunk ``O = Qeff S + Ou`` and ``S' = M S + N`` with ``S``-independent
-``Qeff, Ou, M, N``. Forward: ``delta_rule_fwd_prep_kernel`` (parallel over chunks) builds them,
-``delta_rule_fwd_state_kernel`` (serial over chunks; one program per (b, h) and slice of state
-columns) runs ``S ← M S + N`` and stores every chunk's start state, ``delta_rule_fwd_out_kernel``
-(parallel) writes ``O``. Backward: ``delta_rule_bwd_state_kernel`` runs ``dS ← Mᵀ dS + Qeffᵀ dO``
-backwards and stores each chunk's end-state gradient; ``delta_rule_bwd_grads_kernel`` (parallel)
-recomputes the chunk and writes the gradients of ``q, k, v, β, log γ``.
+Forward: ``delta_rule_fwd_prep_kernel`` (parallel over chunks) builds the ``S``-independent
+``Wk`` and ``U`` of every chunk; ``delta_rule_fwd_state_kernel`` (serial over chunks; one
+program per (b, h) and slice of state columns) stores each chunk's start state, forms
+``W = U − Wk S``, writes the chunk's output ``O`` and steps the state. Storing ``Wk`` and ``U``
+(``2·LP`` rows per chunk) instead of chunk maps ``S' = M S + N``, ``O = Qeff S + Ou`` (two
+``d_k × d`` matrices and two of ``C`` rows per chunk, each re-read) cuts the forward's scratch
+traffic by more than half: ``Po``, ``d`` and ``Γ`` are rebuilt from ``q, k, log γ`` in the state
+kernel, whose inputs are far smaller than the maps. Backward:
+``delta_rule_bwd_state_kernel`` runs the adjoint of that chunk step backwards and stores each
+chunk's end-state gradient; ``delta_rule_bwd_grads_kernel`` (parallel) recomputes the chunk and
+writes the gradients of ``q, k, v, β, log γ``.
 
 Packed sequences (``PACKED``, ``B = 1``). The launchers lay the ``N`` sequences out
 chunk-aligned — each starts at a chunk boundary, the gaps are identity steps — so no chunk
@@ -65,12 +69,14 @@ import triton.language as tl
 from triton.language.standard import _sum_combine
 
 from mingru_kernels._delta_chunk import (
-    _chunk_index,
+    _chunk_rows,
     _decay_tables,
+    _dot_t,
     _gram,
     _ld,
     _lds,
     _load_gates,
+    _load_log_gamma,
     _wy_inverse,
 )
 
@@ -81,48 +87,35 @@ from mingru_kernels._delta_chunk import (
 
 @triton.jit
 def delta_rule_fwd_prep_kernel(
-    q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr,
-    m_ptr, n_ptr, qeff_ptr, ou_ptr,
+    k_ptr, v_ptr, beta_ptr, lg_ptr,
+    wk_ptr, u_ptr,
     T, H, DK, DV, NC,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
     SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
 ):
-    """Grid ``(NC, B·H)``. Per chunk: ``M = Γ_L I − Kᵀdiag(d) Wk (BK,BK)``,
-    ``N = Kᵀdiag(d) U (BK,BV)``, ``Qeff = diag(Γo) Q − Po Wk (CP,BK)``, ``Ou = Po U (CP,BV)``
-    into float32 scratch laid out ``(B·H, NC, ·, ·)``; the value side in column slices."""
+    """Grid ``(NC, B·H)``. Per chunk: ``Wk = T diag(βΓ) K (LP,BK)`` and ``U = T diag(β) V
+    (LP,BV)`` into float32 scratch laid out ``(B·H, NC, LP, ·)``; the value side in column
+    slices of ``VS``."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
-    b64 = (bh // H).to(tl.int64)
-    h = bh % H
-    il, tok, sub, t_l, ok_l, ir, t_r, ok_r = _chunk_index(c, T, NH, C, LP, CP)
-    micro = ((b64 * T + t_l) * NH + sub) * H + h  # rows of (B, T, nh, H)
-    token = (b64 * T + t_r) * H + h  # rows of (B, T, H)
-    beta, lgm, lgt = _load_gates(beta_ptr, lg_ptr, micro, ok_l, sub, (b64 * T + t_l) * H + h,
-                                 token, ok_r, LP, CP, HAS_DECAY)
+    il, tok, sub, ok_l, ir, ok_r, micro, token, lg_rows = _chunk_rows(
+        c, (bh // H).to(tl.int64), bh % H, T, H, NH, C, LP, CP)
+    beta, lgm, lgt = _load_gates(beta_ptr, lg_ptr, micro, ok_l, sub, lg_rows, token, ok_r,
+                                 LP, CP, HAS_DECAY)
     D, gam, d, gam_last, Do, gam_o = _decay_tables(lgm, lgt, il, tok, ir, LP, CP, HAS_DECAY)
-    KK, QK = _gram(k_ptr, q_ptr, micro, ok_l, token, ok_r, DK, LP, CP, BK, KS, PREC)
+    KK = _dot_t(k_ptr, micro, ok_l, k_ptr, micro, ok_l, DK, LP, LP, BK, KS, PREC)
     Tm = _wy_inverse(KK, beta, D, il, LP, SUB, BLOCKED, PREC)
-    K = _ld(k_ptr, micro, ok_l, 0, DK, BK)
-    Q = _ld(q_ptr, token, ok_r, 0, DK, BK)
-    Wk = tl.dot(Tm, (beta * gam)[:, None] * K, input_precision=PREC)
-    Kd = d[:, None] * K
-    ik = tl.arange(0, BK)
-    M = tl.where(ik[:, None] == ik[None, :], gam_last, 0.0)
-    M -= tl.dot(tl.trans(Kd), Wk, input_precision=PREC)
-    Po = Do * QK
-    Qeff = gam_o[:, None] * Q - tl.dot(Po, Wk, input_precision=PREC)
+    Wk = tl.dot(Tm, (beta * gam)[:, None] * _ld(k_ptr, micro, ok_l, 0, DK, BK),
+                input_precision=PREC)
     chunk = bh.to(tl.int64) * NC + c
-    tl.store(m_ptr + chunk * (BK * BK) + ik[:, None] * BK + ik[None, :], M)
-    tl.store(qeff_ptr + chunk * (CP * BK) + ir[:, None] * BK + ik[None, :], Qeff)
+    ik = tl.arange(0, BK)
+    tl.store(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + ik[None, :], Wk)
     for vb in range(BV // VS):
         iv = vb * VS + tl.arange(0, VS)
         Ub = tl.dot(Tm, beta[:, None] * _ld(v_ptr, micro, ok_l, vb * VS, DV, VS),
                     input_precision=PREC)
-        Nb = tl.dot(tl.trans(Kd), Ub, input_precision=PREC)
-        Oub = tl.dot(Po, Ub, input_precision=PREC)
-        tl.store(n_ptr + chunk * (BK * BV) + ik[:, None] * BV + iv[None, :], Nb)
-        tl.store(ou_ptr + chunk * (CP * BV) + ir[:, None] * BV + iv[None, :], Oub)
+        tl.store(u_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :], Ub)
 
 
 @triton.jit
@@ -134,17 +127,23 @@ def _seq_tile(ptr, n, bh64, H, DK, DV, ik, iv):
 
 @triton.jit
 def delta_rule_fwd_state_kernel(
-    h0_ptr, m_ptr, n_ptr, states_ptr, ht_ptr, cseq_ptr, cend_ptr, cu_ptr,
-    H, DK, DV, NC, NSEQ,
+    q_ptr, k_ptr, lg_ptr, h0_ptr, wk_ptr, u_ptr,
+    states_ptr, o_ptr, ht_ptr, cseq_ptr, cend_ptr, cu_ptr,
+    T, H, DK, DV, NC, NSEQ,
+    NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-    HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
+    HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
     REG_STATE: tl.constexpr = False,
 ):
-    """Grid ``(B·H, BV/VS)``: one program per (b, h) and slice of ``VS`` state columns.
-    ``states[c] = S_c`` (chunk start states, ``c < NC``) by ``S_{c+1} = M_c S_c + N_c``;
-    ``h_T = S_NC`` in the output dtype. Launch with ``num_stages=1``: the product
-    re-reads the state just stored (slices of ``KS`` rows) behind a barrier — or, with
-    ``REG_STATE`` (needs ``KS == BK``: one slice), takes ``S`` straight from registers.
+    """Grid ``(B·H, BV/VS)``: one program per (b, h) and slice of ``VS`` state columns, serial
+    over chunks. Per chunk, from its start state ``S`` (stored as ``states[c]``)::
+
+        W = U − Wk S      O = diag(Γo) Q S + Po W      S ← Γ_L S + Kᵀ diag(d) W
+
+    with ``Po = Do ⊙ Q Kᵀ`` built from ``q, k`` and ``log γ`` in the chunk; ``O`` is written
+    here, in the output dtype, and ``h_T`` (the last ``S``) too. Launch with ``num_stages=1``:
+    the products with ``S`` re-read the state just stored (slices of ``KS`` rows) behind a
+    barrier — or, with ``REG_STATE`` (needs ``KS == BK``: one slice), take it from registers.
 
     ``PACKED`` (``B = 1``; ``NSEQ`` sequences laid out chunk-aligned, see the launchers):
     ``h0`` and ``h_T`` are ``(NSEQ, H, DK, DV)``; ``cseq[c]`` (int32) is the sequence chunk
@@ -154,8 +153,11 @@ def delta_rule_fwd_state_kernel(
     whose ``h_T`` is their ``h0``. Otherwise the three tables are never read."""
     bh = tl.program_id(0)
     bh64 = bh.to(tl.int64)
+    b64 = (bh // H).to(tl.int64)
+    h = bh % H
     ik = tl.arange(0, BK)
-    iv = tl.program_id(1) * VS + tl.arange(0, VS)
+    v0 = tl.program_id(1) * VS
+    iv = v0 + tl.arange(0, VS)
     kv = ik[:, None] * BV + iv[None, :]
     user = bh64 * DK * DV + ik[:, None] * DV + iv[None, :]
     user_mask = (ik[:, None] < DK) & (iv[None, :] < DV)
@@ -184,53 +186,42 @@ def delta_rule_fwd_state_kernel(
             else:
                 S0 = tl.zeros([BK, VS], dtype=tl.float32)
             S = tl.where(starts, S0, S)
-        sbase = (bh64 * NC + c) * (BK * BV)
+        il, tok, sub, ok_l, ir, ok_r, micro, token, lg_rows = _chunk_rows(
+            c, b64, h, T, H, NH, C, LP, CP)
+        lgm, lgt = _load_log_gamma(lg_ptr, lg_rows, ok_l, sub, token, ok_r, LP, CP, HAS_DECAY)
+        D, gam, d, gam_last, Do, gam_o = _decay_tables(lgm, lgt, il, tok, ir, LP, CP,
+                                                       HAS_DECAY)
+        chunk = bh64 * NC + c
+        sbase = chunk * (BK * BV)
         tl.store(states_ptr + sbase + kv, S)
-        mbase = (bh64 * NC + c) * (BK * BK)
-        acc = tl.load(n_ptr + (bh64 * NC + c) * (BK * BV) + kv)
+        wk_rows = wk_ptr + chunk * (LP * BK) + il[:, None] * BK
         if REG_STATE:
             tl.static_assert(KS == BK, "REG_STATE multiplies the whole state tile at once")
-            Mc = tl.load(m_ptr + mbase + ik[:, None] * BK + ik[None, :])
-            acc = tl.dot(Mc, S, acc=acc, input_precision=PREC)
+            WkS = tl.dot(tl.load(wk_rows + ik[None, :]), S, input_precision=PREC)
+            QS = tl.dot(_ld(q_ptr, token, ok_r, 0, DK, BK), S, input_precision=PREC)
         else:
             tl.debug_barrier()
+            WkS = tl.zeros([LP, VS], dtype=tl.float32)
+            QS = tl.zeros([CP, VS], dtype=tl.float32)
             for j in tl.static_range(BK // KS):
                 jj = j * KS + tl.arange(0, KS)
-                Mj = tl.load(m_ptr + mbase + ik[:, None] * BK + jj[None, :])
                 Sj = tl.load(states_ptr + sbase + jj[:, None] * BV + iv[None, :])
-                acc = tl.dot(Mj, Sj, acc=acc, input_precision=PREC)
-        S = acc
+                WkS = tl.dot(tl.load(wk_rows + jj[None, :]), Sj, acc=WkS, input_precision=PREC)
+                QS = tl.dot(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, acc=QS,
+                            input_precision=PREC)
+        W = tl.load(u_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :]) - WkS
+        Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
+        O = tl.dot(Po, W, acc=gam_o[:, None] * QS, input_precision=PREC)
+        tl.store(o_ptr + token[:, None] * DV + iv[None, :], O.to(o_ptr.dtype.element_ty),
+                 mask=ok_r[:, None] & (iv[None, :] < DV))
+        Kd = d[:, None] * _ld(k_ptr, micro, ok_l, 0, DK, BK)
+        S = tl.dot(tl.trans(Kd), W, acc=gam_last * S, input_precision=PREC)
         if PACKED:
             e = tl.load(cend_ptr + c)
             tl.store(_seq_tile(ht_ptr, tl.maximum(e, 0), bh64, H, DK, DV, ik, iv),
                      S.to(ht_ptr.dtype.element_ty), mask=tl.where(e >= 0, user_mask, False))
     if not PACKED:
         tl.store(ht_ptr + user, S.to(ht_ptr.dtype.element_ty), mask=user_mask)
-
-
-@triton.jit
-def delta_rule_fwd_out_kernel(
-    qeff_ptr, ou_ptr, states_ptr, o_ptr,
-    T, H, DV, NC,
-    C: tl.constexpr, CP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    KS: tl.constexpr, PREC: tl.constexpr,
-):
-    """Grid ``(NC, B·H)``. ``O = Qeff S_c + Ou`` for the chunk's tokens."""
-    c = tl.program_id(0)
-    bh = tl.program_id(1)
-    iv = tl.arange(0, BV)
-    ir = tl.arange(0, CP)
-    chunk = bh.to(tl.int64) * NC + c
-    O = tl.load(ou_ptr + chunk * (CP * BV) + ir[:, None] * BV + iv[None, :])
-    for j in tl.static_range(BK // KS):
-        Qj = _lds(qeff_ptr, chunk * (CP * BK), 0, CP, BK, j * KS, KS)
-        Sj = _lds(states_ptr, chunk * (BK * BV), j * KS, KS, BV, 0, BV)
-        O = tl.dot(Qj, Sj, acc=O, input_precision=PREC)
-    t_r = c * C + ir
-    ok_r = (ir < C) & (t_r < T)
-    token = ((bh // H).to(tl.int64) * T + t_r) * H + bh % H
-    tl.store(o_ptr + token[:, None] * DV + iv[None, :], O.to(o_ptr.dtype.element_ty),
-             mask=ok_r[:, None] & (iv[None, :] < DV))
 
 
 # ----------------------------------------------------------------------------------------
@@ -240,17 +231,21 @@ def delta_rule_fwd_out_kernel(
 
 @triton.jit
 def delta_rule_bwd_state_kernel(
-    dht_ptr, do_ptr, m_ptr, qeff_ptr, dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr,
+    q_ptr, k_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr,
+    dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr,
     T, H, DK, DV, NC, NSEQ,
-    C: tl.constexpr, CP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    KS: tl.constexpr, VS: tl.constexpr,
-    HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
-    REG_STATE: tl.constexpr = False,
+    NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+    HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr,
+    PACKED: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr = False,
 ):
-    """Grid ``(B·H, BV/VS)``. Backwards over chunks: ``dstates[c] = ∂L/∂S_{c+1}`` and
-    ``∂L/∂S_c = M_cᵀ ∂L/∂S_{c+1} + Qeff_cᵀ dO_c``; ``dh0 = ∂L/∂S_0``. ``num_stages=1``
-    (re-reads the slice just stored, as the forward state kernel does, or with
-    ``REG_STATE`` takes it from registers).
+    """Grid ``(B·H, BV/VS)``. Backwards over chunks: ``dstates[c] = ∂L/∂S_{c+1} = dS'`` and,
+    the adjoint of the forward state kernel's chunk step::
+
+        dW = diag(d) K dS' + Poᵀ dO      ∂L/∂S_c = Γ_L dS' + (diag(Γo) Q)ᵀ dO − Wkᵀ dW
+
+    ``dh0 = ∂L/∂S_0``. ``num_stages=1`` (``K dS'`` re-reads the slice just stored, as the
+    forward state kernel does, or with ``REG_STATE`` takes it from registers).
 
     ``PACKED`` (tables as in :func:`delta_rule_fwd_state_kernel`): the adjoint is cut at
     every sequence boundary — the last chunk of sequence ``n`` starts from ``dh_T[n]``
@@ -259,9 +254,11 @@ def delta_rule_bwd_state_kernel(
     ``dh0[n]`` is its ``dh_T[n]``."""
     bh = tl.program_id(0)
     bh64 = bh.to(tl.int64)
+    b64 = (bh // H).to(tl.int64)
+    h = bh % H
     ik = tl.arange(0, BK)
-    iv = tl.program_id(1) * VS + tl.arange(0, VS)
-    ir = tl.arange(0, CP)
+    v0 = tl.program_id(1) * VS
+    iv = v0 + tl.arange(0, VS)
     kv = ik[:, None] * BV + iv[None, :]
     user = bh64 * DK * DV + ik[:, None] * DV + iv[None, :]
     user_mask = (ik[:, None] < DK) & (iv[None, :] < DV)
@@ -292,28 +289,32 @@ def delta_rule_bwd_state_kernel(
             else:
                 g = tl.zeros([BK, VS], dtype=tl.float32)
             dS = tl.where(ends, g, dS)
-        dbase = (bh64 * NC + c) * (BK * BV)
+        il, tok, sub, ok_l, ir, ok_r, micro, token, lg_rows = _chunk_rows(
+            c, b64, h, T, H, NH, C, LP, CP)
+        lgm, lgt = _load_log_gamma(lg_ptr, lg_rows, ok_l, sub, token, ok_r, LP, CP, HAS_DECAY)
+        D, gam, d, gam_last, Do, gam_o = _decay_tables(lgm, lgt, il, tok, ir, LP, CP,
+                                                       HAS_DECAY)
+        chunk = bh64 * NC + c
+        dbase = chunk * (BK * BV)
         tl.store(dstates_ptr + dbase + kv, dS)
-        if not REG_STATE:
-            tl.debug_barrier()
-        # Qeffᵀ and Mᵀ straight from memory: element (a, r) of Xᵀ is X[r, a].
-        QeT = tl.load(qeff_ptr + (bh64 * NC + c) * (CP * BK) + ir[None, :] * BK + ik[:, None])
-        t_r = c * C + ir
-        token = ((bh // H).to(tl.int64) * T + t_r) * H + bh % H
-        dO = _ld(do_ptr, token, (ir < C) & (t_r < T), tl.program_id(1) * VS, DV, VS)
-        acc = tl.dot(QeT, dO, input_precision=PREC)
-        mbase = (bh64 * NC + c) * (BK * BK)
         if REG_STATE:
             tl.static_assert(KS == BK, "REG_STATE multiplies the whole state tile at once")
-            Mt = tl.load(m_ptr + mbase + ik[None, :] * BK + ik[:, None])
-            acc = tl.dot(Mt, dS, acc=acc, input_precision=PREC)
+            KdS = tl.dot(_ld(k_ptr, micro, ok_l, 0, DK, BK), dS, input_precision=PREC)
         else:
+            tl.debug_barrier()
+            KdS = tl.zeros([LP, VS], dtype=tl.float32)
             for j in tl.static_range(BK // KS):
                 jj = j * KS + tl.arange(0, KS)
-                MtJ = tl.load(m_ptr + mbase + jj[None, :] * BK + ik[:, None])
-                dSj = tl.load(dstates_ptr + dbase + jj[:, None] * BV + iv[None, :])
-                acc = tl.dot(MtJ, dSj, acc=acc, input_precision=PREC)
-        dS = acc
+                KdS = tl.dot(_ld(k_ptr, micro, ok_l, j * KS, DK, KS),
+                             tl.load(dstates_ptr + dbase + jj[:, None] * BV + iv[None, :]),
+                             acc=KdS, input_precision=PREC)
+        dO = _ld(do_ptr, token, ok_r, v0, DV, VS)
+        Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
+        dW = tl.dot(tl.trans(Po), dO, acc=d[:, None] * KdS, input_precision=PREC)
+        Qo = gam_o[:, None] * _ld(q_ptr, token, ok_r, 0, DK, BK)
+        Wk = tl.load(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + ik[None, :])
+        acc = tl.dot(tl.trans(Qo), dO, acc=gam_last * dS, input_precision=PREC)
+        dS = acc - tl.dot(tl.trans(Wk), dW, input_precision=PREC)
         if PACKED:
             s = tl.load(cseq_ptr + c)
             starts = s >= 0
@@ -351,10 +352,8 @@ def delta_rule_bwd_grads_kernel(
     bh = tl.program_id(1)
     b64 = (bh // H).to(tl.int64)
     h = bh % H
-    il, tok, sub, t_l, ok_l, ir, t_r, ok_r = _chunk_index(c, T, NH, C, LP, CP)
-    micro = ((b64 * T + t_l) * NH + sub) * H + h
-    token = (b64 * T + t_r) * H + h
-    lg_rows = (b64 * T + t_l) * H + h
+    il, tok, sub, ok_l, ir, ok_r, micro, token, lg_rows = _chunk_rows(
+        c, b64, h, T, H, NH, C, LP, CP)
     beta, lgm, lgt = _load_gates(beta_ptr, lg_ptr, micro, ok_l, sub, lg_rows, token, ok_r,
                                  LP, CP, HAS_DECAY)
     D, gam, d, gam_last, Do, gam_o = _decay_tables(lgm, lgt, il, tok, ir, LP, CP, HAS_DECAY)

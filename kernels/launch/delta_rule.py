@@ -52,9 +52,8 @@ multiplied more precisely than the inputs are stored (10- vs 7/10-bit mantissas)
 
 KERNEL_CONSTEXPRS = {
     "fwd_prep": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC"),
-    "fwd_state": ("BK", "BV", "KS", "VS", "PREC", "REG_STATE"),
-    "fwd_out": ("C", "CP", "BK", "BV", "KS", "PREC"),
-    "bwd_state": ("C", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE"),
+    "fwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE"),
+    "bwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE"),
     "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC"),
 }
 """The constexpr parameters each kernel takes from :func:`launch_config`."""
@@ -129,11 +128,10 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         # The state kernels' product from registers instead of a store, barrier and reload
         # (possible when one slice is the whole head). Off until timed on a GPU.
         "REG_STATE": bool(reg_state),
-        "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps, "fwd_out": 4,
+        "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps,
                   "bwd_state": state_warps, "bwd_grads": tc_warps},
         # The state kernels re-read what they just stored: no software pipelining there.
-        "stages": {"fwd_prep": 2, "fwd_state": 1, "fwd_out": 2, "bwd_state": 1,
-                   "bwd_grads": 2},
+        "stages": {"fwd_prep": 2, "fwd_state": 1, "bwd_state": 1, "bwd_grads": 2},
     }
 
 
@@ -162,22 +160,19 @@ def packed_chunks(T: int, n_seq: int, C: int) -> int:
 
 
 def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
-    """Float32 scratch shapes: ``states (BH, NC, BK, BV)``, ``M (BH, NC, BK, BK)``,
-    ``N (BH, NC, BK, BV)``, ``Qeff (BH, NC, CP, BK)``, ``Ou (BH, NC, CP, BV)``;
-    ``dstates`` has the shape of ``states``."""
+    """Float32 scratch shapes: chunk start states ``states (BH, NC, BK, BV)`` (``dstates``
+    has the same shape), ``Wk (BH, NC, LP, BK)`` and ``U (BH, NC, LP, BV)``."""
     nc = n_chunks(T, cfg)
-    bk, bv, cp = cfg["BK"], cfg["BV"], cfg["CP"]
+    bk, bv, lp = cfg["BK"], cfg["BV"], cfg["LP"]
     return {
         "states": (BH, nc, bk, bv),
-        "M": (BH, nc, bk, bk),
-        "N": (BH, nc, bk, bv),
-        "Qeff": (BH, nc, cp, bk),
-        "Ou": (BH, nc, cp, bv),
+        "Wk": (BH, nc, lp, bk),
+        "U": (BH, nc, lp, bv),
     }
 
 
 def grid_chunks(T: int, BH: int, cfg: dict) -> tuple:
-    """Grid of the per-chunk kernels (``fwd_prep``, ``fwd_out``, ``bwd_grads``): ``(NC, B·H)``."""
+    """Grid of the per-chunk kernels (``fwd_prep``, ``bwd_grads``): ``(NC, B·H)``."""
     return (n_chunks(T, cfg), BH)
 
 

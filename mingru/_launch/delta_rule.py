@@ -5,9 +5,9 @@ call as opaque nodes:
 
 * ``mingru::delta_rule_fwd(q, k, v, beta, log_gamma?, h0?, tuning, chunk_seq?, chunk_end?,
   cu?)`` →
-  ``(o, h_T, states, M, Qeff)`` — the last three are float32 scratch kept for the backward
-  (chunk start states ``(B·H, NC, BK, BV)``, chunk maps ``(B·H, NC, BK, BK)`` and effective
-  queries ``(B·H, NC, CP, BK)``), marked non-differentiable;
+  ``(o, h_T, states, Wk)`` — the last two are float32 scratch kept for the backward
+  (chunk start states ``(B·H, NC, BK, BV)`` and the chunks' ``Wk = T diag(βΓ) K``
+  ``(B·H, NC, LP, BK)``), marked non-differentiable;
 * ``mingru::delta_rule_bwd(...)`` → ``(dq, dk, dv, dbeta, dlog_gamma, dh0)`` (an empty
   tensor stands for ``None``), wired in by ``_op.dual_entry``.
 
@@ -107,14 +107,14 @@ def run(
     """
     tuning = _tuning(allow_tf32)
     if cu_seqlens is None:
-        o, h_T, _, _, _ = _entry(q, k, v, beta, log_gamma, h0, tuning, None, None, None)
+        o, h_T, _, _ = _entry(q, k, v, beta, log_gamma, h0, tuning, None, None, None)
         return o, h_T
     lay = packed_layout(cu_seqlens, q.shape[1], _config(q, k, v, tuning)["C"])
     q, k, v, beta = (scatter_packed(x, lay) for x in (q, k, v, beta))
     if log_gamma is not None:
         log_gamma = scatter_packed(log_gamma, lay)
     cu = cu_seqlens.to(torch.int32)
-    o, h_T, _, _, _ = _entry(q, k, v, beta, log_gamma, h0, tuning, lay.chunk_seq,
+    o, h_T, _, _ = _entry(q, k, v, beta, log_gamma, h0, tuning, lay.chunk_seq,
                              lay.chunk_end, cu)
     return gather_packed(o, lay), h_T
 
@@ -171,26 +171,22 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=No
     shp = meta.scratch_shapes(BH, T, cfg)
     f32 = torch.float32
     states = new_tensor(shp["states"], f32, dev)
-    M = new_tensor(shp["M"], f32, dev)
-    N = new_tensor(shp["N"], f32, dev)
-    qeff = new_tensor(shp["Qeff"], f32, dev)
-    ou = new_tensor(shp["Ou"], f32, dev)
+    wk = new_tensor(shp["Wk"], f32, dev)
+    u = new_tensor(shp["U"], f32, dev)
     o = new_tensor((B, T, H, dv), q.dtype, dev)
     h_T = new_tensor((_n_seq(cu, B), H, dk, dv), q.dtype, dev)
     packed = cu is not None
     tables = (chunk_seq, chunk_end, cu) if packed else (q, q, q)  # placeholders, never read
     kernels.delta_rule_fwd_prep_kernel[meta.grid_chunks(T, BH, cfg)](
-        q, k, v, beta, lg, M, N, qeff, ou, T, H, dk, dv, nc,
+        k, v, beta, lg, wk, u, T, H, dk, dv, nc,
         **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
     )
     kernels.delta_rule_fwd_state_kernel[meta.grid_state(BH, cfg)](
-        h0c, M, N, states, h_T, *tables, H, dk, dv, nc, _n_seq(cu, B),
-        **meta.launch_kwargs(cfg, "fwd_state", HAS_H0=has_h0, PACKED=packed),
+        q, k, lg, h0c, wk, u, states, o, h_T, *tables, T, H, dk, dv, nc, _n_seq(cu, B),
+        **meta.launch_kwargs(cfg, "fwd_state", HAS_DECAY=has_decay, HAS_H0=has_h0,
+                             PACKED=packed),
     )
-    kernels.delta_rule_fwd_out_kernel[meta.grid_chunks(T, BH, cfg)](
-        qeff, ou, states, o, T, H, dv, nc, **meta.launch_kwargs(cfg, "fwd_out")
-    )
-    return o, h_T, states, M, qeff
+    return o, h_T, states, wk
 
 
 @torch.library.custom_op("mingru::delta_rule_fwd", mutates_args=())
@@ -205,8 +201,8 @@ def delta_rule_fwd(
     chunk_seq: torch.Tensor | None = None,
     chunk_end: torch.Tensor | None = None,
     cu: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Forward op: ``(o, h_T, states, M, Qeff)``; ``chunk_seq, chunk_end, cu`` (int32) are
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Forward op: ``(o, h_T, states, Wk)``; ``chunk_seq, chunk_end, cu`` (int32) are
     the packed layout's tables, or all ``None``."""
     return _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq, chunk_end, cu)
 
@@ -222,12 +218,11 @@ def _(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=None, cu=N
         q.new_empty((B, T, H, dv)),
         q.new_empty((_n_seq(cu, B), H, dk, dv)),
         q.new_empty(shp["states"], dtype=f32),
-        q.new_empty(shp["M"], dtype=f32),
-        q.new_empty(shp["Qeff"], dtype=f32),
+        q.new_empty(shp["Wk"], dtype=f32),
     )
 
 
-def _bwd_impl(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning, chunk_seq,
+def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, tuning, chunk_seq,
               chunk_end, cu):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
@@ -251,9 +246,10 @@ def _bwd_impl(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning, c
     packed = cu is not None
     tables = (chunk_seq, chunk_end, cu) if packed else (q, q, q)  # placeholders, never read
     kernels.delta_rule_bwd_state_kernel[meta.grid_state(BH, cfg)](
-        dht, do, M, qeff, dstates, dh0 if has_h0 else q, *tables, T, H, dk, dv, nc,
+        q, k, lg, dht, do, wk, dstates, dh0 if has_h0 else q, *tables, T, H, dk, dv, nc,
         _n_seq(cu, B),
-        **meta.launch_kwargs(cfg, "bwd_state", HAS_DHT=has_dht, HAS_H0=has_h0, PACKED=packed),
+        **meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=has_decay, HAS_DHT=has_dht,
+                             HAS_H0=has_h0, PACKED=packed),
     )
     kernels.delta_rule_bwd_grads_kernel[meta.grid_chunks(T, BH, cfg)](
         q, k, v, beta, lg, states, dstates, do, dq, dk_, dv_, dbeta,
@@ -272,8 +268,7 @@ def delta_rule_bwd(
     log_gamma: torch.Tensor | None,
     h0: torch.Tensor | None,
     states: torch.Tensor,
-    M: torch.Tensor,
-    qeff: torch.Tensor,
+    wk: torch.Tensor,
     do: torch.Tensor,
     dh_T: torch.Tensor | None,
     tuning: int,
@@ -282,13 +277,12 @@ def delta_rule_bwd(
     cu: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward op: ``(dq, dk, dv, dbeta, dlog_gamma, dh0)``; empty tensors stand for ``None``."""
-    return _bwd_impl(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning,
+    return _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, tuning,
                      chunk_seq, chunk_end, cu)
 
 
 @delta_rule_bwd.register_fake
-def _(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning, chunk_seq, chunk_end,
-      cu):
+def _(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, tuning, chunk_seq, chunk_end, cu):
     return (
         torch.empty_like(q, memory_format=torch.contiguous_format),
         torch.empty_like(k, memory_format=torch.contiguous_format),
@@ -304,24 +298,23 @@ def _(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tuning, chunk_seq
 def _setup_context(ctx, inputs, output):
     q, k, v, beta, log_gamma, h0, tuning, *tables = inputs
     chunk_seq, chunk_end, cu = (*tables, None, None, None)[:3]  # absent: not packed
-    _, _, states, M, qeff = output
-    ctx.mark_non_differentiable(states, M, qeff)
+    _, _, states, wk = output
+    ctx.mark_non_differentiable(states, wk)
     ctx.set_materialize_grads(False)  # the formula handles absent gradients itself
     ctx.has_decay = log_gamma is not None
     ctx.has_h0 = h0 is not None
     ctx.tuning = tuning
     ctx.n_inputs = len(inputs)
-    ctx.save_for_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, chunk_seq, chunk_end,
-                          cu)
+    ctx.save_for_backward(q, k, v, beta, log_gamma, h0, states, wk, chunk_seq, chunk_end, cu)
 
 
-def _backward(ctx, do, dh_T, _d_states, _d_M, _d_qeff, bwd=delta_rule_bwd):
-    q, k, v, beta, log_gamma, h0, states, M, qeff, chunk_seq, chunk_end, cu = ctx.saved_tensors
+def _backward(ctx, do, dh_T, _d_states, _d_wk, bwd=delta_rule_bwd):
+    q, k, v, beta, log_gamma, h0, states, wk, chunk_seq, chunk_end, cu = ctx.saved_tensors
     if do is None:
         B, T, _, H, _ = k.shape
         do = q.new_zeros((B, T, H, v.shape[-1]))
     dq, dk, dv, dbeta, dlg, dh0 = bwd(
-        q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, ctx.tuning, chunk_seq,
+        q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, ctx.tuning, chunk_seq,
         chunk_end, cu
     )
     return (

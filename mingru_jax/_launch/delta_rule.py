@@ -2,8 +2,8 @@
 :mod:`mingru_kernels.delta_rule`, the same ones the PyTorch launcher runs).
 
 A ``jax.custom_vjp`` over the chunked-WY kernels: the forward runs ``fwd_prep`` (per chunk),
-``fwd_state`` (serial over chunks) and ``fwd_out``, and keeps the float32 chunk start states,
-chunk maps ``M`` and effective queries ``Qeff`` as residuals; the backward runs ``bwd_state``
+``fwd_state`` (serial over chunks, writes the output too) and keeps the float32 chunk start
+states and the chunks' ``Wk`` as residuals; the backward runs ``bwd_state``
 and ``bwd_grads``. See :mod:`mingru_jax._launch._common` for the two routes of each launch
 (jax-triton on a GPU, Triton's interpreter on the host).
 
@@ -81,40 +81,36 @@ def run(q, k, v, beta, log_gamma=None, h0=None, chunk_size: int = 64, *, cu_seql
 
 
 @triton.jit
-def _fwd_prep(q, k, v, beta, lg, T, H, DK, DV, NC, m, n, qeff, ou,
+def _fwd_prep(k, v, beta, lg, T, H, DK, DV, NC, wk, u,
               NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
               BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
               SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr,
               PREC: tl.constexpr):
-    kernels.delta_rule_fwd_prep_kernel(q, k, v, beta, lg, m, n, qeff, ou, T, H, DK, DV, NC,
-                            NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY, PREC)
+    kernels.delta_rule_fwd_prep_kernel(k, v, beta, lg, wk, u, T, H, DK, DV, NC,
+                                       NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY,
+                                       PREC)
 
 
 @triton.jit
-def _fwd_state(h0, m, n, cseq, cend, cu, H, DK, DV, NC, NSEQ, states, ht,
+def _fwd_state(q, k, lg, h0, wk, u, cseq, cend, cu, T, H, DK, DV, NC, NSEQ, states, o, ht,
+               NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-               HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
-               REG_STATE: tl.constexpr):
-    kernels.delta_rule_fwd_state_kernel(h0, m, n, states, ht, cseq, cend, cu, H, DK, DV, NC,
-                                        NSEQ, BK, BV, KS, VS, HAS_H0, PACKED, PREC, REG_STATE)
+               HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
+               PREC: tl.constexpr, REG_STATE: tl.constexpr):
+    kernels.delta_rule_fwd_state_kernel(q, k, lg, h0, wk, u, states, o, ht, cseq, cend, cu,
+                                        T, H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV, KS, VS,
+                                        HAS_DECAY, HAS_H0, PACKED, PREC, REG_STATE)
 
 
 @triton.jit
-def _fwd_out(qeff, ou, states, T, H, DV, NC, o,
-             C: tl.constexpr, CP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-             KS: tl.constexpr, PREC: tl.constexpr):
-    kernels.delta_rule_fwd_out_kernel(qeff, ou, states, o, T, H, DV, NC, C, CP, BK, BV, KS, PREC)
-
-
-@triton.jit
-def _bwd_state(dht, do, m, qeff, cseq, cend, cu, T, H, DK, DV, NC, NSEQ, dstates, dh0,
-               C: tl.constexpr, CP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-               KS: tl.constexpr, VS: tl.constexpr, HAS_DHT: tl.constexpr,
-               HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
-               REG_STATE: tl.constexpr):
-    kernels.delta_rule_bwd_state_kernel(dht, do, m, qeff, dstates, dh0, cseq, cend, cu,
-                                        T, H, DK, DV, NC, NSEQ, C, CP, BK, BV, KS, VS,
-                                        HAS_DHT, HAS_H0, PACKED, PREC, REG_STATE)
+def _bwd_state(q, k, lg, dht, do, wk, cseq, cend, cu, T, H, DK, DV, NC, NSEQ, dstates, dh0,
+               NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
+               BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+               HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr,
+               PACKED: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr):
+    kernels.delta_rule_bwd_state_kernel(q, k, lg, dht, do, wk, dstates, dh0, cseq, cend, cu,
+                                        T, H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV, KS, VS,
+                                        HAS_DECAY, HAS_DHT, HAS_H0, PACKED, PREC, REG_STATE)
 
 
 @triton.jit
@@ -154,29 +150,27 @@ def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None, tf32=False):
     cfg = _config(q, k, v, tf32)
     BH, nc = B * H, meta.n_chunks(T, cfg)
     shp = meta.scratch_shapes(BH, T, cfg)
+    has_decay = log_gamma is not None
     lg = q if log_gamma is None else log_gamma  # placeholders, never read
     h0_in = q if h0 is None else h0
-    M, N, qeff, ou = common.launch(
-        _fwd_prep, meta.grid_chunks(T, BH, cfg), (q, k, v, beta, lg),
-        tuple(common.f32(shp[n]) for n in ("M", "N", "Qeff", "Ou")), (T, H, dk, dv, nc),
-        **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=log_gamma is not None),
+    wk, u = common.launch(
+        _fwd_prep, meta.grid_chunks(T, BH, cfg), (k, v, beta, lg),
+        (common.f32(shp["Wk"]), common.f32(shp["U"])), (T, H, dk, dv, nc),
+        **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
     )
     packed, tabs, n_states = _tables(q, tables)
-    states, h_T = common.launch(
-        _fwd_state, meta.grid_state(BH, cfg), (h0_in, M, N, *tabs),
-        (common.f32(shp["states"]), jax.ShapeDtypeStruct((n_states, H, dk, dv), q.dtype)),
-        (H, dk, dv, nc, n_states),
-        **meta.launch_kwargs(cfg, "fwd_state", HAS_H0=h0 is not None, PACKED=packed),
+    states, o, h_T = common.launch(
+        _fwd_state, meta.grid_state(BH, cfg), (q, k, lg, h0_in, wk, u, *tabs),
+        (common.f32(shp["states"]), jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),
+         jax.ShapeDtypeStruct((n_states, H, dk, dv), q.dtype)),
+        (T, H, dk, dv, nc, n_states),
+        **meta.launch_kwargs(cfg, "fwd_state", HAS_DECAY=has_decay, HAS_H0=h0 is not None,
+                             PACKED=packed),
     )
-    (o,) = common.launch(
-        _fwd_out, meta.grid_chunks(T, BH, cfg), (qeff, ou, states),
-        (jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),), (T, H, dv, nc),
-        **meta.launch_kwargs(cfg, "fwd_out"),
-    )
-    return o, h_T, states, M, qeff
+    return o, h_T, states, wk
 
 
-def _launch_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, tables=None,
+def _launch_backward(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, tables=None,
                      tf32=False):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
@@ -184,20 +178,21 @@ def _launch_backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, ta
     BH, nc = B * H, meta.n_chunks(T, cfg)
     dummy = common.f32((1,))
     packed, tabs, n_states = _tables(q, tables)
+    has_decay = log_gamma is not None
+    lg = q if log_gamma is None else log_gamma
     dstates, dh0 = common.launch(
         _bwd_state, meta.grid_state(BH, cfg),
-        (q if dh_T is None else dh_T, do, M, qeff, *tabs),
+        (q, k, lg, q if dh_T is None else dh_T, do, wk, *tabs),
         (common.f32(states.shape), dummy if h0 is None else common.like(h0)),
         (T, H, dk, dv, nc, n_states),
-        **meta.launch_kwargs(cfg, "bwd_state", HAS_DHT=dh_T is not None, HAS_H0=h0 is not None,
-                             PACKED=packed),
+        **meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=has_decay, HAS_DHT=dh_T is not None,
+                             HAS_H0=h0 is not None, PACKED=packed),
     )
-    lg = q if log_gamma is None else log_gamma
     dq, dk_, dv_, dbeta, dlg = common.launch(
         _bwd_grads, meta.grid_chunks(T, BH, cfg), (q, k, v, beta, lg, states, dstates, do),
         (common.like(q), common.like(k), common.like(v), common.like(beta),
          dummy if log_gamma is None else common.like(log_gamma)), (T, H, dk, dv, nc),
-        **meta.launch_kwargs(cfg, "bwd_grads", HAS_DECAY=log_gamma is not None),
+        **meta.launch_kwargs(cfg, "bwd_grads", HAS_DECAY=has_decay),
     )
     return dq, dk_, dv_, dbeta, dlg, dh0
 
@@ -225,9 +220,9 @@ def _make_op(tf32: bool):
     forward = common.batched(functools.partial(_launch_forward, tables=None, tf32=tf32))
 
     @common.batched
-    def backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T):
+    def backward(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T):
         return _grads_of_present(log_gamma, h0, *_launch_backward(
-            q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, None, tf32))
+            q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, None, tf32))
 
     @jax.custom_vjp
     def op(q, k, v, beta, log_gamma, h0):
@@ -235,13 +230,13 @@ def _make_op(tf32: bool):
         return o, h_T
 
     def op_fwd(q, k, v, beta, log_gamma, h0):
-        o, h_T, states, M, qeff = forward(q, k, v, beta, log_gamma, h0)
-        return (o, h_T), (q, k, v, beta, log_gamma, h0, states, M, qeff)
+        o, h_T, states, wk = forward(q, k, v, beta, log_gamma, h0)
+        return (o, h_T), (q, k, v, beta, log_gamma, h0, states, wk)
 
     def op_bwd(res, cts):
-        q, k, v, beta, log_gamma, h0, states, M, qeff = res
+        q, k, v, beta, log_gamma, h0, states, wk = res
         do, dh_T = cts
-        return _unpack_grads(backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T),
+        return _unpack_grads(backward(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T),
                              log_gamma, h0)
 
     op.defvjp(op_fwd, op_bwd)
@@ -258,10 +253,10 @@ def _make_packed_op(tf32: bool):
         return _launch_forward(q, k, v, beta, log_gamma, h0, (chunk_seq, chunk_end, cu), tf32)
 
     @common.batched_by_map
-    def backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, chunk_seq,
+    def backward(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, chunk_seq,
                  chunk_end, cu):
         return _grads_of_present(log_gamma, h0, *_launch_backward(
-            q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T,
+            q, k, v, beta, log_gamma, h0, states, wk, do, dh_T,
             (chunk_seq, chunk_end, cu), tf32))
 
     @jax.custom_vjp
@@ -270,13 +265,13 @@ def _make_packed_op(tf32: bool):
         return o, h_T
 
     def op_fwd(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu):
-        o, h_T, states, M, qeff = forward(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu)
-        return (o, h_T), (q, k, v, beta, log_gamma, h0, states, M, qeff, chunk_seq, chunk_end, cu)
+        o, h_T, states, wk = forward(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu)
+        return (o, h_T), (q, k, v, beta, log_gamma, h0, states, wk, chunk_seq, chunk_end, cu)
 
     def op_bwd(res, cts):
-        q, k, v, beta, log_gamma, h0, states, M, qeff, chunk_seq, chunk_end, cu = res
+        q, k, v, beta, log_gamma, h0, states, wk, chunk_seq, chunk_end, cu = res
         do, dh_T = cts
-        grads = backward(q, k, v, beta, log_gamma, h0, states, M, qeff, do, dh_T, chunk_seq,
+        grads = backward(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, chunk_seq,
                          chunk_end, cu)
         return (*_unpack_grads(grads, log_gamma, h0), None, None, None)
 
