@@ -12,8 +12,8 @@ of one call, split by kernel.
 ``mingru_kernels.launch.delta_rule.launch_config`` — ``lp=N`` (micro-steps per chunk),
 ``reg_state=0|1`` (the state kernels' product from registers), ``slice=N``
 (``HALF_SLICE``: slice width of the per-chunk kernels and the state kernels' columns for
-half inputs), ``warps.<kernel>=N``, ``stages.<kernel>=N`` — applied to the forward and the
-backward alike; ``""`` (or ``default``) is the shipped default.
+half inputs), ``warps.<kernel>=N``, ``stages.<kernel>=N``, ``<CONSTEXPR>=N`` (e.g. ``VS=32``: value columns
+per slice and per state program) — applied to the forward and the backward alike; ``""`` (or ``default``) is the shipped default.
 """
 
 from __future__ import annotations
@@ -67,8 +67,11 @@ def _apply(variant: str) -> None:
         cfg = _SHIPPED(nh, dk, dv, half=half, micro_chunk=micro_chunk or lp, blocked=blocked,
                        tf32=tf32, reg_state=reg_state if reg is None else reg == "1")
         for key, val in items.items():
-            table, kernel = key.split(".")
-            cfg[table] = {**cfg[table], kernel: int(val)}
+            if "." in key:
+                table, kernel = key.split(".")
+                cfg[table] = {**cfg[table], kernel: int(val)}
+            else:  # a constexpr of every kernel, e.g. VS=32
+                cfg[key] = int(val)
         return cfg
 
     meta.launch_config = patched
