@@ -70,7 +70,9 @@ def _apply(variant: str) -> None:
             if "." in key:
                 table, kernel = key.split(".")
                 cfg[table] = {**cfg[table], kernel: int(val)}
-            else:  # a constexpr of every kernel, e.g. VS=32
+            elif key == "VS":  # no wider than the head's padded columns
+                cfg[key] = min(int(val), cfg["BV"])
+            else:  # a constexpr of every kernel
                 cfg[key] = int(val)
         return cfg
 
