@@ -88,15 +88,16 @@ from mingru_kernels._delta_chunk import (
 @triton.jit
 def delta_rule_fwd_prep_kernel(
     k_ptr, v_ptr, beta_ptr, lg_ptr,
-    wk_ptr, u_ptr,
+    wk_ptr, u_ptr, tm_ptr,
     T, H, DK, DV, NC,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
     SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
 ):
-    """Grid ``(NC, B·H)``. Per chunk: ``Wk = T diag(βΓ) K (LP,BK)`` and ``U = T diag(β) V
-    (LP,BV)`` into float32 scratch laid out ``(B·H, NC, LP, ·)``; the value side in column
-    slices of ``VS``."""
+    """Grid ``(NC, B·H)``. Per chunk: ``Wk = T diag(βΓ) K (LP,BK)``, ``U = T diag(β) V
+    (LP,BV)`` and the WY inverse ``T (LP,LP)`` itself (the backward reads it instead of
+    inverting again) into float32 scratch laid out ``(B·H, NC, LP, ·)``; the value side in
+    column slices of ``VS``."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
     il, tok, sub, ok_l, ir, ok_r, micro, token, lg_rows = _chunk_rows(
@@ -111,6 +112,7 @@ def delta_rule_fwd_prep_kernel(
     chunk = bh.to(tl.int64) * NC + c
     ik = tl.arange(0, BK)
     tl.store(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + ik[None, :], Wk)
+    tl.store(tm_ptr + chunk * (LP * LP) + il[:, None] * LP + il[None, :], Tm)
     for vb in range(BV // VS):
         iv = vb * VS + tl.arange(0, VS)
         Ub = tl.dot(Tm, beta[:, None] * _ld(v_ptr, micro, ok_l, vb * VS, DV, VS),
@@ -329,15 +331,16 @@ def delta_rule_bwd_state_kernel(
 
 @triton.jit
 def delta_rule_bwd_grads_kernel(
-    q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, states_ptr, dstates_ptr, do_ptr,
+    q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, states_ptr, dstates_ptr, tm_ptr, do_ptr,
     dq_ptr, dk_ptr, dv_ptr, dbeta_ptr, dlg_ptr,
     T, H, DK, DV, NC,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-    SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
+    HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
 ):
-    """Grid ``(NC, B·H)``. Recomputes the chunk from its start state ``S = states[c]`` and,
-    with ``dO`` and ``dS' = dstates[c]``, writes ``dq, dk, dv, dβ`` and ``d log γ``.
+    """Grid ``(NC, B·H)``. Recomputes the chunk from its start state ``S = states[c]`` and
+    the forward's WY inverse ``T = tm[c]`` and, with ``dO`` and ``dS' = dstates[c]``, writes
+    ``dq, dk, dv, dβ`` and ``d log γ``.
 
     With ``R = diag(β)(V − diag(Γ) K S)`` and ``W = T R`` (value side in column slices)::
 
@@ -358,9 +361,9 @@ def delta_rule_bwd_grads_kernel(
                                  LP, CP, HAS_DECAY)
     D, gam, d, gam_last, Do, gam_o = _decay_tables(lgm, lgt, il, tok, ir, LP, CP, HAS_DECAY)
     KK, QK = _gram(k_ptr, q_ptr, micro, ok_l, token, ok_r, DK, LP, CP, BK, KS, PREC)
-    Tm = _wy_inverse(KK, beta, D, il, LP, SUB, BLOCKED, PREC)
     Po = Do * QK
     chunk = bh.to(tl.int64) * NC + c
+    Tm = tl.load(tm_ptr + chunk * (LP * LP) + il[:, None] * LP + il[None, :])
     sbase = chunk * (BK * BV)  # states and dstates share one layout
     dbase = sbase
 

@@ -54,7 +54,7 @@ KERNEL_CONSTEXPRS = {
     "fwd_prep": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC"),
     "fwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE"),
     "bwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE"),
-    "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC"),
+    "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC"),
 }
 """The constexpr parameters each kernel takes from :func:`launch_config`."""
 
@@ -161,13 +161,15 @@ def packed_chunks(T: int, n_seq: int, C: int) -> int:
 
 def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
     """Float32 scratch shapes: chunk start states ``states (BH, NC, BK, BV)`` (``dstates``
-    has the same shape), ``Wk (BH, NC, LP, BK)`` and ``U (BH, NC, LP, BV)``."""
+    has the same shape), ``Wk (BH, NC, LP, BK)``, ``U (BH, NC, LP, BV)`` and the WY inverses
+    ``Tm (BH, NC, LP, LP)``."""
     nc = n_chunks(T, cfg)
     bk, bv, lp = cfg["BK"], cfg["BV"], cfg["LP"]
     return {
         "states": (BH, nc, bk, bv),
         "Wk": (BH, nc, lp, bk),
         "U": (BH, nc, lp, bv),
+        "Tm": (BH, nc, lp, lp),
     }
 
 

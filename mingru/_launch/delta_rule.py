@@ -5,9 +5,10 @@ call as opaque nodes:
 
 * ``mingru::delta_rule_fwd(q, k, v, beta, log_gamma?, h0?, tuning, chunk_seq?, chunk_end?,
   cu?)`` →
-  ``(o, h_T, states, Wk)`` — the last two are float32 scratch kept for the backward
-  (chunk start states ``(B·H, NC, BK, BV)`` and the chunks' ``Wk = T diag(βΓ) K``
-  ``(B·H, NC, LP, BK)``), marked non-differentiable;
+  ``(o, h_T, states, Wk, Tm)`` — the last three are float32 scratch kept for the backward
+  (chunk start states ``(B·H, NC, BK, BV)``, the chunks' ``Wk = T diag(βΓ) K``
+  ``(B·H, NC, LP, BK)`` and WY inverses ``T`` ``(B·H, NC, LP, LP)``), marked
+  non-differentiable;
 * ``mingru::delta_rule_bwd(...)`` → ``(dq, dk, dv, dbeta, dlog_gamma, dh0)`` (an empty
   tensor stands for ``None``), wired in by ``_op.dual_entry``.
 
@@ -107,14 +108,14 @@ def run(
     """
     tuning = _tuning(allow_tf32)
     if cu_seqlens is None:
-        o, h_T, _, _ = _entry(q, k, v, beta, log_gamma, h0, tuning, None, None, None)
+        o, h_T, *_ = _entry(q, k, v, beta, log_gamma, h0, tuning, None, None, None)
         return o, h_T
     lay = packed_layout(cu_seqlens, q.shape[1], _config(q, k, v, tuning)["C"])
     q, k, v, beta = (scatter_packed(x, lay) for x in (q, k, v, beta))
     if log_gamma is not None:
         log_gamma = scatter_packed(log_gamma, lay)
     cu = cu_seqlens.to(torch.int32)
-    o, h_T, _, _ = _entry(q, k, v, beta, log_gamma, h0, tuning, lay.chunk_seq,
+    o, h_T, *_ = _entry(q, k, v, beta, log_gamma, h0, tuning, lay.chunk_seq,
                              lay.chunk_end, cu)
     return gather_packed(o, lay), h_T
 
@@ -173,12 +174,13 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=No
     states = new_tensor(shp["states"], f32, dev)
     wk = new_tensor(shp["Wk"], f32, dev)
     u = new_tensor(shp["U"], f32, dev)
+    tm = new_tensor(shp["Tm"], f32, dev)
     o = new_tensor((B, T, H, dv), q.dtype, dev)
     h_T = new_tensor((_n_seq(cu, B), H, dk, dv), q.dtype, dev)
     packed = cu is not None
     tables = (chunk_seq, chunk_end, cu) if packed else (q, q, q)  # placeholders, never read
     kernels.delta_rule_fwd_prep_kernel[meta.grid_chunks(T, BH, cfg)](
-        k, v, beta, lg, wk, u, T, H, dk, dv, nc,
+        k, v, beta, lg, wk, u, tm, T, H, dk, dv, nc,
         **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
     )
     kernels.delta_rule_fwd_state_kernel[meta.grid_state(BH, cfg)](
@@ -186,7 +188,7 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=No
         **meta.launch_kwargs(cfg, "fwd_state", HAS_DECAY=has_decay, HAS_H0=has_h0,
                              PACKED=packed),
     )
-    return o, h_T, states, wk
+    return o, h_T, states, wk, tm
 
 
 @torch.library.custom_op("mingru::delta_rule_fwd", mutates_args=())
@@ -201,8 +203,8 @@ def delta_rule_fwd(
     chunk_seq: torch.Tensor | None = None,
     chunk_end: torch.Tensor | None = None,
     cu: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Forward op: ``(o, h_T, states, Wk)``; ``chunk_seq, chunk_end, cu`` (int32) are
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Forward op: ``(o, h_T, states, Wk, Tm)``; ``chunk_seq, chunk_end, cu`` (int32) are
     the packed layout's tables, or all ``None``."""
     return _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq, chunk_end, cu)
 
@@ -219,10 +221,11 @@ def _(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=None, cu=N
         q.new_empty((_n_seq(cu, B), H, dk, dv)),
         q.new_empty(shp["states"], dtype=f32),
         q.new_empty(shp["Wk"], dtype=f32),
+        q.new_empty(shp["Tm"], dtype=f32),
     )
 
 
-def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, tuning, chunk_seq,
+def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning, chunk_seq,
               chunk_end, cu):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
@@ -252,7 +255,7 @@ def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, tuning, chunk_
                              HAS_H0=has_h0, PACKED=packed),
     )
     kernels.delta_rule_bwd_grads_kernel[meta.grid_chunks(T, BH, cfg)](
-        q, k, v, beta, lg, states, dstates, do, dq, dk_, dv_, dbeta,
+        q, k, v, beta, lg, states, dstates, tm, do, dq, dk_, dv_, dbeta,
         dlg if has_decay else q, T, H, dk, dv, nc,
         **meta.launch_kwargs(cfg, "bwd_grads", HAS_DECAY=has_decay),
     )
@@ -269,6 +272,7 @@ def delta_rule_bwd(
     h0: torch.Tensor | None,
     states: torch.Tensor,
     wk: torch.Tensor,
+    tm: torch.Tensor,
     do: torch.Tensor,
     dh_T: torch.Tensor | None,
     tuning: int,
@@ -277,12 +281,12 @@ def delta_rule_bwd(
     cu: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward op: ``(dq, dk, dv, dbeta, dlog_gamma, dh0)``; empty tensors stand for ``None``."""
-    return _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, tuning,
+    return _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning,
                      chunk_seq, chunk_end, cu)
 
 
 @delta_rule_bwd.register_fake
-def _(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, tuning, chunk_seq, chunk_end, cu):
+def _(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning, chunk_seq, chunk_end, cu):
     return (
         torch.empty_like(q, memory_format=torch.contiguous_format),
         torch.empty_like(k, memory_format=torch.contiguous_format),
@@ -298,23 +302,24 @@ def _(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, tuning, chunk_seq, chu
 def _setup_context(ctx, inputs, output):
     q, k, v, beta, log_gamma, h0, tuning, *tables = inputs
     chunk_seq, chunk_end, cu = (*tables, None, None, None)[:3]  # absent: not packed
-    _, _, states, wk = output
-    ctx.mark_non_differentiable(states, wk)
+    _, _, states, wk, tm = output
+    ctx.mark_non_differentiable(states, wk, tm)
     ctx.set_materialize_grads(False)  # the formula handles absent gradients itself
     ctx.has_decay = log_gamma is not None
     ctx.has_h0 = h0 is not None
     ctx.tuning = tuning
     ctx.n_inputs = len(inputs)
-    ctx.save_for_backward(q, k, v, beta, log_gamma, h0, states, wk, chunk_seq, chunk_end, cu)
+    ctx.save_for_backward(q, k, v, beta, log_gamma, h0, states, wk, tm, chunk_seq, chunk_end,
+                          cu)
 
 
-def _backward(ctx, do, dh_T, _d_states, _d_wk, bwd=delta_rule_bwd):
-    q, k, v, beta, log_gamma, h0, states, wk, chunk_seq, chunk_end, cu = ctx.saved_tensors
+def _backward(ctx, do, dh_T, _d_states, _d_wk, _d_tm, bwd=delta_rule_bwd):
+    q, k, v, beta, log_gamma, h0, states, wk, tm, chunk_seq, chunk_end, cu = ctx.saved_tensors
     if do is None:
         B, T, _, H, _ = k.shape
         do = q.new_zeros((B, T, H, v.shape[-1]))
     dq, dk, dv, dbeta, dlg, dh0 = bwd(
-        q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, ctx.tuning, chunk_seq,
+        q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, ctx.tuning, chunk_seq,
         chunk_end, cu
     )
     return (

@@ -3,7 +3,7 @@
 
 A ``jax.custom_vjp`` over the chunked-WY kernels: the forward runs ``fwd_prep`` (per chunk),
 ``fwd_state`` (serial over chunks, writes the output too) and keeps the float32 chunk start
-states and the chunks' ``Wk`` as residuals; the backward runs ``bwd_state``
+states, the chunks' ``Wk`` and WY inverses as residuals; the backward runs ``bwd_state``
 and ``bwd_grads``. See :mod:`mingru_jax._launch._common` for the two routes of each launch
 (jax-triton on a GPU, Triton's interpreter on the host).
 
@@ -81,12 +81,12 @@ def run(q, k, v, beta, log_gamma=None, h0=None, chunk_size: int = 64, *, cu_seql
 
 
 @triton.jit
-def _fwd_prep(k, v, beta, lg, T, H, DK, DV, NC, wk, u,
+def _fwd_prep(k, v, beta, lg, T, H, DK, DV, NC, wk, u, tm,
               NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
               BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
               SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr,
               PREC: tl.constexpr):
-    kernels.delta_rule_fwd_prep_kernel(k, v, beta, lg, wk, u, T, H, DK, DV, NC,
+    kernels.delta_rule_fwd_prep_kernel(k, v, beta, lg, wk, u, tm, T, H, DK, DV, NC,
                                        NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY,
                                        PREC)
 
@@ -114,15 +114,14 @@ def _bwd_state(q, k, lg, dht, do, wk, cseq, cend, cu, T, H, DK, DV, NC, NSEQ, ds
 
 
 @triton.jit
-def _bwd_grads(q, k, v, beta, lg, states, dstates, do, T, H, DK, DV, NC,
+def _bwd_grads(q, k, v, beta, lg, states, dstates, tm, do, T, H, DK, DV, NC,
                dq, dk, dv, dbeta, dlg,
                NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-               SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr,
-               PREC: tl.constexpr):
-    kernels.delta_rule_bwd_grads_kernel(q, k, v, beta, lg, states, dstates, do, dq, dk, dv, dbeta, dlg,
-                             T, H, DK, DV, NC,
-                             NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY, PREC)
+               HAS_DECAY: tl.constexpr, PREC: tl.constexpr):
+    kernels.delta_rule_bwd_grads_kernel(q, k, v, beta, lg, states, dstates, tm, do,
+                                        dq, dk, dv, dbeta, dlg, T, H, DK, DV, NC,
+                                        NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, PREC)
 
 
 # ----------------------------------------------------------------------------- launch sequences
@@ -153,9 +152,9 @@ def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None, tf32=False):
     has_decay = log_gamma is not None
     lg = q if log_gamma is None else log_gamma  # placeholders, never read
     h0_in = q if h0 is None else h0
-    wk, u = common.launch(
+    wk, u, tm = common.launch(
         _fwd_prep, meta.grid_chunks(T, BH, cfg), (k, v, beta, lg),
-        (common.f32(shp["Wk"]), common.f32(shp["U"])), (T, H, dk, dv, nc),
+        tuple(common.f32(shp[name]) for name in ("Wk", "U", "Tm")), (T, H, dk, dv, nc),
         **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
     )
     packed, tabs, n_states = _tables(q, tables)
@@ -167,10 +166,10 @@ def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None, tf32=False):
         **meta.launch_kwargs(cfg, "fwd_state", HAS_DECAY=has_decay, HAS_H0=h0 is not None,
                              PACKED=packed),
     )
-    return o, h_T, states, wk
+    return o, h_T, states, wk, tm
 
 
-def _launch_backward(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, tables=None,
+def _launch_backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tables=None,
                      tf32=False):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
@@ -189,7 +188,8 @@ def _launch_backward(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, tables=
                              HAS_H0=h0 is not None, PACKED=packed),
     )
     dq, dk_, dv_, dbeta, dlg = common.launch(
-        _bwd_grads, meta.grid_chunks(T, BH, cfg), (q, k, v, beta, lg, states, dstates, do),
+        _bwd_grads, meta.grid_chunks(T, BH, cfg),
+        (q, k, v, beta, lg, states, dstates, tm, do),
         (common.like(q), common.like(k), common.like(v), common.like(beta),
          dummy if log_gamma is None else common.like(log_gamma)), (T, H, dk, dv, nc),
         **meta.launch_kwargs(cfg, "bwd_grads", HAS_DECAY=has_decay),
@@ -220,9 +220,9 @@ def _make_op(tf32: bool):
     forward = common.batched(functools.partial(_launch_forward, tables=None, tf32=tf32))
 
     @common.batched
-    def backward(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T):
+    def backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T):
         return _grads_of_present(log_gamma, h0, *_launch_backward(
-            q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, None, tf32))
+            q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, None, tf32))
 
     @jax.custom_vjp
     def op(q, k, v, beta, log_gamma, h0):
@@ -230,13 +230,13 @@ def _make_op(tf32: bool):
         return o, h_T
 
     def op_fwd(q, k, v, beta, log_gamma, h0):
-        o, h_T, states, wk = forward(q, k, v, beta, log_gamma, h0)
-        return (o, h_T), (q, k, v, beta, log_gamma, h0, states, wk)
+        o, h_T, states, wk, tm = forward(q, k, v, beta, log_gamma, h0)
+        return (o, h_T), (q, k, v, beta, log_gamma, h0, states, wk, tm)
 
     def op_bwd(res, cts):
-        q, k, v, beta, log_gamma, h0, states, wk = res
+        q, k, v, beta, log_gamma, h0, states, wk, tm = res
         do, dh_T = cts
-        return _unpack_grads(backward(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T),
+        return _unpack_grads(backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T),
                              log_gamma, h0)
 
     op.defvjp(op_fwd, op_bwd)
@@ -253,10 +253,10 @@ def _make_packed_op(tf32: bool):
         return _launch_forward(q, k, v, beta, log_gamma, h0, (chunk_seq, chunk_end, cu), tf32)
 
     @common.batched_by_map
-    def backward(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, chunk_seq,
+    def backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, chunk_seq,
                  chunk_end, cu):
         return _grads_of_present(log_gamma, h0, *_launch_backward(
-            q, k, v, beta, log_gamma, h0, states, wk, do, dh_T,
+            q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T,
             (chunk_seq, chunk_end, cu), tf32))
 
     @jax.custom_vjp
@@ -265,13 +265,13 @@ def _make_packed_op(tf32: bool):
         return o, h_T
 
     def op_fwd(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu):
-        o, h_T, states, wk = forward(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu)
-        return (o, h_T), (q, k, v, beta, log_gamma, h0, states, wk, chunk_seq, chunk_end, cu)
+        o, h_T, states, wk, tm = forward(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu)
+        return (o, h_T), (q, k, v, beta, log_gamma, h0, states, wk, tm, chunk_seq, chunk_end, cu)
 
     def op_bwd(res, cts):
-        q, k, v, beta, log_gamma, h0, states, wk, chunk_seq, chunk_end, cu = res
+        q, k, v, beta, log_gamma, h0, states, wk, tm, chunk_seq, chunk_end, cu = res
         do, dh_T = cts
-        grads = backward(q, k, v, beta, log_gamma, h0, states, wk, do, dh_T, chunk_seq,
+        grads = backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, chunk_seq,
                          chunk_end, cu)
         return (*_unpack_grads(grads, log_gamma, h0), None, None, None)
 
