@@ -55,10 +55,10 @@ def _ld(ptr, rows, row_ok, col0, ncols, W: tl.constexpr):
 
 @triton.jit
 def _lds(ptr, base, r0, R: tl.constexpr, ld: tl.constexpr, c0, W: tl.constexpr):
-    """Tile ``[r0 : r0+R, c0 : c0+W]`` of a padded float32 scratch matrix at ``base``."""
+    """Float32 tile ``[r0 : r0+R, c0 : c0+W]`` of a padded scratch matrix at ``base``."""
     r = r0 + tl.arange(0, R)
     cc = c0 + tl.arange(0, W)
-    return tl.load(ptr + base + r[:, None] * ld + cc[None, :])
+    return tl.load(ptr + base + r[:, None] * ld + cc[None, :]).to(tl.float32)
 
 
 @triton.jit

@@ -195,7 +195,7 @@ def delta_rule_fwd_state_kernel(
                                                        HAS_DECAY)
         chunk = bh64 * NC + c
         sbase = chunk * (BK * BV)
-        tl.store(states_ptr + sbase + kv, S)
+        tl.store(states_ptr + sbase + kv, S.to(states_ptr.dtype.element_ty))
         wk_rows = wk_ptr + chunk * (LP * BK) + il[:, None] * BK
         if REG_STATE:
             tl.static_assert(KS == BK, "REG_STATE multiplies the whole state tile at once")
@@ -207,7 +207,7 @@ def delta_rule_fwd_state_kernel(
             QS = tl.zeros([CP, VS], dtype=tl.float32)
             for j in tl.static_range(BK // KS):
                 jj = j * KS + tl.arange(0, KS)
-                Sj = tl.load(states_ptr + sbase + jj[:, None] * BV + iv[None, :])
+                Sj = tl.load(states_ptr + sbase + jj[:, None] * BV + iv[None, :]).to(tl.float32)
                 WkS = tl.dot(tl.load(wk_rows + jj[None, :]), Sj, acc=WkS, input_precision=PREC)
                 QS = tl.dot(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, acc=QS,
                             input_precision=PREC)
@@ -298,7 +298,7 @@ def delta_rule_bwd_state_kernel(
                                                        HAS_DECAY)
         chunk = bh64 * NC + c
         dbase = chunk * (BK * BV)
-        tl.store(dstates_ptr + dbase + kv, dS)
+        tl.store(dstates_ptr + dbase + kv, dS.to(dstates_ptr.dtype.element_ty))
         if REG_STATE:
             tl.static_assert(KS == BK, "REG_STATE multiplies the whole state tile at once")
             KdS = tl.dot(_ld(k_ptr, micro, ok_l, 0, DK, BK), dS, input_precision=PREC)
@@ -308,7 +308,8 @@ def delta_rule_bwd_state_kernel(
             for j in tl.static_range(BK // KS):
                 jj = j * KS + tl.arange(0, KS)
                 KdS = tl.dot(_ld(k_ptr, micro, ok_l, j * KS, DK, KS),
-                             tl.load(dstates_ptr + dbase + jj[:, None] * BV + iv[None, :]),
+                             tl.load(dstates_ptr + dbase + jj[:, None] * BV + iv[None, :]
+                                     ).to(tl.float32),
                              acc=KdS, input_precision=PREC)
         dO = _ld(do_ptr, token, ok_r, v0, DV, VS)
         Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)

@@ -90,8 +90,11 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     least ``nh``; a chunk holds ``C = LP // nh`` whole tokens. ``blocked`` picks the blocked
     triangular inverse by matrix products (the default) over row-by-row substitution.
     ``reg_state`` feeds the state kernels' product from registers (``REG_STATE``; only where
-    one slice covers the head, ``KS == BK``; off by default until timed).
-    Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC, REG_STATE`` and per-kernel
+    one slice covers the head, ``KS == BK``, and then the default).
+    Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC, REG_STATE``, ``HALF_STATES``
+    (the chunk start states and their gradients are kept in the inputs' 16-bit dtype: only
+    with half inputs and ``REG_STATE``, where no state kernel re-reads what it stored, so the
+    rounding reaches the backward's products but never the carried state) and per-kernel
     ``warps`` / ``stages``.
     """
     if not 1 <= nh <= MAX_NH:
@@ -108,6 +111,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     tc_warps = 4 if tensor_cores else chunk_warps
     state_warps = 4  # 8 for a 64×64 tile measured 3 % slower on an H200 (d = 64, bf16)
     ks = min(HALF_SLICE if tensor_cores else KS, bk)
+    if reg_state is None:
+        # H200, bf16, d = 64, B128 T1024: 1.846 ms fwd+bwd from registers, 1.862 reloaded.
+        reg_state = ks == bk
     if reg_state and ks != bk:
         raise ValueError(f"reg_state needs one slice per head (KS = {ks} < BK = {bk}: exact "
                          "float32 products of a head wider than 16)")
@@ -126,8 +132,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "BLOCKED": True if blocked is None else bool(blocked),
         "PREC": HALF_DOT_PRECISION if tensor_cores else DOT_PRECISION,
         # The state kernels' product from registers instead of a store, barrier and reload
-        # (possible when one slice is the whole head). Off until timed on a GPU.
+        # (possible when one slice is the whole head).
         "REG_STATE": bool(reg_state),
+        "HALF_STATES": bool(half and reg_state),
         "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps,
                   "bwd_state": state_warps, "bwd_grads": tc_warps},
         # The state kernels re-read what they just stored: no software pipelining there.
@@ -160,8 +167,8 @@ def packed_chunks(T: int, n_seq: int, C: int) -> int:
 
 
 def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
-    """Float32 scratch shapes: chunk start states ``states (BH, NC, BK, BV)`` (``dstates``
-    has the same shape), ``Wk (BH, NC, LP, BK)``, ``U (BH, NC, LP, BV)`` and the WY inverses
+    """Scratch shapes: chunk start states ``states (BH, NC, BK, BV)`` (``dstates`` has the
+    same shape and dtype: the inputs' with ``cfg["HALF_STATES"]``, else float32), float32 ``Wk (BH, NC, LP, BK)``, ``U (BH, NC, LP, BV)`` and the WY inverses
     ``Tm (BH, NC, LP, LP)``."""
     nc = n_chunks(T, cfg)
     bk, bv, lp = cfg["BK"], cfg["BV"], cfg["LP"]

@@ -171,7 +171,7 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=No
     nc = meta.n_chunks(T, cfg)
     shp = meta.scratch_shapes(BH, T, cfg)
     f32 = torch.float32
-    states = new_tensor(shp["states"], f32, dev)
+    states = new_tensor(shp["states"], q.dtype if cfg["HALF_STATES"] else f32, dev)
     wk = new_tensor(shp["Wk"], f32, dev)
     u = new_tensor(shp["U"], f32, dev)
     tm = new_tensor(shp["Tm"], f32, dev)
@@ -219,7 +219,7 @@ def _(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=None, cu=N
     return (
         q.new_empty((B, T, H, dv)),
         q.new_empty((_n_seq(cu, B), H, dk, dv)),
-        q.new_empty(shp["states"], dtype=f32),
+        q.new_empty(shp["states"], dtype=q.dtype if cfg["HALF_STATES"] else f32),
         q.new_empty(shp["Wk"], dtype=f32),
         q.new_empty(shp["Tm"], dtype=f32),
     )
@@ -239,7 +239,7 @@ def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning, ch
     dht = dh_T.contiguous() if has_dht else q
     BH = B * H
     nc = meta.n_chunks(T, cfg)
-    dstates = new_tensor(states.shape, torch.float32, dev)
+    dstates = new_tensor(states.shape, states.dtype, dev)
     dq = new_tensor(q.shape, q.dtype, dev)
     dk_ = new_tensor(k.shape, k.dtype, dev)
     dv_ = new_tensor(v.shape, v.dtype, dev)

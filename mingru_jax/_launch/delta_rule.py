@@ -160,7 +160,8 @@ def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None, tf32=False):
     packed, tabs, n_states = _tables(q, tables)
     states, o, h_T = common.launch(
         _fwd_state, meta.grid_state(BH, cfg), (q, k, lg, h0_in, wk, u, *tabs),
-        (common.f32(shp["states"]), jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),
+        (jax.ShapeDtypeStruct(shp["states"], q.dtype if cfg["HALF_STATES"] else jnp.float32),
+         jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),
          jax.ShapeDtypeStruct((n_states, H, dk, dv), q.dtype)),
         (T, H, dk, dv, nc, n_states),
         **meta.launch_kwargs(cfg, "fwd_state", HAS_DECAY=has_decay, HAS_H0=h0 is not None,
@@ -182,7 +183,7 @@ def _launch_backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tab
     dstates, dh0 = common.launch(
         _bwd_state, meta.grid_state(BH, cfg),
         (q, k, lg, q if dh_T is None else dh_T, do, wk, *tabs),
-        (common.f32(states.shape), dummy if h0 is None else common.like(h0)),
+        (common.like(states), dummy if h0 is None else common.like(h0)),
         (T, H, dk, dv, nc, n_states),
         **meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=has_decay, HAS_DHT=dh_T is not None,
                              HAS_H0=h0 is not None, PACKED=packed),

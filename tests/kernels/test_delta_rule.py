@@ -273,6 +273,14 @@ def test_reg_state_with_packed_sequences_and_its_limits():
     with pytest.raises(ValueError, match="reg_state needs one slice per head"):
         meta.launch_config(1, 64, 64, reg_state=True)
     assert meta.launch_config(1, 64, 64, half=True, reg_state=True)["REG_STATE"] is True
+    # Registers by default where one slice is the head; 16-bit states only then, with half
+    # inputs (a reloaded state must stay float32: it is the carried state).
+    assert meta.launch_config(1, 64, 64, half=True)["REG_STATE"] is True
+    assert meta.launch_config(1, 64, 64, half=True)["HALF_STATES"] is True
+    assert meta.launch_config(1, 64, 64, half=True, reg_state=False)["HALF_STATES"] is False
+    assert meta.launch_config(1, 64, 64)["REG_STATE"] is False
+    assert meta.launch_config(1, 16, 16)["REG_STATE"] is True
+    assert meta.launch_config(1, 16, 16)["HALF_STATES"] is False
 
 
 @pytest.mark.interpreter
