@@ -93,11 +93,13 @@ def delta_rule_fwd_prep_kernel(
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
     SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
+    WU_IN_STATE: tl.constexpr = False,
 ):
     """Grid ``(NC, B·H)``. Per chunk: ``Wk = T diag(βΓ) K (LP,BK)``, ``U = T diag(β) V
     (LP,BV)`` and the WY inverse ``T (LP,LP)`` itself (the backward reads it instead of
     inverting again) into float32 scratch laid out ``(B·H, NC, LP, ·)``; the value side in
-    column slices of ``VS``."""
+    column slices of ``VS``. With ``WU_IN_STATE`` only ``T``: the state kernels form ``Wk``
+    and ``U`` from it."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
     il, tok, sub, ok_l, ir, ok_r, micro, token, lg_rows = _chunk_rows(
@@ -107,17 +109,18 @@ def delta_rule_fwd_prep_kernel(
     D, gam, d, gam_last, Do, gam_o = _decay_tables(lgm, lgt, il, tok, ir, LP, CP, HAS_DECAY)
     KK = _dot_t(k_ptr, micro, ok_l, k_ptr, micro, ok_l, DK, LP, LP, BK, KS, PREC)
     Tm = _wy_inverse(KK, beta, D, il, LP, SUB, BLOCKED, PREC)
-    Wk = tl.dot(Tm, (beta * gam)[:, None] * _ld(k_ptr, micro, ok_l, 0, DK, BK),
-                input_precision=PREC)
     chunk = bh.to(tl.int64) * NC + c
-    ik = tl.arange(0, BK)
-    tl.store(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + ik[None, :], Wk)
     tl.store(tm_ptr + chunk * (LP * LP) + il[:, None] * LP + il[None, :], Tm)
-    for vb in range(BV // VS):
-        iv = vb * VS + tl.arange(0, VS)
-        Ub = tl.dot(Tm, beta[:, None] * _ld(v_ptr, micro, ok_l, vb * VS, DV, VS),
+    if not WU_IN_STATE:
+        Wk = tl.dot(Tm, (beta * gam)[:, None] * _ld(k_ptr, micro, ok_l, 0, DK, BK),
                     input_precision=PREC)
-        tl.store(u_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :], Ub)
+        ik = tl.arange(0, BK)
+        tl.store(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + ik[None, :], Wk)
+        for vb in range(BV // VS):
+            iv = vb * VS + tl.arange(0, VS)
+            Ub = tl.dot(Tm, beta[:, None] * _ld(v_ptr, micro, ok_l, vb * VS, DV, VS),
+                        input_precision=PREC)
+            tl.store(u_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :], Ub)
 
 
 @triton.jit
@@ -129,13 +132,13 @@ def _seq_tile(ptr, n, bh64, H, DK, DV, ik, iv):
 
 @triton.jit
 def delta_rule_fwd_state_kernel(
-    q_ptr, k_ptr, lg_ptr, h0_ptr, wk_ptr, u_ptr,
+    q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, h0_ptr, wk_ptr, u_ptr, tm_ptr,
     states_ptr, o_ptr, ht_ptr, cseq_ptr, cend_ptr, cu_ptr,
     T, H, DK, DV, NC, NSEQ,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
     HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
-    REG_STATE: tl.constexpr = False,
+    REG_STATE: tl.constexpr = False, WU_IN_STATE: tl.constexpr = False,
 ):
     """Grid ``(B·H, BV/VS)``: one program per (b, h) and slice of ``VS`` state columns, serial
     over chunks. Per chunk, from its start state ``S`` (stored as ``states[c]``)::
@@ -146,6 +149,8 @@ def delta_rule_fwd_state_kernel(
     here, in the output dtype, and ``h_T`` (the last ``S``) too. Launch with ``num_stages=1``:
     the products with ``S`` re-read the state just stored (slices of ``KS`` rows) behind a
     barrier — or, with ``REG_STATE`` (needs ``KS == BK``: one slice), take it from registers.
+    ``WU_IN_STATE`` (needs ``REG_STATE``) forms ``Wk`` and ``U`` here from the chunk's ``T``
+    (``tm``), ``k``, ``v`` and ``β`` instead of reading them from ``wk`` and ``u``.
 
     ``PACKED`` (``B = 1``; ``NSEQ`` sequences laid out chunk-aligned, see the launchers):
     ``h0`` and ``h_T`` are ``(NSEQ, H, DK, DV)``; ``cseq[c]`` (int32) is the sequence chunk
@@ -197,8 +202,19 @@ def delta_rule_fwd_state_kernel(
         sbase = chunk * (BK * BV)
         tl.store(states_ptr + sbase + kv, S.to(states_ptr.dtype.element_ty))
         wk_rows = wk_ptr + chunk * (LP * BK) + il[:, None] * BK
-        if REG_STATE:
+        if WU_IN_STATE:
+            tl.static_assert(REG_STATE, "WU_IN_STATE holds Wk in registers: needs REG_STATE")
+            beta = tl.load(beta_ptr + micro, mask=ok_l, other=0.0).to(tl.float32)
+            Tm = tl.load(tm_ptr + chunk * (LP * LP) + il[:, None] * LP + il[None, :])
+            Wk = tl.dot(Tm, (beta * gam)[:, None] * _ld(k_ptr, micro, ok_l, 0, DK, BK),
+                        input_precision=PREC)
+            U = tl.dot(Tm, beta[:, None] * _ld(v_ptr, micro, ok_l, v0, DV, VS),
+                       input_precision=PREC)
+            WkS = tl.dot(Wk, S, input_precision=PREC)
+            QS = tl.dot(_ld(q_ptr, token, ok_r, 0, DK, BK), S, input_precision=PREC)
+        elif REG_STATE:
             tl.static_assert(KS == BK, "REG_STATE multiplies the whole state tile at once")
+            U = tl.load(u_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :])
             WkS = tl.dot(tl.load(wk_rows + ik[None, :]), S, input_precision=PREC)
             QS = tl.dot(_ld(q_ptr, token, ok_r, 0, DK, BK), S, input_precision=PREC)
         else:
@@ -211,7 +227,8 @@ def delta_rule_fwd_state_kernel(
                 WkS = tl.dot(tl.load(wk_rows + jj[None, :]), Sj, acc=WkS, input_precision=PREC)
                 QS = tl.dot(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, acc=QS,
                             input_precision=PREC)
-        W = tl.load(u_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :]) - WkS
+            U = tl.load(u_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :])
+        W = U - WkS
         Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
         O = tl.dot(Po, W, acc=gam_o[:, None] * QS, input_precision=PREC)
         tl.store(o_ptr + token[:, None] * DV + iv[None, :], O.to(o_ptr.dtype.element_ty),
@@ -233,13 +250,14 @@ def delta_rule_fwd_state_kernel(
 
 @triton.jit
 def delta_rule_bwd_state_kernel(
-    q_ptr, k_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr,
+    q_ptr, k_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr, tm_ptr,
     dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr,
     T, H, DK, DV, NC, NSEQ,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
     HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr,
     PACKED: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr = False,
+    WU_IN_STATE: tl.constexpr = False,
 ):
     """Grid ``(B·H, BV/VS)``. Backwards over chunks: ``dstates[c] = ∂L/∂S_{c+1} = dS'`` and,
     the adjoint of the forward state kernel's chunk step::
@@ -248,6 +266,8 @@ def delta_rule_bwd_state_kernel(
 
     ``dh0 = ∂L/∂S_0``. ``num_stages=1`` (``K dS'`` re-reads the slice just stored, as the
     forward state kernel does, or with ``REG_STATE`` takes it from registers).
+    ``WU_IN_STATE``: ``Wk`` is formed here from ``T`` (``tm``), ``k`` and ``β``, as the
+    forward state kernel does, instead of read from ``wk``.
 
     ``PACKED`` (tables as in :func:`delta_rule_fwd_state_kernel`): the adjoint is cut at
     every sequence boundary — the last chunk of sequence ``n`` starts from ``dh_T[n]``
@@ -315,7 +335,13 @@ def delta_rule_bwd_state_kernel(
         Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
         dW = tl.dot(tl.trans(Po), dO, acc=d[:, None] * KdS, input_precision=PREC)
         Qo = gam_o[:, None] * _ld(q_ptr, token, ok_r, 0, DK, BK)
-        Wk = tl.load(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + ik[None, :])
+        if WU_IN_STATE:
+            beta = tl.load(beta_ptr + micro, mask=ok_l, other=0.0).to(tl.float32)
+            Tm = tl.load(tm_ptr + chunk * (LP * LP) + il[:, None] * LP + il[None, :])
+            Wk = tl.dot(Tm, (beta * gam)[:, None] * _ld(k_ptr, micro, ok_l, 0, DK, BK),
+                        input_precision=PREC)
+        else:
+            Wk = tl.load(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + ik[None, :])
         acc = tl.dot(tl.trans(Qo), dO, acc=gam_last * dS, input_precision=PREC)
         dS = acc - tl.dot(tl.trans(Wk), dW, input_precision=PREC)
         if PACKED:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from mingru_kernels.launch._elementwise import next_pow2
 
-PLAN_KEYS = ("micro_chunk", "blocked", "reg_state")
+PLAN_KEYS = ("micro_chunk", "blocked", "reg_state", "wu_in_state")
 """The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`):
-``micro_chunk``, ``blocked`` and ``reg_state`` of :func:`launch_config`."""
+``micro_chunk``, ``blocked``, ``reg_state`` and ``wu_in_state`` of :func:`launch_config`."""
 
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
@@ -51,9 +51,12 @@ HALF_DOT_PRECISION = "tf32"
 multiplied more precisely than the inputs are stored (10- vs 7/10-bit mantissas)."""
 
 KERNEL_CONSTEXPRS = {
-    "fwd_prep": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC"),
-    "fwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE"),
-    "bwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE"),
+    "fwd_prep": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC",
+                 "WU_IN_STATE"),
+    "fwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE",
+                  "WU_IN_STATE"),
+    "bwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE",
+                  "WU_IN_STATE"),
     "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC"),
 }
 """The constexpr parameters each kernel takes from :func:`launch_config`."""
@@ -80,7 +83,7 @@ def block_size(n: int) -> int:
 
 def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: int = 0,
                   blocked: bool | None = None, tf32: bool = False,
-                  reg_state: bool | None = None) -> dict:
+                  reg_state: bool | None = None, wu_in_state: bool | None = None) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -94,8 +97,10 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC, REG_STATE``, ``HALF_STATES``
     (the chunk start states and their gradients are kept in the inputs' 16-bit dtype: only
     with half inputs and ``REG_STATE``, where no state kernel re-reads what it stored, so the
-    rounding reaches the backward's products but never the carried state) and per-kernel
-    ``warps`` / ``stages``.
+    rounding reaches the backward's products but never the carried state), ``WU_IN_STATE``
+    (``wu_in_state``: the state kernels form each chunk's ``Wk`` and ``U`` from its saved WY
+    inverse instead of reading them, so neither is stored; needs ``REG_STATE``; off by default
+    until timed) and per-kernel ``warps`` / ``stages``.
     """
     if not 1 <= nh <= MAX_NH:
         raise ValueError(f"nh must be in [1, {MAX_NH}]; got {nh}")
@@ -114,6 +119,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     if reg_state is None:
         # H200, bf16, d = 64, B128 T1024: 1.846 ms fwd+bwd from registers, 1.862 reloaded.
         reg_state = ks == bk
+    if wu_in_state and not reg_state:
+        raise ValueError("wu_in_state needs reg_state (one slice per head: KS = BK)")
     if reg_state and ks != bk:
         raise ValueError(f"reg_state needs one slice per head (KS = {ks} < BK = {bk}: exact "
                          "float32 products of a head wider than 16)")
@@ -135,6 +142,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         # (possible when one slice is the whole head).
         "REG_STATE": bool(reg_state),
         "HALF_STATES": bool(half and reg_state),
+        "WU_IN_STATE": bool(wu_in_state),
         "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps,
                   "bwd_state": state_warps, "bwd_grads": tc_warps},
         # The state kernels re-read what they just stored: no software pipelining there.
@@ -169,13 +177,15 @@ def packed_chunks(T: int, n_seq: int, C: int) -> int:
 def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
     """Scratch shapes: chunk start states ``states (BH, NC, BK, BV)`` (``dstates`` has the
     same shape and dtype: the inputs' with ``cfg["HALF_STATES"]``, else float32), float32 ``Wk (BH, NC, LP, BK)``, ``U (BH, NC, LP, BV)`` and the WY inverses
-    ``Tm (BH, NC, LP, LP)``."""
+    ``Tm (BH, NC, LP, LP)`` (``Wk`` and ``U`` are one-element placeholders with
+    ``cfg["WU_IN_STATE"]``)."""
     nc = n_chunks(T, cfg)
     bk, bv, lp = cfg["BK"], cfg["BV"], cfg["LP"]
+    unused = cfg.get("WU_IN_STATE", False)  # then never touched: a one-element placeholder
     return {
         "states": (BH, nc, bk, bv),
-        "Wk": (BH, nc, lp, bk),
-        "U": (BH, nc, lp, bv),
+        "Wk": (1,) if unused else (BH, nc, lp, bk),
+        "U": (1,) if unused else (BH, nc, lp, bv),
         "Tm": (BH, nc, lp, lp),
     }
 

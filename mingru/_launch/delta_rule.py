@@ -124,17 +124,21 @@ _TF32 = 10_000
 """Flag of ``allow_tf32`` in the custom ops' ``tuning`` int."""
 _REG = 100_000
 """Unit of the forced ``reg_state`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
+_WU = 1_000_000
+"""Unit of the forced ``wu_in_state`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
 
 
 def _tuning(allow_tf32: bool = False) -> int:
     """The forced plan choices (:mod:`mingru_kernels.launch.switches`) and ``allow_tf32`` as
     the custom ops' int: ``micro_chunk + 1000 * (1 + blocked) + 10000 * allow_tf32 +
-    100000 * (1 + reg_state)`` (0 = defaults; an unforced choice adds nothing). An int
-    argument keeps the choice fixed between the forward and its backward."""
+    100000 * (1 + reg_state) + 1000000 * (1 + wu_in_state)`` (0 = defaults; an unforced
+    choice adds nothing). An int argument keeps the choice fixed between the forward and its
+    backward."""
     choices = switches.plan_choices("delta_rule")
-    blocked, reg = choices.get("blocked"), choices.get("reg_state")
+    blocked, reg, wu = choices.get("blocked"), choices.get("reg_state"), choices.get("wu_in_state")
     return (int(choices.get("micro_chunk", 0)) + (0 if blocked is None else 1000 * (1 + bool(blocked)))
-            + (_TF32 if allow_tf32 else 0) + (0 if reg is None else _REG * (1 + bool(reg))))
+            + (_TF32 if allow_tf32 else 0) + (0 if reg is None else _REG * (1 + bool(reg)))
+            + (0 if wu is None else _WU * (1 + bool(wu))))
 
 
 # --- custom ops ----------------------------------------------------------------------------
@@ -144,12 +148,14 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
     # ``tuning`` (a custom-op int, see _tuning).
     _, _, nh, _, dk = k.shape
     half = q.dtype in (torch.bfloat16, torch.float16)
+    wu, tuning = tuning // _WU, tuning % _WU
     reg, tuning = tuning // _REG, tuning % _REG
     tf32, tuning = tuning >= _TF32, tuning % _TF32
     blocked = None if tuning < 1000 else tuning >= 2000
     return meta.launch_config(nh, dk, v.shape[-1], half=half, micro_chunk=tuning % 1000,
                               blocked=blocked, tf32=tf32,
-                              reg_state=None if reg == 0 else reg == 2)
+                              reg_state=None if reg == 0 else reg == 2,
+                              wu_in_state=None if wu == 0 else wu == 2)
 
 
 def _n_seq(cu: Tensor | None, B: int) -> int:
@@ -184,7 +190,8 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=No
         **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
     )
     kernels.delta_rule_fwd_state_kernel[meta.grid_state(BH, cfg)](
-        q, k, lg, h0c, wk, u, states, o, h_T, *tables, T, H, dk, dv, nc, _n_seq(cu, B),
+        q, k, v, beta, lg, h0c, wk, u, tm, states, o, h_T, *tables, T, H, dk, dv, nc,
+        _n_seq(cu, B),
         **meta.launch_kwargs(cfg, "fwd_state", HAS_DECAY=has_decay, HAS_H0=has_h0,
                              PACKED=packed),
     )
@@ -249,7 +256,8 @@ def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning, ch
     packed = cu is not None
     tables = (chunk_seq, chunk_end, cu) if packed else (q, q, q)  # placeholders, never read
     kernels.delta_rule_bwd_state_kernel[meta.grid_state(BH, cfg)](
-        q, k, lg, dht, do, wk, dstates, dh0 if has_h0 else q, *tables, T, H, dk, dv, nc,
+        q, k, beta, lg, dht, do, wk, tm, dstates, dh0 if has_h0 else q, *tables, T, H, dk, dv,
+        nc,
         _n_seq(cu, B),
         **meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=has_decay, HAS_DHT=has_dht,
                              HAS_H0=has_h0, PACKED=packed),

@@ -85,32 +85,37 @@ def _fwd_prep(k, v, beta, lg, T, H, DK, DV, NC, wk, u, tm,
               NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
               BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
               SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr,
-              PREC: tl.constexpr):
+              PREC: tl.constexpr, WU_IN_STATE: tl.constexpr):
     kernels.delta_rule_fwd_prep_kernel(k, v, beta, lg, wk, u, tm, T, H, DK, DV, NC,
                                        NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY,
-                                       PREC)
+                                       PREC, WU_IN_STATE)
 
 
 @triton.jit
-def _fwd_state(q, k, lg, h0, wk, u, cseq, cend, cu, T, H, DK, DV, NC, NSEQ, states, o, ht,
+def _fwd_state(q, k, v, beta, lg, h0, wk, u, tm, cseq, cend, cu, T, H, DK, DV, NC, NSEQ,
+               states, o, ht,
                NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
                HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
-               PREC: tl.constexpr, REG_STATE: tl.constexpr):
-    kernels.delta_rule_fwd_state_kernel(q, k, lg, h0, wk, u, states, o, ht, cseq, cend, cu,
-                                        T, H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV, KS, VS,
-                                        HAS_DECAY, HAS_H0, PACKED, PREC, REG_STATE)
+               PREC: tl.constexpr, REG_STATE: tl.constexpr, WU_IN_STATE: tl.constexpr):
+    kernels.delta_rule_fwd_state_kernel(q, k, v, beta, lg, h0, wk, u, tm, states, o, ht, cseq,
+                                        cend, cu, T, H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV,
+                                        KS, VS, HAS_DECAY, HAS_H0, PACKED, PREC, REG_STATE,
+                                        WU_IN_STATE)
 
 
 @triton.jit
-def _bwd_state(q, k, lg, dht, do, wk, cseq, cend, cu, T, H, DK, DV, NC, NSEQ, dstates, dh0,
+def _bwd_state(q, k, beta, lg, dht, do, wk, tm, cseq, cend, cu, T, H, DK, DV, NC, NSEQ,
+               dstates, dh0,
                NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
                HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr,
-               PACKED: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr):
-    kernels.delta_rule_bwd_state_kernel(q, k, lg, dht, do, wk, dstates, dh0, cseq, cend, cu,
-                                        T, H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV, KS, VS,
-                                        HAS_DECAY, HAS_DHT, HAS_H0, PACKED, PREC, REG_STATE)
+               PACKED: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr,
+               WU_IN_STATE: tl.constexpr):
+    kernels.delta_rule_bwd_state_kernel(q, k, beta, lg, dht, do, wk, tm, dstates, dh0, cseq,
+                                        cend, cu, T, H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV,
+                                        KS, VS, HAS_DECAY, HAS_DHT, HAS_H0, PACKED, PREC,
+                                        REG_STATE, WU_IN_STATE)
 
 
 @triton.jit
@@ -133,7 +138,8 @@ def _config(q, k, v, tf32: bool = False) -> dict:
     return meta.launch_config(nh, dk, v.shape[-1], half=jnp.dtype(q.dtype) in _HALF,
                               micro_chunk=int(choices.get("micro_chunk", 0)),
                               blocked=choices.get("blocked"), tf32=tf32,
-                              reg_state=choices.get("reg_state"))
+                              reg_state=choices.get("reg_state"),
+                              wu_in_state=choices.get("wu_in_state"))
 
 
 def _tables(q, tables):
@@ -159,7 +165,7 @@ def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None, tf32=False):
     )
     packed, tabs, n_states = _tables(q, tables)
     states, o, h_T = common.launch(
-        _fwd_state, meta.grid_state(BH, cfg), (q, k, lg, h0_in, wk, u, *tabs),
+        _fwd_state, meta.grid_state(BH, cfg), (q, k, v, beta, lg, h0_in, wk, u, tm, *tabs),
         (jax.ShapeDtypeStruct(shp["states"], q.dtype if cfg["HALF_STATES"] else jnp.float32),
          jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),
          jax.ShapeDtypeStruct((n_states, H, dk, dv), q.dtype)),
@@ -182,7 +188,7 @@ def _launch_backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tab
     lg = q if log_gamma is None else log_gamma
     dstates, dh0 = common.launch(
         _bwd_state, meta.grid_state(BH, cfg),
-        (q, k, lg, q if dh_T is None else dh_T, do, wk, *tabs),
+        (q, k, beta, lg, q if dh_T is None else dh_T, do, wk, tm, *tabs),
         (common.like(states), dummy if h0 is None else common.like(h0)),
         (T, H, dk, dv, nc, n_states),
         **meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=has_decay, HAS_DHT=dh_T is not None,

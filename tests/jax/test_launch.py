@@ -261,11 +261,13 @@ def test_delta_rule_reg_state_matches_the_reload():
         return (o * o).sum() + h_T.sum()
 
     with use_backend("triton"):
-        want = jax.value_and_grad(loss)(args["q"])
-        with switches.forced("delta_rule", reg_state=True):
-            got = jax.value_and_grad(loss)(args["q"])
-    for x, y in zip(got, want, strict=True):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-6)
+        with switches.forced("delta_rule", reg_state=False):
+            want = jax.value_and_grad(loss)(args["q"])
+        for forced in (dict(reg_state=True), dict(reg_state=True, wu_in_state=True)):
+            with switches.forced("delta_rule", **forced):
+                got = jax.value_and_grad(loss)(args["q"])
+            for x, y in zip(got, want, strict=True):
+                np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-6)
 
 
 def test_delta_rule_auto_keeps_eager_until_measured(monkeypatch):

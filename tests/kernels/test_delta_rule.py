@@ -37,6 +37,9 @@ LAYOUTS = {
     "L64-rows": dict(micro_chunk=64, blocked=False),
     # The state kernels' product from registers (one slice per head: d_k ≤ 16 in float32).
     "L32-reg-state": dict(micro_chunk=32, reg_state=True),
+    # ... and Wk, U formed in the state kernels from the saved WY inverse.
+    "L32-wu-in-state": dict(micro_chunk=32, reg_state=True, wu_in_state=True),
+    "L16-wu-in-state": dict(micro_chunk=16, reg_state=True, wu_in_state=True),
 }
 
 
@@ -255,8 +258,9 @@ def test_allow_tf32_is_threaded_to_the_kernels_precision():
 
 @pytest.mark.interpreter
 def test_reg_state_with_packed_sequences_and_its_limits():
-    """The register-fed state product: packed sequences (resets, per-sequence states) and
-    the refusal where a head spans several exact-float32 slices."""
+    """The register-fed state product (and Wk, U formed in the state kernels) against the
+    store-and-reload one: packed sequences (resets, per-sequence states); the refusals where a
+    head spans several exact-float32 slices."""
     from mingru_kernels.launch import delta_rule as meta
 
     torch.manual_seed(3)
@@ -266,10 +270,14 @@ def test_reg_state_with_packed_sequences_and_its_limits():
     cu = torch.tensor([0, 7, 7, 23], device=DEVICE)
     h0 = torch.randn(3, H, d, d, device=DEVICE)
     with mingru.use_backend("triton"):
-        o_ref, h_ref = _delta_rule(*args, h0, cu_seqlens=cu)
-        with switches.forced("delta_rule", reg_state=True):
-            o, h = _delta_rule(*args, h0, cu_seqlens=cu)
-    assert rel_err(o, o_ref) <= 1e-6 and rel_err(h, h_ref) <= 1e-6
+        with switches.forced("delta_rule", reg_state=False):
+            o_ref, h_ref = _delta_rule(*args, h0, cu_seqlens=cu)
+        for forced in (dict(reg_state=True), dict(reg_state=True, wu_in_state=True)):
+            with switches.forced("delta_rule", **forced):
+                o, h = _delta_rule(*args, h0, cu_seqlens=cu)
+            assert rel_err(o, o_ref) <= 1e-6 and rel_err(h, h_ref) <= 1e-6, forced
+    with pytest.raises(ValueError, match="wu_in_state needs reg_state"):
+        meta.launch_config(1, 64, 64, wu_in_state=True)
     with pytest.raises(ValueError, match="reg_state needs one slice per head"):
         meta.launch_config(1, 64, 64, reg_state=True)
     assert meta.launch_config(1, 64, 64, half=True, reg_state=True)["REG_STATE"] is True
@@ -333,12 +341,14 @@ class TestGPU:
         err = max(rel_err(o, o_ref), rel_err(h, h_ref))
         assert err <= (5e-3 if allow_tf32 else 1e-5), err
 
-    @pytest.mark.parametrize("reg_state", [False, True], ids=["reload", "registers"])
-    def test_reg_state_bf16_head64(self, reg_state):
-        """Both ways of feeding the state kernels' product, with bf16 at d = 64 (one slice)."""
+    @pytest.mark.parametrize("layout", [dict(reg_state=False), dict(reg_state=True),
+                                        dict(reg_state=True, wu_in_state=True)],
+                             ids=["reload", "registers", "wu-in-state"])
+    def test_reg_state_bf16_head64(self, layout):
+        """The ways of feeding the state kernels' product, with bf16 at d = 64 (one slice)."""
         args = make_inputs(2, 700, 2, 2, 64, 64, True, True, True, seed=7)
         args = [None if a is None else a.to(torch.bfloat16).double() for a in args]
-        check(args, dtype=torch.bfloat16, tol=3e-2, layout=dict(reg_state=reg_state))
+        check(args, dtype=torch.bfloat16, tol=3e-2, layout=layout)
 
     @pytest.mark.parametrize("layout", ["L16", "L32-rows", "L64-blocked"])
     def test_chunk_layouts_head64(self, layout):
