@@ -11,7 +11,8 @@ of one call, split by kernel.
 ``--variants`` sweeps launch configurations: each is ``;``-separated overrides of
 ``mingru_kernels.launch.delta_rule.launch_config`` — ``lp=N`` (micro-steps per chunk),
 ``reg_state=0|1`` (the state kernels' product from registers), ``wu_in_state=0|1`` (the
-state kernels form ``Wk`` and ``U`` from the saved WY inverse), ``slice=N``
+state kernels form ``Wk`` and ``U`` from the saved WY inverse), ``state_vs=N`` (the state
+kernels' columns per program), ``slice=N``
 (``HALF_SLICE``: slice width of the per-chunk kernels and the state kernels' columns for
 half inputs), ``warps.<kernel>=N``, ``stages.<kernel>=N``, ``<CONSTEXPR>=N`` (e.g. ``VS=32``: value columns
 per slice and per state program) — applied to the forward and the backward alike; ``""`` (or ``default``) is the shipped default.
@@ -64,11 +65,14 @@ def _apply(variant: str) -> None:
     reg = items.pop("reg_state", None)
     wu = items.pop("wu_in_state", None)
 
+    svs = int(items.pop("state_vs", 0))
+
     def patched(nh, dk, dv, half=False, micro_chunk=0, blocked=None, tf32=False,
-                reg_state=None, wu_in_state=None):
+                reg_state=None, wu_in_state=None, rows=None, state_vs=0):
         cfg = _SHIPPED(nh, dk, dv, half=half, micro_chunk=micro_chunk or lp, blocked=blocked,
                        tf32=tf32, reg_state=reg_state if reg is None else reg == "1",
-                       wu_in_state=wu_in_state if wu is None else wu == "1")
+                       wu_in_state=wu_in_state if wu is None else wu == "1", rows=rows,
+                       state_vs=state_vs or svs)
         for key, val in items.items():
             if "." in key:
                 table, kernel = key.split(".")

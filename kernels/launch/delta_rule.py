@@ -11,9 +11,15 @@ from __future__ import annotations
 
 from mingru_kernels.launch._elementwise import next_pow2
 
-PLAN_KEYS = ("micro_chunk", "blocked", "reg_state", "wu_in_state")
+PLAN_KEYS = ("micro_chunk", "blocked", "reg_state", "wu_in_state", "state_vs")
 """The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`):
-``micro_chunk``, ``blocked``, ``reg_state`` and ``wu_in_state`` of :func:`launch_config`."""
+``micro_chunk``, ``blocked``, ``reg_state``, ``wu_in_state`` and ``state_vs`` of
+:func:`launch_config`."""
+
+STATE_MIN_PROGRAMS = 256
+"""Programs the serial state kernels should have (about two per SM of an H200): with fewer
+``(b, h)`` rows, their state columns are split narrower than ``VS`` (down to 16). At bf16,
+d = 64, B32 T4096 H4 (128 rows) the 64-wide forward took 0.73 ms against fla's 0.64."""
 
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
@@ -83,7 +89,8 @@ def block_size(n: int) -> int:
 
 def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: int = 0,
                   blocked: bool | None = None, tf32: bool = False,
-                  reg_state: bool | None = None, wu_in_state: bool | None = None) -> dict:
+                  reg_state: bool | None = None, wu_in_state: bool | None = None,
+                  rows: int | None = None, state_vs: int = 0) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -100,7 +107,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     rounding reaches the backward's products but never the carried state), ``WU_IN_STATE``
     (``wu_in_state``: the state kernels form each chunk's ``Wk`` and ``U`` from its saved WY
     inverse instead of reading them, so neither is stored; needs ``REG_STATE``; off by default
-    until timed) and per-kernel ``warps`` / ``stages``.
+    until timed), ``STATE_VS`` (state columns per program of the two serial kernels: ``VS``,
+    halved down to 16 while ``rows`` — ``B·H`` — times the programs per row stays below
+    ``STATE_MIN_PROGRAMS``; ``state_vs`` forces it) and per-kernel ``warps`` / ``stages``.
     """
     if not 1 <= nh <= MAX_NH:
         raise ValueError(f"nh must be in [1, {MAX_NH}]; got {nh}")
@@ -124,6 +133,14 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     if reg_state and ks != bk:
         raise ValueError(f"reg_state needs one slice per head (KS = {ks} < BK = {bk}: exact "
                          "float32 products of a head wider than 16)")
+    vs = min(HALF_SLICE if tensor_cores else VS, bv)
+    if state_vs:
+        if state_vs not in (16, 32, 64) or state_vs > vs:
+            raise ValueError(f"state_vs must be 16, 32 or 64 and at most VS = {vs}; got {state_vs}")
+    else:
+        state_vs = vs
+        while rows is not None and state_vs > 16 and rows * (bv // state_vs) < STATE_MIN_PROGRAMS:
+            state_vs //= 2
     return {
         "NH": nh,
         "C": lp // nh,
@@ -134,7 +151,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "KS": ks,
         # Also a state program's columns: tensor-core products hold a 64-wide state slice,
         # FMA products spill past 16.
-        "VS": min(HALF_SLICE if tensor_cores else VS, bv),
+        "VS": vs,
+        "STATE_VS": state_vs,
         "SUB": SUB,
         "BLOCKED": True if blocked is None else bool(blocked),
         "PREC": HALF_DOT_PRECISION if tensor_cores else DOT_PRECISION,
@@ -154,6 +172,8 @@ def launch_kwargs(cfg: dict, kernel: str, **flags) -> dict:
     """Keyword arguments for launching ``kernel`` (a key of ``KERNEL_CONSTEXPRS``):
     its constexprs from ``cfg``, the given flags (``HAS_DECAY`` ...), warps and stages."""
     out = {n: cfg[n] for n in KERNEL_CONSTEXPRS[kernel]}
+    if kernel in ("fwd_state", "bwd_state"):
+        out["VS"] = cfg["STATE_VS"]
     out.update(flags)
     out["num_warps"] = cfg["warps"][kernel]
     out["num_stages"] = cfg["stages"][kernel]
@@ -196,5 +216,6 @@ def grid_chunks(T: int, BH: int, cfg: dict) -> tuple:
 
 
 def grid_state(BH: int, cfg: dict) -> tuple:
-    """Grid of the serial-over-chunks kernels: one program per ``(b, h)`` and ``VS`` columns."""
-    return (BH, cfg["BV"] // cfg["VS"])
+    """Grid of the serial-over-chunks kernels: one program per ``(b, h)`` and ``STATE_VS``
+    columns."""
+    return (BH, cfg["BV"] // cfg["STATE_VS"])

@@ -126,19 +126,22 @@ _REG = 100_000
 """Unit of the forced ``reg_state`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
 _WU = 1_000_000
 """Unit of the forced ``wu_in_state`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
+_SVS = 10_000_000
+"""Unit of the forced ``state_vs`` (0 = default, else the columns) in ``tuning``."""
 
 
 def _tuning(allow_tf32: bool = False) -> int:
     """The forced plan choices (:mod:`mingru_kernels.launch.switches`) and ``allow_tf32`` as
     the custom ops' int: ``micro_chunk + 1000 * (1 + blocked) + 10000 * allow_tf32 +
-    100000 * (1 + reg_state) + 1000000 * (1 + wu_in_state)`` (0 = defaults; an unforced
-    choice adds nothing). An int argument keeps the choice fixed between the forward and its
+    100000 * (1 + reg_state) + 1000000 * (1 + wu_in_state) + 10000000 * state_vs``
+    (0 = defaults; an unforced choice adds nothing). An int argument keeps the choice fixed between the forward and its
     backward."""
     choices = switches.plan_choices("delta_rule")
     blocked, reg, wu = choices.get("blocked"), choices.get("reg_state"), choices.get("wu_in_state")
     return (int(choices.get("micro_chunk", 0)) + (0 if blocked is None else 1000 * (1 + bool(blocked)))
             + (_TF32 if allow_tf32 else 0) + (0 if reg is None else _REG * (1 + bool(reg)))
-            + (0 if wu is None else _WU * (1 + bool(wu))))
+            + (0 if wu is None else _WU * (1 + bool(wu)))
+            + _SVS * int(choices.get("state_vs", 0)))
 
 
 # --- custom ops ----------------------------------------------------------------------------
@@ -146,8 +149,9 @@ def _tuning(allow_tf32: bool = False) -> int:
 
 def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> dict:
     # ``tuning`` (a custom-op int, see _tuning).
-    _, _, nh, _, dk = k.shape
+    B, _, nh, H, dk = k.shape
     half = q.dtype in (torch.bfloat16, torch.float16)
+    svs, tuning = tuning // _SVS, tuning % _SVS
     wu, tuning = tuning // _WU, tuning % _WU
     reg, tuning = tuning // _REG, tuning % _REG
     tf32, tuning = tuning >= _TF32, tuning % _TF32
@@ -155,7 +159,8 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
     return meta.launch_config(nh, dk, v.shape[-1], half=half, micro_chunk=tuning % 1000,
                               blocked=blocked, tf32=tf32,
                               reg_state=None if reg == 0 else reg == 2,
-                              wu_in_state=None if wu == 0 else wu == 2)
+                              wu_in_state=None if wu == 0 else wu == 2, rows=B * H,
+                              state_vs=svs)
 
 
 def _n_seq(cu: Tensor | None, B: int) -> int:

@@ -257,6 +257,33 @@ def test_allow_tf32_is_threaded_to_the_kernels_precision():
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("state_vs", [0, 16, 32], ids=["auto", "16", "32"])
+def test_state_columns_per_program(state_vs):
+    """The serial state kernels' columns per program (``STATE_VS``): split narrower than the
+    chunk kernels' ``VS`` when there are few (b, h) rows — the default here, with 2·2 rows —
+    or forced, against float64; TF32 products run the tensor-core tiling (exact float32 in
+    the interpreter)."""
+    from mingru_kernels.launch import delta_rule as meta
+
+    cfg = meta.launch_config(2, 32, 32, tf32=True, rows=4)
+    assert (cfg["VS"], cfg["STATE_VS"], cfg["REG_STATE"]) == (32, 16, True)
+    assert meta.launch_config(2, 32, 32, tf32=True, rows=512)["STATE_VS"] == 32
+    assert meta.launch_config(2, 32, 32, tf32=True, rows=4, state_vs=32)["STATE_VS"] == 32
+    with pytest.raises(ValueError, match="state_vs must be"):
+        meta.launch_config(2, 32, 32, tf32=True, state_vs=64)
+    args = make_inputs(2, 37, 2, 2, 32, 32, True, True, True, seed=11)
+    o_ref, h_ref, g_ref, wo, wh = reference(args)
+    xs = [None if a is None else a.to(DEVICE, torch.float32).requires_grad_(True) for a in args]
+    forced = {"state_vs": state_vs} if state_vs else {}
+    with mingru.use_backend("triton"), switches.forced("delta_rule", **forced):
+        o, h = _delta_rule(*xs, allow_tf32=True)
+        ((o.double() * wo.to(DEVICE)).sum() + (h.double() * wh.to(DEVICE)).sum()).backward()
+    assert rel_err(o, o_ref) <= 2e-5 and rel_err(h, h_ref) <= 2e-5
+    for name, x, r in zip(NAMES, xs, g_ref, strict=True):
+        if x is not None:
+            assert rel_err(x.grad, r) <= 2e-5, name
+
+
 def test_reg_state_with_packed_sequences_and_its_limits():
     """The register-fed state product (and Wk, U formed in the state kernels) against the
     store-and-reload one: packed sequences (resets, per-sequence states); the refusals where a
@@ -342,8 +369,9 @@ class TestGPU:
         assert err <= (5e-3 if allow_tf32 else 1e-5), err
 
     @pytest.mark.parametrize("layout", [dict(reg_state=False), dict(reg_state=True),
+                                        dict(reg_state=True, state_vs=64),
                                         dict(reg_state=True, wu_in_state=True)],
-                             ids=["reload", "registers", "wu-in-state"])
+                             ids=["reload", "registers", "registers-64-columns", "wu-in-state"])
     def test_reg_state_bf16_head64(self, layout):
         """The ways of feeding the state kernels' product, with bf16 at d = 64 (one slice)."""
         args = make_inputs(2, 700, 2, 2, 64, 64, True, True, True, seed=7)
