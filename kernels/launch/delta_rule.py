@@ -16,10 +16,11 @@ PLAN_KEYS = ("micro_chunk", "blocked", "reg_state", "wu_in_state", "state_vs")
 ``micro_chunk``, ``blocked``, ``reg_state``, ``wu_in_state`` and ``state_vs`` of
 :func:`launch_config`."""
 
-STATE_MIN_PROGRAMS = 256
-"""Programs the serial state kernels should have (about two per SM of an H200): with fewer
-``(b, h)`` rows, their state columns are split narrower than ``VS`` (down to 16). At bf16,
-d = 64, B32 T4096 H4 (128 rows) the 64-wide forward took 0.73 ms against fla's 0.64."""
+STATE_MIN_PROGRAMS = 0
+"""Programs below which the serial state kernels split their state columns narrower than
+``VS`` (down to 16), given ``rows``. 0 (never): on an H200 at bf16, d = 64, B32 T4096 H4
+(128 rows, one program per SM) 32 columns per program measured slower than 64 — forward
+0.801 against 0.753 ms, fwd+bwd 2.129 against 2.074 — so ``state_vs`` is a plan option only."""
 
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
@@ -106,10 +107,10 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     with half inputs and ``REG_STATE``, where no state kernel re-reads what it stored, so the
     rounding reaches the backward's products but never the carried state), ``WU_IN_STATE``
     (``wu_in_state``: the state kernels form each chunk's ``Wk`` and ``U`` from its saved WY
-    inverse instead of reading them, so neither is stored; needs ``REG_STATE``; off by default
-    until timed), ``STATE_VS`` (state columns per program of the two serial kernels: ``VS``,
+    inverse instead of reading them, so neither is stored; needs ``REG_STATE``; the default
+    with half inputs and ``REG_STATE``), ``STATE_VS`` (state columns per program of the two serial kernels: ``VS``,
     halved down to 16 while ``rows`` — ``B·H`` — times the programs per row stays below
-    ``STATE_MIN_PROGRAMS``; ``state_vs`` forces it) and per-kernel ``warps`` / ``stages``.
+    ``STATE_MIN_PROGRAMS``, which is 0; ``state_vs`` forces it) and per-kernel ``warps`` / ``stages``.
     """
     if not 1 <= nh <= MAX_NH:
         raise ValueError(f"nh must be in [1, {MAX_NH}]; got {nh}")
@@ -128,6 +129,11 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     if reg_state is None:
         # H200, bf16, d = 64, B128 T1024: 1.846 ms fwd+bwd from registers, 1.862 reloaded.
         reg_state = ks == bk
+    if wu_in_state is None:
+        # H200, bf16, d = 64, B128 T1024: forward 0.519 against 0.552 ms with Wk, U stored,
+        # fwd+bwd 1.651 against 1.685 (B32 T4096: 0.806 / 2.163 against 0.801 / 2.129), and
+        # neither (B·H, NC, LP, d) float32 buffer is allocated. Measured with half inputs only.
+        wu_in_state = bool(reg_state) and half
     if wu_in_state and not reg_state:
         raise ValueError("wu_in_state needs reg_state (one slice per head: KS = BK)")
     if reg_state and ks != bk:

@@ -259,16 +259,14 @@ def test_allow_tf32_is_threaded_to_the_kernels_precision():
 @pytest.mark.interpreter
 @pytest.mark.parametrize("state_vs", [0, 16, 32], ids=["auto", "16", "32"])
 def test_state_columns_per_program(state_vs):
-    """The serial state kernels' columns per program (``STATE_VS``): split narrower than the
-    chunk kernels' ``VS`` when there are few (b, h) rows — the default here, with 2·2 rows —
-    or forced, against float64; TF32 products run the tensor-core tiling (exact float32 in
-    the interpreter)."""
+    """The serial state kernels' columns per program (``STATE_VS``): the chunk kernels' ``VS``
+    by default, or narrower, forced, against float64; TF32 products run the tensor-core tiling
+    (exact float32 in the interpreter)."""
     from mingru_kernels.launch import delta_rule as meta
 
     cfg = meta.launch_config(2, 32, 32, tf32=True, rows=4)
-    assert (cfg["VS"], cfg["STATE_VS"], cfg["REG_STATE"]) == (32, 16, True)
-    assert meta.launch_config(2, 32, 32, tf32=True, rows=512)["STATE_VS"] == 32
-    assert meta.launch_config(2, 32, 32, tf32=True, rows=4, state_vs=32)["STATE_VS"] == 32
+    assert (cfg["VS"], cfg["STATE_VS"], cfg["REG_STATE"]) == (32, 32, True)
+    assert meta.launch_config(2, 32, 32, tf32=True, rows=4, state_vs=16)["STATE_VS"] == 16
     with pytest.raises(ValueError, match="state_vs must be"):
         meta.launch_config(2, 32, 32, tf32=True, state_vs=64)
     args = make_inputs(2, 37, 2, 2, 32, 32, True, True, True, seed=11)
@@ -316,6 +314,8 @@ def test_reg_state_with_packed_sequences_and_its_limits():
     assert meta.launch_config(1, 64, 64)["REG_STATE"] is False
     assert meta.launch_config(1, 16, 16)["REG_STATE"] is True
     assert meta.launch_config(1, 16, 16)["HALF_STATES"] is False
+    assert meta.launch_config(1, 64, 64, half=True)["WU_IN_STATE"] is True
+    assert meta.launch_config(1, 16, 16)["WU_IN_STATE"] is False
 
 
 @pytest.mark.interpreter
@@ -368,10 +368,11 @@ class TestGPU:
         err = max(rel_err(o, o_ref), rel_err(h, h_ref))
         assert err <= (5e-3 if allow_tf32 else 1e-5), err
 
-    @pytest.mark.parametrize("layout", [dict(reg_state=False), dict(reg_state=True),
-                                        dict(reg_state=True, state_vs=64),
-                                        dict(reg_state=True, wu_in_state=True)],
-                             ids=["reload", "registers", "registers-64-columns", "wu-in-state"])
+    @pytest.mark.parametrize("layout", [dict(reg_state=False),
+                                        dict(reg_state=True, wu_in_state=False),
+                                        dict(reg_state=True, wu_in_state=True, state_vs=16),
+                                        {}],
+                             ids=["reload", "registers-stored-wu", "wu-16-columns", "default"])
     def test_reg_state_bf16_head64(self, layout):
         """The ways of feeding the state kernels' product, with bf16 at d = 64 (one slice)."""
         args = make_inputs(2, 700, 2, 2, 64, 64, True, True, True, seed=7)
