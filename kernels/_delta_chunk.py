@@ -116,6 +116,19 @@ def _decay_tables(lgm, lgt, il, tok, ir, LP: tl.constexpr, CP: tl.constexpr,
 
 
 @triton.jit
+def _state_step_tables(c, b64, h, lg_ptr, T, H, NH: tl.constexpr, C: tl.constexpr,
+                       LP: tl.constexpr, CP: tl.constexpr, HAS_DECAY: tl.constexpr):
+    """What a serial state kernel needs of chunk ``c`` besides its tiles: the micro-step
+    rows ``il`` and their mask, the token rows' mask, the memory rows ``micro`` / ``token``,
+    and the decay factors ``Γ, d, Γ_L, Do, Γo`` of :func:`_decay_tables`."""
+    il, tok, sub, ok_l, ir, ok_r, micro, token, lg_rows = _chunk_rows(
+        c, b64, h, T, H, NH, C, LP, CP)
+    lgm, lgt = _load_log_gamma(lg_ptr, lg_rows, ok_l, sub, token, ok_r, LP, CP, HAS_DECAY)
+    D, gam, d, gam_last, Do, gam_o = _decay_tables(lgm, lgt, il, tok, ir, LP, CP, HAS_DECAY)
+    return il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o
+
+
+@triton.jit
 def _dot_t(a_ptr, a_rows, a_ok, b_ptr, b_rows, b_ok, DK, RA: tl.constexpr, RB: tl.constexpr,
            BK: tl.constexpr, KS: tl.constexpr, PREC: tl.constexpr):
     """``A Bᵀ (RA, RB)`` of two row sets of ``(·, d_k)`` inputs, contracted over ``d_k`` in

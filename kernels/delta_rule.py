@@ -76,7 +76,7 @@ from mingru_kernels._delta_chunk import (
     _ld,
     _lds,
     _load_gates,
-    _load_log_gamma,
+    _state_step_tables,
     _wy_inverse,
 )
 
@@ -193,11 +193,8 @@ def delta_rule_fwd_state_kernel(
             else:
                 S0 = tl.zeros([BK, VS], dtype=tl.float32)
             S = tl.where(starts, S0, S)
-        il, tok, sub, ok_l, ir, ok_r, micro, token, lg_rows = _chunk_rows(
-            c, b64, h, T, H, NH, C, LP, CP)
-        lgm, lgt = _load_log_gamma(lg_ptr, lg_rows, ok_l, sub, token, ok_r, LP, CP, HAS_DECAY)
-        D, gam, d, gam_last, Do, gam_o = _decay_tables(lgm, lgt, il, tok, ir, LP, CP,
-                                                       HAS_DECAY)
+        il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = _state_step_tables(
+            c, b64, h, lg_ptr, T, H, NH, C, LP, CP, HAS_DECAY)
         chunk = bh64 * NC + c
         sbase = chunk * (BK * BV)
         tl.store(states_ptr + sbase + kv, S.to(states_ptr.dtype.element_ty))
@@ -311,11 +308,8 @@ def delta_rule_bwd_state_kernel(
             else:
                 g = tl.zeros([BK, VS], dtype=tl.float32)
             dS = tl.where(ends, g, dS)
-        il, tok, sub, ok_l, ir, ok_r, micro, token, lg_rows = _chunk_rows(
-            c, b64, h, T, H, NH, C, LP, CP)
-        lgm, lgt = _load_log_gamma(lg_ptr, lg_rows, ok_l, sub, token, ok_r, LP, CP, HAS_DECAY)
-        D, gam, d, gam_last, Do, gam_o = _decay_tables(lgm, lgt, il, tok, ir, LP, CP,
-                                                       HAS_DECAY)
+        il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = _state_step_tables(
+            c, b64, h, lg_ptr, T, H, NH, C, LP, CP, HAS_DECAY)
         chunk = bh64 * NC + c
         dbase = chunk * (BK * BV)
         tl.store(dstates_ptr + dbase + kv, dS.to(dstates_ptr.dtype.element_ty))
