@@ -357,11 +357,12 @@ def delta_rule_bwd_grads_kernel(
     T, H, DK, DV, NC,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-    HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
+    SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
+    SAVED_TM: tl.constexpr = True,
 ):
     """Grid ``(NC, B·H)``. Recomputes the chunk from its start state ``S = states[c]`` and
-    the forward's WY inverse ``T = tm[c]`` and, with ``dO`` and ``dS' = dstates[c]``, writes
-    ``dq, dk, dv, dβ`` and ``d log γ``.
+    the forward's WY inverse ``T = tm[c]`` (``SAVED_TM``; otherwise inverted again here) and,
+    with ``dO`` and ``dS' = dstates[c]``, writes ``dq, dk, dv, dβ`` and ``d log γ``.
 
     With ``R = diag(β)(V − diag(Γ) K S)`` and ``W = T R`` (value side in column slices)::
 
@@ -384,7 +385,10 @@ def delta_rule_bwd_grads_kernel(
     KK, QK = _gram(k_ptr, q_ptr, micro, ok_l, token, ok_r, DK, LP, CP, BK, KS, PREC)
     Po = Do * QK
     chunk = bh.to(tl.int64) * NC + c
-    Tm = tl.load(tm_ptr + chunk * (LP * LP) + il[:, None] * LP + il[None, :])
+    if SAVED_TM:
+        Tm = tl.load(tm_ptr + chunk * (LP * LP) + il[:, None] * LP + il[None, :])
+    else:
+        Tm = _wy_inverse(KK, beta, D, il, LP, SUB, BLOCKED, PREC)
     sbase = chunk * (BK * BV)  # states and dstates share one layout
     dbase = sbase
 

@@ -64,7 +64,8 @@ KERNEL_CONSTEXPRS = {
                   "WU_IN_STATE"),
     "bwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE",
                   "WU_IN_STATE"),
-    "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC"),
+    "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC",
+                  "SAVED_TM"),
 }
 """The constexpr parameters each kernel takes from :func:`launch_config`."""
 
@@ -167,6 +168,11 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "REG_STATE": bool(reg_state),
         "HALF_STATES": bool(half and reg_state),
         "WU_IN_STATE": bool(wu_in_state),
+        # The backward reads the forward's WY inverse on the tensor cores (H200, bf16, d = 64,
+        # B128 T1024: bwd_grads 0.749 -> 0.631 ms). With exact float32 products it inverts
+        # again: compiled for sm_90, the loaded T triples that kernel's spills (584 -> 1564
+        # bytes at d = 64), and that path has not been timed.
+        "SAVED_TM": bool(tensor_cores),
         "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps,
                   "bwd_state": state_warps, "bwd_grads": tc_warps},
         # The state kernels re-read what they just stored: no software pipelining there.

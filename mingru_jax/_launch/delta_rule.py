@@ -123,10 +123,12 @@ def _bwd_grads(q, k, v, beta, lg, states, dstates, tm, do, T, H, DK, DV, NC,
                dq, dk, dv, dbeta, dlg,
                NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-               HAS_DECAY: tl.constexpr, PREC: tl.constexpr):
+               SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr,
+               PREC: tl.constexpr, SAVED_TM: tl.constexpr):
     kernels.delta_rule_bwd_grads_kernel(q, k, v, beta, lg, states, dstates, tm, do,
                                         dq, dk, dv, dbeta, dlg, T, H, DK, DV, NC,
-                                        NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, PREC)
+                                        NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY,
+                                        PREC, SAVED_TM)
 
 
 # ----------------------------------------------------------------------------- launch sequences

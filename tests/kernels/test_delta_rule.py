@@ -316,6 +316,9 @@ def test_reg_state_with_packed_sequences_and_its_limits():
     assert meta.launch_config(1, 16, 16)["HALF_STATES"] is False
     assert meta.launch_config(1, 64, 64, half=True)["WU_IN_STATE"] is True
     assert meta.launch_config(1, 16, 16)["WU_IN_STATE"] is False
+    # The backward reads the forward's WY inverse on the tensor cores, inverts again in fp32.
+    assert meta.launch_config(1, 64, 64, half=True)["SAVED_TM"] is True
+    assert meta.launch_config(1, 64, 64)["SAVED_TM"] is False
 
 
 @pytest.mark.interpreter
