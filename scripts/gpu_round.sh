@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One GPU session's measurements in one command (install offline, then the named sections);
 # logs and JSON go to $OUT. Sections: tests-cell tests-torch tests-jax floor lookback
-# tests-delta delta-profile delta-bench (DELTA_VARIANTS="default reg_state=1 ..." sweeps)
+# tests-delta delta-profile delta-bench (DELTA_VARIANTS="default reg_state=1 ..." sweeps;
+# e.g. "default stages.fwd_state=2;stages.bwd_state=2") delta-fp32 (fp32 rows vs compile)
+# delta-mixer (DeltaMinGRU fwd, fwd+bwd at B16 T4096 d256 vs compile(eager))
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
 # WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
 # ladder (every frontend's kernels against its eager path at B16 D128, T = 128 ... 32768). Usage: scripts/gpu_round.sh floor mixers ...
@@ -47,6 +49,11 @@ for s in "$@"; do
     delta-profile) timeout 200 python3 scripts/profile_delta.py --repeats 5 \
         --shapes 128,1024,4,64 128,256,4,64 128,1024,4,16 ${DELTA_VARIANTS:+--variants $DELTA_VARIANTS} \
         2>&1 | grep -v -i warn | tee "$OUT/delta-profile.txt" | grep GPU-busy ;;
+    delta-fp32) timeout 500 python3 -m mingru bench --device cuda --groups gpu-delta --ops float32 \
+        --backends triton,compile --out "$OUT/delta-fp32" 2>&1 | grep -v -i warn | tail -15 ;;
+    delta-mixer) timeout 500 python3 -m mingru bench --device cuda --groups mixers --ops delta \
+        --shapes long --backends triton,compile-eager --out "$OUT/delta-mixer" 2>&1 \
+        | grep -v -i warn | tail -15 ;;
     delta-bench) timeout 500 python3 -m mingru bench --device cuda --groups gpu-delta \
         --backends "${DELTA_BACKENDS:-eager,compile,triton,fla}" --out "$OUT/delta" 2>&1 \
         | grep -v -i warn | tail -40 ;;
