@@ -102,16 +102,24 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     least ``nh``; a chunk holds ``C = LP // nh`` whole tokens. ``blocked`` picks the blocked
     triangular inverse by matrix products (the default) over row-by-row substitution.
     ``reg_state`` feeds the state kernels' product from registers (``REG_STATE``; only where
-    one slice covers the head, ``KS == BK``, and then the default).
-    Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC, REG_STATE``, ``HALF_STATES``
-    (the chunk start states and their gradients are kept in the inputs' 16-bit dtype: only
-    with half inputs and ``REG_STATE``, where no state kernel re-reads what it stored, so the
-    rounding reaches the backward's products but never the carried state), ``WU_IN_STATE``
-    (``wu_in_state``: the state kernels form each chunk's ``Wk`` and ``U`` from its saved WY
-    inverse instead of reading them, so neither is stored; needs ``REG_STATE``; the default
-    with half inputs and ``REG_STATE``), ``STATE_VS`` (state columns per program of the two serial kernels: ``VS``,
-    halved down to 16 while ``rows`` — ``B·H`` — times the programs per row stays below
-    ``STATE_MIN_PROGRAMS``, which is 0; ``state_vs`` forces it) and per-kernel ``warps`` / ``stages``.
+    one slice covers the head, ``KS == BK``, and then the default). ``wu_in_state``: the state
+    kernels form each chunk's ``Wk`` and ``U`` from its saved WY inverse instead of reading
+    them, so neither is stored (``WU_IN_STATE``; needs ``REG_STATE``; the default with half
+    inputs and ``REG_STATE``). ``rows`` (``B·H``) and ``state_vs`` pick ``STATE_VS``.
+
+    Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
+    ``stages``, and:
+
+    * ``REG_STATE``, ``WU_IN_STATE``: as above;
+    * ``HALF_STATES``: the chunk start states and their gradients are kept in the inputs'
+      16-bit dtype — only with half inputs and ``REG_STATE``, where no state kernel re-reads
+      what it stored, so the rounding reaches the backward's products but never the carried
+      state;
+    * ``STATE_VS``: state columns per program of the two serial kernels — ``VS``, halved down
+      to 16 while ``rows`` times the programs per row stays below ``STATE_MIN_PROGRAMS``
+      (which is 0), or ``state_vs`` when given;
+    * ``SAVED_TM``: the backward reads the forward's WY inverse (tensor-core precisions)
+      rather than inverting again.
     """
     if not 1 <= nh <= MAX_NH:
         raise ValueError(f"nh must be in [1, {MAX_NH}]; got {nh}")
