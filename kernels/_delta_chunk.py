@@ -129,6 +129,18 @@ def _state_step_tables(c, b64, h, lg_ptr, T, H, NH: tl.constexpr, C: tl.constexp
 
 
 @triton.jit
+def _tm_tile(tm_ptr, chunk, il, LP: tl.constexpr):
+    """Pointers of chunk ``chunk``'s WY inverse ``T (LP, LP)`` in the float32 scratch ``tm``."""
+    return tm_ptr + chunk * (LP * LP) + il[:, None] * LP + il[None, :]
+
+
+@triton.jit
+def _wy_keys(Tm, beta, gam, K, PREC: tl.constexpr):
+    """``Wk = T diag(βΓ) K (LP, BK)``: the keys' side of the chunk's WY form."""
+    return tl.dot(Tm, (beta * gam)[:, None] * K, input_precision=PREC)
+
+
+@triton.jit
 def _dot_t(a_ptr, a_rows, a_ok, b_ptr, b_rows, b_ok, DK, RA: tl.constexpr, RB: tl.constexpr,
            BK: tl.constexpr, KS: tl.constexpr, PREC: tl.constexpr):
     """``A Bᵀ (RA, RB)`` of two row sets of ``(·, d_k)`` inputs, contracted over ``d_k`` in

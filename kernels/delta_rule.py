@@ -77,7 +77,9 @@ from mingru_kernels._delta_chunk import (
     _lds,
     _load_gates,
     _state_step_tables,
+    _tm_tile,
     _wy_inverse,
+    _wy_keys,
 )
 
 # ----------------------------------------------------------------------------------------
@@ -98,8 +100,8 @@ def delta_rule_fwd_prep_kernel(
     """Grid ``(NC, B·H)``. Per chunk: ``Wk = T diag(βΓ) K (LP,BK)``, ``U = T diag(β) V
     (LP,BV)`` and the WY inverse ``T (LP,LP)`` itself (the backward reads it instead of
     inverting again) into float32 scratch laid out ``(B·H, NC, LP, ·)``; the value side in
-    column slices of ``VS``. With ``WU_IN_STATE`` only ``T``: the state kernels form ``Wk``
-    and ``U`` from it."""
+    column slices of ``VS``. With ``WU_IN_STATE``
+    only ``T``: the state kernels form ``Wk`` and ``U`` from it."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
     il, tok, sub, ok_l, ir, ok_r, micro, token, lg_rows = _chunk_rows(
@@ -110,10 +112,9 @@ def delta_rule_fwd_prep_kernel(
     KK = _dot_t(k_ptr, micro, ok_l, k_ptr, micro, ok_l, DK, LP, LP, BK, KS, PREC)
     Tm = _wy_inverse(KK, beta, D, il, LP, SUB, BLOCKED, PREC)
     chunk = bh.to(tl.int64) * NC + c
-    tl.store(tm_ptr + chunk * (LP * LP) + il[:, None] * LP + il[None, :], Tm)
+    tl.store(_tm_tile(tm_ptr, chunk, il, LP), Tm)
     if not WU_IN_STATE:
-        Wk = tl.dot(Tm, (beta * gam)[:, None] * _ld(k_ptr, micro, ok_l, 0, DK, BK),
-                    input_precision=PREC)
+        Wk = _wy_keys(Tm, beta, gam, _ld(k_ptr, micro, ok_l, 0, DK, BK), PREC)
         ik = tl.arange(0, BK)
         tl.store(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + ik[None, :], Wk)
         for vb in range(BV // VS):
@@ -199,12 +200,12 @@ def delta_rule_fwd_state_kernel(
         sbase = chunk * (BK * BV)
         tl.store(states_ptr + sbase + kv, S.to(states_ptr.dtype.element_ty))
         wk_rows = wk_ptr + chunk * (LP * BK) + il[:, None] * BK
+        K = _ld(k_ptr, micro, ok_l, 0, DK, BK)
         if WU_IN_STATE:
             tl.static_assert(REG_STATE, "WU_IN_STATE holds Wk in registers: needs REG_STATE")
             beta = tl.load(beta_ptr + micro, mask=ok_l, other=0.0).to(tl.float32)
-            Tm = tl.load(tm_ptr + chunk * (LP * LP) + il[:, None] * LP + il[None, :])
-            Wk = tl.dot(Tm, (beta * gam)[:, None] * _ld(k_ptr, micro, ok_l, 0, DK, BK),
-                        input_precision=PREC)
+            Tm = tl.load(_tm_tile(tm_ptr, chunk, il, LP))
+            Wk = _wy_keys(Tm, beta, gam, K, PREC)
             U = tl.dot(Tm, beta[:, None] * _ld(v_ptr, micro, ok_l, v0, DV, VS),
                        input_precision=PREC)
             WkS = tl.dot(Wk, S, input_precision=PREC)
@@ -230,7 +231,7 @@ def delta_rule_fwd_state_kernel(
         O = tl.dot(Po, W, acc=gam_o[:, None] * QS, input_precision=PREC)
         tl.store(o_ptr + token[:, None] * DV + iv[None, :], O.to(o_ptr.dtype.element_ty),
                  mask=ok_r[:, None] & (iv[None, :] < DV))
-        Kd = d[:, None] * _ld(k_ptr, micro, ok_l, 0, DK, BK)
+        Kd = d[:, None] * K
         S = tl.dot(tl.trans(Kd), W, acc=gam_last * S, input_precision=PREC)
         if PACKED:
             e = tl.load(cend_ptr + c)
@@ -331,9 +332,8 @@ def delta_rule_bwd_state_kernel(
         Qo = gam_o[:, None] * _ld(q_ptr, token, ok_r, 0, DK, BK)
         if WU_IN_STATE:
             beta = tl.load(beta_ptr + micro, mask=ok_l, other=0.0).to(tl.float32)
-            Tm = tl.load(tm_ptr + chunk * (LP * LP) + il[:, None] * LP + il[None, :])
-            Wk = tl.dot(Tm, (beta * gam)[:, None] * _ld(k_ptr, micro, ok_l, 0, DK, BK),
-                        input_precision=PREC)
+            Wk = _wy_keys(tl.load(_tm_tile(tm_ptr, chunk, il, LP)), beta, gam,
+                          _ld(k_ptr, micro, ok_l, 0, DK, BK), PREC)
         else:
             Wk = tl.load(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + ik[None, :])
         acc = tl.dot(tl.trans(Qo), dO, acc=gam_last * dS, input_precision=PREC)
@@ -386,7 +386,7 @@ def delta_rule_bwd_grads_kernel(
     Po = Do * QK
     chunk = bh.to(tl.int64) * NC + c
     if SAVED_TM:
-        Tm = tl.load(tm_ptr + chunk * (LP * LP) + il[:, None] * LP + il[None, :])
+        Tm = tl.load(_tm_tile(tm_ptr, chunk, il, LP))
     else:
         Tm = _wy_inverse(KK, beta, D, il, LP, SUB, BLOCKED, PREC)
     sbase = chunk * (BK * BV)  # states and dstates share one layout
