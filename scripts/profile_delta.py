@@ -68,10 +68,10 @@ def _apply(variant: str) -> None:
     svs = int(items.pop("state_vs", 0))
 
     def patched(nh, dk, dv, half=False, micro_chunk=0, blocked=None, tf32=False,
-                reg_state=None, wu_in_state=None, rows=None, state_vs=0):
+                reg_state=None, wu_in_state=None, state_vs=0):
         cfg = _SHIPPED(nh, dk, dv, half=half, micro_chunk=micro_chunk or lp, blocked=blocked,
                        tf32=tf32, reg_state=reg_state if reg is None else reg == "1",
-                       wu_in_state=wu_in_state if wu is None else wu == "1", rows=rows,
+                       wu_in_state=wu_in_state if wu is None else wu == "1",
                        state_vs=state_vs or svs)
         for key, val in items.items():
             if "." in key:

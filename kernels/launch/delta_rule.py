@@ -16,12 +16,6 @@ PLAN_KEYS = ("micro_chunk", "blocked", "reg_state", "wu_in_state", "state_vs")
 ``micro_chunk``, ``blocked``, ``reg_state``, ``wu_in_state`` and ``state_vs`` of
 :func:`launch_config`."""
 
-STATE_MIN_PROGRAMS = 0
-"""Programs below which the serial state kernels split their state columns narrower than
-``VS`` (down to 16), given ``rows``. 0 (never): on an H200 at bf16, d = 64, B32 T4096 H4
-(128 rows, one program per SM) 32 columns per program measured slower than 64 — forward
-0.801 against 0.753 ms, fwd+bwd 2.129 against 2.074 — so ``state_vs`` is a plan option only."""
-
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
 
@@ -92,7 +86,7 @@ def block_size(n: int) -> int:
 def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: int = 0,
                   blocked: bool | None = None, tf32: bool = False,
                   reg_state: bool | None = None, wu_in_state: bool | None = None,
-                  rows: int | None = None, state_vs: int = 0) -> dict:
+                  state_vs: int = 0) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -105,7 +99,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     one slice covers the head, ``KS == BK``, and then the default). ``wu_in_state``: the state
     kernels form each chunk's ``Wk`` and ``U`` from its saved WY inverse instead of reading
     them, so neither is stored (``WU_IN_STATE``; needs ``REG_STATE``; the default with half
-    inputs and ``REG_STATE``). ``rows`` (``B·H``) and ``state_vs`` pick ``STATE_VS``.
+    inputs and ``REG_STATE``). ``state_vs`` forces ``STATE_VS``.
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -115,9 +109,11 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
       16-bit dtype — only with half inputs and ``REG_STATE``, where no state kernel re-reads
       what it stored, so the rounding reaches the backward's products but never the carried
       state;
-    * ``STATE_VS``: state columns per program of the two serial kernels — ``VS``, halved down
-      to 16 while ``rows`` times the programs per row stays below ``STATE_MIN_PROGRAMS``
-      (which is 0), or ``state_vs`` when given;
+    * ``STATE_VS``: state columns per program of the two serial kernels — ``VS``, or
+      ``state_vs`` when given (16, 32 or 64, at most ``VS``). Narrower is not the default
+      even where ``B·H`` gives those kernels few programs: on an H200 at bf16, d = 64,
+      B32 T4096 H4 (128 programs, one per SM) 32 columns measured slower than 64, forward
+      0.801 against 0.753 ms, fwd+bwd 2.129 against 2.074;
     * ``SAVED_TM``: the backward reads the forward's WY inverse (tensor-core precisions)
       rather than inverting again.
     """
@@ -154,8 +150,6 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
             raise ValueError(f"state_vs must be 16, 32 or 64 and at most VS = {vs}; got {state_vs}")
     else:
         state_vs = vs
-        while rows is not None and state_vs > 16 and rows * (bv // state_vs) < STATE_MIN_PROGRAMS:
-            state_vs //= 2
     return {
         "NH": nh,
         "C": lp // nh,

@@ -149,7 +149,7 @@ def _tuning(allow_tf32: bool = False) -> int:
 
 def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> dict:
     # ``tuning`` (a custom-op int, see _tuning).
-    B, _, nh, H, dk = k.shape
+    _, _, nh, _, dk = k.shape
     half = q.dtype in (torch.bfloat16, torch.float16)
     svs, tuning = tuning // _SVS, tuning % _SVS
     wu, tuning = tuning // _WU, tuning % _WU
@@ -159,8 +159,7 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
     return meta.launch_config(nh, dk, v.shape[-1], half=half, micro_chunk=tuning % 1000,
                               blocked=blocked, tf32=tf32,
                               reg_state=None if reg == 0 else reg == 2,
-                              wu_in_state=None if wu == 0 else wu == 2, rows=B * H,
-                              state_vs=svs)
+                              wu_in_state=None if wu == 0 else wu == 2, state_vs=svs)
 
 
 def _n_seq(cu: Tensor | None, B: int) -> int:

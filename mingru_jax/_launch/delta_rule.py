@@ -142,7 +142,6 @@ def _config(q, k, v, tf32: bool = False) -> dict:
                               blocked=choices.get("blocked"), tf32=tf32,
                               reg_state=choices.get("reg_state"),
                               wu_in_state=choices.get("wu_in_state"),
-                              rows=k.shape[0] * k.shape[3],
                               state_vs=int(choices.get("state_vs", 0)))
 
 

@@ -264,9 +264,9 @@ def test_state_columns_per_program(state_vs):
     (exact float32 in the interpreter)."""
     from mingru_kernels.launch import delta_rule as meta
 
-    cfg = meta.launch_config(2, 32, 32, tf32=True, rows=4)
+    cfg = meta.launch_config(2, 32, 32, tf32=True)
     assert (cfg["VS"], cfg["STATE_VS"], cfg["REG_STATE"]) == (32, 32, True)
-    assert meta.launch_config(2, 32, 32, tf32=True, rows=4, state_vs=16)["STATE_VS"] == 16
+    assert meta.launch_config(2, 32, 32, tf32=True, state_vs=16)["STATE_VS"] == 16
     with pytest.raises(ValueError, match="state_vs must be"):
         meta.launch_config(2, 32, 32, tf32=True, state_vs=64)
     args = make_inputs(2, 37, 2, 2, 32, 32, True, True, True, seed=11)
