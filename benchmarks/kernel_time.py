@@ -14,24 +14,16 @@ from __future__ import annotations
 import argparse
 import json
 
-import torch
 from memory_floor import SHAPES, floor_bytes, torch_inputs, torch_runner
-from torch.profiler import ProfilerActivity, profile
+
+from mingru_cli.bench_profile import cuda_kernel_times
 
 OPS = ("parallel_scan_log", "linear_recurrence", "mingru_cell", "signed_mingru_cell")
 
 
 def kernel_ms(fn, calls: int = 30) -> float:
     """Mean device milliseconds per call of every CUDA kernel ``fn`` launches."""
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    total = sum(e.device_time_total for e in prof.key_averages())  # µs, all kernels
-    return total / calls / 1e3
+    return sum(cuda_kernel_times(fn, calls, warmup=5).values())
 
 
 def main() -> int:

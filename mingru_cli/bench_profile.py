@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["FAMILIES", "breakdown", "classify", "mingru_kernel_names", "profile_steps"]
+__all__ = ["FAMILIES", "breakdown", "classify", "cuda_kernel_times", "mingru_kernel_names",
+           "profile_steps"]
 
 FAMILIES = ("mingru kernels", "inductor triton", "gemm", "norm", "optimizer",
             "elementwise/reduction", "memcpy/memset", "other")
@@ -179,6 +180,26 @@ def breakdown(prof: Any, steps: int, wall_ms: float, top: int = 8) -> dict[str, 
         "top": [{"name": name[:120], "family": family, "ms_per_step": v / 1e3 / n}
                 for (name, family), v in ranked],
     }
+
+
+def cuda_kernel_times(fn: Callable[[], Any], calls: int, warmup: int = 3) -> dict[str, float]:
+    """Device milliseconds per call of every CUDA kernel ``fn`` launches, by kernel name:
+    ``warmup`` untimed calls, then ``calls`` under ``torch.profiler`` (kernel durations only,
+    so host time never counts). Needs CUDA."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    times: dict[str, float] = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            times[ev.name] = times.get(ev.name, 0.0) + ev.device_time / calls / 1000.0
+    return times
 
 
 def profile_steps(step: Callable[[], Any], device: str, steps: int) -> dict[str, Any]:

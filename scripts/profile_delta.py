@@ -25,10 +25,10 @@ from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
 
 from mingru import dispatch
 from mingru.scans import _delta_rule
+from mingru_cli.bench_profile import cuda_kernel_times
 from mingru_kernels.launch import delta_rule as meta
 
 
@@ -94,17 +94,9 @@ def _table(fn, variant: str, args, bwd: bool, repeats: int) -> dict[str, float]:
         if bwd:
             o.float().sum().backward()
 
-    for _ in range(3):
-        once()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(repeats):
-            once()
-        torch.cuda.synchronize()
     times: dict[str, float] = defaultdict(float)
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            times[ev.name[:60]] += ev.device_time / repeats / 1000.0
+    for name, ms in cuda_kernel_times(once, repeats, warmup=3).items():
+        times[name[:60]] += ms
     return dict(times)
 
 
