@@ -134,8 +134,8 @@ def _tuning(allow_tf32: bool = False) -> int:
     """The forced plan choices (:mod:`mingru_kernels.launch.switches`) and ``allow_tf32`` as
     the custom ops' int: ``micro_chunk + 1000 * (1 + blocked) + 10000 * allow_tf32 +
     100000 * (1 + reg_state) + 1000000 * (1 + wu_in_state) + 10000000 * state_vs``
-    (0 = defaults; an unforced choice adds nothing). An int argument keeps the choice fixed between the forward and its
-    backward."""
+    (0 = defaults; an unforced choice adds nothing). An int argument keeps the choice fixed
+    between the forward and its backward."""
     choices = switches.plan_choices("delta_rule")
     blocked, reg, wu = choices.get("blocked"), choices.get("reg_state"), choices.get("wu_in_state")
     return (int(choices.get("micro_chunk", 0)) + (0 if blocked is None else 1000 * (1 + bool(blocked)))
