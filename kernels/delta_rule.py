@@ -134,12 +134,13 @@ def _seq_tile(ptr, n, bh64, H, DK, DV, ik, iv):
 @triton.jit
 def delta_rule_fwd_state_kernel(
     q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, h0_ptr, wk_ptr, u_ptr, tm_ptr,
-    states_ptr, o_ptr, ht_ptr, cseq_ptr, cend_ptr, cu_ptr,
+    states_ptr, o_ptr, w_ptr, ht_ptr, cseq_ptr, cend_ptr, cu_ptr,
     T, H, DK, DV, NC, NSEQ,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
     HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
     REG_STATE: tl.constexpr = False, WU_IN_STATE: tl.constexpr = False,
+    OUT_PASS: tl.constexpr = False,
 ):
     """Grid ``(B·H, BV/VS)``: one program per (b, h) and slice of ``VS`` state columns, serial
     over chunks. Per chunk, from its start state ``S`` (stored as ``states[c]``)::
@@ -152,6 +153,9 @@ def delta_rule_fwd_state_kernel(
     barrier — or, with ``REG_STATE`` (needs ``KS == BK``: one slice), take it from registers.
     ``WU_IN_STATE`` (needs ``REG_STATE``) forms ``Wk`` and ``U`` here from the chunk's ``T``
     (``tm``), ``k``, ``v`` and ``β`` instead of reading them from ``wk`` and ``u``.
+    ``OUT_PASS`` (needs ``REG_STATE``) takes the output off this serial chain: ``W`` is stored
+    into ``w (B·H, NC, LP, BV)`` and :func:`delta_rule_fwd_out_kernel` forms ``O`` from it and
+    the stored states, parallel over chunks; ``o`` is then not written here.
 
     ``PACKED`` (``B = 1``; ``NSEQ`` sequences laid out chunk-aligned, see the launchers):
     ``h0`` and ``h_T`` are ``(NSEQ, H, DK, DV)``; ``cseq[c]`` (int32) is the sequence chunk
@@ -209,13 +213,16 @@ def delta_rule_fwd_state_kernel(
             U = tl.dot(Tm, beta[:, None] * _ld(v_ptr, micro, ok_l, v0, DV, VS),
                        input_precision=PREC)
             WkS = tl.dot(Wk, S, input_precision=PREC)
-            QS = tl.dot(_ld(q_ptr, token, ok_r, 0, DK, BK), S, input_precision=PREC)
+            if not OUT_PASS:
+                QS = tl.dot(_ld(q_ptr, token, ok_r, 0, DK, BK), S, input_precision=PREC)
         elif REG_STATE:
             tl.static_assert(KS == BK, "REG_STATE multiplies the whole state tile at once")
             U = tl.load(u_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :])
             WkS = tl.dot(tl.load(wk_rows + ik[None, :]), S, input_precision=PREC)
-            QS = tl.dot(_ld(q_ptr, token, ok_r, 0, DK, BK), S, input_precision=PREC)
+            if not OUT_PASS:
+                QS = tl.dot(_ld(q_ptr, token, ok_r, 0, DK, BK), S, input_precision=PREC)
         else:
+            tl.static_assert(not OUT_PASS, "OUT_PASS needs REG_STATE")
             tl.debug_barrier()
             WkS = tl.zeros([LP, VS], dtype=tl.float32)
             QS = tl.zeros([CP, VS], dtype=tl.float32)
@@ -227,10 +234,14 @@ def delta_rule_fwd_state_kernel(
                             input_precision=PREC)
             U = tl.load(u_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :])
         W = U - WkS
-        Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
-        O = tl.dot(Po, W, acc=gam_o[:, None] * QS, input_precision=PREC)
-        tl.store(o_ptr + token[:, None] * DV + iv[None, :], O.to(o_ptr.dtype.element_ty),
-                 mask=ok_r[:, None] & (iv[None, :] < DV))
+        if OUT_PASS:
+            tl.store(w_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :],
+                     W.to(w_ptr.dtype.element_ty))
+        else:
+            Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
+            O = tl.dot(Po, W, acc=gam_o[:, None] * QS, input_precision=PREC)
+            tl.store(o_ptr + token[:, None] * DV + iv[None, :], O.to(o_ptr.dtype.element_ty),
+                     mask=ok_r[:, None] & (iv[None, :] < DV))
         Kd = d[:, None] * K
         S = tl.dot(tl.trans(Kd), W, acc=gam_last * S, input_precision=PREC)
         if PACKED:
@@ -239,6 +250,42 @@ def delta_rule_fwd_state_kernel(
                      S.to(ht_ptr.dtype.element_ty), mask=tl.where(e >= 0, user_mask, False))
     if not PACKED:
         tl.store(ht_ptr + user, S.to(ht_ptr.dtype.element_ty), mask=user_mask)
+
+
+@triton.jit
+def delta_rule_fwd_out_kernel(
+    q_ptr, k_ptr, lg_ptr, states_ptr, w_ptr, o_ptr,
+    T, H, DK, DV, NC,
+    NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+    HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
+):
+    """Grid ``(NC, B·H, BV/VS)``: the output of the state kernel's ``OUT_PASS``, parallel
+    over chunks. From the chunk's start state ``S = states[c]`` and ``W = w[c]``::
+
+        O = diag(Γo) Q S + Po W        Po = Do ⊙ Q Kᵀ
+
+    — the same products the fused state kernel runs per chunk, off its serial chain (where
+    ``B·H`` gives that kernel fewer programs than the GPU has SMs, its chain is the time)."""
+    c = tl.program_id(0)
+    bh = tl.program_id(1)
+    bh64 = bh.to(tl.int64)
+    v0 = tl.program_id(2) * VS
+    iv = v0 + tl.arange(0, VS)
+    il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = _state_step_tables(
+        c, (bh // H).to(tl.int64), bh % H, lg_ptr, T, H, NH, C, LP, CP, HAS_DECAY)
+    chunk = bh64 * NC + c
+    W = tl.load(w_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :]).to(tl.float32)
+    QS = tl.zeros([CP, VS], dtype=tl.float32)
+    for j in tl.static_range(BK // KS):
+        jj = j * KS + tl.arange(0, KS)
+        Sj = tl.load(states_ptr + chunk * (BK * BV) + jj[:, None] * BV + iv[None, :]
+                     ).to(tl.float32)
+        QS = tl.dot(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, acc=QS, input_precision=PREC)
+    Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
+    O = tl.dot(Po, W, acc=gam_o[:, None] * QS, input_precision=PREC)
+    tl.store(o_ptr + token[:, None] * DV + iv[None, :], O.to(o_ptr.dtype.element_ty),
+             mask=ok_r[:, None] & (iv[None, :] < DV))
 
 
 # ----------------------------------------------------------------------------------------

@@ -6,13 +6,18 @@ CUDA time of every kernel summed over the profiled repeats, divided by the repea
 of one call, split by kernel.
 
     python3 scripts/profile_delta.py [--shapes 128,1024,4,64 ...] [--dtype bfloat16] [--nh 1]
-        [--variants "" "lp=64" "warps.fwd_prep=4;slice=32" ...] [--no-fla]
+        [--variants "" "lp=64" "warps.fwd_prep=4;slice=32" ...] [--decay] [--no-fla]
+
+``--decay`` adds a log-decay ``log γ = log(rand)`` per token and head; fla then runs
+``chunk_gated_delta_product`` (its DeltaProduct, ``num_householder = nh``) instead of
+``chunk_delta_rule``.
 
 ``--variants`` sweeps launch configurations: each is ``;``-separated overrides of
 ``mingru_kernels.launch.delta_rule.launch_config`` — ``lp=N`` (micro-steps per chunk),
 ``reg_state=0|1`` (the state kernels' product from registers), ``wu_in_state=0|1`` (the
 state kernels form ``Wk`` and ``U`` from the saved WY inverse), ``state_vs=N`` (the state
-kernels' columns per program), ``slice=N``
+kernels' columns per program), ``out_pass=0|1`` (the output formed by its own kernel,
+parallel over chunks), ``slice=N``
 (``HALF_SLICE``: slice width of the per-chunk kernels and the state kernels' columns for
 half inputs), ``warps.<kernel>=N``, ``stages.<kernel>=N``, ``<CONSTEXPR>=N`` (e.g. ``VS=32``: value columns
 per slice and per state program) — applied to the forward and the backward alike; ``""`` (or ``default``) is the shipped default.
@@ -40,15 +45,23 @@ def _inputs(B: int, T: int, H: int, d: int, nh: int, dtype: torch.dtype):
     return q, k, v, beta
 
 
-def _ours(q, k, v, beta):
+def _ours(q, k, v, beta, lg=None):
     with dispatch.use_backend("triton"):
-        return _delta_rule(q, k, v, beta, None, None, 64)[0]
+        return _delta_rule(q, k, v, beta, lg, None, 64)[0]
 
 
-def _fla(q, k, v, beta):
-    from fla.ops.delta_rule import chunk_delta_rule
+def _fla(q, k, v, beta, lg=None):
+    if lg is None and k.shape[2] == 1:
+        from fla.ops.delta_rule import chunk_delta_rule
 
-    return chunk_delta_rule(q, k[:, :, 0], v[:, :, 0], beta[:, :, 0], scale=1.0)[0]
+        return chunk_delta_rule(q, k[:, :, 0], v[:, :, 0], beta[:, :, 0], scale=1.0)[0]
+    from fla.ops.gated_delta_product import chunk_gated_delta_product
+
+    B, T, nh, H, _ = k.shape  # a token's micro-steps consecutive along time, as in the bench
+    g = q.new_zeros(B, T, H, dtype=torch.float32) if lg is None else lg.float()
+    return chunk_gated_delta_product(q, k.reshape(B, T * nh, H, -1), v.reshape(B, T * nh, H, -1),
+                                     g, beta.reshape(B, T * nh, H), num_householder=nh,
+                                     scale=1.0)[0]
 
 
 _SHIPPED = meta.launch_config
@@ -64,15 +77,17 @@ def _apply(variant: str) -> None:
 
     reg = items.pop("reg_state", None)
     wu = items.pop("wu_in_state", None)
+    out = items.pop("out_pass", None)
 
     svs = int(items.pop("state_vs", 0))
 
     def patched(nh, dk, dv, half=False, micro_chunk=0, blocked=None, tf32=False,
-                reg_state=None, wu_in_state=None, state_vs=0):
+                reg_state=None, wu_in_state=None, state_vs=0, out_pass=None, rows=0):
         cfg = _SHIPPED(nh, dk, dv, half=half, micro_chunk=micro_chunk or lp, blocked=blocked,
                        tf32=tf32, reg_state=reg_state if reg is None else reg == "1",
                        wu_in_state=wu_in_state if wu is None else wu == "1",
-                       state_vs=state_vs or svs)
+                       state_vs=state_vs or svs,
+                       out_pass=out_pass if out is None else out == "1", rows=rows)
         for key, val in items.items():
             if "." in key:
                 table, kernel = key.split(".")
@@ -89,7 +104,7 @@ def _apply(variant: str) -> None:
 def _table(fn, variant: str, args, bwd: bool, repeats: int) -> dict[str, float]:
     def once():
         _apply(variant)
-        xs = [a.detach().requires_grad_(bwd) for a in args]
+        xs = [a if a is None else a.detach().requires_grad_(bwd) for a in args]
         o = fn(*xs)
         if bwd:
             o.float().sum().backward()
@@ -108,6 +123,7 @@ def main() -> None:
     ap.add_argument("--nh", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--variants", nargs="*", default=[""], help="launch overrides (see above)")
+    ap.add_argument("--decay", action="store_true", help="a log-decay per token and head")
     ap.add_argument("--no-fla", action="store_true")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
@@ -117,18 +133,21 @@ def main() -> None:
     try:
         import fla  # noqa: F401
 
-        if args.nh == 1 and dtype != torch.float32 and not args.no_fla:
+        if dtype != torch.float32 and not args.no_fla and (args.nh == 1 or args.decay):
             runners["fla"] = (_fla, "")
     except ImportError:
         pass
     for shape in args.shapes:
         B, T, H, d = (int(x) for x in shape.split(","))
-        xs = _inputs(B, T, H, d, args.nh, dtype)
+        xs = (*_inputs(B, T, H, d, args.nh, dtype),
+              torch.rand(B, T, H, device="cuda").clamp_min(1e-3).log().to(dtype)
+              if args.decay else None)
         for bwd in (False, True):
             for name, (fn, variant) in runners.items():
                 t = _table(fn, variant, xs, bwd, args.repeats)
                 total = sum(t.values())
-                print(f"\n{name} B{B} T{T} H{H} d{d} nh{args.nh} {args.dtype} "
+                print(f"\n{name} B{B} T{T} H{H} d{d} nh{args.nh}{' decay' * args.decay} "
+                      f"{args.dtype} "
                       f"{'fwd+bwd' if bwd else 'fwd'}: {total:.3f} ms GPU-busy")
                 for k_, ms in sorted(t.items(), key=lambda kv: -kv[1]):
                     print(f"  {ms:8.3f} ms  {100 * ms / total:5.1f} %  {k_}")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from mingru_kernels.launch._elementwise import next_pow2
 
-PLAN_KEYS = ("micro_chunk", "blocked", "reg_state", "wu_in_state", "state_vs")
+PLAN_KEYS = ("micro_chunk", "blocked", "reg_state", "wu_in_state", "state_vs", "out_pass")
 """The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`):
-``micro_chunk``, ``blocked``, ``reg_state``, ``wu_in_state`` and ``state_vs`` of
-:func:`launch_config`."""
+``micro_chunk``, ``blocked``, ``reg_state``, ``wu_in_state``, ``state_vs`` and ``out_pass``
+of :func:`launch_config`."""
 
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
@@ -31,6 +31,10 @@ HALF_SLICE = 64
 """Slice width of the per-chunk kernels with bfloat16/float16 inputs: their products run on
 the tensor cores, whose operands are spread over the warps, so a slice can be as wide as a
 64-wide head without spilling (and one wide product beats four narrow ones)."""
+
+OUT_PASS_MAX_STATE_PROGRAMS = 0
+"""Default ``out_pass`` where the serial state kernels would get at most this many programs
+(``B·H`` × column slices): their chain of dependent products per chunk is then the time."""
 
 MAX_NH = 64
 """Largest ``nh`` served (a chunk must hold at least one token's micro-steps)."""
@@ -55,7 +59,8 @@ KERNEL_CONSTEXPRS = {
     "fwd_prep": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC",
                  "WU_IN_STATE"),
     "fwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE",
-                  "WU_IN_STATE"),
+                  "WU_IN_STATE", "OUT_PASS"),
+    "fwd_out": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC"),
     "bwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE",
                   "WU_IN_STATE"),
     "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC",
@@ -86,7 +91,7 @@ def block_size(n: int) -> int:
 def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: int = 0,
                   blocked: bool | None = None, tf32: bool = False,
                   reg_state: bool | None = None, wu_in_state: bool | None = None,
-                  state_vs: int = 0) -> dict:
+                  state_vs: int = 0, out_pass: bool | None = None, rows: int = 0) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -99,7 +104,11 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     one slice covers the head, ``KS == BK``, and then the default). ``wu_in_state``: the state
     kernels form each chunk's ``Wk`` and ``U`` from its saved WY inverse instead of reading
     them, so neither is stored (``WU_IN_STATE``; needs ``REG_STATE``; the default with half
-    inputs and ``REG_STATE``). ``state_vs`` forces ``STATE_VS``.
+    inputs and ``REG_STATE``). ``state_vs`` forces ``STATE_VS``. ``out_pass``: the forward
+    state kernel stores each chunk's ``W`` and a parallel kernel (``fwd_out``) forms the
+    output, instead of the serial kernel (``OUT_PASS``; needs ``REG_STATE``); by default on
+    where the serial kernels get few programs: ``rows`` (``B·H``, 0 = unknown) times the
+    column slices at most ``OUT_PASS_MAX_STATE_PROGRAMS``.
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -114,6 +123,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
       even where ``B·H`` gives those kernels few programs: on an H200 at bf16, d = 64,
       B32 T4096 H4 (128 programs, one per SM) 32 columns measured slower than 64, forward
       0.801 against 0.753 ms, fwd+bwd 2.129 against 2.074;
+    * ``OUT_PASS``: as above;
     * ``SAVED_TM``: the backward reads the forward's WY inverse (tensor-core precisions)
       rather than inverting again.
     """
@@ -150,6 +160,11 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
             raise ValueError(f"state_vs must be 16, 32 or 64 and at most VS = {vs}; got {state_vs}")
     else:
         state_vs = vs
+    if out_pass is None:
+        out_pass = bool(reg_state) and 0 < rows * (block_size(dv) // state_vs) \
+            <= OUT_PASS_MAX_STATE_PROGRAMS
+    if out_pass and not reg_state:
+        raise ValueError("out_pass needs reg_state (one slice per head: KS = BK)")
     return {
         "NH": nh,
         "C": lp // nh,
@@ -170,15 +185,17 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "REG_STATE": bool(reg_state),
         "HALF_STATES": bool(half and reg_state),
         "WU_IN_STATE": bool(wu_in_state),
+        "OUT_PASS": bool(out_pass),
         # The backward reads the forward's WY inverse on the tensor cores (H200, bf16, d = 64,
         # B128 T1024: bwd_grads 0.749 -> 0.631 ms). With exact float32 products it inverts
         # again: compiled for sm_90, the loaded T triples that kernel's spills (584 -> 1564
         # bytes at d = 64), and that path has not been timed.
         "SAVED_TM": bool(tensor_cores),
-        "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps,
+        "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps, "fwd_out": tc_warps,
                   "bwd_state": state_warps, "bwd_grads": tc_warps},
         # The state kernels re-read what they just stored: no software pipelining there.
-        "stages": {"fwd_prep": 2, "fwd_state": 1, "bwd_state": 1, "bwd_grads": 2},
+        "stages": {"fwd_prep": 2, "fwd_state": 1, "fwd_out": 2, "bwd_state": 1,
+                   "bwd_grads": 2},
     }
 
 
@@ -186,7 +203,7 @@ def launch_kwargs(cfg: dict, kernel: str, **flags) -> dict:
     """Keyword arguments for launching ``kernel`` (a key of ``KERNEL_CONSTEXPRS``):
     its constexprs from ``cfg``, the given flags (``HAS_DECAY`` ...), warps and stages."""
     out = {n: cfg[n] for n in KERNEL_CONSTEXPRS[kernel]}
-    if kernel in ("fwd_state", "bwd_state"):
+    if kernel in ("fwd_state", "bwd_state", "fwd_out"):
         out["VS"] = cfg["STATE_VS"]
     out.update(flags)
     out["num_warps"] = cfg["warps"][kernel]
@@ -212,7 +229,8 @@ def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
     """Scratch shapes: chunk start states ``states (BH, NC, BK, BV)`` (``dstates`` has the
     same shape and dtype: the inputs' with ``cfg["HALF_STATES"]``, else float32), float32 ``Wk (BH, NC, LP, BK)``, ``U (BH, NC, LP, BV)`` and the WY inverses
     ``Tm (BH, NC, LP, LP)`` (``Wk`` and ``U`` are one-element placeholders with
-    ``cfg["WU_IN_STATE"]``)."""
+    ``cfg["WU_IN_STATE"]``), and with ``cfg["OUT_PASS"]`` the chunks' ``W (BH, NC, LP, BV)``
+    (in the states' dtype; else a one-element placeholder)."""
     nc = n_chunks(T, cfg)
     bk, bv, lp = cfg["BK"], cfg["BV"], cfg["LP"]
     unused = cfg.get("WU_IN_STATE", False)  # then never touched: a one-element placeholder
@@ -221,12 +239,18 @@ def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
         "Wk": (1,) if unused else (BH, nc, lp, bk),
         "U": (1,) if unused else (BH, nc, lp, bv),
         "Tm": (BH, nc, lp, lp),
+        "W": (BH, nc, lp, bv) if cfg.get("OUT_PASS", False) else (1,),
     }
 
 
 def grid_chunks(T: int, BH: int, cfg: dict) -> tuple:
     """Grid of the per-chunk kernels (``fwd_prep``, ``bwd_grads``): ``(NC, B·H)``."""
     return (n_chunks(T, cfg), BH)
+
+
+def grid_out(T: int, BH: int, cfg: dict) -> tuple:
+    """Grid of the output pass (``fwd_out``, with ``OUT_PASS``): ``(NC, B·H, BV/STATE_VS)``."""
+    return (n_chunks(T, cfg), BH, cfg["BV"] // cfg["STATE_VS"])
 
 
 def grid_state(BH: int, cfg: dict) -> tuple:

@@ -128,20 +128,25 @@ _WU = 1_000_000
 """Unit of the forced ``wu_in_state`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
 _SVS = 10_000_000
 """Unit of the forced ``state_vs`` (0 = default, else the columns) in ``tuning``."""
+_OUT = 1_000_000_000
+"""Unit of the forced ``out_pass`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
 
 
 def _tuning(allow_tf32: bool = False) -> int:
     """The forced plan choices (:mod:`mingru_kernels.launch.switches`) and ``allow_tf32`` as
     the custom ops' int: ``micro_chunk + 1000 * (1 + blocked) + 10000 * allow_tf32 +
-    100000 * (1 + reg_state) + 1000000 * (1 + wu_in_state) + 10000000 * state_vs``
+    100000 * (1 + reg_state) + 1000000 * (1 + wu_in_state) + 10000000 * state_vs +
+    1000000000 * (1 + out_pass)``
     (0 = defaults; an unforced choice adds nothing). An int argument keeps the choice fixed
     between the forward and its backward."""
     choices = switches.plan_choices("delta_rule")
     blocked, reg, wu = choices.get("blocked"), choices.get("reg_state"), choices.get("wu_in_state")
+    out = choices.get("out_pass")
     return (int(choices.get("micro_chunk", 0)) + (0 if blocked is None else 1000 * (1 + bool(blocked)))
             + (_TF32 if allow_tf32 else 0) + (0 if reg is None else _REG * (1 + bool(reg)))
             + (0 if wu is None else _WU * (1 + bool(wu)))
-            + _SVS * int(choices.get("state_vs", 0)))
+            + _SVS * int(choices.get("state_vs", 0))
+            + (0 if out is None else _OUT * (1 + bool(out))))
 
 
 # --- custom ops ----------------------------------------------------------------------------
@@ -149,8 +154,9 @@ def _tuning(allow_tf32: bool = False) -> int:
 
 def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> dict:
     # ``tuning`` (a custom-op int, see _tuning).
-    _, _, nh, _, dk = k.shape
+    _, _, nh, H, dk = k.shape
     half = q.dtype in (torch.bfloat16, torch.float16)
+    out, tuning = tuning // _OUT, tuning % _OUT
     svs, tuning = tuning // _SVS, tuning % _SVS
     wu, tuning = tuning // _WU, tuning % _WU
     reg, tuning = tuning // _REG, tuning % _REG
@@ -159,7 +165,8 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
     return meta.launch_config(nh, dk, v.shape[-1], half=half, micro_chunk=tuning % 1000,
                               blocked=blocked, tf32=tf32,
                               reg_state=None if reg == 0 else reg == 2,
-                              wu_in_state=None if wu == 0 else wu == 2, state_vs=svs)
+                              wu_in_state=None if wu == 0 else wu == 2, state_vs=svs,
+                              out_pass=None if out == 0 else out == 2, rows=k.shape[0] * H)
 
 
 def _n_seq(cu: Tensor | None, B: int) -> int:
@@ -182,6 +189,7 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=No
     shp = meta.scratch_shapes(BH, T, cfg)
     f32 = torch.float32
     states = new_tensor(shp["states"], q.dtype if cfg["HALF_STATES"] else f32, dev)
+    w = new_tensor(shp["W"], states.dtype, dev)
     wk = new_tensor(shp["Wk"], f32, dev)
     u = new_tensor(shp["U"], f32, dev)
     tm = new_tensor(shp["Tm"], f32, dev)
@@ -194,11 +202,16 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=No
         **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
     )
     kernels.delta_rule_fwd_state_kernel[meta.grid_state(BH, cfg)](
-        q, k, v, beta, lg, h0c, wk, u, tm, states, o, h_T, *tables, T, H, dk, dv, nc,
+        q, k, v, beta, lg, h0c, wk, u, tm, states, o, w, h_T, *tables, T, H, dk, dv, nc,
         _n_seq(cu, B),
         **meta.launch_kwargs(cfg, "fwd_state", HAS_DECAY=has_decay, HAS_H0=has_h0,
                              PACKED=packed),
     )
+    if cfg["OUT_PASS"]:
+        kernels.delta_rule_fwd_out_kernel[meta.grid_out(T, BH, cfg)](
+            q, k, lg, states, w, o, T, H, dk, dv, nc,
+            **meta.launch_kwargs(cfg, "fwd_out", HAS_DECAY=has_decay),
+        )
     return o, h_T, states, wk, tm
 
 

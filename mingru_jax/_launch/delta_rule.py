@@ -93,15 +93,25 @@ def _fwd_prep(k, v, beta, lg, T, H, DK, DV, NC, wk, u, tm,
 
 @triton.jit
 def _fwd_state(q, k, v, beta, lg, h0, wk, u, tm, cseq, cend, cu, T, H, DK, DV, NC, NSEQ,
-               states, o, ht,
+               states, o, w, ht,
                NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
                HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
-               PREC: tl.constexpr, REG_STATE: tl.constexpr, WU_IN_STATE: tl.constexpr):
-    kernels.delta_rule_fwd_state_kernel(q, k, v, beta, lg, h0, wk, u, tm, states, o, ht, cseq,
-                                        cend, cu, T, H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV,
-                                        KS, VS, HAS_DECAY, HAS_H0, PACKED, PREC, REG_STATE,
-                                        WU_IN_STATE)
+               PREC: tl.constexpr, REG_STATE: tl.constexpr, WU_IN_STATE: tl.constexpr,
+               OUT_PASS: tl.constexpr):
+    kernels.delta_rule_fwd_state_kernel(q, k, v, beta, lg, h0, wk, u, tm, states, o, w, ht,
+                                        cseq, cend, cu, T, H, DK, DV, NC, NSEQ, NH, C, LP, CP,
+                                        BK, BV, KS, VS, HAS_DECAY, HAS_H0, PACKED, PREC,
+                                        REG_STATE, WU_IN_STATE, OUT_PASS)
+
+
+@triton.jit
+def _fwd_out(q, k, lg, states, w, T, H, DK, DV, NC, o,
+             NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
+             BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+             HAS_DECAY: tl.constexpr, PREC: tl.constexpr):
+    kernels.delta_rule_fwd_out_kernel(q, k, lg, states, w, o, T, H, DK, DV, NC, NH, C, LP, CP,
+                                      BK, BV, KS, VS, HAS_DECAY, PREC)
 
 
 @triton.jit
@@ -142,7 +152,8 @@ def _config(q, k, v, tf32: bool = False) -> dict:
                               blocked=choices.get("blocked"), tf32=tf32,
                               reg_state=choices.get("reg_state"),
                               wu_in_state=choices.get("wu_in_state"),
-                              state_vs=int(choices.get("state_vs", 0)))
+                              state_vs=int(choices.get("state_vs", 0)),
+                              out_pass=choices.get("out_pass"), rows=k.shape[0] * k.shape[3])
 
 
 def _tables(q, tables):
@@ -167,15 +178,23 @@ def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None, tf32=False):
         **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
     )
     packed, tabs, n_states = _tables(q, tables)
-    states, o, h_T = common.launch(
+    state_dtype = q.dtype if cfg["HALF_STATES"] else jnp.float32
+    states, o, w, h_T = common.launch(
         _fwd_state, meta.grid_state(BH, cfg), (q, k, v, beta, lg, h0_in, wk, u, tm, *tabs),
-        (jax.ShapeDtypeStruct(shp["states"], q.dtype if cfg["HALF_STATES"] else jnp.float32),
+        (jax.ShapeDtypeStruct(shp["states"], state_dtype),
          jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),
+         jax.ShapeDtypeStruct(shp["W"], state_dtype),
          jax.ShapeDtypeStruct((n_states, H, dk, dv), q.dtype)),
         (T, H, dk, dv, nc, n_states),
         **meta.launch_kwargs(cfg, "fwd_state", HAS_DECAY=has_decay, HAS_H0=h0 is not None,
                              PACKED=packed),
     )
+    if cfg["OUT_PASS"]:
+        (o,) = common.launch(
+            _fwd_out, meta.grid_out(T, BH, cfg), (q, k, lg, states, w),
+            (jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),), (T, H, dk, dv, nc),
+            **meta.launch_kwargs(cfg, "fwd_out", HAS_DECAY=has_decay),
+        )
     return o, h_T, states, wk, tm
 
 

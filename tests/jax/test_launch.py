@@ -263,7 +263,8 @@ def test_delta_rule_reg_state_matches_the_reload():
     with use_backend("triton"):
         with switches.forced("delta_rule", reg_state=False):
             want = jax.value_and_grad(loss)(args["q"])
-        for forced in (dict(reg_state=True), dict(reg_state=True, wu_in_state=True)):
+        for forced in (dict(reg_state=True), dict(reg_state=True, wu_in_state=True),
+                       dict(reg_state=True, out_pass=True)):
             with switches.forced("delta_rule", **forced):
                 got = jax.value_and_grad(loss)(args["q"])
             for x, y in zip(got, want, strict=True):

@@ -40,6 +40,9 @@ LAYOUTS = {
     # ... and Wk, U formed in the state kernels from the saved WY inverse.
     "L32-wu-in-state": dict(micro_chunk=32, reg_state=True, wu_in_state=True),
     "L16-wu-in-state": dict(micro_chunk=16, reg_state=True, wu_in_state=True),
+    # The output formed by its own kernel, parallel over chunks, from the stored states and W.
+    "L32-out-pass": dict(micro_chunk=32, reg_state=True, out_pass=True),
+    "L16-wu-out-pass": dict(micro_chunk=16, reg_state=True, wu_in_state=True, out_pass=True),
 }
 
 
@@ -297,12 +300,21 @@ def test_reg_state_with_packed_sequences_and_its_limits():
     with mingru.use_backend("triton"):
         with switches.forced("delta_rule", reg_state=False):
             o_ref, h_ref = _delta_rule(*args, h0, cu_seqlens=cu)
-        for forced in (dict(reg_state=True), dict(reg_state=True, wu_in_state=True)):
+        for forced in (dict(reg_state=True), dict(reg_state=True, wu_in_state=True),
+                       dict(reg_state=True, out_pass=True)):
             with switches.forced("delta_rule", **forced):
                 o, h = _delta_rule(*args, h0, cu_seqlens=cu)
             assert rel_err(o, o_ref) <= 1e-6 and rel_err(h, h_ref) <= 1e-6, forced
     with pytest.raises(ValueError, match="wu_in_state needs reg_state"):
         meta.launch_config(1, 64, 64, wu_in_state=True)
+    with pytest.raises(ValueError, match="out_pass needs reg_state"):
+        meta.launch_config(1, 64, 64, out_pass=True)
+    # The output pass by default only where the serial kernels get few programs.
+    few = meta.OUT_PASS_MAX_STATE_PROGRAMS
+    assert meta.launch_config(1, 64, 64, half=True, rows=few + 1)["OUT_PASS"] is False
+    assert meta.launch_config(1, 64, 64, half=True)["OUT_PASS"] is False  # rows unknown
+    assert meta.launch_config(1, 64, 64, half=True, rows=max(few, 1),
+                              out_pass=False)["OUT_PASS"] is False
     with pytest.raises(ValueError, match="reg_state needs one slice per head"):
         meta.launch_config(1, 64, 64, reg_state=True)
     assert meta.launch_config(1, 64, 64, half=True, reg_state=True)["REG_STATE"] is True
@@ -374,8 +386,11 @@ class TestGPU:
     @pytest.mark.parametrize("layout", [dict(reg_state=False),
                                         dict(reg_state=True, wu_in_state=False),
                                         dict(reg_state=True, wu_in_state=True, state_vs=16),
+                                        dict(reg_state=True, wu_in_state=True, out_pass=True),
+                                        dict(reg_state=True, wu_in_state=False, out_pass=True),
                                         {}],
-                             ids=["reload", "registers-stored-wu", "wu-16-columns", "default"])
+                             ids=["reload", "registers-stored-wu", "wu-16-columns",
+                                  "wu-out-pass", "stored-wu-out-pass", "default"])
     def test_reg_state_bf16_head64(self, layout):
         """The ways of feeding the state kernels' product, with bf16 at d = 64 (one slice)."""
         args = make_inputs(2, 700, 2, 2, 64, 64, True, True, True, seed=7)
