@@ -17,7 +17,8 @@ of one call, split by kernel.
 ``reg_state=0|1`` (the state kernels' product from registers), ``wu_in_state=0|1`` (the
 state kernels form ``Wk`` and ``U`` from the saved WY inverse), ``state_vs=N`` (the state
 kernels' columns per program), ``out_pass=0|1`` (the output formed by its own kernel,
-parallel over chunks), ``slice=N``
+parallel over chunks), ``tf32=1`` (the tensor-core tiling and precision of ``allow_tf32``),
+``PREC=tf32x3`` (any ``tl.dot`` input precision), ``slice=N``
 (``HALF_SLICE``: slice width of the per-chunk kernels and the state kernels' columns for
 half inputs), ``warps.<kernel>=N``, ``stages.<kernel>=N``, ``<CONSTEXPR>=N`` (e.g. ``VS=32``: value columns
 per slice and per state program) — applied to the forward and the backward alike; ``""`` (or ``default``) is the shipped default.
@@ -78,13 +79,14 @@ def _apply(variant: str) -> None:
     reg = items.pop("reg_state", None)
     wu = items.pop("wu_in_state", None)
     out = items.pop("out_pass", None)
+    tc = items.pop("tf32", None)
 
     svs = int(items.pop("state_vs", 0))
 
     def patched(nh, dk, dv, half=False, micro_chunk=0, blocked=None, tf32=False,
                 reg_state=None, wu_in_state=None, state_vs=0, out_pass=None, rows=0):
         cfg = _SHIPPED(nh, dk, dv, half=half, micro_chunk=micro_chunk or lp, blocked=blocked,
-                       tf32=tf32, reg_state=reg_state if reg is None else reg == "1",
+                       tf32=tf32 if tc is None else tc == "1", reg_state=reg_state if reg is None else reg == "1",
                        wu_in_state=wu_in_state if wu is None else wu == "1",
                        state_vs=state_vs or svs,
                        out_pass=out_pass if out is None else out == "1", rows=rows)
@@ -94,6 +96,8 @@ def _apply(variant: str) -> None:
                 cfg[table] = {**cfg[table], kernel: int(val)}
             elif key == "VS":  # no wider than the head's padded columns
                 cfg[key] = min(int(val), cfg["BV"])
+            elif key == "PREC":  # a dot precision: tf32, tf32x3, ieee
+                cfg[key] = val
             else:  # a constexpr of every kernel
                 cfg[key] = int(val)
         return cfg
