@@ -23,7 +23,9 @@ program per (b, h) and slice of state columns) stores each chunk's start state, 
 (``2·LP`` rows per chunk) instead of chunk maps ``S' = M S + N``, ``O = Qeff S + Ou`` (two
 ``d_k × d`` matrices and two of ``C`` rows per chunk, each re-read) cuts the forward's scratch
 traffic by more than half: ``Po``, ``d`` and ``Γ`` are rebuilt from ``q, k, log γ`` in the state
-kernel, whose inputs are far smaller than the maps. Backward:
+kernel, whose inputs are far smaller than the maps. With ``OUT_PASS`` (few ``(b, h)`` rows,
+where the serial chain is the time) the state kernel stores ``W`` instead of writing ``O``,
+and ``delta_rule_fwd_out_kernel`` forms ``O`` parallel over chunks. Backward:
 ``delta_rule_bwd_state_kernel`` runs the adjoint of that chunk step backwards and stores each
 chunk's end-state gradient; ``delta_rule_bwd_grads_kernel`` (parallel) recomputes the chunk and
 writes the gradients of ``q, k, v, β, log γ``.
