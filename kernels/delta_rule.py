@@ -150,9 +150,10 @@ def delta_rule_fwd_state_kernel(
         W = U − Wk S      O = diag(Γo) Q S + Po W      S ← Γ_L S + Kᵀ diag(d) W
 
     with ``Po = Do ⊙ Q Kᵀ`` built from ``q, k`` and ``log γ`` in the chunk; ``O`` is written
-    here, in the output dtype, and ``h_T`` (the last ``S``) too. Launch with ``num_stages=1``:
-    the products with ``S`` re-read the state just stored (slices of ``KS`` rows) behind a
-    barrier — or, with ``REG_STATE`` (needs ``KS == BK``: one slice), take it from registers.
+    here, in the output dtype, and ``h_T`` (the last ``S``) too. Launch with ``num_stages=1``
+    unless ``REG_STATE``: the products with ``S`` re-read the state just stored (slices of
+    ``KS`` rows) behind a barrier — or, with ``REG_STATE`` (needs ``KS == BK``: one slice),
+    take it from registers, and pipelining may prefetch the next chunk's tiles.
     ``WU_IN_STATE`` (needs ``REG_STATE``) forms ``Wk`` and ``U`` here from the chunk's ``T``
     (``tm``), ``k``, ``v`` and ``β`` instead of reading them from ``wk`` and ``u``.
     ``OUT_PASS`` (needs ``REG_STATE``) takes the output off this serial chain: ``W`` is stored
