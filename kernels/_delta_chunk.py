@@ -227,3 +227,15 @@ def _wy_inverse(KK, beta, D, il, LP: tl.constexpr, SUB: tl.constexpr,
     else:
         Tm = _inv_unit_lower(A, LP)
     return Tm
+
+
+@triton.jit
+def _store_chunk_output(q_ptr, k_ptr, o_ptr, token, ok_r, micro, ok_l, Do, gam_o, QS, W, iv,
+                        DK, DV, CP: tl.constexpr, LP: tl.constexpr, BK: tl.constexpr,
+                        KS: tl.constexpr, PREC: tl.constexpr):
+    """Store the chunk's output ``O = diag(Γo) Q S + Po W`` (``Po = Do ⊙ Q Kᵀ``; ``QS = Q S``
+    given) in columns ``iv`` of ``o``, in its dtype."""
+    Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
+    O = tl.dot(Po, W, acc=gam_o[:, None] * QS, input_precision=PREC)
+    tl.store(o_ptr + token[:, None] * DV + iv[None, :], O.to(o_ptr.dtype.element_ty),
+             mask=ok_r[:, None] & (iv[None, :] < DV))

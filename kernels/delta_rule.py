@@ -79,6 +79,7 @@ from mingru_kernels._delta_chunk import (
     _lds,
     _load_gates,
     _state_step_tables,
+    _store_chunk_output,
     _tm_tile,
     _wy_inverse,
     _wy_keys,
@@ -241,10 +242,8 @@ def delta_rule_fwd_state_kernel(
             tl.store(w_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :],
                      W.to(w_ptr.dtype.element_ty))
         else:
-            Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
-            O = tl.dot(Po, W, acc=gam_o[:, None] * QS, input_precision=PREC)
-            tl.store(o_ptr + token[:, None] * DV + iv[None, :], O.to(o_ptr.dtype.element_ty),
-                     mask=ok_r[:, None] & (iv[None, :] < DV))
+            _store_chunk_output(q_ptr, k_ptr, o_ptr, token, ok_r, micro, ok_l, Do, gam_o, QS, W,
+                                iv, DK, DV, CP, LP, BK, KS, PREC)
         Kd = d[:, None] * K
         S = tl.dot(tl.trans(Kd), W, acc=gam_last * S, input_precision=PREC)
         if PACKED:
@@ -285,10 +284,8 @@ def delta_rule_fwd_out_kernel(
         Sj = tl.load(states_ptr + chunk * (BK * BV) + jj[:, None] * BV + iv[None, :]
                      ).to(tl.float32)
         QS = tl.dot(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, acc=QS, input_precision=PREC)
-    Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
-    O = tl.dot(Po, W, acc=gam_o[:, None] * QS, input_precision=PREC)
-    tl.store(o_ptr + token[:, None] * DV + iv[None, :], O.to(o_ptr.dtype.element_ty),
-             mask=ok_r[:, None] & (iv[None, :] < DV))
+    _store_chunk_output(q_ptr, k_ptr, o_ptr, token, ok_r, micro, ok_l, Do, gam_o, QS, W, iv,
+                        DK, DV, CP, LP, BK, KS, PREC)
 
 
 # ----------------------------------------------------------------------------------------

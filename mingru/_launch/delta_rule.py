@@ -154,7 +154,7 @@ def _tuning(allow_tf32: bool = False) -> int:
 
 def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> dict:
     # ``tuning`` (a custom-op int, see _tuning).
-    _, _, nh, H, dk = k.shape
+    _, _, nh, _, dk = k.shape
     half = q.dtype in (torch.bfloat16, torch.float16)
     out, tuning = tuning // _OUT, tuning % _OUT
     svs, tuning = tuning // _SVS, tuning % _SVS
@@ -166,7 +166,7 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
                               blocked=blocked, tf32=tf32,
                               reg_state=None if reg == 0 else reg == 2,
                               wu_in_state=None if wu == 0 else wu == 2, state_vs=svs,
-                              out_pass=None if out == 0 else out == 2, rows=k.shape[0] * H)
+                              out_pass=out == 2)
 
 
 def _n_seq(cu: Tensor | None, B: int) -> int:
@@ -189,7 +189,8 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=No
     shp = meta.scratch_shapes(BH, T, cfg)
     f32 = torch.float32
     states = new_tensor(shp["states"], q.dtype if cfg["HALF_STATES"] else f32, dev)
-    w = new_tensor(shp["W"], states.dtype, dev)
+    # W only with the output pass; otherwise the states stand in (a pointer never touched).
+    w = new_tensor(shp["W"], states.dtype, dev) if cfg["OUT_PASS"] else states
     wk = new_tensor(shp["Wk"], f32, dev)
     u = new_tensor(shp["U"], f32, dev)
     tm = new_tensor(shp["Tm"], f32, dev)

@@ -153,7 +153,7 @@ def _config(q, k, v, tf32: bool = False) -> dict:
                               reg_state=choices.get("reg_state"),
                               wu_in_state=choices.get("wu_in_state"),
                               state_vs=int(choices.get("state_vs", 0)),
-                              out_pass=choices.get("out_pass"), rows=k.shape[0] * k.shape[3])
+                              out_pass=bool(choices.get("out_pass", False)))
 
 
 def _tables(q, tables):
