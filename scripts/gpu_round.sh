@@ -2,7 +2,7 @@
 # One GPU session's measurements in one command (install offline, then the named sections);
 # logs and JSON go to $OUT. Sections: tests-cell tests-torch tests-jax floor lookback
 # tests-delta delta-profile delta-bench (DELTA_VARIANTS="default reg_state=1 ..." sweeps;
-# e.g. "default stages.fwd_state=2;stages.bwd_state=2"; DELTA_SHAPES, DELTA_NH, DELTA_DTYPE, DELTA_DECAY=1) delta-fp32 (fp32 rows vs compile)
+# e.g. "default stages.fwd_state=2;stages.bwd_state=2"; DELTA_SHAPES, DELTA_NH, DELTA_DTYPE, DELTA_DECAY=1) delta-bench (DELTA_BACKENDS, DELTA_OPS: the gpu-delta case filter) delta-fp32 (fp32 rows vs compile)
 # delta-mixer (DeltaMinGRU fwd, fwd+bwd at B16 T4096 d256 vs compile(eager))
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
 # WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
@@ -56,9 +56,9 @@ for s in "$@"; do
     delta-mixer) timeout 500 python3 -m mingru bench --device cuda --groups mixers --ops delta \
         --shapes long --backends triton,compile-eager --out "$OUT/delta-mixer" 2>&1 \
         | grep -v -i warn | tail -15 ;;
-    delta-bench) timeout 500 python3 -m mingru bench --device cuda --groups gpu-delta \
-        --backends "${DELTA_BACKENDS:-eager,compile,triton,fla}" --out "$OUT/delta" 2>&1 \
-        | grep -v -i warn | tail -40 ;;
+    delta-bench) timeout "${DELTA_TIMEOUT:-500}" python3 -m mingru bench --device cuda --groups gpu-delta \
+        --backends "${DELTA_BACKENDS:-eager,compile,triton,fla}" ${DELTA_OPS:+--ops "$DELTA_OPS"} \
+        --out "$OUT/delta" 2>&1 | grep -v -i warn | tee -a "$OUT/delta-bench.log" | tail -40 ;;
     floor) timeout 300 python3 benchmarks/memory_floor.py --out "$OUT" --repeats 20 \
         ${FLOOR_OPS:+--ops $FLOOR_OPS} 2>&1 | tail -30 ;;
     walk) timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu -k pipelined --tb=line \
