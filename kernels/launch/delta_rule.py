@@ -105,6 +105,11 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     output, instead of the serial kernel (``OUT_PASS``; needs ``REG_STATE``). Off by
     default: on an H200 at bf16 with the state kernels pipelined it measured slower at d = 64
     (B32 T4096 forward 0.737 against 0.713 ms unpipelined, 0.673 against 0.612 pipelined).
+    Where the state kernels have one program per SM (B32 H4), ``wu_in_state=False`` with
+    ``out_pass`` is faster at nh = 2 with decay (forward 1.246 against 1.417 ms, fla 1.271), and
+    ``wu_in_state=False`` alone at nh = 1 (0.552 against 0.610). Neither is the default there:
+    ``Wk``, ``U`` and ``W`` cost +671 MB at nh = 2, d = 64, B32 T4096, which would put the
+    forward's peak (471 MB) above fla's (677 MB).
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
