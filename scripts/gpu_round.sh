@@ -6,7 +6,8 @@
 # delta-mixer (DeltaMinGRU fwd, fwd+bwd at B16 T4096 d256 vs compile(eager))
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
 # WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
-# ladder (every frontend's kernels against its eager path at B16 D128, T = 128 ... 32768). Usage: scripts/gpu_round.sh floor mixers ...
+# cells-train (the cells' plans at the mixer and training-step shapes, bf16; CELL_SHAPES, CELL_DTYPE,
+# CELL_STRATEGIES, CELL_TILES), ladder (every frontend's kernels against its eager path at B16 D128, T = 128 ... 32768). Usage: scripts/gpu_round.sh floor mixers ...
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -71,6 +72,16 @@ for s in "$@"; do
     walk-only) timeout "${WALK_TIMEOUT:-420}" python3 scripts/plan_sweep.py --strategy walk \
         --shapes "${WALK_SHAPES:-big}" ${WALK_BWD:+--bwd} --top 40 --ops "${WALK_OPS}" \
         --tiles "${WALK_TILES}" 2>&1 | tee -a "$OUT/walk-sweep.log" | grep -v -i warn ;;
+    cells-train)
+      # The fused cells at the mixers' and the training step's shapes (bf16, as under autocast):
+      # every strategy over a few tiles, forward then fwd+bwd.
+      for dir in "" --bwd; do
+        timeout "${CELL_TIMEOUT:-200}" python3 scripts/plan_sweep.py --ops mingru_cell,signed_mingru_cell \
+          --shapes "${CELL_SHAPES:-train,mixer}" --dtype "${CELL_DTYPE:-bfloat16}" $dir \
+          --strategy "${CELL_STRATEGIES:-lookback,chunked,walk}" --top 8 \
+          --tiles "${CELL_TILES:-16x32x1,16x128x1,32x32x2,32x64x4,64x32x4,64x64x4,128x32x4}" \
+          2>&1 | grep -v -i warn | tee -a "$OUT/cell-sweep.log"
+      done ;;
     ladder) timeout 400 python3 benchmarks/memory_floor.py --ladder --repeats 20 \
         --out "$OUT/ladder" ${FLOOR_OPS:+--ops $FLOOR_OPS} 2>&1 | tail -45 ;;
     *) echo "unknown section $s" ;;

@@ -5,6 +5,12 @@ For each op and shape, time the forward (and forward+backward) under forced plan
 table sorted by time, so the planner's defaults can be set from measurements.
 
     python scripts/plan_sweep.py [--ops parallel_scan_log,linear_recurrence] [--bwd]
+        [--shapes big,16k,train,8x2048x512] [--dtype bfloat16] [--strategy walk,lookback]
+
+Shapes are names of :data:`SHAPES` or literal ``BxTxD``. ``--dtype`` is the inputs' dtype (the
+cells' pre-activations under bf16 autocast are bf16). ``--strategy`` takes a comma-separated
+list: each strategy is swept over the tiles. Every row also gives the forward's bandwidth
+floor (bytes of its inputs and outputs at 4.22 TB/s) as a fraction of its time.
 """
 
 from __future__ import annotations
@@ -19,7 +25,17 @@ from triton.testing import do_bench
 import mingru
 from mingru_kernels.launch import switches
 
-SHAPES = {"big": (8, 65536, 1536), "16k": (16, 16384, 128)}
+SHAPES = {
+    "big": (8, 65536, 1536),
+    "16k": (16, 16384, 128),
+    "long": (16, 1024, 64),
+    # The mixers' benchmark shapes and the training step's (a mixer's state is d wide).
+    "mixer": (16, 4096, 256),
+    "mixer-wide": (8, 2048, 1024),
+    "train": (8, 2048, 512),
+    "train-wide": (4, 4096, 1024),
+}
+COPY_BANDWIDTH = 4.22e12  # bytes/s, device-to-device copy on an NVIDIA H200
 GRID = {
     "block_t": (16, 32, 64, 128),
     "block_d": (16, 32, 64),
@@ -32,15 +48,35 @@ CELL_GATES = {"mingru_cell": 2, "signed_mingru_cell": 3}
 PLAN_OP = {"signed_mingru_cell": "mingru_cell"}
 
 
-def inputs(op, B, T, D, grad):
+def parse_shape(name: str) -> tuple[int, int, int]:
+    """A name of :data:`SHAPES` or a literal ``BxTxD``."""
+    if name in SHAPES:
+        return SHAPES[name]
+    try:
+        B, T, D = (int(v) for v in name.split("x"))
+    except ValueError:
+        raise SystemExit(f"--shapes: {name!r} is neither one of {', '.join(SHAPES)} "
+                         "nor BxTxD") from None
+    return B, T, D
+
+
+def inputs(op, B, T, D, grad, dtype=torch.float32):
+    kw = dict(device="cuda", dtype=dtype)
     if op in CELL_GATES:
-        xs = (torch.randn(B, T, CELL_GATES[op] * D, device="cuda"),
-              torch.rand(B, D, device="cuda") + 0.1)
+        xs = (torch.randn(B, T, CELL_GATES[op] * D, **kw), torch.rand(B, D, **kw) + 0.1)
     elif op == "parallel_scan_log":
-        xs = (-torch.rand(B, T, D, device="cuda"), torch.randn(B, T + 1, D, device="cuda"))
+        xs = (-torch.rand(B, T, D, **kw), torch.randn(B, T + 1, D, **kw))
     else:
-        xs = (torch.rand(B, T, D, device="cuda"), torch.randn(B, T, D, device="cuda"))
+        xs = (torch.rand(B, T, D, **kw), torch.randn(B, T, D, **kw))
     return tuple(x.requires_grad_(grad) for x in xs)
+
+
+def floor_ms(op: str, B: int, T: int, D: int, dtype: torch.dtype) -> float:
+    """The forward's bandwidth floor: its inputs read and its outputs written once (linear_scan
+    writes P and Z)."""
+    n_in = CELL_GATES.get(op, 2)
+    n_out = 2 if op == "linear_scan" else 1
+    return (n_in + n_out) * B * T * D * dtype.itemsize / COPY_BANDWIDTH * 1e3
 
 
 def time_call(fn, xs, bwd: bool) -> float:
@@ -58,7 +94,9 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ops", default="parallel_scan_log,linear_recurrence")
     parser.add_argument("--shapes", default="big,16k")
-    parser.add_argument("--strategy", default=None, help="force walk or chunked")
+    parser.add_argument("--strategy", default=None,
+                        help="force these strategies, comma-separated (walk, chunked, lookback)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--bwd", action="store_true")
     parser.add_argument("--top", type=int, default=6, help="rows printed per op and shape")
     parser.add_argument("--tiles", default=None,
@@ -68,26 +106,33 @@ def main() -> int:
     tiles = [(*t, 1) for t in itertools.product(*GRID.values())]
     if args.tiles:
         tiles = [(*(int(v) for v in t.split("x")), 1)[:4] for t in args.tiles.split(",")]
+    dtype = getattr(torch, args.dtype)
+    strategies = args.strategy.split(",") if args.strategy else [None]
     for op, shape in itertools.product(args.ops.split(","), args.shapes.split(",")):
-        B, T, D = SHAPES[shape]
-        xs = inputs(op, B, T, D, args.bwd)
+        B, T, D = parse_shape(shape)
+        xs = inputs(op, B, T, D, args.bwd, dtype)
         fn = getattr(mingru, op)
         rows = []
-        for bt, bd, nw, ls in tiles:
+        for strategy, (bt, bd, nw, ls) in itertools.product(strategies, tiles):
             try:
                 with mingru.use_backend("triton"), switches.forced(
                         PLAN_OP.get(op, op), block_t=bt, block_d=bd, num_warps=nw, loop_stages=ls,
-                        **({"strategy": args.strategy} if args.strategy else {})):
+                        **({"strategy": strategy} if strategy else {})):
                     ms = time_call(fn, xs, args.bwd)
             except Exception as exc:  # an unsupported combination (registers, shared memory)
                 ms = float("nan")
-                print(f"{op} {shape} {bt} {bd} {nw} {ls}: {type(exc).__name__}: {exc}"[:200])
-            rows.append((ms, bt, bd, nw, ls))
+                print(f"{op} {shape} {strategy} {bt} {bd} {nw} {ls}: "
+                      f"{type(exc).__name__}: {exc}"[:200])
+            rows.append((ms, strategy or "auto", bt, bd, nw, ls))
         with mingru.use_backend("triton"):
             default = time_call(fn, xs, args.bwd)
-        rows.sort()
-        print(json.dumps({"op": op, "shape": shape, "bwd": args.bwd, "default_ms": default,
-                          "best": rows[:args.top]}), flush=True)
+        rows.sort(key=lambda r: (r[0] != r[0], r[0]))  # NaN (failed) rows last
+        out = {"op": op, "shape": shape, "BTD": [B, T, D], "dtype": args.dtype, "bwd": args.bwd,
+               "default_ms": default, "best": rows[:args.top]}
+        if not args.bwd:
+            out["floor_ms"] = floor_ms(op, B, T, D, dtype)
+            out["default_pct_of_floor"] = round(100 * out["floor_ms"] / default, 1)
+        print(json.dumps(out), flush=True)
         torch.cuda.empty_cache()
     return 0
 
