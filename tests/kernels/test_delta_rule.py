@@ -113,6 +113,7 @@ CASES = {
     "padded-dk8-dv12": (1, 37, 1, 2, 8, 12, True, True, True),
     "slices-dk24-dv40": (1, 9, 2, 2, 24, 40, True, False, False),
     "nh3": (1, 13, 3, 1, 16, 16, False, True, False),
+    "nh3-d60": (1, 9, 3, 1, 60, 60, True, True, False),
 }
 
 
@@ -366,6 +367,17 @@ class TestGPU:
         for name, g, x in zip(NAMES, grads, xs, strict=True):
             if g is not None:
                 assert rel_err(g, x.grad) <= tol, name
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
+                             ids=["fp32", "bf16", "fp16"])
+    @pytest.mark.parametrize(("nh", "d"), [(3, 60), (1, 128), (2, 128)])
+    def test_head_sizes_60_and_128(self, dtype, nh, d):
+        """A padded head (60 in 64-wide tiles) and the widest served (128), in every dtype,
+        with decay, gaps and ``h_0``; half inputs against float64 on the rounded inputs."""
+        args = make_inputs(1, 1000, nh, 2, d, d, True, True, True, seed=d + nh)
+        if dtype != torch.float32:
+            args = [None if a is None else a.to(dtype).double() for a in args]
+        check(args, dtype=dtype, tol=1e-4 if dtype == torch.float32 else 3e-2)
 
     @pytest.mark.parametrize("allow_tf32", [False, True], ids=["ieee", "tf32"])
     def test_allow_tf32_precision_on_the_gpu(self, allow_tf32):
