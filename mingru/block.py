@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mingru.dispatch import select
 from mingru.mixers._common import check_sequence, check_token
 from mingru_kernels._spec import (
     DECAY_KWARGS,
@@ -25,7 +26,8 @@ from mingru_kernels._spec import (
     mixer_registry,
 )
 
-__all__ = ["DECAY_KWARGS", "MIXERS", "MinGRUBlock", "check_mixer_name", "mixer_class"]
+__all__ = ["DECAY_KWARGS", "MIXERS", "MinGRUBlock", "check_mixer_name", "layer_norm",
+           "mixer_class"]
 
 # name -> (module, class). Module names match the names so the registry reads like the tree.
 MIXERS: dict[str, tuple[str, str]] = mixer_registry("mingru")
@@ -36,6 +38,31 @@ def mixer_class(name: str) -> type[nn.Module]:
     """The mixer class registered under ``name``."""
     module, cls = MIXERS[check_mixer_name(name)]
     return getattr(importlib.import_module(module), cls)
+
+
+def layer_norm(norm: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
+    """``norm(x)`` for a LayerNorm over the last axis of ``x (..., D)``; on the Triton path
+    (``MINGRU_SCAN=triton``; ``auto`` once it is timed faster) one fused kernel per direction
+    that normalises in float32 and returns the autocast dtype directly when autocast is on
+    for ``x``'s device (the dtype the projection after it would cast to), else ``x``'s.
+    Under ``torch.compile`` always ``norm(x)``: inductor fuses the norm and its cast.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> norm = nn.LayerNorm(8)
+        >>> layer_norm(norm, torch.randn(2, 3, 8)).shape
+        torch.Size([2, 3, 8])
+    """
+    if torch.compiler.is_compiling() or len(norm.normalized_shape) != 1:
+        return norm(x)
+    device = x.device.type
+    out_dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
+                 else x.dtype)
+    launcher = select("layer_norm", x, norm.weight, norm.bias, norm.eps, out_dtype)
+    if launcher is None:
+        return norm(x)
+    return launcher.run(x, norm.weight, norm.bias, norm.eps, out_dtype)
 
 
 class MinGRUBlock(nn.Module):
@@ -102,7 +129,7 @@ class MinGRUBlock(nn.Module):
     def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.mlp is None:
             return x
-        return x + self.dropout(self.mlp(self.norm2(x)))
+        return x + self.dropout(self.mlp(layer_norm(self.norm2, x)))
 
     def forward(
         self,
@@ -126,7 +153,7 @@ class MinGRUBlock(nn.Module):
         sequence; ``out (B, T_r, d_model)`` is this slice's and ``state (B, 1, S)`` the whole
         sequence's, on every rank (the mixer's exchange is the only communication)."""
         check_sequence(x, self.d_model, module=self)
-        u = self.norm1(x)
+        u = layer_norm(self.norm1, x)
         packed = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
         if sequence_group is not None:
             packed["sequence_group"] = sequence_group

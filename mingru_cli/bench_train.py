@@ -7,7 +7,8 @@ cross-entropy on a fixed random batch, ``torch.optim.AdamW``, bf16 autocast::
 
     loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
 
-Backends: ``eager`` and ``auto`` (``use_backend``, no compile), ``compile(eager)`` and
+Backends: ``eager``, ``auto`` and ``triton`` (``use_backend``, no compile; ``triton`` also
+takes the kernels ``auto`` does not pick yet, such as the blocks' fused LayerNorm), ``compile(eager)`` and
 ``compile(triton)`` (every block ``torch.compile``d in place — regional compilation, the
 blocks share one compiled graph — run under ``use_backend(X)``), and, only when named,
 ``compile(eager, reduce-overhead)`` / ``compile(triton, reduce-overhead)`` (the same with CUDA
@@ -50,7 +51,7 @@ __all__ = ["BACKENDS", "VOCAB", "build_model", "make_step", "mixer_kwargs", "par
            "time_steps"]
 
 GROUP = "train-step"
-BACKENDS = ("eager", "auto", "compile(eager)", "compile(triton)",
+BACKENDS = ("eager", "auto", "triton", "compile(eager)", "compile(triton)",
             "compile(eager, reduce-overhead)", "compile(triton, reduce-overhead)")
 VOCAB = 256
 MLP_EXPANSION = 4  # MinGRUStack's default

@@ -63,6 +63,12 @@ def _delta_rule() -> ModuleType:
     return delta_rule
 
 
+def _layer_norm() -> ModuleType:
+    from mingru._launch import layer_norm
+
+    return layer_norm
+
+
 LAUNCHERS: dict[str, Callable[[], ModuleType]] = {
     "linear_scan": _linear_scan,
     "linear_recurrence": _linear_recurrence,
@@ -71,4 +77,5 @@ LAUNCHERS: dict[str, Callable[[], ModuleType]] = {
     "givens_recurrence": _givens_recurrence,
     "delta_rule": _delta_rule,
     "mingru_cell": _mingru_cell,
+    "layer_norm": _layer_norm,
 }

@@ -39,6 +39,7 @@ def _cases():
                         _t(B, 2, 16, 16), 0), "delta_rule_fwd"),
         "mingru_cell": ((_t(B, T, 3 * 5), _t(B, 5), -_t(B, T, 1, positive=True), True, True, None),
                         "mingru_cell_fwd"),
+        "layer_norm": ((_t(B, T, 12), _t(12), _t(12), 1e-5, torch.float32), "layer_norm_fwd"),
     }
 
 
@@ -50,6 +51,7 @@ def _leaves(args):
 def _loss(out):
     outs = out if isinstance(out, tuple) else (out,)
     outs = outs[:2]  # delta_rule: (o, h_T, scratch...) — scratch is not differentiable
+    # (layer_norm's second output, the rows' statistics, is not differentiable either)
     return sum((o.double() * torch.linspace(-1, 1, o.numel(), dtype=torch.float64,
                                             device=o.device).view(o.shape)).sum() for o in outs)
 

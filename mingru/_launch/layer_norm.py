@@ -1,0 +1,140 @@
+"""Triton launcher for the blocks' LayerNorm: the custom ops ``mingru::layer_norm_fwd`` and
+``mingru::layer_norm_bwd`` (kernels in :mod:`mingru_kernels.layer_norm`).
+
+Called by :func:`mingru.block.layer_norm` outside ``torch.compile`` (inductor fuses a norm and
+its cast by itself); registered with ``torch.library`` all the same, like every launcher.
+Backward saves ``x``, the weight and each row's ``mean`` and ``rstd``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from mingru._launch import _elementwise as elementwise
+from mingru._launch._alloc import device_guard, new_tensor
+from mingru._launch._op import dual_entry
+from mingru_kernels import layer_norm as kernels
+from mingru_kernels.launch import layer_norm as meta
+
+__all__ = ["prefer_over_eager", "run", "unsupported_reason"]
+
+
+def unsupported_reason(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                       eps: float, out_dtype: torch.dtype) -> str | None:
+    """Why the kernels cannot normalise ``x``, or ``None``."""
+    return elementwise.unsupported_reason(x) or meta.unsupported_size(x.shape[-1])
+
+
+def prefer_over_eager(*args, **kwargs) -> bool:
+    """Whether ``auto`` should pick the kernels: not until they are timed on a GPU against
+    PyTorch's LayerNorm and the cast after it (``MINGRU_SCAN=triton`` runs them)."""
+    return False
+
+
+def run(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
+        out_dtype: torch.dtype) -> torch.Tensor:
+    """``LayerNorm(x)`` over the last axis in float32, as ``out_dtype``; differentiable in
+    ``x``, ``weight`` and ``bias``."""
+    return _entry(x, weight, bias, float(eps), out_dtype)[0]
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _fwd_impl(x, weight, bias, eps, out_dtype):
+    D = x.shape[-1]
+    x2 = x.contiguous().view(-1, D)
+    N = x2.shape[0]
+    y = new_tensor(x.shape, out_dtype, x.device)
+    stats = new_tensor((2, N), torch.float32, x.device)  # mean, rstd per row
+    if N:
+        cfg = meta.config(D)
+        with device_guard(x):
+            kernels.layer_norm_fwd_kernel[(N,)](
+                x2, x2 if weight is None else weight, x2 if bias is None else bias, y,
+                stats[0], stats[1], D, eps, HAS_W=weight is not None, HAS_B=bias is not None,
+                BLOCK=cfg["BLOCK"], num_warps=cfg["num_warps"])
+    return y, stats
+
+
+def _bwd_impl(x, weight, stats, dy, has_bias):
+    D = x.shape[-1]
+    x2 = x.contiguous().view(-1, D)
+    N = x2.shape[0]
+    dx = new_tensor(x.shape, x.dtype, x.device)
+    if x.is_cuda:
+        index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        n_sm = _sm_count(index)
+    else:
+        n_sm = 4  # the interpreter: a few groups, so tests cover the group loop and the sum
+    groups, rows = meta.bwd_groups(max(N, 1), n_sm)
+    partial = new_tensor((2, groups, D), torch.float32, x.device)
+    if N:
+        cfg = meta.config(D)
+        with device_guard(x):
+            kernels.layer_norm_bwd_kernel[(groups,)](
+                x2, x2 if weight is None else weight, dy.contiguous().view(-1, D), stats[0], stats[1],
+                dx, partial[0], partial[1], N, D, rows, HAS_W=weight is not None,
+                BLOCK=cfg["BLOCK"], num_warps=cfg["num_warps"])
+    else:
+        partial.zero_()
+    dw = x.new_empty(0) if weight is None else partial[0].sum(0).to(weight.dtype)
+    db = partial[1].sum(0) if has_bias else x.new_empty(0)
+    return dx, dw, db
+
+
+@torch.library.custom_op("mingru::layer_norm_fwd", mutates_args=())
+def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                   eps: float, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward op: ``(y, stats)``; ``stats`` float32 ``(2, N)``: each row's mean and rstd."""
+    return _fwd_impl(x, weight, bias, eps, out_dtype)
+
+
+@layer_norm_fwd.register_fake
+def _(x, weight, bias, eps, out_dtype):
+    N = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    return (torch.empty_like(x, dtype=out_dtype, memory_format=torch.contiguous_format),
+            x.new_empty((2, N), dtype=torch.float32))
+
+
+@torch.library.custom_op("mingru::layer_norm_bwd", mutates_args=())
+def layer_norm_bwd(x: torch.Tensor, weight: torch.Tensor | None, stats: torch.Tensor,
+                   dy: torch.Tensor, has_bias: bool
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward op: ``(dx, dweight, dbias)`` (empty where there is no weight or bias)."""
+    return _bwd_impl(x, weight, stats, dy, has_bias)
+
+
+@layer_norm_bwd.register_fake
+def _(x, weight, stats, dy, has_bias):
+    D = x.shape[-1]
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            x.new_empty(0) if weight is None else weight.new_empty((D,)),
+            x.new_empty((D,), dtype=torch.float32) if has_bias else x.new_empty(0))
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, weight, bias, _, _ = inputs
+    _, stats = output
+    ctx.bias_dtype = None if bias is None else bias.dtype
+    ctx.has_weight = weight is not None
+    ctx.mark_non_differentiable(stats)
+    ctx.save_for_backward(x, weight, stats)
+    ctx.set_materialize_grads(False)
+
+
+def _backward_formula(ctx, dy, dstats, bwd=layer_norm_bwd):
+    if dy is None:
+        return None, None, None, None, None
+    x, weight, stats = ctx.saved_tensors
+    dx, dw, db = bwd(x, weight, stats, dy, ctx.bias_dtype is not None)
+    return (dx, dw if ctx.has_weight else None,
+            None if ctx.bias_dtype is None else db.to(ctx.bias_dtype), None, None)
+
+
+_entry = dual_entry("layer_norm", layer_norm_fwd, _fwd_impl, _setup_context,
+                    _backward_formula, _bwd_impl)
