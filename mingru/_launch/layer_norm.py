@@ -79,7 +79,7 @@ def _bwd_impl(x, weight, stats, dy, has_bias):
             kernels.layer_norm_bwd_kernel[(groups,)](
                 x2, x2 if weight is None else weight, dy.contiguous().view(-1, D), stats[0], stats[1],
                 dx, partial[0], partial[1], N, D, rows, HAS_W=weight is not None,
-                BLOCK=cfg["BLOCK"], num_warps=cfg["num_warps"])
+                BLOCK=cfg["BLOCK"], num_warps=cfg["bwd_warps"])
     else:
         partial.zero_()
     dw = x.new_empty(0) if weight is None else partial[0].sum(0).to(weight.dtype)
