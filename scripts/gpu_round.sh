@@ -7,7 +7,8 @@
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
 # WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
 # cells-train (the cells' plans at the mixer and training-step shapes, bf16; CELL_SHAPES, CELL_DTYPE,
-# CELL_STRATEGIES, CELL_TILES), ladder (every frontend's kernels against its eager path at B16 D128, T = 128 ... 32768). Usage: scripts/gpu_round.sh floor mixers ...
+# CELL_STRATEGIES, CELL_TILES), tests-new (this round's new GPU tests), layer-norm (the fused
+# LayerNorm against PyTorch's), train-triton (train-step auto / triton / compile(eager)), ladder (every frontend's kernels against its eager path at B16 D128, T = 128 ... 32768). Usage: scripts/gpu_round.sh floor mixers ...
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -77,11 +78,20 @@ for s in "$@"; do
       # every strategy over a few tiles, forward then fwd+bwd.
       for dir in "" --bwd; do
         timeout "${CELL_TIMEOUT:-200}" python3 scripts/plan_sweep.py --ops mingru_cell,signed_mingru_cell \
-          --shapes "${CELL_SHAPES:-train,mixer}" --dtype "${CELL_DTYPE:-bfloat16}" $dir \
+          --shapes "${CELL_SHAPES:-train,mixer,mixer-wide}" --dtype "${CELL_DTYPE:-bfloat16}" $dir \
           --strategy "${CELL_STRATEGIES:-lookback,chunked,walk}" --top 8 \
           --tiles "${CELL_TILES:-16x32x1,16x128x1,32x32x2,32x64x4,64x32x4,64x64x4,128x32x4}" \
           2>&1 | grep -v -i warn | tee -a "$OUT/cell-sweep.log"
       done ;;
+    tests-new) timeout 420 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=line \
+        tests/kernels/test_layer_norm.py tests/torch/test_mixer_compile.py \
+        tests/kernels/test_delta_rule.py -k "layer_norm or reduce_overhead or head_sizes or gpu_matches" \
+        2>&1 | grep -v -i warn | tail -12 ;;
+    layer-norm) timeout 200 python3 benchmarks/layer_norm.py --json "$OUT/layer-norm.jsonl" 2>&1 \
+        | grep -v -i warn | tail -14 ;;
+    train-triton) timeout 400 python3 -m mingru bench --device cuda --groups train-step \
+        --ops "${TRAIN_OPS:-log,signed}" --shapes small --backends auto,triton,compile-eager \
+        --profile-steps 0 --out "$OUT/train-triton" 2>&1 | grep -v -i warn | tail -20 ;;
     ladder) timeout 400 python3 benchmarks/memory_floor.py --ladder --repeats 20 \
         --out "$OUT/ladder" ${FLOOR_OPS:+--ops $FLOOR_OPS} 2>&1 | tail -45 ;;
     *) echo "unknown section $s" ;;
