@@ -119,12 +119,14 @@ def delta_rule_fwd_prep_kernel(
     if not WU_IN_STATE:
         Wk = _wy_keys(Tm, beta, gam, _ld(k_ptr, micro, ok_l, 0, DK, BK), PREC)
         ik = tl.arange(0, BK)
-        tl.store(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + ik[None, :], Wk)
+        tl.store(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + ik[None, :],
+                 Wk.to(wk_ptr.dtype.element_ty))
         for vb in range(BV // VS):
             iv = vb * VS + tl.arange(0, VS)
             Ub = tl.dot(Tm, beta[:, None] * _ld(v_ptr, micro, ok_l, vb * VS, DV, VS),
                         input_precision=PREC)
-            tl.store(u_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :], Ub)
+            tl.store(u_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :],
+                     Ub.to(u_ptr.dtype.element_ty))
 
 
 @triton.jit
@@ -221,8 +223,9 @@ def delta_rule_fwd_state_kernel(
                 QS = tl.dot(_ld(q_ptr, token, ok_r, 0, DK, BK), S, input_precision=PREC)
         elif REG_STATE:
             tl.static_assert(KS == BK, "REG_STATE multiplies the whole state tile at once")
-            U = tl.load(u_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :])
-            WkS = tl.dot(tl.load(wk_rows + ik[None, :]), S, input_precision=PREC)
+            U = tl.load(u_ptr + chunk * (LP * BV) + il[:, None] * BV
+                        + iv[None, :]).to(tl.float32)
+            WkS = tl.dot(tl.load(wk_rows + ik[None, :]).to(tl.float32), S, input_precision=PREC)
             if not OUT_PASS:
                 QS = tl.dot(_ld(q_ptr, token, ok_r, 0, DK, BK), S, input_precision=PREC)
         else:
@@ -233,10 +236,12 @@ def delta_rule_fwd_state_kernel(
             for j in tl.static_range(BK // KS):
                 jj = j * KS + tl.arange(0, KS)
                 Sj = tl.load(states_ptr + sbase + jj[:, None] * BV + iv[None, :]).to(tl.float32)
-                WkS = tl.dot(tl.load(wk_rows + jj[None, :]), Sj, acc=WkS, input_precision=PREC)
+                WkS = tl.dot(tl.load(wk_rows + jj[None, :]).to(tl.float32), Sj, acc=WkS,
+                             input_precision=PREC)
                 QS = tl.dot(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, acc=QS,
                             input_precision=PREC)
-            U = tl.load(u_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :])
+            U = tl.load(u_ptr + chunk * (LP * BV) + il[:, None] * BV
+                        + iv[None, :]).to(tl.float32)
         W = U - WkS
         if OUT_PASS:
             tl.store(w_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :],
@@ -382,7 +387,8 @@ def delta_rule_bwd_state_kernel(
             Wk = _wy_keys(tl.load(_tm_tile(tm_ptr, chunk, il, LP)), beta, gam,
                           _ld(k_ptr, micro, ok_l, 0, DK, BK), PREC)
         else:
-            Wk = tl.load(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + ik[None, :])
+            Wk = tl.load(wk_ptr + chunk * (LP * BK) + il[:, None] * BK
+                         + ik[None, :]).to(tl.float32)
         acc = tl.dot(tl.trans(Qo), dO, acc=gam_last * dS, input_precision=PREC)
         dS = acc - tl.dot(tl.trans(Wk), dW, input_precision=PREC)
         if PACKED:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from mingru_kernels.launch._elementwise import next_pow2
 
-PLAN_KEYS = ("micro_chunk", "blocked", "reg_state", "wu_in_state", "state_vs", "out_pass")
+PLAN_KEYS = ("micro_chunk", "blocked", "reg_state", "wu_in_state", "state_vs", "out_pass",
+             "wu_half")
 """The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`):
-``micro_chunk``, ``blocked``, ``reg_state``, ``wu_in_state``, ``state_vs`` and ``out_pass``
-of :func:`launch_config`."""
+``micro_chunk``, ``blocked``, ``reg_state``, ``wu_in_state``, ``state_vs``, ``out_pass`` and
+``wu_half`` of :func:`launch_config`."""
 
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
@@ -87,7 +88,7 @@ def block_size(n: int) -> int:
 def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: int = 0,
                   blocked: bool | None = None, tf32: bool = False,
                   reg_state: bool | None = None, wu_in_state: bool | None = None,
-                  state_vs: int = 0, out_pass: bool = False) -> dict:
+                  state_vs: int = 0, out_pass: bool = False, wu_half: bool = False) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -109,7 +110,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     ``out_pass`` is faster at nh = 2 with decay (forward 1.246 against 1.417 ms, fla 1.271), and
     ``wu_in_state=False`` alone at nh = 1 (0.552 against 0.610). Neither is the default there:
     ``Wk``, ``U`` and ``W`` cost +671 MB at nh = 2, d = 64, B32 T4096, which would put the
-    forward's peak (471 MB) above fla's (677 MB).
+    forward's peak (471 MB) above fla's (677 MB). ``wu_half``: with half inputs and ``Wk``, ``U``
+    stored (``wu_in_state`` off), store them in the inputs' 16-bit dtype, as fla stores its
+    ``w`` and ``u``: half their memory (``WU_HALF``; not timed yet, so off by default).
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -163,6 +166,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         state_vs = vs
     if out_pass and not reg_state:
         raise ValueError("out_pass needs reg_state (one slice per head: KS = BK)")
+    if wu_half and not (half and not wu_in_state):
+        raise ValueError("wu_half needs bfloat16/float16 inputs with Wk and U stored "
+                         "(wu_in_state off)")
     return {
         "NH": nh,
         "C": lp // nh,
@@ -184,6 +190,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "HALF_STATES": bool(half and reg_state),
         "WU_IN_STATE": bool(wu_in_state),
         "OUT_PASS": bool(out_pass),
+        # Wk and U stored in the inputs' 16-bit dtype (read back into float32).
+        "WU_HALF": bool(wu_half),
         # The backward reads the forward's WY inverse on the tensor cores (H200, bf16, d = 64,
         # B128 T1024: bwd_grads 0.749 -> 0.631 ms). With exact float32 products it inverts
         # again: compiled for sm_90, the loaded T triples that kernel's spills (584 -> 1564
@@ -230,7 +238,7 @@ def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
     """Scratch shapes: chunk start states ``states (BH, NC, BK, BV)`` (``dstates`` has the
     same shape and dtype: the inputs' with ``cfg["HALF_STATES"]``, else float32), float32 ``Wk (BH, NC, LP, BK)``, ``U (BH, NC, LP, BV)`` and the WY inverses
     ``Tm (BH, NC, LP, LP)`` (``Wk`` and ``U`` are one-element placeholders with
-    ``cfg["WU_IN_STATE"]``), and with ``cfg["OUT_PASS"]`` the chunks' ``W (BH, NC, LP, BV)``
+    ``cfg["WU_IN_STATE"]``, and in the inputs' dtype with ``cfg["WU_HALF"]``), and with ``cfg["OUT_PASS"]`` the chunks' ``W (BH, NC, LP, BV)``
     (in the states' dtype; else a one-element placeholder)."""
     nc = n_chunks(T, cfg)
     bk, bv, lp = cfg["BK"], cfg["BV"], cfg["LP"]

@@ -130,6 +130,8 @@ _SVS = 10_000_000
 """Unit of the forced ``state_vs`` (0 = default, else the columns) in ``tuning``."""
 _OUT = 1_000_000_000
 """Unit of the forced ``out_pass`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
+_WUH = 10_000_000_000
+"""Unit of the forced ``wu_half`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
 
 
 def _tuning(allow_tf32: bool = False) -> int:
@@ -141,12 +143,13 @@ def _tuning(allow_tf32: bool = False) -> int:
     between the forward and its backward."""
     choices = switches.plan_choices("delta_rule")
     blocked, reg, wu = choices.get("blocked"), choices.get("reg_state"), choices.get("wu_in_state")
-    out = choices.get("out_pass")
+    out, wuh = choices.get("out_pass"), choices.get("wu_half")
     return (int(choices.get("micro_chunk", 0)) + (0 if blocked is None else 1000 * (1 + bool(blocked)))
             + (_TF32 if allow_tf32 else 0) + (0 if reg is None else _REG * (1 + bool(reg)))
             + (0 if wu is None else _WU * (1 + bool(wu)))
             + _SVS * int(choices.get("state_vs", 0))
-            + (0 if out is None else _OUT * (1 + bool(out))))
+            + (0 if out is None else _OUT * (1 + bool(out)))
+            + (0 if wuh is None else _WUH * (1 + bool(wuh))))
 
 
 # --- custom ops ----------------------------------------------------------------------------
@@ -156,6 +159,7 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
     # ``tuning`` (a custom-op int, see _tuning).
     _, _, nh, _, dk = k.shape
     half = q.dtype in (torch.bfloat16, torch.float16)
+    wuh, tuning = tuning // _WUH, tuning % _WUH
     out, tuning = tuning // _OUT, tuning % _OUT
     svs, tuning = tuning // _SVS, tuning % _SVS
     wu, tuning = tuning // _WU, tuning % _WU
@@ -166,7 +170,7 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
                               blocked=blocked, tf32=tf32,
                               reg_state=None if reg == 0 else reg == 2,
                               wu_in_state=None if wu == 0 else wu == 2, state_vs=svs,
-                              out_pass=out == 2)
+                              out_pass=out == 2, wu_half=wuh == 2)
 
 
 def _n_seq(cu: Tensor | None, B: int) -> int:
@@ -191,8 +195,9 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=No
     states = new_tensor(shp["states"], q.dtype if cfg["HALF_STATES"] else f32, dev)
     # W only with the output pass; otherwise the states stand in (a pointer never touched).
     w = new_tensor(shp["W"], states.dtype, dev) if cfg["OUT_PASS"] else states
-    wk = new_tensor(shp["Wk"], f32, dev)
-    u = new_tensor(shp["U"], f32, dev)
+    wu_dtype = q.dtype if cfg["WU_HALF"] else f32
+    wk = new_tensor(shp["Wk"], wu_dtype, dev)
+    u = new_tensor(shp["U"], wu_dtype, dev)
     tm = new_tensor(shp["Tm"], f32, dev)
     o = new_tensor((B, T, H, dv), q.dtype, dev)
     h_T = new_tensor((_n_seq(cu, B), H, dk, dv), q.dtype, dev)
@@ -245,7 +250,7 @@ def _(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=None, cu=N
         q.new_empty((B, T, H, dv)),
         q.new_empty((_n_seq(cu, B), H, dk, dv)),
         q.new_empty(shp["states"], dtype=q.dtype if cfg["HALF_STATES"] else f32),
-        q.new_empty(shp["Wk"], dtype=f32),
+        q.new_empty(shp["Wk"], dtype=q.dtype if cfg["WU_HALF"] else f32),
         q.new_empty(shp["Tm"], dtype=f32),
     )
 

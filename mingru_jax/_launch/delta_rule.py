@@ -153,7 +153,8 @@ def _config(q, k, v, tf32: bool = False) -> dict:
                               reg_state=choices.get("reg_state"),
                               wu_in_state=choices.get("wu_in_state"),
                               state_vs=int(choices.get("state_vs", 0)),
-                              out_pass=bool(choices.get("out_pass", False)))
+                              out_pass=bool(choices.get("out_pass", False)),
+                              wu_half=bool(choices.get("wu_half", False)))
 
 
 def _tables(q, tables):
@@ -174,7 +175,8 @@ def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None, tf32=False):
     h0_in = q if h0 is None else h0
     wk, u, tm = common.launch(
         _fwd_prep, meta.grid_chunks(T, BH, cfg), (k, v, beta, lg),
-        tuple(common.f32(shp[name]) for name in ("Wk", "U", "Tm")), (T, H, dk, dv, nc),
+        (*(jax.ShapeDtypeStruct(shp[name], q.dtype) if cfg["WU_HALF"] else common.f32(shp[name])
+           for name in ("Wk", "U")), common.f32(shp["Tm"])), (T, H, dk, dv, nc),
         **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
     )
     packed, tabs, n_states = _tables(q, tables)

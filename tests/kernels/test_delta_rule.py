@@ -312,6 +312,13 @@ def test_reg_state_with_packed_sequences_and_its_limits():
         meta.launch_config(1, 64, 64, out_pass=True)
     # The output pass only when asked for (measured slower at d = 64).
     assert meta.launch_config(1, 64, 64, half=True)["OUT_PASS"] is False
+    assert meta.launch_config(1, 64, 64, half=True)["WU_HALF"] is False
+    assert meta.launch_config(1, 64, 64, half=True, wu_in_state=False,
+                              wu_half=True)["WU_HALF"] is True
+    with pytest.raises(ValueError, match="wu_half"):
+        meta.launch_config(1, 16, 16, wu_half=True)  # float32 inputs
+    with pytest.raises(ValueError, match="wu_half"):
+        meta.launch_config(1, 64, 64, half=True, wu_half=True)  # Wk, U formed in the kernels
     assert meta.launch_config(1, 64, 64, half=True, out_pass=True)["OUT_PASS"] is True
     with pytest.raises(ValueError, match="reg_state needs one slice per head"):
         meta.launch_config(1, 64, 64, reg_state=True)
@@ -397,9 +404,14 @@ class TestGPU:
                                         dict(reg_state=True, wu_in_state=True, state_vs=16),
                                         dict(reg_state=True, wu_in_state=True, out_pass=True),
                                         dict(reg_state=True, wu_in_state=False, out_pass=True),
+                                        dict(reg_state=True, wu_in_state=False, out_pass=True,
+                                             wu_half=True),
+                                        dict(micro_chunk=64, reg_state=True, wu_in_state=False,
+                                             out_pass=True, wu_half=True),
                                         {}],
                              ids=["reload", "registers-stored-wu", "wu-16-columns",
-                                  "wu-out-pass", "stored-wu-out-pass", "default"])
+                                  "wu-out-pass", "stored-wu-out-pass", "half-wu-out-pass",
+                                  "L64-half-wu-out-pass", "default"])
     def test_reg_state_bf16_head64(self, layout):
         """The ways of feeding the state kernels' product, with bf16 at d = 64 (one slice)."""
         args = make_inputs(2, 700, 2, 2, 64, 64, True, True, True, seed=7)
