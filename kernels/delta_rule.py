@@ -98,12 +98,12 @@ def delta_rule_fwd_prep_kernel(
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
     SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
-    WU_IN_STATE: tl.constexpr = False,
+    WU_IN_STATE: tl.constexpr = False, STORE_TM: tl.constexpr = True,
 ):
     """Grid ``(NC, B·H)``. Per chunk: ``Wk = T diag(βΓ) K (LP,BK)``, ``U = T diag(β) V
-    (LP,BV)`` and the WY inverse ``T (LP,LP)`` itself (the backward reads it instead of
-    inverting again) into float32 scratch laid out ``(B·H, NC, LP, ·)``; the value side in
-    column slices of ``VS``. With ``WU_IN_STATE``
+    (LP,BV)`` and, with ``STORE_TM``, the WY inverse ``T (LP,LP)`` itself (the backward reads
+    it instead of inverting again) into scratch laid out ``(B·H, NC, LP, ·)``; the value side
+    in column slices of ``VS``. With ``WU_IN_STATE``
     only ``T``: the state kernels form ``Wk`` and ``U`` from it."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
@@ -115,7 +115,8 @@ def delta_rule_fwd_prep_kernel(
     KK = _dot_t(k_ptr, micro, ok_l, k_ptr, micro, ok_l, DK, LP, LP, BK, KS, PREC)
     Tm = _wy_inverse(KK, beta, D, il, LP, SUB, BLOCKED, PREC)
     chunk = bh.to(tl.int64) * NC + c
-    tl.store(_tm_tile(tm_ptr, chunk, il, LP), Tm)
+    if STORE_TM or WU_IN_STATE:
+        tl.store(_tm_tile(tm_ptr, chunk, il, LP), Tm)
     if not WU_IN_STATE:
         Wk = _wy_keys(Tm, beta, gam, _ld(k_ptr, micro, ok_l, 0, DK, BK), PREC)
         ik = tl.arange(0, BK)

@@ -80,19 +80,22 @@ def _apply(variant: str) -> None:
     wu = items.pop("wu_in_state", None)
     out = items.pop("out_pass", None)
     wuh = items.pop("wu_half", None)
+    stm = items.pop("saved_tm", None)
     tc = items.pop("tf32", None)
 
     svs = int(items.pop("state_vs", 0))
 
     def patched(nh, dk, dv, half=False, micro_chunk=0, blocked=None, tf32=False,
-                reg_state=None, wu_in_state=None, state_vs=0, out_pass=False, wu_half=False):
+                reg_state=None, wu_in_state=None, state_vs=0, out_pass=False, wu_half=False,
+                saved_tm=None):
         cfg = _SHIPPED(nh, dk, dv, half=half, micro_chunk=micro_chunk or lp, blocked=blocked,
                        tf32=tf32 if tc is None else tc == "1",
                        reg_state=reg_state if reg is None else reg == "1",
                        wu_in_state=wu_in_state if wu is None else wu == "1",
                        state_vs=state_vs or svs,
                        out_pass=out_pass if out is None else out == "1",
-                       wu_half=wu_half if wuh is None else wuh == "1")
+                       wu_half=wu_half if wuh is None else wuh == "1",
+                       saved_tm=saved_tm if stm is None else stm == "1")
         for key, val in items.items():
             if "." in key:
                 table, kernel = key.split(".")

@@ -12,10 +12,10 @@ from __future__ import annotations
 from mingru_kernels.launch._elementwise import next_pow2
 
 PLAN_KEYS = ("micro_chunk", "blocked", "reg_state", "wu_in_state", "state_vs", "out_pass",
-             "wu_half")
+             "wu_half", "saved_tm")
 """The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`):
-``micro_chunk``, ``blocked``, ``reg_state``, ``wu_in_state``, ``state_vs``, ``out_pass`` and
-``wu_half`` of :func:`launch_config`."""
+``micro_chunk``, ``blocked``, ``reg_state``, ``wu_in_state``, ``state_vs``, ``out_pass``,
+``wu_half`` and ``saved_tm`` of :func:`launch_config`."""
 
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
@@ -54,7 +54,7 @@ multiplied more precisely than the inputs are stored (10- vs 7/10-bit mantissas)
 
 KERNEL_CONSTEXPRS = {
     "fwd_prep": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC",
-                 "WU_IN_STATE"),
+                 "WU_IN_STATE", "STORE_TM"),
     "fwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE",
                   "WU_IN_STATE", "OUT_PASS"),
     "fwd_out": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC"),
@@ -88,7 +88,8 @@ def block_size(n: int) -> int:
 def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: int = 0,
                   blocked: bool | None = None, tf32: bool = False,
                   reg_state: bool | None = None, wu_in_state: bool | None = None,
-                  state_vs: int = 0, out_pass: bool = False, wu_half: bool = False) -> dict:
+                  state_vs: int = 0, out_pass: bool = False, wu_half: bool = False,
+                  saved_tm: bool | None = None) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -113,6 +114,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     forward's peak (471 MB) above fla's (677 MB). ``wu_half``: with half inputs and ``Wk``, ``U``
     stored (``wu_in_state`` off), store them in the inputs' 16-bit dtype, as fla stores its
     ``w`` and ``u``: half their memory (``WU_HALF``; not timed yet, so off by default).
+    ``saved_tm`` forces ``SAVED_TM`` (below); off, the forward stores no WY inverse unless the
+    state kernels need it (``STORE_TM``).
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -196,7 +199,10 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         # B128 T1024: bwd_grads 0.749 -> 0.631 ms). With exact float32 products it inverts
         # again: compiled for sm_90, the loaded T triples that kernel's spills (584 -> 1564
         # bytes at d = 64), and that path has not been timed.
-        "SAVED_TM": bool(tensor_cores),
+        "SAVED_TM": bool(tensor_cores if saved_tm is None else saved_tm),
+        # The forward stores T unless told the backward will not read it (saved_tm=False) and
+        # the state kernels do not form Wk, U from it.
+        "STORE_TM": saved_tm is not False or bool(wu_in_state),
         "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps, "fwd_out": tc_warps,
                   "bwd_state": state_warps, "bwd_grads": tc_warps},
         # Reloading state kernels re-read what they just stored: no software pipelining there.
@@ -238,7 +244,9 @@ def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
     """Scratch shapes: chunk start states ``states (BH, NC, BK, BV)`` (``dstates`` has the
     same shape and dtype: the inputs' with ``cfg["HALF_STATES"]``, else float32), float32 ``Wk (BH, NC, LP, BK)``, ``U (BH, NC, LP, BV)`` and the WY inverses
     ``Tm (BH, NC, LP, LP)`` (``Wk`` and ``U`` are one-element placeholders with
-    ``cfg["WU_IN_STATE"]``, and in the inputs' dtype with ``cfg["WU_HALF"]``), and with ``cfg["OUT_PASS"]`` the chunks' ``W (BH, NC, LP, BV)``
+    ``cfg["WU_IN_STATE"]``, and in the inputs' dtype with ``cfg["WU_HALF"]``; ``Tm`` is a
+    ``(BH, 1)`` placeholder without ``cfg["STORE_TM"]``, batch-leading like the outputs the
+    JAX frontend's vmap rule splits), and with ``cfg["OUT_PASS"]`` the chunks' ``W (BH, NC, LP, BV)``
     (in the states' dtype; else a one-element placeholder)."""
     nc = n_chunks(T, cfg)
     bk, bv, lp = cfg["BK"], cfg["BV"], cfg["LP"]
@@ -247,7 +255,7 @@ def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
         "states": (BH, nc, bk, bv),
         "Wk": (1,) if unused else (BH, nc, lp, bk),
         "U": (1,) if unused else (BH, nc, lp, bv),
-        "Tm": (BH, nc, lp, lp),
+        "Tm": (BH, nc, lp, lp) if cfg.get("STORE_TM", True) else (BH, 1),
         "W": (BH, nc, lp, bv) if cfg.get("OUT_PASS", False) else (1,),
     }
 

@@ -132,6 +132,8 @@ _OUT = 1_000_000_000
 """Unit of the forced ``out_pass`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
 _WUH = 10_000_000_000
 """Unit of the forced ``wu_half`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
+_STM = 100_000_000_000
+"""Unit of the forced ``saved_tm`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
 
 
 def _tuning(allow_tf32: bool = False) -> int:
@@ -143,13 +145,14 @@ def _tuning(allow_tf32: bool = False) -> int:
     between the forward and its backward."""
     choices = switches.plan_choices("delta_rule")
     blocked, reg, wu = choices.get("blocked"), choices.get("reg_state"), choices.get("wu_in_state")
-    out, wuh = choices.get("out_pass"), choices.get("wu_half")
+    out, wuh, stm = choices.get("out_pass"), choices.get("wu_half"), choices.get("saved_tm")
     return (int(choices.get("micro_chunk", 0)) + (0 if blocked is None else 1000 * (1 + bool(blocked)))
             + (_TF32 if allow_tf32 else 0) + (0 if reg is None else _REG * (1 + bool(reg)))
             + (0 if wu is None else _WU * (1 + bool(wu)))
             + _SVS * int(choices.get("state_vs", 0))
             + (0 if out is None else _OUT * (1 + bool(out)))
-            + (0 if wuh is None else _WUH * (1 + bool(wuh))))
+            + (0 if wuh is None else _WUH * (1 + bool(wuh)))
+            + (0 if stm is None else _STM * (1 + bool(stm))))
 
 
 # --- custom ops ----------------------------------------------------------------------------
@@ -159,6 +162,7 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
     # ``tuning`` (a custom-op int, see _tuning).
     _, _, nh, _, dk = k.shape
     half = q.dtype in (torch.bfloat16, torch.float16)
+    stm, tuning = tuning // _STM, tuning % _STM
     wuh, tuning = tuning // _WUH, tuning % _WUH
     out, tuning = tuning // _OUT, tuning % _OUT
     svs, tuning = tuning // _SVS, tuning % _SVS
@@ -170,7 +174,8 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
                               blocked=blocked, tf32=tf32,
                               reg_state=None if reg == 0 else reg == 2,
                               wu_in_state=None if wu == 0 else wu == 2, state_vs=svs,
-                              out_pass=out == 2, wu_half=wuh == 2)
+                              out_pass=out == 2, wu_half=wuh == 2,
+                              saved_tm=None if stm == 0 else stm == 2)
 
 
 def _n_seq(cu: Tensor | None, B: int) -> int:
@@ -198,7 +203,9 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=No
     wu_dtype = q.dtype if cfg["WU_HALF"] else f32
     wk = new_tensor(shp["Wk"], wu_dtype, dev)
     u = new_tensor(shp["U"], wu_dtype, dev)
-    tm = new_tensor(shp["Tm"], f32, dev)
+    # Without STORE_TM a placeholder the kernels never touch: zeroed, so the op's outputs
+    # stay deterministic.
+    tm = new_tensor(shp["Tm"], f32, dev) if cfg["STORE_TM"] else torch.zeros(shp["Tm"], device=dev)
     o = new_tensor((B, T, H, dv), q.dtype, dev)
     h_T = new_tensor((_n_seq(cu, B), H, dk, dv), q.dtype, dev)
     packed = cu is not None

@@ -85,10 +85,10 @@ def _fwd_prep(k, v, beta, lg, T, H, DK, DV, NC, wk, u, tm,
               NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
               BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
               SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr,
-              PREC: tl.constexpr, WU_IN_STATE: tl.constexpr):
+              PREC: tl.constexpr, WU_IN_STATE: tl.constexpr, STORE_TM: tl.constexpr):
     kernels.delta_rule_fwd_prep_kernel(k, v, beta, lg, wk, u, tm, T, H, DK, DV, NC,
                                        NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY,
-                                       PREC, WU_IN_STATE)
+                                       PREC, WU_IN_STATE, STORE_TM)
 
 
 @triton.jit
@@ -154,7 +154,8 @@ def _config(q, k, v, tf32: bool = False) -> dict:
                               wu_in_state=choices.get("wu_in_state"),
                               state_vs=int(choices.get("state_vs", 0)),
                               out_pass=bool(choices.get("out_pass", False)),
-                              wu_half=bool(choices.get("wu_half", False)))
+                              wu_half=bool(choices.get("wu_half", False)),
+                              saved_tm=choices.get("saved_tm"))
 
 
 def _tables(q, tables):

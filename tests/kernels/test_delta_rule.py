@@ -43,6 +43,10 @@ LAYOUTS = {
     # The output formed by its own kernel, parallel over chunks, from the stored states and W.
     "L32-out-pass": dict(micro_chunk=32, reg_state=True, out_pass=True),
     "L16-wu-out-pass": dict(micro_chunk=16, reg_state=True, wu_in_state=True, out_pass=True),
+    # The backward reading the forward's WY inverse instead of inverting again, and the
+    # forward not storing it at all.
+    "L32-saved-tm": dict(micro_chunk=32, saved_tm=True),
+    "L16-no-tm": dict(micro_chunk=16, saved_tm=False),
 }
 
 
@@ -319,6 +323,14 @@ def test_reg_state_with_packed_sequences_and_its_limits():
         meta.launch_config(1, 16, 16, wu_half=True)  # float32 inputs
     with pytest.raises(ValueError, match="wu_half"):
         meta.launch_config(1, 64, 64, half=True, wu_half=True)  # Wk, U formed in the kernels
+    # The WY inverse is stored only where something reads it.
+    assert meta.launch_config(1, 64, 64, half=True)["STORE_TM"] is True
+    assert meta.launch_config(1, 64, 64)["STORE_TM"] is True
+    assert meta.launch_config(1, 16, 16, wu_in_state=True, reg_state=True,
+                              saved_tm=False)["STORE_TM"] is True  # the state kernels read it
+    cfg = meta.launch_config(1, 64, 64, half=True, wu_in_state=False, saved_tm=False)
+    assert not cfg["SAVED_TM"] and not cfg["STORE_TM"]
+    assert meta.scratch_shapes(2, 40, cfg)["Tm"] == (2, 1)
     assert meta.launch_config(1, 64, 64, half=True, out_pass=True)["OUT_PASS"] is True
     with pytest.raises(ValueError, match="reg_state needs one slice per head"):
         meta.launch_config(1, 64, 64, reg_state=True)
@@ -407,11 +419,11 @@ class TestGPU:
                                         dict(reg_state=True, wu_in_state=False, out_pass=True,
                                              wu_half=True),
                                         dict(micro_chunk=64, reg_state=True, wu_in_state=False,
-                                             out_pass=True, wu_half=True),
+                                             out_pass=True, wu_half=True, saved_tm=False),
                                         {}],
                              ids=["reload", "registers-stored-wu", "wu-16-columns",
                                   "wu-out-pass", "stored-wu-out-pass", "half-wu-out-pass",
-                                  "L64-half-wu-out-pass", "default"])
+                                  "L64-half-wu-out-pass-no-tm", "default"])
     def test_reg_state_bf16_head64(self, layout):
         """The ways of feeding the state kernels' product, with bf16 at d = 64 (one slice)."""
         args = make_inputs(2, 700, 2, 2, 64, 64, True, True, True, seed=7)
