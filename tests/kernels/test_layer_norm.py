@@ -126,3 +126,24 @@ def test_rows_wider_than_the_registers_name_the_limit():
 @pytest.mark.parametrize(("D", "N"), [(512, 16384), (1000, 333), (4096, 64)])
 def test_gpu_matches_float64(dtype, D, N):
     _check(D, N, True, True, dtype, tol=2e-6 if dtype == torch.float32 else 2e-2)
+
+
+@pytest.mark.interpreter
+def test_block_compiles_fullgraph_with_pytorchs_norm():
+    """Under torch.compile the block keeps ``nn.LayerNorm`` (inductor fuses it with its cast):
+    one graph, no fused-norm op in it, the same output as the uncompiled Triton path."""
+    torch.manual_seed(0)
+    block = MinGRUBlock(12, mlp_expansion=2).to(DEVICE)
+    x = torch.randn(2, 7, 12, device=DEVICE)
+    graphs: list[str] = []
+
+    def recording_backend(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm.forward
+
+    with mingru.use_backend("triton"):
+        want, _ = block(x)
+        got, _ = torch.compile(block, fullgraph=True, backend=recording_backend)(x)
+    assert len(graphs) == 1 and "layer_norm_fwd" not in graphs[0]
+    assert "mingru.mingru_cell_fwd" in graphs[0]
+    assert rel_err(got, want) <= 1e-5
