@@ -56,12 +56,13 @@ def layer_norm(norm: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
     """
     if torch.compiler.is_compiling() or len(norm.normalized_shape) != 1:
         return norm(x)
+    # The output dtype does not decide whether the kernels serve: asked only once they do.
+    launcher = select("layer_norm", x, norm.weight, norm.bias, norm.eps, None)
+    if launcher is None:
+        return norm(x)
     device = x.device.type
     out_dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
                  else x.dtype)
-    launcher = select("layer_norm", x, norm.weight, norm.bias, norm.eps, out_dtype)
-    if launcher is None:
-        return norm(x)
     return launcher.run(x, norm.weight, norm.bias, norm.eps, out_dtype)
 
 

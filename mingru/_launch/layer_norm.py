@@ -22,8 +22,8 @@ __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
 
 def unsupported_reason(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                       eps: float, out_dtype: torch.dtype) -> str | None:
-    """Why the kernels cannot normalise ``x``, or ``None``."""
+                       eps: float, out_dtype: torch.dtype | None = None) -> str | None:
+    """Why the kernels cannot normalise ``x``, or ``None`` (any output dtype is served)."""
     return elementwise.unsupported_reason(x) or meta.unsupported_size(x.shape[-1])
 
 
