@@ -253,7 +253,8 @@ def test_delta_rule_allow_tf32_reaches_the_kernels(monkeypatch):
 
 def test_delta_rule_reg_state_matches_the_reload():
     """The state kernels' register-fed product (forced) equals the store-and-reload one,
-    forward and gradient, through the JAX adapters."""
+    forward and gradient, through the JAX adapters; so do the backward reading the forward's
+    WY inverse and the forward storing none."""
     args = _delta_args(14, 5, 2, True, True)
 
     def loss(q):
@@ -264,7 +265,8 @@ def test_delta_rule_reg_state_matches_the_reload():
         with switches.forced("delta_rule", reg_state=False):
             want = jax.value_and_grad(loss)(args["q"])
         for forced in (dict(reg_state=True), dict(reg_state=True, wu_in_state=True),
-                       dict(reg_state=True, out_pass=True)):
+                       dict(reg_state=True, out_pass=True), dict(saved_tm=False),
+                       dict(saved_tm=True)):
             with switches.forced("delta_rule", **forced):
                 got = jax.value_and_grad(loss)(args["q"])
             for x, y in zip(got, want, strict=True):
