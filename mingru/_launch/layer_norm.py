@@ -8,8 +8,6 @@ Backward saves ``x``, the weight and each row's ``mean`` and ``rstd``.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from mingru._launch import _elementwise as elementwise
@@ -40,11 +38,6 @@ def run(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
     return _entry(x, weight, bias, float(eps), out_dtype)[0]
 
 
-@functools.cache
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 def _fwd_impl(x, weight, bias, eps, out_dtype):
     D = x.shape[-1]
     x2 = x.contiguous().view(-1, D)
@@ -68,7 +61,7 @@ def _bwd_impl(x, weight, stats, dy, has_bias):
     dx = new_tensor(x.shape, x.dtype, x.device)
     if x.is_cuda:
         index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-        n_sm = _sm_count(index)
+        n_sm = elementwise._sm_count(index)
     else:
         n_sm = 4  # the interpreter: a few groups, so tests cover the group loop and the sum
     groups, rows = meta.bwd_groups(max(N, 1), n_sm)
