@@ -337,18 +337,26 @@ def peer_linear_scan_runners(make: Callable[[bool], Tensors]) -> dict[str, tuple
 
 
 def jax_scan_runners(op: str, make: Callable[[bool], Tensors]) -> dict[str, tuple[Callable, Runner]]:
-    """JAX twins of a scan op (``jax`` eager = ``lax.associative_scan``; ``jax-triton``).
+    """JAX twins of a scan op (``jax`` eager = ``lax.associative_scan``; ``jax-triton``), or
+    of the fused ``delta_rule`` (``jax`` = its eager chunked twin).
 
     Each entry is ``(make_inputs, run)`` where ``run(mode, *xs)`` returns a compiled function
-    of the JAX arrays; the harness calls it once per timing mode.
+    of the JAX arrays; the harness calls it once per timing mode. ``fwd+bwd`` differentiates
+    with respect to every input ``make`` builds.
     """
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     mingru_jax = importlib.import_module("mingru_jax")
-    fn = getattr(mingru_jax, op)
-    n_args = 2  # every public scan takes two arrays
+    if op == "delta_rule":
+        from mingru_jax.scans import _delta_rule
+
+        def fn(q: Any, k: Any, v: Any, beta: Any, log_gamma: Any = None) -> Any:
+            return _delta_rule(q, k, v, beta, log_gamma, None, 64)
+    else:
+        fn = getattr(mingru_jax, op)
+    n_args = len(make(False))
 
     def to_jax(rg: bool) -> tuple[Any, ...]:
         xs = make(False)

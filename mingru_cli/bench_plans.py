@@ -39,7 +39,7 @@ and ``--quick`` variants are small — see ``MIXER_SHAPES``, ``TRAIN_SHAPES``, `
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -253,20 +253,24 @@ class Plan:
         if self.wants("triton"):
             case.runners["triton"] = bench_cases._with_backend("triton", public)
         if self.wants("jax") or self.wants("jax-triton"):
-            try:
-                runners = bench_cases.jax_scan_runners(op, make)
-            except Exception as exc:  # record, do not abort the whole benchmark
-                case.skip["jax"] = f"{type(exc).__name__}: {exc}"
-                runners = {}
-            for name, runner in runners.items():
-                if self.wants(name):
-                    case.runners[name] = runner
+            self._add_jax(case, op, make)
         if op == "linear_scan" and self.device == "cuda":
             for name, runner in bench_cases.peer_linear_scan_runners(make).items():
                 if self.wants(name):
                     case.runners[name] = runner
         self._note_skips(case)
         return case
+
+    def _add_jax(self, case: bench_cases.Case, op: str,
+                 make: Callable[[bool], bench_cases.Tensors]) -> None:
+        try:
+            runners = bench_cases.jax_scan_runners(op, make)
+        except Exception as exc:  # record, do not abort the whole benchmark
+            case.skip["jax"] = f"{type(exc).__name__}: {exc}"
+            runners = {}
+        for name, runner in runners.items():
+            if self.wants(name):
+                case.runners[name] = runner
 
     def _note_skips(self, case: bench_cases.Case) -> None:
         for backend, why in self.skip.items():
@@ -370,6 +374,8 @@ class Plan:
                         case.runners["triton"] = bench_cases._with_backend("triton", public)
                     if dtype == torch.bfloat16 and self.wants("fla"):
                         case.runners.update(bench_delta.peer_delta_runners(make, nh, decay))
+                    if self.wants("jax") or self.wants("jax-triton"):
+                        self._add_jax(case, "delta_rule", make)
                     self._note_skips(case)
                     yield case
 

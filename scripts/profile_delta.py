@@ -6,7 +6,11 @@ CUDA time of every kernel summed over the profiled repeats, divided by the repea
 of one call, split by kernel.
 
     python3 scripts/profile_delta.py [--shapes 128,1024,4,64 ...] [--dtype bfloat16] [--nh 1]
-        [--variants "" "lp=64" "warps.fwd_prep=4;slice=32" ...] [--decay] [--no-fla]
+        [--variants "" "lp=64" "warps.fwd_prep=4;slice=32" ...] [--decay] [--no-fla] [--check]
+
+``--check`` adds, per variant and shape, the forward output's error against the float64
+eager twin (``max |o − o₆₄| / max |o₆₄|``, the tests' measure) and the forward's peak memory
+above the inputs (MB): what a faster variant costs in accuracy and scratch.
 
 ``--decay`` adds a log-decay ``log γ = log(rand)`` per token and head; fla then runs
 ``chunk_gated_delta_product`` (its DeltaProduct, ``num_householder = nh``) instead of
@@ -125,6 +129,28 @@ def _table(fn, variant: str, args, bwd: bool, repeats: int) -> dict[str, float]:
     return dict(times)
 
 
+def _check(fn, variant: str, args, reference: torch.Tensor) -> str:
+    """The forward's error against ``reference`` and its peak memory above the inputs."""
+    _apply(variant)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    o = fn(*args)
+    torch.cuda.synchronize()
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+    if o.shape != reference.shape:
+        return f"output {tuple(o.shape)} is not the reference's {tuple(reference.shape)}"
+    err = float((o.double() - reference).abs().max() / reference.abs().max())
+    return f"err vs f64 {err:.3g}, fwd peak {peak:.0f} MB"
+
+
+def _float64_output(xs) -> torch.Tensor:
+    from mingru._eager.delta_rule import delta_rule_eager
+
+    q, k, v, beta, lg = (None if x is None else x.double() for x in xs)
+    return delta_rule_eager(q, k, v, beta, lg, None, 64)[0]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", nargs="+", default=["128,1024,4,64", "128,1024,4,16"],
@@ -135,6 +161,8 @@ def main() -> None:
     ap.add_argument("--variants", nargs="*", default=[""], help="launch overrides (see above)")
     ap.add_argument("--decay", action="store_true", help="a log-decay per token and head")
     ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--check", action="store_true",
+                    help="each variant's error vs float64 and forward peak memory")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     runners = {}
@@ -152,6 +180,12 @@ def main() -> None:
         xs = (*_inputs(B, T, H, d, args.nh, dtype),
               torch.rand(B, T, H, device="cuda").clamp_min(1e-3).log().to(dtype)
               if args.decay else None)
+        if args.check:
+            reference = _float64_output(xs)
+            for name, (fn, variant) in runners.items():
+                print(f"\n{name} B{B} T{T} H{H} d{d} nh{args.nh}{' decay' * args.decay} "
+                      f"{args.dtype} check: {_check(fn, variant, xs, reference)}")
+            del reference
         for bwd in (False, True):
             for name, (fn, variant) in runners.items():
                 t = _table(fn, variant, xs, bwd, args.repeats)
