@@ -12,10 +12,10 @@ from __future__ import annotations
 from mingru_kernels.launch._elementwise import next_pow2
 
 PLAN_KEYS = ("micro_chunk", "blocked", "reg_state", "wu_in_state", "state_vs", "out_pass",
-             "wu_half", "saved_tm")
+             "wu_half", "saved_tm", "split_fp32")
 """The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`):
 ``micro_chunk``, ``blocked``, ``reg_state``, ``wu_in_state``, ``state_vs``, ``out_pass``,
-``wu_half`` and ``saved_tm`` of :func:`launch_config`."""
+``wu_half``, ``saved_tm`` and ``split_fp32`` of :func:`launch_config`."""
 
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
@@ -47,6 +47,19 @@ only suits tensor-core precisions. The right choice per shape is a GPU measureme
 
 DOT_PRECISION = "ieee"
 """``tl.dot`` precision with float32 inputs: exact float32 products, no TF32."""
+
+SPLIT_DOT_PRECISION = "tf32x3"
+"""``tl.dot`` precision of float32 inputs' split products (``split_fp32``): each operand
+split into a TF32 high part and a TF32 remainder, three tensor-core products summed in
+float32 (the low·low term dropped, ~2⁻²² relative) — float32 accuracy on the tensor cores.
+On an H200 (nh = 2, d = 64, B128 T1024) the forward's error against float64 measured 4.2e-7
+with them and 5.3e-7 with FMA products (``"ieee"``)."""
+
+SPLIT_HEAD_SIZES = (64,)
+"""Padded head widths (``BK``, ``BV``) where float32 inputs take the split products by
+default: where they were measured faster (H200, nh = 2, d = 64, B128 T1024, GPU-busy ms:
+fwd_prep 3.41 → 0.96, fwd_state 5.62 → 0.83, bwd_state 4.05 → 0.82). Elsewhere the FMA
+products stay the default until measured."""
 
 HALF_DOT_PRECISION = "tf32"
 """``tl.dot`` precision with bfloat16/float16 inputs: the float32 intermediates are still
@@ -89,7 +102,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
                   blocked: bool | None = None, tf32: bool = False,
                   reg_state: bool | None = None, wu_in_state: bool | None = None,
                   state_vs: int = 0, out_pass: bool = False, wu_half: bool = False,
-                  saved_tm: bool | None = None) -> dict:
+                  saved_tm: bool | None = None, split_fp32: bool | None = None) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -115,7 +128,12 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     stored (``wu_in_state`` off), store them in the inputs' 16-bit dtype, as fla stores its
     ``w`` and ``u``: half their memory (``WU_HALF``; not timed yet, so off by default).
     ``saved_tm`` forces ``SAVED_TM`` (below); off, the forward stores no WY inverse unless the
-    state kernels need it (``STORE_TM``).
+    state kernels need it (``STORE_TM``). ``split_fp32``: float32 inputs without ``tf32``
+    run the forward and the backward's state kernel on the tensor cores, in the tiling of
+    half inputs, with split products (``SPLIT_DOT_PRECISION``, float32-accurate); the
+    backward's per-chunk kernel keeps the FMA products and 16-wide slices (with the split
+    products at 64 columns it spills: 45 ms against 9.9 ms on an H200 at nh = 2, d = 64,
+    B128 T1024) and inverts again. The default for ``BK = BV`` in ``SPLIT_HEAD_SIZES``.
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -140,7 +158,12 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     if lp not in (16, 32, 64) or lp < nh:
         raise ValueError(f"micro_chunk must be 16, 32 or 64 and >= nh ({nh}); got {lp}")
     bk, bv = block_size(dk), block_size(dv)
-    tensor_cores = half or tf32
+    if split_fp32 is None:
+        split_fp32 = not (half or tf32) and bk == bv and bk in SPLIT_HEAD_SIZES
+    elif split_fp32 and (half or tf32):
+        raise ValueError("split_fp32 is for float32 inputs without tf32 (half inputs and tf32 "
+                         "already use the tensor cores)")
+    tensor_cores = half or tf32 or split_fp32
     chunk_warps = 4 if lp * max(bk, bv) < 2048 else 8
     # Tensor-core products: 4 warps let two chunk programs share an SM and overlap their
     # chains of dependent products (H200, d = 64, bf16: fwd_prep 0.99 -> 0.54 ms, fwd+bwd
@@ -186,7 +209,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "STATE_VS": state_vs,
         "SUB": SUB,
         "BLOCKED": True if blocked is None else bool(blocked),
-        "PREC": HALF_DOT_PRECISION if tensor_cores else DOT_PRECISION,
+        "PREC": (SPLIT_DOT_PRECISION if split_fp32 else
+                 HALF_DOT_PRECISION if tensor_cores else DOT_PRECISION),
         # The state kernels' product from registers instead of a store, barrier and reload
         # (possible when one slice is the whole head).
         "REG_STATE": bool(reg_state),
@@ -199,12 +223,17 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         # B128 T1024: bwd_grads 0.749 -> 0.631 ms). With exact float32 products it inverts
         # again: compiled for sm_90, the loaded T triples that kernel's spills (584 -> 1564
         # bytes at d = 64), and that path has not been timed.
-        "SAVED_TM": bool(tensor_cores if saved_tm is None else saved_tm),
-        # The forward stores T unless told the backward will not read it (saved_tm=False) and
-        # the state kernels do not form Wk, U from it.
-        "STORE_TM": saved_tm is not False or bool(wu_in_state),
+        "SAVED_TM": bool((half or tf32) if saved_tm is None else saved_tm),
+        # The forward stores T unless told the backward will not read it (saved_tm=False, or
+        # the FMA backward of split_fp32) and the state kernels do not form Wk, U from it.
+        "STORE_TM": (saved_tm is True or (saved_tm is None and not split_fp32)
+                     or bool(wu_in_state)),
+        # Per-kernel constexprs over the shared ones: split_fp32's backward per-chunk kernel.
+        "overrides": ({"bwd_grads": {"KS": min(KS, bk), "VS": min(VS, bv),
+                                     "PREC": DOT_PRECISION}} if split_fp32 else {}),
         "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps, "fwd_out": tc_warps,
-                  "bwd_state": state_warps, "bwd_grads": tc_warps},
+                  "bwd_state": state_warps,
+                  "bwd_grads": chunk_warps if split_fp32 else tc_warps},
         # Reloading state kernels re-read what they just stored: no software pipelining there.
         # From registers they prefetch the next chunk's tiles (H200, bf16, d = 64: B32 T4096
         # forward 0.713 -> 0.612 ms, fwd+bwd 2.054 -> 1.845; B128 T1024 0.508 -> 0.455 and
@@ -220,6 +249,7 @@ def launch_kwargs(cfg: dict, kernel: str, **flags) -> dict:
     out = {n: cfg[n] for n in KERNEL_CONSTEXPRS[kernel]}
     if kernel in ("fwd_state", "bwd_state", "fwd_out"):
         out["VS"] = cfg["STATE_VS"]
+    out.update(cfg.get("overrides", {}).get(kernel, {}))
     out.update(flags)
     out["num_warps"] = cfg["warps"][kernel]
     out["num_stages"] = cfg["stages"][kernel]

@@ -155,7 +155,8 @@ def _config(q, k, v, tf32: bool = False) -> dict:
                               state_vs=int(choices.get("state_vs", 0)),
                               out_pass=bool(choices.get("out_pass", False)),
                               wu_half=bool(choices.get("wu_half", False)),
-                              saved_tm=choices.get("saved_tm"))
+                              saved_tm=choices.get("saved_tm"),
+                              split_fp32=choices.get("split_fp32"))
 
 
 def _tables(q, tables):

@@ -47,6 +47,9 @@ LAYOUTS = {
     # forward not storing it at all.
     "L32-saved-tm": dict(micro_chunk=32, saved_tm=True),
     "L16-no-tm": dict(micro_chunk=16, saved_tm=False),
+    # float32's split products: tensor-core tiling forward, FMA slices in the backward's
+    # per-chunk kernel (the interpreter multiplies exactly: this checks the tiling).
+    "L32-split": dict(micro_chunk=32, split_fp32=True),
 }
 
 
@@ -126,6 +129,14 @@ CASES = {
 def test_forward_and_gradients_match_float64(case):
     B, T, nh, H, dk, dv, decay, h0, gaps = CASES[case]
     check(make_inputs(B, T, nh, H, dk, dv, decay, h0, gaps))
+
+
+@pytest.mark.interpreter
+def test_head64_fma_plan():
+    """d = 60 (64-wide tiles) with float32's split products turned off: the FMA slices in
+    every kernel (the default there is the split plan, covered by ``nh3-d60``)."""
+    check(make_inputs(1, 9, 2, 1, 60, 60, True, True, False, seed=2),
+          layout=dict(split_fp32=False))
 
 
 @pytest.mark.interpreter
@@ -311,9 +322,9 @@ def test_reg_state_with_packed_sequences_and_its_limits():
                 o, h = _delta_rule(*args, h0, cu_seqlens=cu)
             assert rel_err(o, o_ref) <= 1e-6 and rel_err(h, h_ref) <= 1e-6, forced
     with pytest.raises(ValueError, match="wu_in_state needs reg_state"):
-        meta.launch_config(1, 64, 64, wu_in_state=True)
+        meta.launch_config(1, 64, 64, wu_in_state=True, split_fp32=False)
     with pytest.raises(ValueError, match="out_pass needs reg_state"):
-        meta.launch_config(1, 64, 64, out_pass=True)
+        meta.launch_config(1, 64, 64, out_pass=True, split_fp32=False)
     # The output pass only when asked for (measured slower at d = 64).
     assert meta.launch_config(1, 64, 64, half=True)["OUT_PASS"] is False
     assert meta.launch_config(1, 64, 64, half=True)["WU_HALF"] is False
@@ -325,7 +336,7 @@ def test_reg_state_with_packed_sequences_and_its_limits():
         meta.launch_config(1, 64, 64, half=True, wu_half=True)  # Wk, U formed in the kernels
     # The WY inverse is stored only where something reads it.
     assert meta.launch_config(1, 64, 64, half=True)["STORE_TM"] is True
-    assert meta.launch_config(1, 64, 64)["STORE_TM"] is True
+    assert meta.launch_config(1, 64, 64, split_fp32=False)["STORE_TM"] is True
     assert meta.launch_config(1, 16, 16, wu_in_state=True, reg_state=True,
                               saved_tm=False)["STORE_TM"] is True  # the state kernels read it
     cfg = meta.launch_config(1, 64, 64, half=True, wu_in_state=False, saved_tm=False)
@@ -333,16 +344,40 @@ def test_reg_state_with_packed_sequences_and_its_limits():
     assert meta.scratch_shapes(2, 40, cfg)["Tm"] == (2, 1)
     assert meta.launch_config(1, 64, 64, half=True, out_pass=True)["OUT_PASS"] is True
     with pytest.raises(ValueError, match="reg_state needs one slice per head"):
-        meta.launch_config(1, 64, 64, reg_state=True)
+        meta.launch_config(1, 64, 64, reg_state=True, split_fp32=False)
     assert meta.launch_config(1, 64, 64, half=True, reg_state=True)["REG_STATE"] is True
     # Registers by default where one slice is the head; 16-bit states only then, with half
     # inputs (a reloaded state must stay float32: it is the carried state).
     assert meta.launch_config(1, 64, 64, half=True)["REG_STATE"] is True
     assert meta.launch_config(1, 64, 64, half=True)["HALF_STATES"] is True
     assert meta.launch_config(1, 64, 64, half=True, reg_state=False)["HALF_STATES"] is False
-    assert meta.launch_config(1, 64, 64)["REG_STATE"] is False
+    assert meta.launch_config(1, 64, 64, split_fp32=False)["REG_STATE"] is False
     assert meta.launch_config(1, 16, 16)["REG_STATE"] is True
     assert meta.launch_config(1, 16, 16)["HALF_STATES"] is False
+
+
+def test_split_fp32_plan():
+    """float32 inputs at 64-wide heads take the split products on the tensor cores (the
+    forward and the backward's state kernel), the backward's per-chunk kernel FMA products in
+    16-wide slices, re-inverting (no WY inverse stored); elsewhere, and asked not to, FMA."""
+    from mingru_kernels.launch import delta_rule as meta
+
+    cfg = meta.launch_config(2, 64, 64)
+    assert cfg["PREC"] == "tf32x3" and cfg["KS"] == 64 and cfg["REG_STATE"]
+    assert not cfg["SAVED_TM"] and not cfg["STORE_TM"] and not cfg["HALF_STATES"]
+    grads = meta.launch_kwargs(cfg, "bwd_grads", HAS_DECAY=True)
+    assert (grads["KS"], grads["VS"], grads["PREC"]) == (16, 16, "ieee")
+    assert meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=True)["PREC"] == "tf32x3"
+    assert meta.launch_config(2, 60, 60)["PREC"] == "tf32x3"  # padded to 64
+    for kwargs in (dict(), dict(split_fp32=False)):
+        d = 16 if not kwargs else 64
+        plain = meta.launch_config(2, d, d, **kwargs)
+        assert plain["PREC"] == "ieee" and plain["overrides"] == {}
+    assert meta.launch_config(2, 64, 64, half=True)["PREC"] == "tf32"
+    assert meta.launch_config(2, 64, 64, tf32=True)["PREC"] == "tf32"
+    assert meta.launch_config(2, 16, 16, split_fp32=True)["PREC"] == "tf32x3"
+    with pytest.raises(ValueError, match="split_fp32"):
+        meta.launch_config(2, 64, 64, half=True, split_fp32=True)
     assert meta.launch_config(1, 64, 64, half=True)["WU_IN_STATE"] is True
     assert meta.launch_config(1, 16, 16)["WU_IN_STATE"] is False
     # The backward reads the forward's WY inverse on the tensor cores, inverts again in fp32.
@@ -429,6 +464,13 @@ class TestGPU:
         args = make_inputs(2, 700, 2, 2, 64, 64, True, True, True, seed=7)
         args = [None if a is None else a.to(torch.bfloat16).double() for a in args]
         check(args, dtype=torch.bfloat16, tol=3e-2, layout=layout)
+
+    @pytest.mark.parametrize("split", [True, False], ids=["split", "fma"])
+    def test_float32_products_head64(self, split):
+        """float32 at d = 64 with the split tensor-core products (the default) and with FMA
+        products everywhere: outputs and every gradient at float32 accuracy."""
+        check(make_inputs(2, 1000, 2, 2, 64, 64, True, True, True, seed=11), tol=2e-5,
+              layout=dict(split_fp32=split))
 
     @pytest.mark.parametrize("layout", ["L16", "L32-rows", "L64-blocked"])
     def test_chunk_layouts_head64(self, layout):
