@@ -35,7 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(only when named)")
     p.add_argument("--shapes", default=None,
                    help="model-level groups: keep the sizes whose name or label contains one "
-                        "of these (mixers: long,wide; train-step: small,medium; or e.g. d256)")
+                        "of these (mixers: long,wide; train-step: small,medium; or e.g. d256); "
+                        "gpu-delta: one word of the label, e.g. d64 or T1024")
     p.add_argument("--precisions", default=None,
                    help="mixers group: fp32,bf16 (bf16 = torch.autocast bfloat16 over fp32 "
                         "parameters; default both)")

@@ -200,7 +200,7 @@ class Plan:
     skip: dict[str, str] = field(default_factory=dict)  # backend -> why unavailable
     ops: list[str] | None = None  # run only cases whose op name contains one of these
     timer: str = "events"  # CUDA: "events" (do_bench for PyTorch) or "wall" (every backend)
-    shapes: list[str] | None = None  # model-level groups: keep the sizes matching one of these
+    shapes: list[str] | None = None  # model-level groups, gpu-delta: keep the matching sizes
     precisions: tuple[str, ...] = PRECISIONS  # mixers group
     profile_steps: int = 2  # train-step: steps under torch.profiler per row (0: none)
 
@@ -356,9 +356,12 @@ class Plan:
                     continue
                 for T in (64,) if self.quick else lengths:
                     B = 8 if self.quick else (32 if T >= 4096 else 128)
+                    label = f"B{B} T{T} H{H} d{dk}"
+                    if self.shapes and not any(w in label.split() for w in self.shapes):
+                        continue
                     make = bench_cases.fused_inputs("delta_rule", B, T, H * dk, self.device,
                                                     dtype, heads=H, nh=nh, decay=decay)
-                    case = bench_cases.Case("gpu-delta", name, f"B{B} T{T} H{H} d{dk}", make,
+                    case = bench_cases.Case("gpu-delta", name, label, make,
                                             flops=bench_delta.delta_rule_flops(B, T, H, nh, dk, dk),
                                             bytes_moved=bench_delta.delta_rule_bytes(
                                                 B, T, H, nh, dk, dk, dtype, decay),
@@ -467,14 +470,22 @@ def _check_shapes(shapes: list[str] | None, groups: list[str], device: str, quic
     if not shapes:
         return
     model = [g for g in groups if g in MODEL_GROUPS]
-    if not model:
-        raise ValueError(f"--shapes applies to the groups {', '.join(MODEL_GROUPS)} only")
+    delta = "gpu-delta" in groups
+    if not model and not delta:
+        raise ValueError(f"--shapes applies to the groups {', '.join(MODEL_GROUPS)} and "
+                         "gpu-delta only")
     entries = [(name, label) for g in model for name, label, _ in group_shapes(g, device, quick)]
-    unknown = [w for w in shapes if not any(w in n or w in lab for n, lab in entries)]
+    words: set[str] = set()
+    if delta:  # gpu-delta sizes are selected by one whole word of their label: d64, T1024, B32
+        words = {w for dk in (16, 64) for _, _, _, lengths in DELTA_VARIANTS for T in lengths
+                 for w in (f"d{dk}", f"T{T}", f"B{32 if T >= 4096 else 128}", "H4")}
+    unknown = [w for w in shapes
+               if w not in words and not any(w in n or w in lab for n, lab in entries)]
     if unknown:
-        valid = ", ".join(dict.fromkeys(f"{n} ({lab})" for n, lab in entries))
+        valid = ", ".join([*dict.fromkeys(f"{n} ({lab})" for n, lab in entries), *sorted(words)])
+        named = ", ".join([*model, *(["gpu-delta"] if delta else [])])
         raise ValueError(f"--shapes: {', '.join(map(repr, unknown))} matches no size of "
-                         f"{', '.join(model)}; valid: {valid}")
+                         f"{named}; valid: {valid}")
 
 
 def _check_ops(ops: list[str] | None, groups: list[str]) -> None:

@@ -321,6 +321,22 @@ def test_delta_rule_bytes_and_floors():
     assert bench._floors(case, "fwd+bwd", 4e12, 4.0) == {}
 
 
+def test_delta_shapes_select_by_label_word():
+    """``--shapes`` on gpu-delta keeps the sizes with one of the words in their label; a word
+    that names no size (``d65``, or a fragment like ``d6``) is an error, not an empty run."""
+    plan = make_plan("cuda", groups=["gpu-delta"], shapes=["d64"], ops=["float32"],
+                     backends=["triton"])
+    labels = [case.shape for case in plan.cases()]
+    assert labels and all(label.split()[-1] == "d64" for label in labels)
+    both = make_plan("cuda", groups=["gpu-delta"], shapes=["T256", "d16"], ops=["float32"],
+                     backends=["triton"])
+    assert {tuple(c.shape.split()[1::2]) for c in both.cases()} == {
+        ("T256", "d16"), ("T1024", "d16"), ("T256", "d64")}
+    for word in ("d65", "d6"):
+        with pytest.raises(ValueError, match=f"'{word}' matches no size of gpu-delta"):
+            make_plan("cuda", groups=["gpu-delta"], shapes=[word])
+
+
 def test_delta_error_column_is_against_float64():
     """gpu-delta's ``err vs f64``: the float64 eager output on the case's own (rounded)
     inputs, computed once, and the tests' relative error against it."""
