@@ -25,7 +25,8 @@ parallel over chunks), ``tf32=1`` (the tensor-core tiling and precision of ``all
 (float32's split products, ``split_fp32``),
 ``PREC=tf32x3`` (any ``tl.dot`` input precision), ``slice=N``
 (``HALF_SLICE``: slice width of the per-chunk kernels and the state kernels' columns for
-half inputs), ``warps.<kernel>=N``, ``stages.<kernel>=N``, ``<CONSTEXPR>=N`` (e.g. ``VS=32``: value columns
+half inputs), ``warps.<kernel>=N``, ``stages.<kernel>=N``, ``<kernel>.<CONSTEXPR>=N`` (one kernel's
+constexpr, e.g. ``bwd_grads.PREC=tf32x3;bwd_grads.KS=32``), ``<CONSTEXPR>=N`` (e.g. ``VS=32``: value columns
 per slice and per state program) — applied to the forward and the backward alike; ``""`` (or ``default``) is the shipped default.
 """
 
@@ -104,9 +105,13 @@ def _apply(variant: str) -> None:
                        saved_tm=saved_tm if stm is None else stm == "1",
                        split_fp32=split_fp32 if spl is None else spl == "1")
         for key, val in items.items():
-            if "." in key:
+            if "." in key and key.split(".")[0] in ("warps", "stages"):
                 table, kernel = key.split(".")
                 cfg[table] = {**cfg[table], kernel: int(val)}
+            elif "." in key:  # <kernel>.<CONSTEXPR>: that kernel's constexpr only
+                kernel, name = key.split(".")
+                one = {**cfg["overrides"].get(kernel, {}), name: val if name == "PREC" else int(val)}
+                cfg["overrides"] = {**cfg["overrides"], kernel: one}
             elif key == "VS":  # no wider than the head's padded columns
                 cfg[key] = min(int(val), cfg["BV"])
             elif key == "PREC":  # a dot precision: tf32, tf32x3, ieee
@@ -132,8 +137,14 @@ def _table(fn, variant: str, args, bwd: bool, repeats: int) -> dict[str, float]:
     return dict(times)
 
 
-def _check(fn, variant: str, args, reference: torch.Tensor) -> str:
-    """The forward's error against ``reference`` and its peak memory above the inputs."""
+def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((x.double() - ref).abs().max() / ref.abs().max())
+
+
+def _check(fn, variant: str, args, reference: tuple) -> str:
+    """The forward's error against the float64 output, its peak memory above the inputs, and
+    the largest error of the gradients (q, k, v, β, log γ) against the float64 ones."""
+    out64, grads64, cotangent = reference
     _apply(variant)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -141,17 +152,29 @@ def _check(fn, variant: str, args, reference: torch.Tensor) -> str:
     o = fn(*args)
     torch.cuda.synchronize()
     peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-    if o.shape != reference.shape:
-        return f"output {tuple(o.shape)} is not the reference's {tuple(reference.shape)}"
-    err = float((o.double() - reference).abs().max() / reference.abs().max())
-    return f"err vs f64 {err:.3g}, fwd peak {peak:.0f} MB"
+    if o.shape != out64.shape:
+        return f"output {tuple(o.shape)} is not the reference's {tuple(out64.shape)}"
+    line = f"err vs f64 {_rel(o, out64):.3g}, fwd peak {peak:.0f} MB"
+    if grads64 is None:
+        return line
+    xs = [x.detach().requires_grad_() for x in args if x is not None]
+    grads = torch.autograd.grad(fn(*xs, *[None] * (len(args) - len(xs))), xs,
+                                cotangent.to(o.dtype))
+    return line + f", grads err vs f64 {max(map(_rel, grads, grads64)):.3g}"
 
 
-def _float64_output(xs) -> torch.Tensor:
+def _float64_reference(xs, grads: bool) -> tuple:
+    """The float64 eager output, and with ``grads`` the float64 gradients for a fixed random
+    cotangent (the same one every variant's backward receives)."""
     from mingru._eager.delta_rule import delta_rule_eager
 
-    q, k, v, beta, lg = (None if x is None else x.double() for x in xs)
-    return delta_rule_eager(q, k, v, beta, lg, None, 64)[0]
+    xs64 = [x.double().requires_grad_(grads) for x in xs if x is not None]
+    lg = xs64[4] if len(xs64) == 5 else None
+    out = delta_rule_eager(*xs64[:4], lg, None, 64)[0]
+    if not grads:
+        return out.detach(), None, None
+    cotangent = torch.randn_like(out)
+    return out.detach(), torch.autograd.grad(out, xs64, cotangent), cotangent
 
 
 def main() -> None:
@@ -166,6 +189,8 @@ def main() -> None:
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--check", action="store_true",
                     help="each variant's error vs float64 and forward peak memory")
+    ap.add_argument("--check-grads", action="store_true",
+                    help="with --check: also the gradients' largest error vs float64")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     runners = {}
@@ -184,7 +209,7 @@ def main() -> None:
               torch.rand(B, T, H, device="cuda").clamp_min(1e-3).log().to(dtype)
               if args.decay else None)
         if args.check:
-            reference = _float64_output(xs)
+            reference = _float64_reference(xs, args.check_grads)
             for name, (fn, variant) in runners.items():
                 print(f"\n{name} B{B} T{T} H{H} d{d} nh{args.nh}{' decay' * args.decay} "
                       f"{args.dtype} check: {_check(fn, variant, xs, reference)}")

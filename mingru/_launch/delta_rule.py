@@ -103,8 +103,9 @@ def run(
     With ``cu_seqlens`` (checked int64 offsets ``(N+1,)``, ``B = 1``): ``h0`` and ``h_T`` are
     ``(N, H, d_k, d_v)``, one state per sequence (see the module docstring).
     ``allow_tf32``: float32 inputs may be multiplied in TF32 on the tensor cores (faster,
-    about 1e-3 relative error); by default their products are exact float32. Half inputs
-    always use the tensor cores.
+    about 1e-3 relative error); by default their products keep float32 accuracy (FMAs, or
+    3xTF32 split products at 64-wide heads: ``launch_config``'s ``split_fp32``). Half
+    inputs always use the tensor cores.
     """
     tuning = _tuning(allow_tf32)
     if cu_seqlens is None:

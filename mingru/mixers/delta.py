@@ -54,8 +54,9 @@ class DeltaMinGRU(nn.Module):
         decay_rate: ``λ`` (fixed) or its initial value (learnable), ``> 0``.
         log1p_delta: use ``f = log1p`` instead of the identity.
         allow_tf32: let the Triton kernels multiply float32 inputs in TF32 on the tensor
-            cores (faster, products to about 1e-3 relative); off by default (exact float32
-            products). Half-precision inputs always use the tensor cores.
+            cores (faster, products to about 1e-3 relative); off by default (products with
+            float32 accuracy: FMAs, or 3xTF32 split products at 64-wide heads). Half-
+            precision inputs always use the tensor cores.
 
     Shapes (any float dtype; state size ``Z = n_heads · d_k · d_v``, row-major from
     ``(n_heads, d_k, d_v)``):

@@ -63,8 +63,9 @@ class DeltaMinGRU(nnx.Module):
         decay_rate: ``λ`` (fixed) or its initial value (learnable), ``> 0``.
         log1p_delta: use ``f = log1p`` on the time gaps.
         allow_tf32: let the Triton kernels multiply float32 inputs in TF32 on the tensor
-            cores (faster, products to about 1e-3 relative); off by default (exact float32
-            products). Half-precision inputs always use the tensor cores.
+            cores (faster, products to about 1e-3 relative); off by default (products with
+            float32 accuracy: FMAs, or 3xTF32 split products at 64-wide heads). Half-
+            precision inputs always use the tensor cores.
         dtype: computation dtype of the projections (``None``: promote input and params).
         param_dtype: dtype of the parameters.
         rngs: :class:`flax.nnx.Rngs` for the initialisation.
