@@ -61,6 +61,13 @@ default: where they were measured faster (H200, nh = 2, d = 64, B128 T1024, GPU-
 fwd_prep 3.41 → 0.96, fwd_state 5.62 → 0.83, bwd_state 4.05 → 0.82). Elsewhere the FMA
 products stay the default until measured."""
 
+SPLIT_GRADS_SLICE = 32
+"""Slice width of the backward's per-chunk kernel (``bwd_grads``) under ``split_fp32``:
+64-wide split products there spill the registers. On an H200 (float32, d = 64, 4 warps,
+GPU-busy ms of that kernel) 32-wide split slices took 1.396 against 2.615 for 16-wide FMA
+slices at nh = 1, B16 T4096, and 7.13 against 9.92 at nh = 2, B128 T1024 (8 warps); 16-wide
+split slices 2.856, 64-wide 3.003 (nh = 1, 8 warps)."""
+
 HALF_DOT_PRECISION = "tf32"
 """``tl.dot`` precision with bfloat16/float16 inputs: the float32 intermediates are still
 multiplied more precisely than the inputs are stored (10- vs 7/10-bit mantissas)."""
@@ -129,11 +136,11 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     ``w`` and ``u``: half their memory (``WU_HALF``; not timed yet, so off by default).
     ``saved_tm`` forces ``SAVED_TM`` (below); off, the forward stores no WY inverse unless the
     state kernels need it (``STORE_TM``). ``split_fp32``: float32 inputs without ``tf32``
-    run the forward and the backward's state kernel on the tensor cores, in the tiling of
-    half inputs, with split products (``SPLIT_DOT_PRECISION``, float32-accurate); the
-    backward's per-chunk kernel keeps the FMA products and 16-wide slices (with the split
-    products at 64 columns it spills: 45 ms against 9.9 ms on an H200 at nh = 2, d = 64,
-    B128 T1024) and inverts again. The default for ``BK = BV`` in ``SPLIT_HEAD_SIZES``.
+    run every product on the tensor cores with split products (``SPLIT_DOT_PRECISION``,
+    float32-accurate): the forward and the backward's state kernel in the tiling of half
+    inputs, the backward's per-chunk kernel in ``SPLIT_GRADS_SLICE``-wide slices (at 64
+    columns it spills: 45 ms against 9.9 ms with FMA products on an H200 at nh = 2, d = 64,
+    B128 T1024), which inverts again. The default for ``BK = BV`` in ``SPLIT_HEAD_SIZES``.
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -229,11 +236,10 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "STORE_TM": (saved_tm is True or (saved_tm is None and not split_fp32)
                      or bool(wu_in_state)),
         # Per-kernel constexprs over the shared ones: split_fp32's backward per-chunk kernel.
-        "overrides": ({"bwd_grads": {"KS": min(KS, bk), "VS": min(VS, bv),
-                                     "PREC": DOT_PRECISION}} if split_fp32 else {}),
+        "overrides": ({"bwd_grads": {"KS": min(SPLIT_GRADS_SLICE, bk),
+                                     "VS": min(SPLIT_GRADS_SLICE, bv)}} if split_fp32 else {}),
         "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps, "fwd_out": tc_warps,
-                  "bwd_state": state_warps,
-                  "bwd_grads": chunk_warps if split_fp32 else tc_warps},
+                  "bwd_state": state_warps, "bwd_grads": tc_warps},
         # Reloading state kernels re-read what they just stored: no software pipelining there.
         # From registers they prefetch the next chunk's tiles (H200, bf16, d = 64: B32 T4096
         # forward 0.713 -> 0.612 ms, fwd+bwd 2.054 -> 1.845; B128 T1024 0.508 -> 0.455 and

@@ -47,8 +47,8 @@ LAYOUTS = {
     # forward not storing it at all.
     "L32-saved-tm": dict(micro_chunk=32, saved_tm=True),
     "L16-no-tm": dict(micro_chunk=16, saved_tm=False),
-    # float32's split products: tensor-core tiling forward, FMA slices in the backward's
-    # per-chunk kernel (the interpreter multiplies exactly: this checks the tiling).
+    # float32's split products: 64-wide tensor-core tiling forward, 32-wide slices in the
+    # backward's per-chunk kernel (the interpreter multiplies exactly: this checks the tiling).
     "L32-split": dict(micro_chunk=32, split_fp32=True),
 }
 
@@ -358,15 +358,18 @@ def test_reg_state_with_packed_sequences_and_its_limits():
 
 def test_split_fp32_plan():
     """float32 inputs at 64-wide heads take the split products on the tensor cores (the
-    forward and the backward's state kernel), the backward's per-chunk kernel FMA products in
-    16-wide slices, re-inverting (no WY inverse stored); elsewhere, and asked not to, FMA."""
+    forward and the backward's state kernel in 64-wide slices, the backward's per-chunk kernel
+    in 32-wide ones, re-inverting: no WY inverse stored); elsewhere, and asked not to, FMA."""
     from mingru_kernels.launch import delta_rule as meta
 
     cfg = meta.launch_config(2, 64, 64)
     assert cfg["PREC"] == "tf32x3" and cfg["KS"] == 64 and cfg["REG_STATE"]
     assert not cfg["SAVED_TM"] and not cfg["STORE_TM"] and not cfg["HALF_STATES"]
     grads = meta.launch_kwargs(cfg, "bwd_grads", HAS_DECAY=True)
-    assert (grads["KS"], grads["VS"], grads["PREC"]) == (16, 16, "ieee")
+    assert (grads["KS"], grads["VS"], grads["PREC"]) == (32, 32, "tf32x3")
+    assert grads["num_warps"] == 4
+    narrow = meta.launch_kwargs(meta.launch_config(1, 16, 16, split_fp32=True), "bwd_grads")
+    assert (narrow["KS"], narrow["VS"]) == (16, 16)  # never wider than the head's tile
     assert meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=True)["PREC"] == "tf32x3"
     assert meta.launch_config(2, 60, 60)["PREC"] == "tf32x3"  # padded to 64
     for kwargs in (dict(), dict(split_fp32=False)):
