@@ -99,6 +99,8 @@ def group_shapes(group: str, device: str, quick: bool) -> list[tuple[str, str, t
         return [(name, f"B{d[0]} T{d[1]} D{d[2]}", d) for name, d in table[kind]]
     return [(name, shape_label(d), d) for name, d in table[kind]]
 # The delta-rule variants of gpu-delta: (dtype, micro-steps nh, decay, sequence lengths).
+DELTA_HEADS = 4
+DELTA_HEAD_SIZES = (16, 64)  # d_k = d_v of gpu-delta's rows
 DELTA_VARIANTS = (
     (torch.bfloat16, 1, False, (256, 1024, 4096)),
     (torch.bfloat16, 2, True, (256, 1024, 4096)),
@@ -347,16 +349,15 @@ class Plan:
             yield case
 
     def _gpu_delta(self) -> Iterator[bench_cases.Case]:
-        H = 4
+        H = DELTA_HEADS
         public = bench_cases.fused_public("delta_rule")
-        for dk in (16, 64):
+        for dk in DELTA_HEAD_SIZES:
             for dtype, nh, decay, lengths in DELTA_VARIANTS:
                 name = _delta_case_name(dtype, nh, decay)
                 if not self._selected(name):
                     continue
                 for T in (64,) if self.quick else lengths:
-                    B = 8 if self.quick else (32 if T >= 4096 else 128)
-                    label = f"B{B} T{T} H{H} d{dk}"
+                    B, label = _delta_size(T, dk, self.quick)
                     if self.shapes and not any(w in label.split() for w in self.shapes):
                         continue
                     make = bench_cases.fused_inputs("delta_rule", B, T, H * dk, self.device,
@@ -465,6 +466,12 @@ def make_plan(device: str, quick: bool = False, dtype: torch.dtype = torch.float
                 shapes=shapes, precisions=tuple(precisions), profile_steps=profile_steps)
 
 
+def _delta_size(T: int, dk: int, quick: bool) -> tuple[int, str]:
+    """gpu-delta's batch for ``T`` tokens and the size's label (what ``--shapes`` matches)."""
+    B = 8 if quick else (32 if T >= 4096 else 128)
+    return B, f"B{B} T{T} H{DELTA_HEADS} d{dk}"
+
+
 def _check_shapes(shapes: list[str] | None, groups: list[str], device: str, quick: bool) -> None:
     """Every ``--shapes`` entry must select a size of the chosen model-level groups."""
     if not shapes:
@@ -477,8 +484,8 @@ def _check_shapes(shapes: list[str] | None, groups: list[str], device: str, quic
     entries = [(name, label) for g in model for name, label, _ in group_shapes(g, device, quick)]
     words: set[str] = set()
     if delta:  # gpu-delta sizes are selected by one whole word of their label: d64, T1024, B32
-        words = {w for dk in (16, 64) for _, _, _, lengths in DELTA_VARIANTS for T in lengths
-                 for w in (f"d{dk}", f"T{T}", f"B{32 if T >= 4096 else 128}", "H4")}
+        words = {w for dk in DELTA_HEAD_SIZES for _, _, _, lengths in DELTA_VARIANTS
+                 for T in ((64,) if quick else lengths) for w in _delta_size(T, dk, quick)[1].split()}
     unknown = [w for w in shapes
                if w not in words and not any(w in n or w in lab for n, lab in entries)]
     if unknown:

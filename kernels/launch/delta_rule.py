@@ -229,10 +229,12 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         # The backward reads the forward's WY inverse on the tensor cores (H200, bf16, d = 64,
         # B128 T1024: bwd_grads 0.749 -> 0.631 ms). With exact float32 products it inverts
         # again: compiled for sm_90, the loaded T triples that kernel's spills (584 -> 1564
-        # bytes at d = 64), and that path has not been timed.
+        # bytes at d = 64). Under split_fp32 (32-wide split slices, 8 warps) reading it measured
+        # 2.360 against 2.118 ms at nh = 1, B16 T4096 and 6.893 against 7.130 at nh = 2,
+        # B128 T1024: no clear win, and it costs the stored T.
         "SAVED_TM": bool((half or tf32) if saved_tm is None else saved_tm),
         # The forward stores T unless told the backward will not read it (saved_tm=False, or
-        # the FMA backward of split_fp32) and the state kernels do not form Wk, U from it.
+        # split_fp32's re-inverting backward) and the state kernels do not form Wk, U from it.
         "STORE_TM": (saved_tm is True or (saved_tm is None and not split_fp32)
                      or bool(wu_in_state)),
         # Per-kernel constexprs over the shared ones: split_fp32's backward per-chunk kernel.
