@@ -365,17 +365,21 @@ def jax_scan_runners(op: str, make: Callable[[bool], Tensors]) -> dict[str, tupl
 
     def builder(backend_mode: str) -> Runner:
         def factory(timing_mode: str) -> Runner:
-            with _env("MINGRU_SCAN", backend_mode):  # read at trace time
-                if timing_mode == "fwd":
-                    f = jax.jit(lambda *xs: fn(*xs))
-                else:
-                    def loss(*xs: Any) -> Any:
-                        out = fn(*xs)
-                        outs = out if isinstance(out, tuple) else (out,)
-                        return sum(jnp.sum(o.astype(jnp.float32)) for o in outs)
+            # The backend is read when jit traces, at the first call: set it inside the
+            # traced function (around jax.jit's construction it would already be gone).
+            def traced(*xs: Any) -> Any:
+                with _env("MINGRU_SCAN", backend_mode):
+                    return fn(*xs)
 
-                    f = jax.jit(jax.grad(loss, argnums=tuple(range(n_args))))
-                return f
+            if timing_mode == "fwd":
+                return jax.jit(traced)
+
+            def loss(*xs: Any) -> Any:
+                out = traced(*xs)
+                outs = out if isinstance(out, tuple) else (out,)
+                return sum(jnp.sum(o.astype(jnp.float32)) for o in outs)
+
+            return jax.jit(jax.grad(loss, argnums=tuple(range(n_args))))
 
         return factory
 

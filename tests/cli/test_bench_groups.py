@@ -351,3 +351,26 @@ def test_delta_error_column_is_against_float64():
     assert torch.equal(o, delta_rule_eager(q, k, v, beta, lg, None, 64)[0])
     got = o.float() + 1e-3 * o.abs().max()
     assert bench._rel_err_vs(got, o) == pytest.approx(1e-3, rel=1e-3)  # float32 rounding
+
+
+@pytest.mark.parametrize("timing_mode", ["fwd", "fwd+bwd"])
+def test_jax_scan_runner_traces_under_its_backend(monkeypatch, timing_mode):
+    """The JAX rows run on the backend they are labelled with: the mode is read when jit
+    traces (the first call), so it must be in force then, not only while jit is built."""
+    pytest.importorskip("jax")
+    import mingru_jax
+    from mingru_jax.dispatch import scan_mode
+
+    seen = []
+
+    def recording_scan(a, b):
+        seen.append(scan_mode())
+        return a * b
+
+    monkeypatch.delenv("MINGRU_SCAN", raising=False)
+    monkeypatch.setattr(mingru_jax, "linear_scan", recording_scan)
+    make = lambda rg: (torch.rand(2, 5, 3), torch.randn(2, 5, 3))  # noqa: E731
+    runners = bench_cases.jax_scan_runners("linear_scan", make)
+    to_jax, factory = runners["jax"]
+    factory(timing_mode)(*to_jax(False))
+    assert seen == ["eager"]
