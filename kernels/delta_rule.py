@@ -146,7 +146,7 @@ def delta_rule_fwd_state_kernel(
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
     HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
     REG_STATE: tl.constexpr = False, WU_IN_STATE: tl.constexpr = False,
-    OUT_PASS: tl.constexpr = False,
+    OUT_PASS: tl.constexpr = False, STORE_W: tl.constexpr = True,
 ):
     """Grid ``(B·H, BV/VS)``: one program per (b, h) and slice of ``VS`` state columns, serial
     over chunks. Per chunk, from its start state ``S`` (stored as ``states[c]``)::
@@ -161,8 +161,10 @@ def delta_rule_fwd_state_kernel(
     ``WU_IN_STATE`` (needs ``REG_STATE``) forms ``Wk`` and ``U`` here from the chunk's ``T``
     (``tm``), ``k``, ``v`` and ``β`` instead of reading them from ``wk`` and ``u``.
     ``OUT_PASS`` (needs ``REG_STATE``) takes the output off this serial chain: ``W`` is stored
-    into ``w (B·H, NC, LP, BV)`` and :func:`delta_rule_fwd_out_kernel` forms ``O`` from it and
-    the stored states, parallel over chunks; ``o`` is then not written here.
+    into ``w (B·H, NC, LP, BV)`` (with ``STORE_W``; without it the output pass forms ``W``
+    again from the stored ``Wk``, ``U`` and states) and :func:`delta_rule_fwd_out_kernel`
+    forms ``O`` from it and the stored states, parallel over chunks; ``o`` is then not
+    written here.
 
     ``PACKED`` (``B = 1``; ``NSEQ`` sequences laid out chunk-aligned, see the launchers):
     ``h0`` and ``h_T`` are ``(NSEQ, H, DK, DV)``; ``cseq[c]`` (int32) is the sequence chunk
@@ -245,8 +247,9 @@ def delta_rule_fwd_state_kernel(
                         + iv[None, :]).to(tl.float32)
         W = U - WkS
         if OUT_PASS:
-            tl.store(w_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :],
-                     W.to(w_ptr.dtype.element_ty))
+            if STORE_W:
+                tl.store(w_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :],
+                         W.to(w_ptr.dtype.element_ty))
         else:
             _store_chunk_output(q_ptr, k_ptr, o_ptr, token, ok_r, micro, ok_l, Do, gam_o, QS, W,
                                 iv, DK, DV, CP, LP, BK, KS, PREC)
@@ -262,11 +265,11 @@ def delta_rule_fwd_state_kernel(
 
 @triton.jit
 def delta_rule_fwd_out_kernel(
-    q_ptr, k_ptr, lg_ptr, states_ptr, w_ptr, o_ptr,
+    q_ptr, k_ptr, lg_ptr, states_ptr, w_ptr, wk_ptr, u_ptr, o_ptr,
     T, H, DK, DV, NC,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-    HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
+    HAS_DECAY: tl.constexpr, PREC: tl.constexpr, STORE_W: tl.constexpr = True,
 ):
     """Grid ``(NC, B·H, BV/VS)``: the output of the state kernel's ``OUT_PASS``, parallel
     over chunks. From the chunk's start state ``S = states[c]`` and ``W = w[c]``::
@@ -274,7 +277,10 @@ def delta_rule_fwd_out_kernel(
         O = diag(Γo) Q S + Po W        Po = Do ⊙ Q Kᵀ
 
     — the same products the fused state kernel runs per chunk, off its serial chain (where
-    ``B·H`` gives that kernel fewer programs than the GPU has SMs, its chain is the time)."""
+    ``B·H`` gives that kernel fewer programs than the GPU has SMs, its chain is the time).
+    Without ``STORE_W`` it forms ``W = U − Wk S`` here from the stored ``Wk (B·H, NC, LP, BK)``
+    and ``U (B·H, NC, LP, BV)``: one more product per chunk instead of a ``(B·H, NC, LP, BV)``
+    buffer."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
     bh64 = bh.to(tl.int64)
@@ -283,13 +289,20 @@ def delta_rule_fwd_out_kernel(
     il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = _state_step_tables(
         c, (bh // H).to(tl.int64), bh % H, lg_ptr, T, H, NH, C, LP, CP, HAS_DECAY)
     chunk = bh64 * NC + c
-    W = tl.load(w_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :]).to(tl.float32)
+    rows = chunk * (LP * BV) + il[:, None] * BV + iv[None, :]
+    if STORE_W:
+        W = tl.load(w_ptr + rows).to(tl.float32)
+    else:
+        W = tl.load(u_ptr + rows).to(tl.float32)
     QS = tl.zeros([CP, VS], dtype=tl.float32)
     for j in tl.static_range(BK // KS):
         jj = j * KS + tl.arange(0, KS)
         Sj = tl.load(states_ptr + chunk * (BK * BV) + jj[:, None] * BV + iv[None, :]
                      ).to(tl.float32)
         QS = tl.dot(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, acc=QS, input_precision=PREC)
+        if not STORE_W:
+            Wk = tl.load(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + jj[None, :])
+            W -= tl.dot(Wk.to(tl.float32), Sj, input_precision=PREC)
     _store_chunk_output(q_ptr, k_ptr, o_ptr, token, ok_r, micro, ok_l, Do, gam_o, QS, W, iv,
                         DK, DV, CP, LP, BK, KS, PREC)
 

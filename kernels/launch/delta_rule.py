@@ -76,8 +76,8 @@ KERNEL_CONSTEXPRS = {
     "fwd_prep": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC",
                  "WU_IN_STATE", "STORE_TM"),
     "fwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE",
-                  "WU_IN_STATE", "OUT_PASS"),
-    "fwd_out": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC"),
+                  "WU_IN_STATE", "OUT_PASS", "STORE_W"),
+    "fwd_out": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "STORE_W"),
     "bwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE",
                   "WU_IN_STATE"),
     "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC",
@@ -108,8 +108,9 @@ def block_size(n: int) -> int:
 def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: int = 0,
                   blocked: bool | None = None, tf32: bool = False,
                   reg_state: bool | None = None, wu_in_state: bool | None = None,
-                  state_vs: int = 0, out_pass: bool = False, wu_half: bool = False,
-                  saved_tm: bool | None = None, split_fp32: bool | None = None) -> dict:
+                  state_vs: int = 0, out_pass: bool | None = None,
+                  wu_half: bool | None = None, saved_tm: bool | None = None,
+                  split_fp32: bool | None = None, few_rows: bool = False) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -123,17 +124,16 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     kernels form each chunk's ``Wk`` and ``U`` from its saved WY inverse instead of reading
     them, so neither is stored (``WU_IN_STATE``; needs ``REG_STATE``; the default with half
     inputs and ``REG_STATE``). ``state_vs`` forces ``STATE_VS``. ``out_pass``: the forward
-    state kernel stores each chunk's ``W`` and a parallel kernel (``fwd_out``) forms the
-    output, instead of the serial kernel (``OUT_PASS``; needs ``REG_STATE``). Off by
-    default: on an H200 at bf16 with the state kernels pipelined it measured slower at d = 64
-    (B32 T4096 forward 0.737 against 0.713 ms unpipelined, 0.673 against 0.612 pipelined).
-    Where the state kernels have one program per SM (B32 H4), ``wu_in_state=False`` with
-    ``out_pass`` is faster at nh = 2 with decay (forward 1.246 against 1.417 ms, fla 1.271), and
-    ``wu_in_state=False`` alone at nh = 1 (0.552 against 0.610). Neither is the default there:
-    ``Wk``, ``U`` and ``W`` cost +671 MB at nh = 2, d = 64, B32 T4096, which would put the
-    forward's peak (471 MB) above fla's (677 MB). ``wu_half``: with half inputs and ``Wk``, ``U``
-    stored (``wu_in_state`` off), store them in the inputs' 16-bit dtype, as fla stores its
-    ``w`` and ``u``: half their memory (``WU_HALF``; not timed yet, so off by default).
+    output pass (``fwd_out``, parallel over chunks) forms the output instead of the serial
+    kernel (``OUT_PASS``; needs ``REG_STATE``); it reads each chunk's ``W`` stored by the state
+    kernel where ``Wk`` and ``U`` are not stored, else forms ``W = U − Wk S`` again
+    (``STORE_W``). Off by default except with ``few_rows`` (below): on an H200 at bf16 with
+    the state kernels pipelined it measured slower at d = 64, nh = 1 (B32 T4096 forward 0.737
+    against 0.713 ms unpipelined, 0.673 against 0.612 pipelined), and at nh = 1
+    ``wu_in_state=False`` alone is faster there (0.552 against 0.610) but costs two stored
+    buffers. ``wu_half``: with half inputs and ``Wk``, ``U`` stored (``wu_in_state`` off), store
+    them in the inputs' 16-bit dtype, as fla stores its ``w`` and ``u``: half their memory
+    (``WU_HALF``; on by default with ``few_rows``).
     ``saved_tm`` forces ``SAVED_TM`` (below); off, the forward stores no WY inverse unless the
     state kernels need it (``STORE_TM``). ``split_fp32``: float32 inputs without ``tf32``
     run every product on the tensor cores with split products (``SPLIT_DOT_PRECISION``,
@@ -141,6 +141,10 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     inputs, the backward's per-chunk kernel in ``SPLIT_GRADS_SLICE``-wide slices (at 64
     columns it spills: 45 ms against 9.9 ms with FMA products on an H200 at nh = 2, d = 64,
     B128 T1024), which inverts again. The default for ``BK = BV`` in ``SPLIT_HEAD_SIZES``.
+    ``few_rows``: the launcher's word that ``B·H`` is at most the GPU's SM count (the serial
+    state kernels then have at most one program per SM). With half inputs, ``nh ≥ 2`` and
+    neither ``wu_in_state`` nor ``out_pass`` forced, the defaults become ``wu_in_state`` off,
+    ``out_pass`` and ``wu_half`` on, ``saved_tm`` off (measured below).
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -181,6 +185,17 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     if reg_state is None:
         # H200, bf16, d = 64, B128 T1024: 1.846 ms fwd+bwd from registers, 1.862 reloaded.
         reg_state = ks == bk
+    if few_rows and half and nh >= 2 and reg_state and wu_in_state is None and out_pass is None:
+        # One state program per (b, h) and no more of them than SMs: the serial chain is the
+        # time, so take the output and the forming of Wk, U off it, and keep Wk, U in 16 bits
+        # with no stored WY inverse (the output pass forms W again: no W buffer). H200, nh = 2
+        # with decay, B32 T4096 H4, GPU-busy ms fwd / fwd+bwd: d = 64 1.178 / 4.109 against
+        # 1.432 / 4.480 (fla forward 1.277), d = 16 0.895 / 2.861 against 1.133 / 2.957
+        # (fla 1.102).
+        wu_in_state, out_pass = False, True
+        wu_half = True if wu_half is None else wu_half
+        saved_tm = False if saved_tm is None else saved_tm
+    out_pass, wu_half = bool(out_pass), bool(wu_half)
     if wu_in_state is None:
         # H200, bf16, d = 64, B128 T1024: forward 0.519 against 0.552 ms with Wk, U stored,
         # fwd+bwd 1.651 against 1.685 (B32 T4096: 0.806 / 2.163 against 0.801 / 2.129), and
@@ -224,6 +239,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "HALF_STATES": bool(half and reg_state),
         "WU_IN_STATE": bool(wu_in_state),
         "OUT_PASS": bool(out_pass),
+        # The output pass reads W stored by the state kernel only where Wk and U are not
+        # stored; otherwise it forms W = U − Wk S again (one product instead of a buffer).
+        "STORE_W": bool(out_pass and wu_in_state),
         # Wk and U stored in the inputs' 16-bit dtype (read back into float32).
         "WU_HALF": bool(wu_half),
         # The backward reads the forward's WY inverse on the tensor cores (H200, bf16, d = 64,
@@ -284,7 +302,7 @@ def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
     ``Tm (BH, NC, LP, LP)`` (``Wk`` and ``U`` are one-element placeholders with
     ``cfg["WU_IN_STATE"]``, and in the inputs' dtype with ``cfg["WU_HALF"]``; ``Tm`` is a
     ``(BH, 1)`` placeholder without ``cfg["STORE_TM"]``, batch-leading like the outputs the
-    JAX frontend's vmap rule splits), and with ``cfg["OUT_PASS"]`` the chunks' ``W (BH, NC, LP, BV)``
+    JAX frontend's vmap rule splits), and with ``cfg["STORE_W"]`` the chunks' ``W (BH, NC, LP, BV)``
     (in the states' dtype; else a one-element placeholder)."""
     nc = n_chunks(T, cfg)
     bk, bv, lp = cfg["BK"], cfg["BV"], cfg["LP"]
@@ -294,7 +312,7 @@ def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
         "Wk": (1,) if unused else (BH, nc, lp, bk),
         "U": (1,) if unused else (BH, nc, lp, bv),
         "Tm": (BH, nc, lp, lp) if cfg.get("STORE_TM", True) else (BH, 1),
-        "W": (BH, nc, lp, bv) if cfg.get("OUT_PASS", False) else (1,),
+        "W": (BH, nc, lp, bv) if cfg.get("STORE_W", False) else (1,),
     }
 
 

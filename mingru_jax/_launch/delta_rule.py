@@ -98,20 +98,20 @@ def _fwd_state(q, k, v, beta, lg, h0, wk, u, tm, cseq, cend, cu, T, H, DK, DV, N
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
                HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
                PREC: tl.constexpr, REG_STATE: tl.constexpr, WU_IN_STATE: tl.constexpr,
-               OUT_PASS: tl.constexpr):
+               OUT_PASS: tl.constexpr, STORE_W: tl.constexpr):
     kernels.delta_rule_fwd_state_kernel(q, k, v, beta, lg, h0, wk, u, tm, states, o, w, ht,
                                         cseq, cend, cu, T, H, DK, DV, NC, NSEQ, NH, C, LP, CP,
                                         BK, BV, KS, VS, HAS_DECAY, HAS_H0, PACKED, PREC,
-                                        REG_STATE, WU_IN_STATE, OUT_PASS)
+                                        REG_STATE, WU_IN_STATE, OUT_PASS, STORE_W)
 
 
 @triton.jit
-def _fwd_out(q, k, lg, states, w, T, H, DK, DV, NC, o,
+def _fwd_out(q, k, lg, states, w, wk, u, T, H, DK, DV, NC, o,
              NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
              BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-             HAS_DECAY: tl.constexpr, PREC: tl.constexpr):
-    kernels.delta_rule_fwd_out_kernel(q, k, lg, states, w, o, T, H, DK, DV, NC, NH, C, LP, CP,
-                                      BK, BV, KS, VS, HAS_DECAY, PREC)
+             HAS_DECAY: tl.constexpr, PREC: tl.constexpr, STORE_W: tl.constexpr):
+    kernels.delta_rule_fwd_out_kernel(q, k, lg, states, w, wk, u, o, T, H, DK, DV, NC, NH, C,
+                                      LP, CP, BK, BV, KS, VS, HAS_DECAY, PREC, STORE_W)
 
 
 @triton.jit
@@ -145,7 +145,7 @@ def _bwd_grads(q, k, v, beta, lg, states, dstates, tm, do, T, H, DK, DV, NC,
 
 
 def _config(q, k, v, tf32: bool = False) -> dict:
-    _, _, nh, _, dk = k.shape
+    B, _, nh, H, dk = k.shape
     choices = switches.plan_choices("delta_rule")
     return meta.launch_config(nh, dk, v.shape[-1], half=jnp.dtype(q.dtype) in _HALF,
                               micro_chunk=int(choices.get("micro_chunk", 0)),
@@ -153,10 +153,11 @@ def _config(q, k, v, tf32: bool = False) -> dict:
                               reg_state=choices.get("reg_state"),
                               wu_in_state=choices.get("wu_in_state"),
                               state_vs=int(choices.get("state_vs", 0)),
-                              out_pass=bool(choices.get("out_pass", False)),
-                              wu_half=bool(choices.get("wu_half", False)),
+                              out_pass=choices.get("out_pass"),
+                              wu_half=choices.get("wu_half"),
                               saved_tm=choices.get("saved_tm"),
-                              split_fp32=choices.get("split_fp32"))
+                              split_fp32=choices.get("split_fp32"),
+                              few_rows=common.on_gpu() and B * H <= common.sm_count())
 
 
 def _tables(q, tables):
@@ -195,7 +196,7 @@ def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None, tf32=False):
     )
     if cfg["OUT_PASS"]:
         (o,) = common.launch(
-            _fwd_out, meta.grid_out(T, BH, cfg), (q, k, lg, states, w),
+            _fwd_out, meta.grid_out(T, BH, cfg), (q, k, lg, states, w, wk, u),
             (jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),), (T, H, dk, dv, nc),
             **meta.launch_kwargs(cfg, "fwd_out", HAS_DECAY=has_decay),
         )
