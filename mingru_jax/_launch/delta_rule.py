@@ -145,7 +145,7 @@ def _bwd_grads(q, k, v, beta, lg, states, dstates, tm, do, T, H, DK, DV, NC,
 
 
 def _config(q, k, v, tf32: bool = False) -> dict:
-    B, _, nh, H, dk = k.shape
+    _, _, nh, _, dk = k.shape
     choices = switches.plan_choices("delta_rule")
     return meta.launch_config(nh, dk, v.shape[-1], half=jnp.dtype(q.dtype) in _HALF,
                               micro_chunk=int(choices.get("micro_chunk", 0)),
@@ -156,8 +156,7 @@ def _config(q, k, v, tf32: bool = False) -> dict:
                               out_pass=choices.get("out_pass"),
                               wu_half=choices.get("wu_half"),
                               saved_tm=choices.get("saved_tm"),
-                              split_fp32=choices.get("split_fp32"),
-                              few_rows=common.on_gpu() and B * H <= common.sm_count())
+                              split_fp32=choices.get("split_fp32"))
 
 
 def _tables(q, tables):
