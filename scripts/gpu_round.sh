@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session's measurements in one command (install offline, then the named sections);
 # logs and JSON go to $OUT. Sections: tests-cell tests-torch tests-jax floor lookback
-# tests-delta delta-profile delta-bench (DELTA_VARIANTS="default reg_state=1 ..." sweeps;
+# tests-delta delta-few-rows (the W-free output pass: tests, then time and peak) delta-profile delta-bench (DELTA_VARIANTS="default reg_state=1 ..." sweeps;
 # e.g. "default stages.fwd_state=2;stages.bwd_state=2"; DELTA_SHAPES, DELTA_NH, DELTA_DTYPE, DELTA_DECAY=1, DELTA_CHECK=1: error and peak memory per variant) delta-bench (DELTA_BACKENDS, DELTA_OPS: the gpu-delta case filter) delta-fp32 (fp32 rows vs compile)
 # delta-mixer (DeltaMinGRU fwd, fwd+bwd at B16 T4096 d256 vs compile(eager))
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
@@ -61,6 +61,16 @@ for s in "$@"; do
     delta-bench) timeout "${DELTA_TIMEOUT:-500}" python3 -m mingru bench --device cuda --groups gpu-delta \
         --backends "${DELTA_BACKENDS:-eager,compile,triton,fla}" ${DELTA_OPS:+--ops "$DELTA_OPS"} \
         --out "$OUT/delta" 2>&1 | grep -v -i warn | tee -a "$OUT/delta-bench.log" | tail -40 ;;
+    delta-few-rows)
+      # The W-free output pass (STORE_W off) on the GPU: its bf16 tests, then its time, error
+      # and peak against the default and fla where B·H is at most the SM count (B32 H4) and
+      # where it is not (B128 H4).
+      timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_delta_rule.py \
+        -k "reg_state_bf16_head64 or (gradients_vs_float64 and bf16 and 64)" 2>&1 | tail -4
+      timeout 200 python3 scripts/profile_delta.py --repeats 5 --dtype bfloat16 --nh 2 --decay \
+        --check --shapes 32,4096,4,64 32,4096,4,16 128,1024,4,64 --variants default \
+        "wu_in_state=0;out_pass=1;wu_half=1;saved_tm=0" 2>&1 | grep -v -i warn \
+        | tee -a "$OUT/delta-few-rows.txt" | grep -E "GPU-busy|check:|refused" ;;
     floor) timeout 300 python3 benchmarks/memory_floor.py --out "$OUT" --repeats 20 \
         ${FLOOR_OPS:+--ops $FLOOR_OPS} 2>&1 | tail -30 ;;
     walk) timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu -k pipelined --tb=line \
