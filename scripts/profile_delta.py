@@ -93,7 +93,7 @@ def _apply(variant: str) -> None:
     svs = int(items.pop("state_vs", 0))
 
     def patched(nh, dk, dv, half=False, micro_chunk=0, blocked=None, tf32=False,
-                reg_state=None, wu_in_state=None, state_vs=0, out_pass=None, wu_half=None,
+                reg_state=None, wu_in_state=None, state_vs=0, out_pass=False, wu_half=False,
                 saved_tm=None, split_fp32=None):
         cfg = _SHIPPED(nh, dk, dv, half=half, micro_chunk=micro_chunk or lp, blocked=blocked,
                        tf32=tf32 if tc is None else tc == "1",

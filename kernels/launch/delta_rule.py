@@ -108,9 +108,8 @@ def block_size(n: int) -> int:
 def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: int = 0,
                   blocked: bool | None = None, tf32: bool = False,
                   reg_state: bool | None = None, wu_in_state: bool | None = None,
-                  state_vs: int = 0, out_pass: bool | None = None,
-                  wu_half: bool | None = None, saved_tm: bool | None = None,
-                  split_fp32: bool | None = None) -> dict:
+                  state_vs: int = 0, out_pass: bool = False, wu_half: bool = False,
+                  saved_tm: bool | None = None, split_fp32: bool | None = None) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -186,7 +185,6 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     if reg_state is None:
         # H200, bf16, d = 64, B128 T1024: 1.846 ms fwd+bwd from registers, 1.862 reloaded.
         reg_state = ks == bk
-    out_pass, wu_half = bool(out_pass), bool(wu_half)
     if wu_in_state is None:
         # H200, bf16, d = 64, B128 T1024: forward 0.519 against 0.552 ms with Wk, U stored,
         # fwd+bwd 1.651 against 1.685 (B32 T4096: 0.806 / 2.163 against 0.801 / 2.129), and

@@ -180,8 +180,7 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
                               blocked=blocked, tf32=tf32,
                               reg_state=None if reg == 0 else reg == 2,
                               wu_in_state=None if wu == 0 else wu == 2, state_vs=svs,
-                              out_pass=None if out == 0 else out == 2,
-                              wu_half=None if wuh == 0 else wuh == 2,
+                              out_pass=out == 2, wu_half=wuh == 2,
                               saved_tm=None if stm == 0 else stm == 2,
                               split_fp32=None if spl == 0 else spl == 2)
 

@@ -153,8 +153,8 @@ def _config(q, k, v, tf32: bool = False) -> dict:
                               reg_state=choices.get("reg_state"),
                               wu_in_state=choices.get("wu_in_state"),
                               state_vs=int(choices.get("state_vs", 0)),
-                              out_pass=choices.get("out_pass"),
-                              wu_half=choices.get("wu_half"),
+                              out_pass=bool(choices.get("out_pass", False)),
+                              wu_half=bool(choices.get("wu_half", False)),
                               saved_tm=choices.get("saved_tm"),
                               split_fp32=choices.get("split_fp32"))
 
