@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -229,19 +228,6 @@ def build_mixer(name: str, d: int, device: str, dtype: torch.dtype) -> torch.nn.
 # --------------------------------------------------------------------------- backends
 
 
-@contextmanager
-def _env(name: str, value: str):
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
 def _with_backend(mode: str, fn: Runner) -> Runner:
     import mingru
 
@@ -365,10 +351,10 @@ def jax_scan_runners(op: str, make: Callable[[bool], Tensors]) -> dict[str, tupl
 
     def builder(backend_mode: str) -> Runner:
         def factory(timing_mode: str) -> Runner:
-            # The backend is read when jit traces, at the first call: set it inside the
+            # The backend is read when jit traces, at the first call: choose it inside the
             # traced function (around jax.jit's construction it would already be gone).
             def traced(*xs: Any) -> Any:
-                with _env("MINGRU_SCAN", backend_mode):
+                with mingru_jax.use_backend(backend_mode):
                     return fn(*xs)
 
             if timing_mode == "fwd":
@@ -416,7 +402,7 @@ def jax_mixer_runners(name: str, d: int, make: Callable[[bool], Tensors],
     def builder(backend_mode: str) -> Runner:
         def factory(timing_mode: str) -> Runner:
             def fwd(st: Any, x: Any) -> Any:
-                with _env("MINGRU_SCAN", backend_mode):
+                with mingru_jax.use_backend(backend_mode):
                     return nnx.merge(graphdef, st)(x)
 
             if timing_mode == "fwd":
