@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session's measurements in one command (install offline, then the named sections);
 # logs and JSON go to $OUT. Sections: tests-cell tests-torch tests-jax floor lookback
-# tests-delta delta-few-rows (the W-free output pass: tests, then time and peak) delta-profile delta-bench (DELTA_VARIANTS="default reg_state=1 ..." sweeps;
+# tests-delta delta-few-rows (the W-free output pass: tests, then time and peak)
+# jax-delta-profile (jax-triton's delta rule: wall vs GPU events vs torch; JAX_DELTA_SHAPES) delta-profile delta-bench (DELTA_VARIANTS="default reg_state=1 ..." sweeps;
 # e.g. "default stages.fwd_state=2;stages.bwd_state=2"; DELTA_SHAPES, DELTA_NH, DELTA_DTYPE, DELTA_DECAY=1, DELTA_CHECK=1: error and peak memory per variant) delta-bench (DELTA_BACKENDS, DELTA_OPS: the gpu-delta case filter) delta-fp32 (fp32 rows vs compile)
 # delta-mixer (DeltaMinGRU fwd, fwd+bwd at B16 T4096 d256 vs compile(eager))
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
@@ -61,6 +62,11 @@ for s in "$@"; do
     delta-bench) timeout "${DELTA_TIMEOUT:-500}" python3 -m mingru bench --device cuda --groups gpu-delta \
         --backends "${DELTA_BACKENDS:-eager,compile,triton,fla}" ${DELTA_OPS:+--ops "$DELTA_OPS"} \
         --out "$OUT/delta" 2>&1 | grep -v -i warn | tee -a "$OUT/delta-bench.log" | tail -40 ;;
+    jax-delta-profile)
+      # The jax-triton delta rule's wall time against its GPU events and PyTorch's launcher.
+      timeout 200 python3 scripts/profile_jax_delta.py --torch \
+        --shapes ${JAX_DELTA_SHAPES:-128,256,4,16 128,1024,4,16 128,256,4,64} 2>&1 \
+        | grep -v -i warn | tee -a "$OUT/jax-delta-profile.txt" | grep -E "wall|HLO" ;;
     delta-few-rows)
       # The W-free output pass (STORE_W off) on the GPU: its bf16 tests, then its time, error
       # and peak against the default and fla where B·H is at most the SM count (B32 H4) and

@@ -1,0 +1,184 @@
+"""Where the jax-triton delta rule's wall time goes: GPU kernels against everything else.
+
+For each shape, direction (``fwd``, ``fwd+bwd``) and frontend, the script times one jitted
+call plus a device sync (wall clock, median), the same calls back to back with one sync at
+the end (``loop``: host work overlapped), and, for JAX, one ``jax.profiler`` trace of
+``--repeats`` calls read back with ``jax.profiler.ProfileData``: the device time of every GPU
+event per call (kernels, copies, memsets), so wall minus GPU-busy is the host's share. It
+also counts the optimized HLO's instructions by opcode (custom calls, fusions, copies): what
+XLA runs besides the Triton kernels. With ``--torch`` the PyTorch launcher is timed on the
+same inputs in the same run (``torch`` rows).
+
+    PYTHONPATH=/tmp/site:$PYTHONPATH python3 scripts/profile_jax_delta.py \\
+        --shapes 128,256,4,16 128,256,4,64 [--dtype bfloat16] [--nh 1] [--decay] [--torch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import os
+import re
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import mingru_jax  # noqa: E402
+from mingru_jax.scans import _delta_rule  # noqa: E402
+
+
+def _inputs(B: int, T: int, H: int, d: int, nh: int, decay: bool, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    k = rng.standard_normal((B, T, nh, H, d), dtype=np.float32)
+    k /= np.linalg.norm(k, axis=-1, keepdims=True)
+    xs = [rng.standard_normal((B, T, H, d), dtype=np.float32), k,
+          rng.standard_normal((B, T, nh, H, d), dtype=np.float32),
+          rng.random((B, T, nh, H), dtype=np.float32)]
+    if decay:
+        xs.append(np.log(rng.uniform(0.5, 1.0, (B, T, H))).astype(np.float32))
+    return xs
+
+
+def _jax_fns(n_args: int):
+    def traced(*xs):
+        with mingru_jax.use_backend("triton"):
+            q, k, v, beta, *lg = xs
+            return _delta_rule(q, k, v, beta, lg[0] if lg else None, None, 64)
+
+    def loss(*xs):
+        o, h = traced(*xs)
+        return jnp.sum(o.astype(jnp.float32)) + jnp.sum(h.astype(jnp.float32))
+
+    return {"fwd": jax.jit(traced),
+            "fwd+bwd": jax.jit(jax.grad(loss, argnums=tuple(range(n_args))))}
+
+
+def _torch_fns(n_args: int):
+    import torch
+
+    from mingru import dispatch
+    from mingru.scans import _delta_rule as torch_delta
+
+    def fwd(*xs):
+        with dispatch.use_backend("triton"):
+            q, k, v, beta, *lg = xs
+            return torch_delta(q, k, v, beta, lg[0] if lg else None, None, 64)
+
+    def fwd_bwd(*xs):
+        xs = [x.detach().requires_grad_() for x in xs]
+        o, h = fwd(*xs)
+        (o.float().sum() + h.float().sum()).backward()
+        return xs[0].grad
+
+    return {"fwd": fwd, "fwd+bwd": fwd_bwd}, torch.cuda.synchronize
+
+
+def _wall(call, sync, warmup: int, repeats: int, loop: int) -> tuple[float, float]:
+    """(median ms of one call + sync, ms per call of ``loop`` calls then one sync)."""
+    for _ in range(warmup):
+        call()
+    sync()
+    once = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        sync()
+        once.append((time.perf_counter() - t0) * 1e3)
+    t0 = time.perf_counter()
+    for _ in range(loop):
+        call()
+    sync()
+    return statistics.median(once), (time.perf_counter() - t0) * 1e3 / loop
+
+
+def _device_events(call, repeats: int) -> dict[str, float]:
+    """ms per call of every event on the GPU planes of a ``jax.profiler`` trace."""
+    from jax.profiler import ProfileData
+
+    call()
+    folder = tempfile.mkdtemp(prefix="jaxprof")
+    with jax.profiler.trace(folder):
+        for _ in range(repeats):
+            call()
+    files = glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)
+    totals: dict[str, float] = collections.defaultdict(float)
+    for path in files:
+        for plane in ProfileData.from_file(path).planes:
+            if not plane.name.startswith("/device:GPU"):
+                continue
+            names = [line.name for line in plane.lines]
+            if not any(name.startswith("Stream") for name in names):
+                print(f"    (no stream lines on {plane.name}: {names})")
+            for line in plane.lines:
+                # The stream lines hold the kernels; XLA's per-op and per-module lines repeat them.
+                if not line.name.startswith("Stream"):
+                    continue
+                for event in line.events:
+                    totals[f"{line.name[:12]} {event.name[:70]}"] += event.duration_ns / 1e6
+    return {name: ms / repeats for name, ms in totals.items()}
+
+
+def _hlo_opcodes(fn, xs) -> str:
+    text = fn.lower(*xs).compile().as_text()
+    ops = collections.Counter()
+    for line in text.splitlines():
+        # "%name = type opcode(operands)"; a tuple type holds spaces but no "word(".
+        found = " = " in line and re.search(r"\s([a-z][a-z0-9-]*)\(", line.split(" = ", 1)[1])
+        if found and "ENTRY" not in line:
+            ops[found.group(1)] += 1
+    keep = ("custom-call", "fusion", "copy", "transpose", "convert", "broadcast",
+            "dynamic-update-slice", "pad", "slice", "reshape", "bitcast")
+    return ", ".join(f"{op} {ops[op]}" for op in keep if ops[op])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", nargs="+", default=["128,256,4,16", "128,256,4,64"],
+                    help="B,T,H,d per shape")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--nh", type=int, default=1)
+    ap.add_argument("--decay", action="store_true")
+    ap.add_argument("--repeats", type=int, default=20, help="profiled and timed calls")
+    ap.add_argument("--loop", type=int, default=50, help="calls per back-to-back timing")
+    ap.add_argument("--torch", action="store_true", help="time PyTorch's launcher too")
+    args = ap.parse_args()
+    print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}, {args.dtype}, nh {args.nh}"
+          f"{', decay' if args.decay else ''}")
+    for spec in args.shapes:
+        B, T, H, d = map(int, spec.split(","))
+        host = _inputs(B, T, H, d, args.nh, args.decay)
+        xs = [jnp.asarray(x, dtype=args.dtype if i < 4 else jnp.float32)
+              for i, x in enumerate(host)]
+        for mode, fn in _jax_fns(len(xs)).items():
+            call = lambda fn=fn, xs=xs: jax.block_until_ready(fn(*xs))  # noqa: E731
+            call()
+            wall, loop = _wall(call, lambda: None, 5, args.repeats, args.loop)
+            events = _device_events(call, args.repeats)
+            busy = sum(events.values())
+            print(f"\n[{B},{T},{H},{d}] {mode:7s} jax   wall {wall:.3f} ms, loop {loop:.3f} ms/call,"
+                  f" GPU events {busy:.3f} ms/call, host share {wall - busy:.3f} ms")
+            print(f"    optimized HLO: {_hlo_opcodes(fn, xs)}")
+            for name, ms in sorted(events.items(), key=lambda kv: -kv[1]):
+                print(f"    {ms:8.4f} ms  {name}")
+        if args.torch:
+            import torch
+
+            dtype = getattr(torch, args.dtype)
+            txs = [torch.as_tensor(x, device="cuda").to(dtype if i < 4 else torch.float32)
+                   for i, x in enumerate(host)]
+            fns, sync = _torch_fns(len(txs))
+            for mode, fn in fns.items():
+                wall, loop = _wall(lambda fn=fn, txs=txs: fn(*txs), sync, 5, args.repeats, args.loop)
+                print(f"[{B},{T},{H},{d}] {mode:7s} torch wall {wall:.3f} ms, "
+                      f"loop {loop:.3f} ms/call")
+
+
+if __name__ == "__main__":
+    main()
