@@ -93,8 +93,8 @@ def _apply(variant: str) -> None:
     svs = int(items.pop("state_vs", 0))
 
     def patched(nh, dk, dv, half=False, micro_chunk=0, blocked=None, tf32=False,
-                reg_state=None, wu_in_state=None, state_vs=0, out_pass=False, wu_half=False,
-                saved_tm=None, split_fp32=None):
+                reg_state=None, wu_in_state=None, state_vs=0, out_pass=None, wu_half=None,
+                saved_tm=None, split_fp32=None, few_rows=False):
         cfg = _SHIPPED(nh, dk, dv, half=half, micro_chunk=micro_chunk or lp, blocked=blocked,
                        tf32=tf32 if tc is None else tc == "1",
                        reg_state=reg_state if reg is None else reg == "1",
@@ -103,7 +103,8 @@ def _apply(variant: str) -> None:
                        out_pass=out_pass if out is None else out == "1",
                        wu_half=wu_half if wuh is None else wuh == "1",
                        saved_tm=saved_tm if stm is None else stm == "1",
-                       split_fp32=split_fp32 if spl is None else spl == "1")
+                       split_fp32=split_fp32 if spl is None else spl == "1",
+                       few_rows=few_rows)
         for key, val in items.items():
             if "." in key and key.split(".")[0] in ("warps", "stages"):
                 table, kernel = key.split(".")

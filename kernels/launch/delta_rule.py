@@ -108,8 +108,9 @@ def block_size(n: int) -> int:
 def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: int = 0,
                   blocked: bool | None = None, tf32: bool = False,
                   reg_state: bool | None = None, wu_in_state: bool | None = None,
-                  state_vs: int = 0, out_pass: bool = False, wu_half: bool = False,
-                  saved_tm: bool | None = None, split_fp32: bool | None = None) -> dict:
+                  state_vs: int = 0, out_pass: bool | None = None,
+                  wu_half: bool | None = None, saved_tm: bool | None = None,
+                  split_fp32: bool | None = None, few_rows: bool = False) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -126,18 +127,13 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     output pass (``fwd_out``, parallel over chunks) forms the output instead of the serial
     kernel (``OUT_PASS``; needs ``REG_STATE``); it reads each chunk's ``W`` stored by the state
     kernel where ``Wk`` and ``U`` are formed there (not stored), else forms ``W = U − Wk S`` again
-    (``STORE_W``). Off by default: on an H200 at bf16 with
+    (``STORE_W``). Off by default except with ``few_rows`` (below): on an H200 at bf16 with
     the state kernels pipelined it measured slower at d = 64, nh = 1 (B32 T4096 forward 0.737
     against 0.713 ms unpipelined, 0.673 against 0.612 pipelined), and at nh = 1
     ``wu_in_state=False`` alone is faster there (0.552 against 0.610) but costs two stored
     buffers. ``wu_half``: with half inputs and ``Wk``, ``U`` stored (``wu_in_state`` off), store
     them in the inputs' 16-bit dtype, as fla stores its ``w`` and ``u``: half their memory
-    (``WU_HALF``; off by default). Where the state kernels have at most one program per SM
-    (B32 T4096 H4 on an H200), ``wu_in_state=False, out_pass=True, wu_half=True,
-    saved_tm=False`` measured faster at nh = 2 with decay (GPU-busy forward / fwd+bwd ms:
-    d = 64 1.178 / 4.109 against 1.432 / 4.480, fla's forward 1.277; d = 16 0.895 / 2.861
-    against 1.133 / 2.957, fla 1.102) with ``W`` stored; that form, without the ``W`` buffer,
-    is to be made the default there once it has run on a GPU.
+    (``WU_HALF``; on by default with ``few_rows``).
     ``saved_tm`` forces ``SAVED_TM`` (below); off, the forward stores no WY inverse unless the
     state kernels need it (``STORE_TM``). ``split_fp32``: float32 inputs without ``tf32``
     run every product on the tensor cores with split products (``SPLIT_DOT_PRECISION``,
@@ -145,6 +141,11 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     inputs, the backward's per-chunk kernel in ``SPLIT_GRADS_SLICE``-wide slices (at 64
     columns it spills: 45 ms against 9.9 ms with FMA products on an H200 at nh = 2, d = 64,
     B128 T1024), which inverts again. The default for ``BK = BV`` in ``SPLIT_HEAD_SIZES``.
+    ``few_rows``: the launcher's word that ``B·H`` is at most the GPU's SM count (the serial
+    state kernels then have at most one program per SM). With half inputs, ``nh ≥ 2`` and
+    neither ``wu_in_state`` nor ``out_pass`` forced, the defaults become ``wu_in_state`` off,
+    ``out_pass`` and ``wu_half`` on, ``saved_tm`` off: the output pass forms ``W`` again from
+    the stored 16-bit ``Wk`` and ``U`` (no ``W`` buffer, no stored WY inverse).
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -185,6 +186,17 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     if reg_state is None:
         # H200, bf16, d = 64, B128 T1024: 1.846 ms fwd+bwd from registers, 1.862 reloaded.
         reg_state = ks == bk
+    if few_rows and half and nh >= 2 and reg_state and wu_in_state is None and out_pass is None:
+        # At most one state program per SM: the serial chain is the time, so take the output
+        # and the forming of Wk, U off it. H200, nh = 2 with decay, B32 T4096 H4, GPU-busy ms
+        # fwd / fwd+bwd, forward peak: d = 64 1.266 / 4.160, 577 MB against 1.418 / 4.426,
+        # 449 MB (fla: forward 1.277, 677 MB); d = 16 0.876 / 2.828, 96 MB against
+        # 1.120 / 2.924, 160 MB (fla 1.102). Error against float64 0.0049 / 0.0044
+        # against 0.0036 / 0.0034 (fla 0.0072 / 0.0064).
+        wu_in_state, out_pass = False, True
+        wu_half = True if wu_half is None else wu_half
+        saved_tm = False if saved_tm is None else saved_tm
+    out_pass, wu_half = bool(out_pass), bool(wu_half)
     if wu_in_state is None:
         # H200, bf16, d = 64, B128 T1024: forward 0.519 against 0.552 ms with Wk, U stored,
         # fwd+bwd 1.651 against 1.685 (B32 T4096: 0.806 / 2.163 against 0.801 / 2.129), and

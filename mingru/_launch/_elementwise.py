@@ -37,7 +37,7 @@ def unsupported_reason(x: torch.Tensor) -> str | None:
 
 
 @functools.cache
-def _sm_count(index: int) -> int:
+def sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
@@ -56,7 +56,7 @@ def make_plan(op: str, x: torch.Tensor, tiles: Mapping[str, Any] | None = None,
     n_sm = 0
     if x.is_cuda:
         index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-        n_sm = _sm_count(index)
+        n_sm = sm_count(index)
     B, T, D = x.shape if shape is None else shape
     return _cached_plan(B, T, D, n_sm, tuple(sorted(choices.items())),
                         tuple(sorted((tiles or {}).items())))

@@ -35,6 +35,7 @@ from torch import Tensor
 
 from mingru._eager.delta_rule import gather_packed, packed_layout, scatter_packed
 from mingru._launch._alloc import new_tensor
+from mingru._launch._elementwise import sm_count
 from mingru._launch._op import dual_entry
 from mingru_kernels import delta_rule as kernels
 from mingru_kernels.launch import delta_rule as meta
@@ -180,9 +181,19 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
                               blocked=blocked, tf32=tf32,
                               reg_state=None if reg == 0 else reg == 2,
                               wu_in_state=None if wu == 0 else wu == 2, state_vs=svs,
-                              out_pass=out == 2, wu_half=wuh == 2,
+                              out_pass=None if out == 0 else out == 2,
+                              wu_half=None if wuh == 0 else wuh == 2,
                               saved_tm=None if stm == 0 else stm == 2,
-                              split_fp32=None if spl == 0 else spl == 2)
+                              split_fp32=None if spl == 0 else spl == 2,
+                              few_rows=_few_rows(q, k.shape[0] * k.shape[3]))
+
+
+def _few_rows(q: torch.Tensor, rows: int) -> bool:
+    """Whether ``rows = B·H`` state programs are at most the GPU's SMs (never on the host)."""
+    if q.device.type != "cuda":
+        return False
+    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    return rows <= sm_count(index)
 
 
 def _n_seq(cu: Tensor | None, B: int) -> int:

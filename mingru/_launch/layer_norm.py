@@ -61,7 +61,7 @@ def _bwd_impl(x, weight, stats, dy, has_bias):
     dx = new_tensor(x.shape, x.dtype, x.device)
     if x.is_cuda:
         index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-        n_sm = elementwise._sm_count(index)
+        n_sm = elementwise.sm_count(index)
     else:
         n_sm = 4  # the interpreter: a few groups, so tests cover the group loop and the sum
     groups, rows = meta.bwd_groups(max(N, 1), n_sm)

@@ -145,7 +145,7 @@ def _bwd_grads(q, k, v, beta, lg, states, dstates, tm, do, T, H, DK, DV, NC,
 
 
 def _config(q, k, v, tf32: bool = False) -> dict:
-    _, _, nh, _, dk = k.shape
+    B, _, nh, H, dk = k.shape
     choices = switches.plan_choices("delta_rule")
     return meta.launch_config(nh, dk, v.shape[-1], half=jnp.dtype(q.dtype) in _HALF,
                               micro_chunk=int(choices.get("micro_chunk", 0)),
@@ -153,10 +153,11 @@ def _config(q, k, v, tf32: bool = False) -> dict:
                               reg_state=choices.get("reg_state"),
                               wu_in_state=choices.get("wu_in_state"),
                               state_vs=int(choices.get("state_vs", 0)),
-                              out_pass=bool(choices.get("out_pass", False)),
-                              wu_half=bool(choices.get("wu_half", False)),
+                              out_pass=choices.get("out_pass"),
+                              wu_half=choices.get("wu_half"),
                               saved_tm=choices.get("saved_tm"),
-                              split_fp32=choices.get("split_fp32"))
+                              split_fp32=choices.get("split_fp32"),
+                              few_rows=common.on_gpu() and B * H <= common.sm_count())
 
 
 def _tables(q, tables):

@@ -373,6 +373,49 @@ def test_output_pass_w_plan():
     assert not meta.launch_config(2, 64, 64, half=True)["STORE_W"]  # no output pass
 
 
+def test_few_rows_plan():
+    """Where B·H state programs fit the SMs (``few_rows``), half inputs at nh >= 2 take the
+    output pass with Wk, U stored in 16 bits and no stored W or WY inverse; nothing else
+    changes, and a forced choice wins."""
+    from mingru_kernels.launch import delta_rule as meta
+
+    cfg = meta.launch_config(2, 64, 64, half=True, few_rows=True)
+    assert cfg == meta.launch_config(2, 64, 64, half=True, wu_in_state=False, out_pass=True,
+                                     wu_half=True, saved_tm=False)
+    assert cfg["OUT_PASS"] and not cfg["WU_IN_STATE"] and cfg["WU_HALF"]
+    assert not cfg["STORE_W"] and not cfg["STORE_TM"] and not cfg["SAVED_TM"]
+    for kwargs in (dict(nh=1, half=True), dict(nh=2, half=False, split_fp32=False),
+                   dict(nh=2, half=True, out_pass=False), dict(nh=2, half=True, wu_in_state=True),
+                   dict(nh=3, half=True, wu_in_state=True, out_pass=True)):
+        nh = kwargs.pop("nh")
+        assert meta.launch_config(nh, 64, 64, few_rows=True, **kwargs) == meta.launch_config(
+            nh, 64, 64, **kwargs), kwargs
+    assert meta.launch_config(2, 64, 64, half=True) != cfg  # many rows: the shipped default
+    # A forced wu_half / saved_tm is kept inside the few-rows plan.
+    assert meta.launch_config(2, 16, 16, half=True, few_rows=True, saved_tm=True)["SAVED_TM"]
+    assert not meta.launch_config(2, 16, 16, half=True, few_rows=True,
+                                  wu_half=False)["WU_HALF"]
+
+
+def test_few_rows_is_read_from_the_device(monkeypatch):
+    """The PyTorch launcher passes ``few_rows`` only on a CUDA device with ``B·H`` at most
+    its SM count (never in the interpreter on the host)."""
+    import torch
+
+    from mingru._launch import delta_rule as launcher
+
+    q = torch.zeros(1)
+    assert launcher._few_rows(q, 1) is False
+    monkeypatch.setattr(launcher, "sm_count", lambda index: 132)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+    class FakeCuda:
+        device = torch.device("cuda", 0)
+
+    assert launcher._few_rows(FakeCuda(), 132) is True
+    assert launcher._few_rows(FakeCuda(), 133) is False
+
+
 def test_split_fp32_plan():
     """float32 inputs at 64-wide heads take the split products on the tensor cores (the
     forward and the backward's state kernel in 64-wide slices, the backward's per-chunk kernel
