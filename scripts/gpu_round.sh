@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session's measurements in one command (install offline, then the named sections);
 # logs and JSON go to $OUT. Sections: tests-cell tests-torch tests-jax floor lookback
-# tests-delta delta-few-rows (the W-free output pass: tests, then time and peak)
+# tests-delta (DELTA_TESTS_K: a -k filter) delta-few-rows (the W-free output pass: tests, then time and peak)
 # jax-delta-profile (jax-triton's delta rule: wall vs GPU events vs torch; JAX_DELTA_SHAPES) delta-profile delta-bench (DELTA_VARIANTS="default reg_state=1 ..." sweeps;
 # e.g. "default stages.fwd_state=2;stages.bwd_state=2"; DELTA_SHAPES, DELTA_NH, DELTA_DTYPE, DELTA_DECAY=1, DELTA_CHECK=1: error and peak memory per variant) delta-bench (DELTA_BACKENDS, DELTA_OPS: the gpu-delta case filter) delta-fp32 (fp32 rows vs compile)
 # delta-mixer (DeltaMinGRU fwd, fwd+bwd at B16 T4096 d256 vs compile(eager))
@@ -48,8 +48,12 @@ for s in "$@"; do
           2>&1 | tee -a "$OUT/lookback-sweep.log" | grep -v Warn
       done ;;
     tests-delta) workers=""; python3 -c "import xdist" 2>/dev/null && workers="-n 4"
-      timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu $workers \
-        tests/kernels/test_delta_rule.py tests/torch/test_delta_packing.py 2>&1 | tail -5 ;;
+      timeout "${DELTA_TESTS_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider -m gpu $workers \
+        ${DELTA_TESTS_K:+-k "$DELTA_TESTS_K"} tests/kernels/test_delta_rule.py \
+        tests/torch/test_delta_packing.py 2>&1 | tail -5
+      # The jax-triton launcher's delta-rule GPU tests (one process: JAX holds the GPU).
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/jax/test_launch.py \
+        -k "TestGPU and delta" 2>&1 | tail -3 ;;
     delta-profile) timeout "${DELTA_TIMEOUT:-200}" python3 scripts/profile_delta.py --repeats 5 \
         --shapes ${DELTA_SHAPES:-128,1024,4,64 128,256,4,64 128,1024,4,16} --nh "${DELTA_NH:-1}" --dtype "${DELTA_DTYPE:-bfloat16}" \
         ${DELTA_DECAY:+--decay} ${DELTA_CHECK:+--check} ${DELTA_VARIANTS:+--variants $DELTA_VARIANTS} \
@@ -64,7 +68,7 @@ for s in "$@"; do
         --out "$OUT/delta" 2>&1 | grep -v -i warn | tee -a "$OUT/delta-bench.log" | tail -40 ;;
     jax-delta-profile)
       # The jax-triton delta rule's wall time against its GPU events and PyTorch's launcher.
-      timeout 200 python3 scripts/profile_jax_delta.py --torch \
+      timeout 200 python3 scripts/profile_jax_delta.py --torch --repeats 50 \
         --shapes ${JAX_DELTA_SHAPES:-128,256,4,16 128,1024,4,16 128,256,4,64} 2>&1 \
         | grep -v -i warn | tee -a "$OUT/jax-delta-profile.txt" | grep -E "wall|HLO" ;;
     delta-few-rows)

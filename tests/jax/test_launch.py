@@ -325,6 +325,33 @@ class TestGPU:
         args = _delta_args(T, T, 2, True, True, dk=16, dv=16)
         _check(_delta_fn(tuple(args)), tuple(args.values()), jit=True)
 
+    @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+    def test_delta_rule_half_at_head64(self, dtype):
+        """Half inputs at nh = 2, d = 64 with decay and ``h_0`` on few (b, h) rows (the plan
+        whose output pass forms W from the stored 16-bit Wk, U): outputs and every gradient
+        against the eager twin in float32 on the same rounded inputs."""
+        args = _delta_args(11, 700, 2, True, True, dk=64, dv=64)
+        half = tuple(x.astype(dtype) for x in args.values())
+        wide = tuple(x.astype(jnp.float32) for x in half)
+        fn = _delta_fn(tuple(args))
+
+        def loss(*xs):
+            o, h = fn(*xs)
+            return (jnp.sum(o.astype(jnp.float32) * jnp.cos(jnp.arange(o.size).reshape(o.shape)))
+                    + jnp.sum(h.astype(jnp.float32)))
+
+        def run(backend, xs):
+            def outs(*xs):
+                with use_backend(backend):
+                    return fn(*xs), jax.grad(loss, argnums=tuple(range(len(xs))))(*xs)
+            return jax.jit(outs)(*xs)
+
+        for got, want in zip(jax.tree.leaves(run("triton", half)),
+                             jax.tree.leaves(run("eager", wide)), strict=True):
+            got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+            assert np.all(np.isfinite(got))
+            assert np.abs(got - want).max() <= 3e-2 * np.abs(want).max()
+
     @pytest.mark.parametrize("op", OPS)
     @pytest.mark.parametrize("T,D", [(1, 3), (7, 5), (300, 33), (5000, 8)])
     def test_forward_and_grad(self, op, T, D):
