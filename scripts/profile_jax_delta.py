@@ -7,7 +7,8 @@ the end (``loop``: host work overlapped), and, for JAX, one ``jax.profiler`` tra
 event per call (kernels, copies, memsets), so wall minus GPU-busy is the host's share. It
 also counts the optimized HLO's instructions by opcode (custom calls, fusions, copies): what
 XLA runs besides the Triton kernels. With ``--torch`` the PyTorch launcher is timed on the
-same inputs in the same run (``torch`` rows).
+same inputs in the same run (``torch`` rows). First, each framework's floor: one tiny call
+plus a sync (``jit(x + 1)``, ``x + 1``) and one small Triton kernel through each launcher.
 
     PYTHONPATH=/tmp/site:$PYTHONPATH python3 scripts/profile_jax_delta.py \\
         --shapes 128,256,4,16 128,256,4,64 [--dtype bfloat16] [--nh 1] [--decay] [--torch]
@@ -81,21 +82,51 @@ def _torch_fns(n_args: int):
 
 
 def _wall(call, sync, warmup: int, repeats: int, loop: int) -> tuple[float, float]:
-    """(median ms of one call + sync, ms per call of ``loop`` calls then one sync)."""
+    """(median ms of one call + sync, ms per call of ``loop`` calls then one sync).
+    ``sync(out)`` waits for ``call()``'s result (and everything before it)."""
     for _ in range(warmup):
-        call()
-    sync()
+        sync(call())
     once = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        call()
-        sync()
+        sync(call())
         once.append((time.perf_counter() - t0) * 1e3)
     t0 = time.perf_counter()
     for _ in range(loop):
-        call()
-    sync()
+        out = call()
+    sync(out)
     return statistics.median(once), (time.perf_counter() - t0) * 1e3 / loop
+
+
+def _floors(repeats: int, loop: int, with_torch: bool) -> None:
+    """Each framework's own latency for one tiny call plus a sync, measured the same way:
+    the part of a wall time no kernel can remove (XLA's dispatch of a jitted program; a
+    PyTorch launch), and the same for one small Triton kernel through each launcher."""
+    x = jnp.ones((1, 8, 4), jnp.float32)
+    add = jax.jit(lambda x: x + 1)
+    wall, per = _wall(lambda: add(x), jax.block_until_ready, 5, repeats, loop)
+    print(f"floor: jax jit(x + 1)            wall {wall:.3f} ms, loop {per:.3f} ms/call")
+
+    def scan(a, b):
+        with mingru_jax.use_backend("triton"):
+            return mingru_jax.linear_scan(a, b)
+
+    one = jax.jit(scan)
+    wall, per = _wall(lambda: one(x, x), jax.block_until_ready, 5, repeats, loop)
+    print(f"floor: jax-triton linear_scan    wall {wall:.3f} ms, loop {per:.3f} ms/call "
+          f"(HLO: {_hlo_opcodes(one, (x, x))})")
+    if with_torch:
+        import torch
+
+        import mingru
+
+        t = torch.ones(1, 8, 4, device="cuda")
+        sync = lambda _out: torch.cuda.synchronize()  # noqa: E731
+        wall, per = _wall(lambda: t + 1, sync, 5, repeats, loop)
+        print(f"floor: torch x + 1               wall {wall:.3f} ms, loop {per:.3f} ms/call")
+        with mingru.use_backend("triton"):
+            wall, per = _wall(lambda: mingru.linear_scan(t, t), sync, 5, repeats, loop)
+        print(f"floor: torch triton linear_scan  wall {wall:.3f} ms, loop {per:.3f} ms/call")
 
 
 def _device_events(call, repeats: int) -> dict[str, float]:
@@ -151,6 +182,7 @@ def main() -> None:
     args = ap.parse_args()
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}, {args.dtype}, nh {args.nh}"
           f"{', decay' if args.decay else ''}")
+    _floors(args.repeats, args.loop, args.torch)
     for spec in args.shapes:
         B, T, H, d = map(int, spec.split(","))
         host = _inputs(B, T, H, d, args.nh, args.decay)
@@ -159,7 +191,8 @@ def main() -> None:
         for mode, fn in _jax_fns(len(xs)).items():
             call = lambda fn=fn, xs=xs: jax.block_until_ready(fn(*xs))  # noqa: E731
             call()
-            wall, loop = _wall(call, lambda: None, 5, args.repeats, args.loop)
+            wall, loop = _wall(lambda fn=fn, xs=xs: fn(*xs), jax.block_until_ready, 5,
+                               args.repeats, args.loop)
             events = _device_events(call, args.repeats)
             busy = sum(events.values())
             print(f"\n[{B},{T},{H},{d}] {mode:7s} jax   wall {wall:.3f} ms, loop {loop:.3f} ms/call,"
@@ -175,7 +208,8 @@ def main() -> None:
                    for i, x in enumerate(host)]
             fns, sync = _torch_fns(len(txs))
             for mode, fn in fns.items():
-                wall, loop = _wall(lambda fn=fn, txs=txs: fn(*txs), sync, 5, args.repeats, args.loop)
+                wall, loop = _wall(lambda fn=fn, txs=txs: fn(*txs), lambda _out, sync=sync: sync(), 5,
+                                   args.repeats, args.loop)
                 print(f"[{B},{T},{H},{d}] {mode:7s} torch wall {wall:.3f} ms, "
                       f"loop {loop:.3f} ms/call")
 
