@@ -266,7 +266,9 @@ def test_delta_rule_reg_state_matches_the_reload():
             want = jax.value_and_grad(loss)(args["q"])
         for forced in (dict(reg_state=True), dict(reg_state=True, wu_in_state=True),
                        dict(reg_state=True, out_pass=True),
-                       dict(reg_state=True, wu_in_state=True, out_pass=True), dict(saved_tm=False),
+                       dict(reg_state=True, wu_in_state=True, out_pass=True),
+                       dict(reg_state=True, wu_in_state=False, out_pass=True, saved_tm=False),
+                       dict(saved_tm=False),
                        dict(saved_tm=True)):
             with switches.forced("delta_rule", **forced):
                 got = jax.value_and_grad(loss)(args["q"])

@@ -43,6 +43,10 @@ LAYOUTS = {
     # The output formed by its own kernel, parallel over chunks, from the stored states and W.
     "L32-out-pass": dict(micro_chunk=32, reg_state=True, out_pass=True),
     "L16-wu-out-pass": dict(micro_chunk=16, reg_state=True, wu_in_state=True, out_pass=True),
+    # The few-rows plan of half inputs (W formed again in the output pass from stored Wk, U,
+    # no stored WY inverse), in float32: only its 16-bit Wk, U storage needs half inputs.
+    "L32-few-rows": dict(micro_chunk=32, reg_state=True, wu_in_state=False, out_pass=True,
+                         saved_tm=False),
     # The backward reading the forward's WY inverse instead of inverting again, and the
     # forward not storing it at all.
     "L32-saved-tm": dict(micro_chunk=32, saved_tm=True),
