@@ -4,7 +4,9 @@ For each shape, direction (``fwd``, ``fwd+bwd``) and frontend, the script times 
 call plus a device sync (wall clock, median), the same calls back to back with one sync at
 the end (``loop``: host work overlapped), and, for JAX, one ``jax.profiler`` trace of
 ``--repeats`` calls read back with ``jax.profiler.ProfileData``: the device time of every GPU
-event per call (kernels, copies, memsets), so wall minus GPU-busy is the host's share. It
+event per call (kernels, copies, memsets), so wall minus GPU-busy is the host's share; the
+GPU span per call (first kernel's start to last kernel's end: the idle time between one call's
+kernels); and the host's largest events per call by name (``--host-events``). It
 also counts the optimized HLO's instructions by opcode (custom calls, fusions, copies): what
 XLA runs besides the Triton kernels. With ``--torch`` the PyTorch launcher is timed on the
 same inputs in the same run (``torch`` rows). First, each framework's floor: one tiny call
@@ -129,19 +131,31 @@ def _floors(repeats: int, loop: int, with_torch: bool) -> None:
         print(f"floor: torch triton linear_scan  wall {wall:.3f} ms, loop {per:.3f} ms/call")
 
 
-def _device_events(call, repeats: int) -> dict[str, float]:
-    """ms per call of every event on the GPU planes of a ``jax.profiler`` trace."""
+def _trace(call, repeats: int) -> tuple[dict[str, float], float, dict[str, float]]:
+    """One ``jax.profiler`` trace of ``repeats`` synchronised calls, read back: ms per call of
+    every event on the GPU streams; the mean span per call from its first kernel's start to
+    its last kernel's end (span minus kernel time = the GPU idling between this call's
+    kernels); and ms per call of the host's events by name (where the host time goes)."""
     from jax.profiler import ProfileData
 
     call()
     folder = tempfile.mkdtemp(prefix="jaxprof")
-    with jax.profiler.trace(folder):
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0  # Python frames would slow the calls and nest the events
+    with jax.profiler.trace(folder, profiler_options=options):
         for _ in range(repeats):
             call()
     files = glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)
-    totals: dict[str, float] = collections.defaultdict(float)
+    device: dict[str, float] = collections.defaultdict(float)
+    host: dict[str, float] = collections.defaultdict(float)
+    kernels: list[tuple[float, float]] = []
     for path in files:
         for plane in ProfileData.from_file(path).planes:
+            if plane.name.startswith("/host:"):
+                for line in plane.lines:
+                    for event in line.events:
+                        host[event.name[:80]] += event.duration_ns / 1e6
+                continue
             if not plane.name.startswith("/device:GPU"):
                 continue
             names = [line.name for line in plane.lines]
@@ -152,8 +166,14 @@ def _device_events(call, repeats: int) -> dict[str, float]:
                 if not line.name.startswith("Stream"):
                     continue
                 for event in line.events:
-                    totals[f"{line.name[:12]} {event.name[:70]}"] += event.duration_ns / 1e6
-    return {name: ms / repeats for name, ms in totals.items()}
+                    device[f"{line.name[:12]} {event.name[:70]}"] += event.duration_ns / 1e6
+                    kernels.append((event.start_ns, event.start_ns + event.duration_ns))
+    kernels.sort()
+    per_call = len(kernels) // repeats if repeats else 0
+    spans = [(kernels[i + per_call - 1][1] - kernels[i][0]) / 1e6
+             for i in range(0, per_call * repeats, per_call)] if per_call else [0.0]
+    return ({name: ms / repeats for name, ms in device.items()}, statistics.mean(spans),
+            {name: ms / repeats for name, ms in host.items()})
 
 
 def _hlo_opcodes(fn, xs) -> str:
@@ -179,6 +199,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20, help="profiled and timed calls")
     ap.add_argument("--loop", type=int, default=50, help="calls per back-to-back timing")
     ap.add_argument("--torch", action="store_true", help="time PyTorch's launcher too")
+    ap.add_argument("--host-events", type=int, default=15,
+                    help="how many of the trace's host events to list (largest first)")
     args = ap.parse_args()
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}, {args.dtype}, nh {args.nh}"
           f"{', decay' if args.decay else ''}")
@@ -193,12 +215,16 @@ def main() -> None:
             call()
             wall, loop = _wall(lambda fn=fn, xs=xs: fn(*xs), jax.block_until_ready, 5,
                                args.repeats, args.loop)
-            events = _device_events(call, args.repeats)
+            events, span, host = _trace(call, args.repeats)
             busy = sum(events.values())
             print(f"\n[{B},{T},{H},{d}] {mode:7s} jax   wall {wall:.3f} ms, loop {loop:.3f} ms/call,"
-                  f" GPU events {busy:.3f} ms/call, host share {wall - busy:.3f} ms")
+                  f" GPU events {busy:.3f} ms/call, host share {wall - busy:.3f} ms,"
+                  f" GPU span {span:.3f} ms/call")
             print(f"    optimized HLO: {_hlo_opcodes(fn, xs)}")
             for name, ms in sorted(events.items(), key=lambda kv: -kv[1]):
+                print(f"    {ms:8.4f} ms  {name}")
+            print("    host events (ms per call, nested events each counted):")
+            for name, ms in sorted(host.items(), key=lambda kv: -kv[1])[:args.host_events]:
                 print(f"    {ms:8.4f} ms  {name}")
         if args.torch:
             import torch
