@@ -7,6 +7,13 @@ accelerated-scan. Host overhead is what the GPU cannot hide at these shapes: the
 themselves take a few microseconds.
 
     python3 scripts/profile_overhead.py [--op linear_scan] [--shape 16,1024,64]
+
+``--stub-kernels`` runs on the host instead: Triton's interpreter route with every kernel
+launch replaced by a no-op, so what is left is this library's own Python per call (checks,
+plans, allocation, autograd), next to the same trivial ``autograd.Function``. No CUDA cost is
+in it (allocator, launch binding, ATen's CUDA ops), and no result is computed.
+
+    python3 scripts/profile_overhead.py --stub-kernels --shape 2,64,8
 """
 
 from __future__ import annotations
@@ -14,15 +21,26 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import statistics
+import sys
 import time
 
-import torch
-import triton
-import triton.language as tl
+if "--stub-kernels" in sys.argv:  # before triton is imported: the interpreter's host route
+    os.environ["TRITON_INTERPRET"] = "1"
 
-import mingru
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+import mingru  # noqa: E402
+
+_SYNC = [torch.cuda.synchronize]
+
+
+def _sync() -> None:
+    _SYNC[0]()
 
 
 @triton.jit
@@ -45,13 +63,13 @@ def wall_us(fn, n: int = 300, rounds: int = 5) -> float:
     """Median over rounds of host wall time per call (sync only at the round's end)."""
     for _ in range(20):
         fn()
-    torch.cuda.synchronize()
+    _sync()
     out = []
     for _ in range(rounds):
         t = time.perf_counter()
         for _ in range(n):
             fn()
-        torch.cuda.synchronize()
+        _sync()
         out.append((time.perf_counter() - t) / n * 1e6)
     return statistics.median(out)
 
@@ -59,12 +77,12 @@ def wall_us(fn, n: int = 300, rounds: int = 5) -> float:
 def profile(fn, n: int = 200, top: int = 25) -> str:
     for _ in range(10):
         fn()
-    torch.cuda.synchronize()
+    _sync()
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(n):
         fn()
-    torch.cuda.synchronize()
+    _sync()
     pr.disable()
     s = io.StringIO()
     pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(top)
@@ -77,10 +95,18 @@ def main() -> None:
     p.add_argument("--profile", action="store_true", help="cProfile forward and fwd+bwd")
     p.add_argument("--torch-profile", action="store_true",
                    help="torch.profiler table (CPU and CUDA time per op) of fwd+bwd")
+    p.add_argument("--stub-kernels", action="store_true",
+                   help="on the host, every kernel launch a no-op (see the module docstring)")
     args = p.parse_args()
     B, T, D = map(int, args.shape.split(","))
     from mingru._launch import linear_scan as _registers_ops  # noqa: F401
     dev = "cuda"
+    if args.stub_kernels:
+        from triton.runtime import interpreter
+
+        interpreter.InterpretedFunction.run = lambda self, *a, **k: None
+        dev = "cpu"
+        _SYNC[0] = lambda: None
     g = torch.Generator().manual_seed(0)
     a = torch.rand(B, T, D, generator=g).to(dev).requires_grad_()
     b = torch.randn(B, T, D, generator=g).to(dev).requires_grad_()
@@ -135,6 +161,8 @@ def main() -> None:
             "linear_scan fwd, chunked plan": chunked(fwd),
             "linear_scan fwd+bwd, chunked plan": chunked(fwd_bwd)}
     try:
+        if args.stub_kernels:
+            raise RuntimeError("not with --stub-kernels")
         from accelerated_scan.scalar import scan as acc_scan
 
         ga = a.detach().transpose(1, 2).contiguous().requires_grad_()
@@ -153,7 +181,7 @@ def main() -> None:
     except Exception as exc:  # optional peer
         print("accelerated_scan unavailable:", exc)
     print(f"host wall time per call, B{B} T{T} D{D}, fp32 (torch {torch.__version__}, "
-          f"triton {triton.__version__})")
+          f"triton {triton.__version__}){', kernels stubbed on the host' if args.stub_kernels else ''}")
     for name, fn in rows.items():
         print(f"  {name:34s} {wall_us(fn):8.1f} us")
     if args.torch_profile:
@@ -163,11 +191,11 @@ def main() -> None:
         fn = rows["linear_scan fwd+bwd (P,Z)"]
         for _ in range(10):
             fn()
-        torch.cuda.synchronize()
+        _sync()
         with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(50):
                 fn()
-            torch.cuda.synchronize()
+            _sync()
         print("\n==== torch.profiler: linear_scan fwd+bwd (P,Z), 50 calls")
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
         print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=12))
