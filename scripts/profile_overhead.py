@@ -10,7 +10,8 @@ themselves take a few microseconds.
 
 ``--stub-kernels`` runs on the host instead: Triton's interpreter route with every kernel
 launch replaced by a no-op, so what is left is this library's own Python per call (checks,
-plans, allocation, autograd), next to the same trivial ``autograd.Function``. No CUDA cost is
+plans, allocation, autograd), next to the same trivial ``autograd.Function``, the harness's own
+sums and backward, and the launcher's pieces (outputs unpoisoned, as in production). No CUDA cost is
 in it (allocator, launch binding, ATen's CUDA ops), and no result is computed.
 
     python3 scripts/profile_overhead.py --stub-kernels --shape 2,64,8
@@ -160,6 +161,23 @@ def main() -> None:
             "custom op directly, fwd": op_fwd, "custom op directly, fwd+bwd": op_fwd_bwd,
             "linear_scan fwd, chunked plan": chunked(fwd),
             "linear_scan fwd+bwd, chunked plan": chunked(fwd_bwd)}
+    from mingru._launch import linear_scan as launcher
+
+    def harness():  # the fwd+bwd rows' own cost: two sums and a backward, no op
+        a.grad = b.grad = None
+        (a.sum() + b.sum()).backward()
+
+    def run_fwd_bwd():  # the launcher's entry, without the public checks and dispatch
+        a.grad = b.grad = None
+        P, Z = launcher.run(a, b)
+        (P.sum() + Z.sum()).backward()
+
+    P0, Z0 = launcher._fwd_impl(a.detach(), b.detach())
+    dP0, dZ0 = torch.ones_like(P0), torch.ones_like(Z0)
+    rows.update({"harness only (sums + backward)": harness,
+                 "launcher run() fwd+bwd": run_fwd_bwd,
+                 "_fwd_impl alone": lambda: launcher._fwd_impl(a.detach(), b.detach()),
+                 "_bwd_impl alone": lambda: launcher._bwd_impl(a.detach(), P0, Z0, dP0, dZ0)})
     try:
         if args.stub_kernels:
             raise RuntimeError("not with --stub-kernels")
@@ -182,8 +200,11 @@ def main() -> None:
         print("accelerated_scan unavailable:", exc)
     print(f"host wall time per call, B{B} T{T} D{D}, fp32 (torch {torch.__version__}, "
           f"triton {triton.__version__}){', kernels stubbed on the host' if args.stub_kernels else ''}")
-    for name, fn in rows.items():
-        print(f"  {name:34s} {wall_us(fn):8.1f} us")
+    # Production outputs are not NaN-poisoned; the interpreter's default poisoning (a
+    # torch.full per output) would be counted otherwise.
+    with switches.forced(poison=False):
+        for name, fn in rows.items():
+            print(f"  {name:34s} {wall_us(fn):8.1f} us")
     if args.torch_profile:
         from torch.profiler import ProfilerActivity
         from torch.profiler import profile as tprofile
