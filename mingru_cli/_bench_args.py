@@ -43,10 +43,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-steps", type=int, default=2,
                    help="train-step group: steps run under torch.profiler for each row's "
                         "time breakdown (default 2; 0 = no profile)")
-    p.add_argument("--timer", choices=("events", "wall"), default="events",
+    p.add_argument("--timer", choices=("events", "wall", "loop"), default="events",
                    help="on CUDA: 'events' times PyTorch with triton.testing.do_bench (JAX is "
                         "always timed by wall clock); 'wall' times every backend by wall clock "
-                        "with a device sync per call, so PyTorch and JAX rows compare directly")
+                        "with a device sync per call, so PyTorch and JAX rows compare directly; "
+                        "'loop' times every backend by wall clock over calls issued back to "
+                        "back with one sync per round (throughput: the host overlaps the GPU, "
+                        "as in a training loop); kernel and mixer groups")
     p.add_argument("--repeats", type=int, default=None,
                    help="timed repeats for wall-clock timing (median)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up calls on CPU")

@@ -105,6 +105,9 @@ time_call = bench_common.time_call
 
 
 def _timer_name(plan: Plan) -> str:
+    if plan.timer == "loop":
+        return (f"time.perf_counter over {bench_common.LOOP_CALLS} calls issued back to back, "
+                "one device sync per round (ms per call, median of rounds), every backend")
     if plan.device != "cuda" or plan.timer == "wall":
         return "time.perf_counter with a device sync per call (median), every backend"
     return ("triton.testing.do_bench (median) for PyTorch; wall clock around "
@@ -181,7 +184,11 @@ def _time_backend(case: bench_cases.Case, plan: Plan, mode: str, backend: str, r
         f = factory(mode)
         call = lambda: jax.block_until_ready(f(*xs))
         call()  # trace + compile outside the timing
-        out["ms"] = time_call(call, plan.device, plan.warmup, plan.repeats, wall=True)
+        if plan.timer == "loop":
+            out["ms"] = bench_common.time_loop(lambda: f(*xs), jax.block_until_ready,
+                                               plan.warmup, plan.repeats)
+        else:
+            out["ms"] = time_call(call, plan.device, plan.warmup, plan.repeats, wall=True)
         return out
     if isinstance(runner, tuple):  # peers bring their own input layout
         make, run = runner
@@ -204,7 +211,7 @@ def _time_backend(case: bench_cases.Case, plan: Plan, mode: str, backend: str, r
         call()
     _sync(plan.device)
     out["ms"] = time_call(call, plan.device, plan.warmup, plan.repeats,
-                          wall=plan.timer == "wall")
+                          wall=plan.timer == "wall", loop=plan.timer == "loop")
     if case.flops.get(mode) and out["ms"]:
         out["tflops"] = case.flops[mode] / (out["ms"] * 1e-3) / 1e12
     if plan.device == "cuda" and case.group in plan.memory_groups:

@@ -20,7 +20,7 @@ import torch
 __all__ = [
     "add_speedups", "backend_status", "error_text", "fmt_ms", "fmt_ratio", "fmt_s",
     "free_memory", "fwd", "fwd_bwd", "log", "max_abs_diff", "notes_lines", "peak_mb",
-    "pivot_table", "select_shapes", "sync", "time_call",
+    "pivot_table", "select_shapes", "sync", "time_call", "time_loop",
 ]
 
 
@@ -33,14 +33,39 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+LOOP_CALLS = 20
+"""Calls per round of the ``loop`` timer (issued back to back, then one sync)."""
+
+
+def time_loop(fn: Callable[[], Any], finish: Callable[[Any], None], warmup: int,
+              repeats: int, calls: int = LOOP_CALLS) -> float:
+    """Median over ``repeats`` rounds of the wall-clock milliseconds per call of ``calls``
+    calls of ``fn()`` issued back to back, ``finish(last result)`` waiting for all of them
+    (a device sync; JAX's ``block_until_ready``, since its calls run in order)."""
+    for _ in range(max(1, warmup)):
+        out = fn()
+    finish(out)
+    times = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            out = fn()
+        finish(out)
+        times.append((time.perf_counter() - t0) * 1e3 / calls)
+    return statistics.median(times)
+
+
 def time_call(fn: Callable[[], Any], device: str, warmup: int, repeats: int,
-              wall: bool = False) -> float:
+              wall: bool = False, loop: bool = False) -> float:
     """Median milliseconds of ``fn()`` after ``warmup`` calls.
 
     On CUDA this uses ``triton.testing.do_bench`` (median mode; it also clears the L2 cache
     between calls) or CUDA events; ``wall=True`` forces ``perf_counter`` with a device sync
-    (used for JAX, whose calls ``fn`` itself blocks on).
+    (used for JAX, whose calls ``fn`` itself blocks on). ``loop=True``: :func:`time_loop`
+    with a device sync per round.
     """
+    if loop:
+        return time_loop(fn, lambda _out: sync(device), warmup, repeats)
     if device == "cuda" and not wall:
         try:
             from triton.testing import do_bench

@@ -167,7 +167,8 @@ def _measure(plan: Any, backend: str, run: Callable[..., Any], x: torch.Tensor,
         elif ref_out is not None:
             out["max_abs_diff_vs_eager"] = max_abs_diff(first, ref_out)
     del first
-    out["ms"] = time_call(call, plan.device, plan.warmup, plan.repeats, wall=plan.timer == "wall")
+    out["ms"] = time_call(call, plan.device, plan.warmup, plan.repeats, wall=plan.timer == "wall",
+                          loop=plan.timer == "loop")
     if plan.device == "cuda":
         out["peak_mb"] = peak_mb(call)
     return out

@@ -201,7 +201,7 @@ class Plan:
     memory_groups: tuple[str, ...] = ("gpu-delta", "gpu-mixers", "gpu-memory")
     skip: dict[str, str] = field(default_factory=dict)  # backend -> why unavailable
     ops: list[str] | None = None  # run only cases whose op name contains one of these
-    timer: str = "events"  # CUDA: "events" (do_bench for PyTorch) or "wall" (every backend)
+    timer: str = "events"  # CUDA: "events" (do_bench for PyTorch), "wall" or "loop" (every backend)
     shapes: list[str] | None = None  # model-level groups, gpu-delta: keep the matching sizes
     precisions: tuple[str, ...] = PRECISIONS  # mixers group
     profile_steps: int = 2  # train-step: steps under torch.profiler per row (0: none)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import math
@@ -336,6 +337,35 @@ def test_bench_ops_filter_and_wall_timer(tmp_path):
     res = json.loads((out / "bench.json").read_text())
     assert {r["op"] for r in res["rows"] if "ms" in r} == {"linear_scan", "parallel_scan_log"}
     assert res["settings"]["timer"].startswith("time.perf_counter")
+
+
+def test_bench_loop_timer(tmp_path):
+    """``--timer loop``: calls back to back with one sync per round, recorded as such."""
+    out = tmp_path / "bench"
+    assert main(["bench", "--device", "cpu", "--quick", "--groups", "cpu-scans",
+                 "--backends", "eager,jax", "--ops", "linear_scan", "--timer", "loop",
+                 "--repeats", "2", "--warmup", "1", "--out", str(out)]) == 0
+    res = json.loads((out / "bench.json").read_text())
+    rows = [r for r in res["rows"] if "ms" in r]
+    assert rows and all(r["ms"] > 0 for r in rows)
+    assert not [r for r in res["rows"] if "error" in r]
+    if importlib.util.find_spec("jax") is not None:  # JAX's calls, blocked on once per round
+        assert {r["mode"] for r in rows if r["backend"] == "jax"} == {"fwd", "fwd+bwd"}
+    assert res["settings"]["timer"].startswith("time.perf_counter over")
+
+
+def test_time_loop_waits_once_per_round_on_the_last_call():
+    from mingru_cli.bench_common import time_loop
+
+    calls, finished = [], []
+
+    def fn():
+        calls.append(len(calls))
+        return calls[-1]
+
+    ms = time_loop(fn, finished.append, warmup=2, repeats=3, calls=5)
+    assert ms >= 0 and len(calls) == 2 + 3 * 5
+    assert finished == [1, 6, 11, 16]  # the last result of the warm-up and of each round
 
 
 def _counted_delta_rule(q, k, v, beta):
