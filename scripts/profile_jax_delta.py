@@ -109,14 +109,21 @@ def _floors(repeats: int, loop: int, with_torch: bool) -> None:
     wall, per = _wall(lambda: add(x), jax.block_until_ready, 5, repeats, loop)
     print(f"floor: jax jit(x + 1)            wall {wall:.3f} ms, loop {per:.3f} ms/call")
 
-    def scan(a, b):
-        with mingru_jax.use_backend("triton"):
-            return mingru_jax.linear_scan(a, b)
+    def chained(n: int):
+        # n dependent small launches in one program: how the latency grows per custom call.
+        def scans(a, b):
+            with mingru_jax.use_backend("triton"):
+                for _ in range(n):
+                    a, b = mingru_jax.linear_scan(a, b)
+            return a, b
 
-    one = jax.jit(scan)
-    wall, per = _wall(lambda: one(x, x), jax.block_until_ready, 5, repeats, loop)
-    print(f"floor: jax-triton linear_scan    wall {wall:.3f} ms, loop {per:.3f} ms/call "
-          f"(HLO: {_hlo_opcodes(one, (x, x))})")
+        return jax.jit(scans)
+
+    for n in (1, 2, 4):
+        fn = chained(n)
+        wall, per = _wall(lambda fn=fn: fn(x, x), jax.block_until_ready, 5, repeats, loop)
+        print(f"floor: jax-triton linear_scan x{n} wall {wall:.3f} ms, loop {per:.3f} ms/call "
+              f"(HLO: {_hlo_opcodes(fn, (x, x))})")
     if with_torch:
         import torch
 
