@@ -329,23 +329,24 @@ def test_bench_quick_cpu_writes_json_and_markdown(tmp_path, capsys):
     assert res["environment"]["cpu_count"] == os.cpu_count()
 
 
-def test_bench_ops_filter_and_wall_timer(tmp_path):
+def _quick_cpu_scans(tmp_path, backends: str, ops: str, timer: str) -> dict:
+    """``bench --quick`` of the cpu-scans group on CPU with a timer; the parsed bench.json."""
     out = tmp_path / "bench"
     assert main(["bench", "--device", "cpu", "--quick", "--groups", "cpu-scans",
-                 "--backends", "eager", "--ops", "linear_scan,log", "--timer", "wall",
-                 "--repeats", "1", "--warmup", "1", "--out", str(out)]) == 0
-    res = json.loads((out / "bench.json").read_text())
+                 "--backends", backends, "--ops", ops, "--timer", timer,
+                 "--repeats", "2", "--warmup", "1", "--out", str(out)]) == 0
+    return json.loads((out / "bench.json").read_text())
+
+
+def test_bench_ops_filter_and_wall_timer(tmp_path):
+    res = _quick_cpu_scans(tmp_path, "eager", "linear_scan,log", "wall")
     assert {r["op"] for r in res["rows"] if "ms" in r} == {"linear_scan", "parallel_scan_log"}
-    assert res["settings"]["timer"].startswith("time.perf_counter")
+    assert res["settings"]["timer"].startswith("time.perf_counter with a device sync")
 
 
 def test_bench_loop_timer(tmp_path):
     """``--timer loop``: calls back to back with one sync per round, recorded as such."""
-    out = tmp_path / "bench"
-    assert main(["bench", "--device", "cpu", "--quick", "--groups", "cpu-scans",
-                 "--backends", "eager,jax", "--ops", "linear_scan", "--timer", "loop",
-                 "--repeats", "2", "--warmup", "1", "--out", str(out)]) == 0
-    res = json.loads((out / "bench.json").read_text())
+    res = _quick_cpu_scans(tmp_path, "eager,jax", "linear_scan", "loop")
     rows = [r for r in res["rows"] if "ms" in r]
     assert rows and all(r["ms"] > 0 for r in rows)
     assert not [r for r in res["rows"] if "error" in r]
