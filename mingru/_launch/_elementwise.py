@@ -37,8 +37,16 @@ def unsupported_reason(x: torch.Tensor) -> str | None:
 
 
 @functools.cache
-def sm_count(index: int) -> int:
+def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(x: torch.Tensor) -> int:
+    """The SM count of the GPU holding ``x`` (cached per device); 0 on the host."""
+    if x.device.type != "cuda":
+        return 0
+    return _sm_count(x.device.index if x.device.index is not None
+                     else torch.cuda.current_device())
 
 
 def make_plan(op: str, x: torch.Tensor, tiles: Mapping[str, Any] | None = None,
@@ -53,10 +61,7 @@ def make_plan(op: str, x: torch.Tensor, tiles: Mapping[str, Any] | None = None,
     call.
     """
     choices = switches.plan_choices(op)
-    n_sm = 0
-    if x.is_cuda:
-        index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-        n_sm = sm_count(index)
+    n_sm = sm_count(x)
     B, T, D = x.shape if shape is None else shape
     return _cached_plan(B, T, D, n_sm, tuple(sorted(choices.items())),
                         tuple(sorted((tiles or {}).items())))

@@ -190,10 +190,7 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
 
 def _few_rows(q: torch.Tensor, rows: int) -> bool:
     """Whether ``rows = B·H`` state programs are at most the GPU's SMs (never on the host)."""
-    if q.device.type != "cuda":
-        return False
-    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    return rows <= sm_count(index)
+    return q.device.type == "cuda" and rows <= sm_count(q)
 
 
 def _n_seq(cu: Tensor | None, B: int) -> int:

@@ -410,8 +410,7 @@ def test_few_rows_is_read_from_the_device(monkeypatch):
 
     q = torch.zeros(1)
     assert launcher._few_rows(q, 1) is False
-    monkeypatch.setattr(launcher, "sm_count", lambda index: 132)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(launcher, "sm_count", lambda x: 132)
 
     class FakeCuda:
         device = torch.device("cuda", 0)
