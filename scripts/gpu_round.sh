@@ -9,7 +9,7 @@
 # WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
 # cells-train (the cells' plans at the mixer and training-step shapes, bf16; CELL_SHAPES, CELL_DTYPE,
 # CELL_STRATEGIES, CELL_TILES), tests-new (this round's new GPU tests), layer-norm (the fused
-# LayerNorm against PyTorch's), train-triton (train-step auto / triton / compile(eager)), ladder (every frontend's kernels against its eager path at B16 D128, T = 128 ... 32768). Usage: scripts/gpu_round.sh floor mixers ...
+# LayerNorm against PyTorch's), triton-new (the sections after it run on the Triton in .tri/), train-triton (train-step auto / triton / compile(eager)), ladder (every frontend's kernels against its eager path at B16 D128, T = 128 ... 32768). Usage: scripts/gpu_round.sh floor mixers ...
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -115,6 +115,15 @@ for s in "$@"; do
         --profile-steps 0 --out "$OUT/train-triton" 2>&1 | grep -v -i warn | tail -20 ;;
     ladder) timeout 400 python3 benchmarks/memory_floor.py --ladder --repeats 20 \
         --out "$OUT/ladder" ${FLOOR_OPS:+--ops $FLOOR_OPS} 2>&1 | tail -45 ;;
+    triton-new)
+      # A newer Triton for the sections after this one (fla refuses its nh >= 2 backward on
+      # Triton < 3.7.1 on Hopper): a stripped build packed as .tri/triton-*.tar.xz (see
+      # docs/how-to/run-benchmarks.md), unpacked ahead of the image's Triton on the path.
+      tarball=$(ls .tri/triton-*.tar.xz 2>/dev/null | head -1)
+      [ -n "$tarball" ] || { echo "no .tri/triton-*.tar.xz"; continue; }
+      mkdir -p /tmp/tri && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall('/tmp/tri')" "$tarball"
+      export PYTHONPATH=/tmp/tri:$PYTHONPATH TRITON_CACHE_DIR=/tmp/tri-cache
+      python3 -c "import triton, torch; print('triton', triton.__version__, triton.__file__, 'torch', torch.__version__)" ;;
     *) echo "unknown section $s" ;;
   esac
 done
