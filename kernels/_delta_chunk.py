@@ -135,9 +135,23 @@ def _tm_tile(tm_ptr, chunk, il, LP: tl.constexpr):
 
 
 @triton.jit
-def _wy_keys(Tm, beta, gam, K, PREC: tl.constexpr):
+def _mm(a, b, acc, PREC: tl.constexpr, HALF_OPS: tl.constexpr, like_ptr):
+    """``a b (+ acc)`` in float32. With ``HALF_OPS`` both operands are rounded to the 16-bit
+    dtype of ``like_ptr``'s elements first, as fla does (the tensor cores at twice the TF32
+    rate, half the registers per operand); otherwise ``tl.dot`` at ``PREC``."""
+    if HALF_OPS:
+        dt = like_ptr.dtype.element_ty
+        out = tl.dot(a.to(dt), b.to(dt), acc=acc)
+    else:
+        out = tl.dot(a, b, acc=acc, input_precision=PREC)
+    return out
+
+
+@triton.jit
+def _wy_keys(Tm, beta, gam, K, PREC: tl.constexpr, HALF_OPS: tl.constexpr = False,
+             like_ptr=None):
     """``Wk = T diag(βΓ) K (LP, BK)``: the keys' side of the chunk's WY form."""
-    return tl.dot(Tm, (beta * gam)[:, None] * K, input_precision=PREC)
+    return _mm(Tm, (beta * gam)[:, None] * K, None, PREC, HALF_OPS, like_ptr)
 
 
 @triton.jit
@@ -232,10 +246,10 @@ def _wy_inverse(KK, beta, D, il, LP: tl.constexpr, SUB: tl.constexpr,
 @triton.jit
 def _store_chunk_output(q_ptr, k_ptr, o_ptr, token, ok_r, micro, ok_l, Do, gam_o, QS, W, iv,
                         DK, DV, CP: tl.constexpr, LP: tl.constexpr, BK: tl.constexpr,
-                        KS: tl.constexpr, PREC: tl.constexpr):
+                        KS: tl.constexpr, PREC: tl.constexpr, HALF_OPS: tl.constexpr = False):
     """Store the chunk's output ``O = diag(Γo) Q S + Po W`` (``Po = Do ⊙ Q Kᵀ``; ``QS = Q S``
-    given) in columns ``iv`` of ``o``, in its dtype."""
+    given) in columns ``iv`` of ``o``, in its dtype (``HALF_OPS``: see :func:`_mm`)."""
     Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
-    O = tl.dot(Po, W, acc=gam_o[:, None] * QS, input_precision=PREC)
+    O = _mm(Po, W, gam_o[:, None] * QS, PREC, HALF_OPS, q_ptr)
     tl.store(o_ptr + token[:, None] * DV + iv[None, :], O.to(o_ptr.dtype.element_ty),
              mask=ok_r[:, None] & (iv[None, :] < DV))

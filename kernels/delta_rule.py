@@ -78,6 +78,7 @@ from mingru_kernels._delta_chunk import (
     _ld,
     _lds,
     _load_gates,
+    _mm,
     _state_step_tables,
     _store_chunk_output,
     _tm_tile,
@@ -99,6 +100,7 @@ def delta_rule_fwd_prep_kernel(
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
     SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
     WU_IN_STATE: tl.constexpr = False, STORE_TM: tl.constexpr = True,
+    HALF_OPS: tl.constexpr = False,
 ):
     """Grid ``(NC, B·H)``. Per chunk: ``Wk = T diag(βΓ) K (LP,BK)``, ``U = T diag(β) V
     (LP,BV)`` and, with ``STORE_TM``, the WY inverse ``T (LP,LP)`` itself (the backward reads
@@ -118,14 +120,14 @@ def delta_rule_fwd_prep_kernel(
     if STORE_TM or WU_IN_STATE:
         tl.store(_tm_tile(tm_ptr, chunk, il, LP), Tm)
     if not WU_IN_STATE:
-        Wk = _wy_keys(Tm, beta, gam, _ld(k_ptr, micro, ok_l, 0, DK, BK), PREC)
+        Wk = _wy_keys(Tm, beta, gam, _ld(k_ptr, micro, ok_l, 0, DK, BK), PREC, HALF_OPS, k_ptr)
         ik = tl.arange(0, BK)
         tl.store(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + ik[None, :],
                  Wk.to(wk_ptr.dtype.element_ty))
         for vb in range(BV // VS):
             iv = vb * VS + tl.arange(0, VS)
-            Ub = tl.dot(Tm, beta[:, None] * _ld(v_ptr, micro, ok_l, vb * VS, DV, VS),
-                        input_precision=PREC)
+            Ub = _mm(Tm, beta[:, None] * _ld(v_ptr, micro, ok_l, vb * VS, DV, VS), None,
+                     PREC, HALF_OPS, k_ptr)
             tl.store(u_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :],
                      Ub.to(u_ptr.dtype.element_ty))
 
@@ -270,6 +272,7 @@ def delta_rule_fwd_out_kernel(
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
     HAS_DECAY: tl.constexpr, PREC: tl.constexpr, STORE_W: tl.constexpr = True,
+    HALF_OPS: tl.constexpr = False,
 ):
     """Grid ``(NC, B·H, BV/VS)``: the output of the state kernel's ``OUT_PASS``, parallel
     over chunks. From the chunk's start state ``S = states[c]`` and ``W = w[c]``::
@@ -299,12 +302,12 @@ def delta_rule_fwd_out_kernel(
         jj = j * KS + tl.arange(0, KS)
         Sj = tl.load(states_ptr + chunk * (BK * BV) + jj[:, None] * BV + iv[None, :]
                      ).to(tl.float32)
-        QS = tl.dot(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, acc=QS, input_precision=PREC)
+        QS = _mm(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, QS, PREC, HALF_OPS, q_ptr)
         if not STORE_W:
             Wk = tl.load(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + jj[None, :])
-            W -= tl.dot(Wk.to(tl.float32), Sj, input_precision=PREC)
+            W -= _mm(Wk.to(tl.float32), Sj, None, PREC, HALF_OPS, q_ptr)
     _store_chunk_output(q_ptr, k_ptr, o_ptr, token, ok_r, micro, ok_l, Do, gam_o, QS, W, iv,
-                        DK, DV, CP, LP, BK, KS, PREC)
+                        DK, DV, CP, LP, BK, KS, PREC, HALF_OPS)
 
 
 # ----------------------------------------------------------------------------------------
@@ -425,7 +428,7 @@ def delta_rule_bwd_grads_kernel(
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
     SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
-    SAVED_TM: tl.constexpr = True,
+    SAVED_TM: tl.constexpr = True, HALF_OPS: tl.constexpr = False,
 ):
     """Grid ``(NC, B·H)``. Recomputes the chunk from its start state ``S = states[c]`` and
     the forward's WY inverse ``T = tm[c]`` (``SAVED_TM``; otherwise inverted again here) and,
@@ -479,25 +482,23 @@ def delta_rule_bwd_grads_kernel(
         for j in tl.static_range(BK // KS):
             Kj = _ld(k_ptr, micro, ok_l, j * KS, DK, KS)
             Sj = _lds(states_ptr, sbase, j * KS, KS, BV, v0, VS)
-            KS_b = tl.dot(Kj, Sj, acc=KS_b, input_precision=PREC)
-            KdS_b = tl.dot(Kj, _lds(dstates_ptr, dbase, j * KS, KS, BV, v0, VS), acc=KdS_b,
-                           input_precision=PREC)
+            KS_b = _mm(Kj, Sj, KS_b, PREC, HALF_OPS, k_ptr)
+            KdS_b = _mm(Kj, _lds(dstates_ptr, dbase, j * KS, KS, BV, v0, VS), KdS_b, PREC, HALF_OPS, k_ptr)
             if HAS_DECAY:
-                QS_b = tl.dot(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, acc=QS_b,
-                              input_precision=PREC)
+                QS_b = _mm(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, QS_b, PREC, HALF_OPS, k_ptr)
         Vr = _ld(v_ptr, micro, ok_l, v0, DV, VS) - gam[:, None] * KS_b
-        W_b = tl.dot(Tm, beta[:, None] * Vr, input_precision=PREC)
-        dW_b = tl.dot(tl.trans(Po), dO_b, input_precision=PREC) + d[:, None] * KdS_b
-        dR_b = tl.dot(tl.trans(Tm), dW_b, input_precision=PREC)
+        W_b = _mm(Tm, beta[:, None] * Vr, None, PREC, HALF_OPS, k_ptr)
+        dW_b = _mm(tl.trans(Po), dO_b, None, PREC, HALF_OPS, k_ptr) + d[:, None] * KdS_b
+        dR_b = _mm(tl.trans(Tm), dW_b, None, PREC, HALF_OPS, k_ptr)
         iv = v0 + tl.arange(0, VS)
         tl.store(dv_ptr + micro[:, None] * DV + iv[None, :],
                  (beta[:, None] * dR_b).to(dv_ptr.dtype.element_ty),
                  mask=ok_l[:, None] & (iv[None, :] < DV))
-        dOW = tl.dot(dO_b, tl.trans(W_b), acc=dOW, input_precision=PREC)
-        dRW = tl.dot(dR_b, tl.trans(W_b), acc=dRW, input_precision=PREC)
-        dK += d[:, None] * tl.dot(W_b, tl.trans(dS_b), input_precision=PREC)
-        dK -= (beta * gam)[:, None] * tl.dot(dR_b, tl.trans(S_b), input_precision=PREC)
-        dQ += gam_o[:, None] * tl.dot(dO_b, tl.trans(S_b), input_precision=PREC)
+        dOW = _mm(dO_b, tl.trans(W_b), dOW, PREC, HALF_OPS, k_ptr)
+        dRW = _mm(dR_b, tl.trans(W_b), dRW, PREC, HALF_OPS, k_ptr)
+        dK += d[:, None] * _mm(W_b, tl.trans(dS_b), None, PREC, HALF_OPS, k_ptr)
+        dK -= (beta * gam)[:, None] * _mm(dR_b, tl.trans(S_b), None, PREC, HALF_OPS, k_ptr)
+        dQ += gam_o[:, None] * _mm(dO_b, tl.trans(S_b), None, PREC, HALF_OPS, k_ptr)
         dbeta += tl.reduce(Vr * dR_b, 1, _sum_combine)
         if HAS_DECAY:
             z_ks += tl.reduce(KS_b * dR_b, 1, _sum_combine)
@@ -510,9 +511,9 @@ def delta_rule_bwd_grads_kernel(
     Pd = Do * dOW
     K = _ld(k_ptr, micro, ok_l, 0, DK, BK)
     Q = _ld(q_ptr, token, ok_r, 0, DK, BK)
-    dK += tl.dot(tl.trans(Pd), Q, input_precision=PREC)
-    dK += tl.dot(At, K, input_precision=PREC) + tl.dot(tl.trans(At), K, input_precision=PREC)
-    dQ += tl.dot(Pd, K, input_precision=PREC)
+    dK += _mm(tl.trans(Pd), Q, None, PREC, HALF_OPS, k_ptr)
+    dK += _mm(At, K, None, PREC, HALF_OPS, k_ptr) + _mm(tl.trans(At), K, None, PREC, HALF_OPS, k_ptr)
+    dQ += _mm(Pd, K, None, PREC, HALF_OPS, k_ptr)
     dbeta += tl.reduce(dA * D * KK, 1, _sum_combine)
     ik = tl.arange(0, BK)
     tl.store(dq_ptr + token[:, None] * DK + ik[None, :], dQ.to(dq_ptr.dtype.element_ty),

@@ -12,10 +12,10 @@ from __future__ import annotations
 from mingru_kernels.launch._elementwise import next_pow2
 
 PLAN_KEYS = ("micro_chunk", "blocked", "reg_state", "wu_in_state", "state_vs", "out_pass",
-             "wu_half", "saved_tm", "split_fp32")
+             "wu_half", "saved_tm", "split_fp32", "half_ops")
 """The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`):
 ``micro_chunk``, ``blocked``, ``reg_state``, ``wu_in_state``, ``state_vs``, ``out_pass``,
-``wu_half``, ``saved_tm`` and ``split_fp32`` of :func:`launch_config`."""
+``wu_half``, ``saved_tm``, ``split_fp32`` and ``half_ops`` of :func:`launch_config`."""
 
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
@@ -74,14 +74,14 @@ multiplied more precisely than the inputs are stored (10- vs 7/10-bit mantissas)
 
 KERNEL_CONSTEXPRS = {
     "fwd_prep": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC",
-                 "WU_IN_STATE", "STORE_TM"),
+                 "WU_IN_STATE", "STORE_TM", "HALF_OPS"),
     "fwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE",
                   "WU_IN_STATE", "OUT_PASS", "STORE_W"),
-    "fwd_out": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "STORE_W"),
+    "fwd_out": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "STORE_W", "HALF_OPS"),
     "bwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE",
                   "WU_IN_STATE"),
     "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC",
-                  "SAVED_TM"),
+                  "SAVED_TM", "HALF_OPS"),
 }
 """The constexpr parameters each kernel takes from :func:`launch_config`."""
 
@@ -110,7 +110,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
                   reg_state: bool | None = None, wu_in_state: bool | None = None,
                   state_vs: int = 0, out_pass: bool | None = None,
                   wu_half: bool | None = None, saved_tm: bool | None = None,
-                  split_fp32: bool | None = None, few_rows: bool = False) -> dict:
+                  split_fp32: bool | None = None, few_rows: bool = False,
+                  half_ops: bool | None = None) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -146,6 +147,10 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     neither ``wu_in_state`` nor ``out_pass`` forced, the defaults become ``wu_in_state`` off,
     ``out_pass`` and ``wu_half`` on, ``saved_tm`` off: the output pass forms ``W`` again from
     the stored 16-bit ``Wk`` and ``U`` (no ``W`` buffer, no stored WY inverse).
+    ``half_ops``: with half inputs, the per-chunk kernels (``fwd_prep``, ``fwd_out``,
+    ``bwd_grads``) round both operands of every product outside the WY inverse to the inputs'
+    16-bit dtype, as fla does (``HALF_OPS``); off, those products take float32 operands in
+    TF32. The serial state kernels and the inverse keep float32 operands either way.
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -213,6 +218,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
             raise ValueError(f"state_vs must be 16, 32 or 64 and at most VS = {vs}; got {state_vs}")
     else:
         state_vs = vs
+    half_ops = False if half_ops is None else bool(half_ops)
+    if half_ops and not half:
+        raise ValueError("half_ops needs bfloat16/float16 inputs")
     if out_pass and not reg_state:
         raise ValueError("out_pass needs reg_state (one slice per head: KS = BK)")
     if wu_half and not (half and not wu_in_state):
@@ -245,6 +253,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "STORE_W": bool(out_pass and wu_in_state),
         # Wk and U stored in the inputs' 16-bit dtype (read back into float32).
         "WU_HALF": bool(wu_half),
+        # Products of the per-chunk kernels on 16-bit operands (see half_ops above).
+        "HALF_OPS": half_ops,
         # The backward reads the forward's WY inverse on the tensor cores (H200, bf16, d = 64,
         # B128 T1024: bwd_grads 0.749 -> 0.631 ms). With exact float32 products it inverts
         # again: compiled for sm_90, the loaded T triples that kernel's spills (584 -> 1564
