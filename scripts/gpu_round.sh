@@ -3,7 +3,7 @@
 # logs and JSON go to $OUT. Sections: tests-cell tests-torch tests-jax floor lookback
 # tests-delta (DELTA_TESTS_K: a -k filter) delta-few-rows (the W-free output pass: tests, then time and peak)
 # jax-delta-profile (jax-triton's delta rule: wall vs GPU events vs torch; JAX_DELTA_SHAPES) delta-profile delta-bench (DELTA_VARIANTS="default reg_state=1 ..." sweeps;
-# e.g. "default stages.fwd_state=2;stages.bwd_state=2"; DELTA_SHAPES, DELTA_NH, DELTA_DTYPE, DELTA_DECAY=1, DELTA_CHECK=1: error and peak memory per variant, DELTA_CHECK_GRADS=1: gradient error too) delta-bench (DELTA_BACKENDS, DELTA_OPS: the gpu-delta case filter; DELTA_BENCH_SHAPES, e.g. d64) delta-fp32 (fp32 rows vs compile)
+# e.g. "default stages.fwd_state=2;stages.bwd_state=2"; DELTA_SHAPES, DELTA_NH, DELTA_DTYPE, DELTA_DECAY=1, DELTA_CHECK=1: error and peak memory per variant, DELTA_CHECK_GRADS=1: gradient error too, DELTA_NO_FLA=1: ours only) delta-bench (DELTA_BACKENDS, DELTA_OPS: the gpu-delta case filter; DELTA_BENCH_SHAPES, e.g. d64) delta-fp32 (fp32 rows vs compile)
 # delta-mixer (DeltaMinGRU fwd, fwd+bwd at B16 T4096 d256 vs compile(eager))
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
 # WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
@@ -56,7 +56,7 @@ for s in "$@"; do
         -k "TestGPU and delta" 2>&1 | tail -3 ;;
     delta-profile) timeout "${DELTA_TIMEOUT:-200}" python3 scripts/profile_delta.py --repeats 5 \
         --shapes ${DELTA_SHAPES:-128,1024,4,64 128,256,4,64 128,1024,4,16} --nh "${DELTA_NH:-1}" --dtype "${DELTA_DTYPE:-bfloat16}" \
-        ${DELTA_DECAY:+--decay} ${DELTA_CHECK:+--check} ${DELTA_CHECK_GRADS:+--check-grads} ${DELTA_VARIANTS:+--variants $DELTA_VARIANTS} \
+        ${DELTA_DECAY:+--decay} ${DELTA_CHECK:+--check} ${DELTA_CHECK_GRADS:+--check-grads} ${DELTA_NO_FLA:+--no-fla} ${DELTA_VARIANTS:+--variants $DELTA_VARIANTS} \
         2>&1 | grep -v -i warn | tee -a "$OUT/delta-profile.txt" | grep -E "GPU-busy|check:" ;;
     delta-fp32) timeout 500 python3 -m mingru bench --device cuda --groups gpu-delta --ops float32 \
         --backends triton,compile --out "$OUT/delta-fp32" 2>&1 | grep -v -i warn | tail -15 ;;

@@ -150,7 +150,13 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     ``half_ops``: with half inputs, the per-chunk kernels (``fwd_prep``, ``fwd_out``,
     ``bwd_grads``) round both operands of every product outside the WY inverse to the inputs'
     16-bit dtype, as fla does (``HALF_OPS``); off, those products take float32 operands in
-    TF32. The serial state kernels and the inverse keep float32 operands either way.
+    TF32. The serial state kernels and the inverse keep float32 operands either way. Unforced
+    (``None``), half inputs take it in the backward's per-chunk kernel only: on an H200
+    (triton 3.7.1, d = 64, GPU-busy fwd+bwd ms) nh2 with decay B32 T4096 4.508 -> 4.129,
+    B128 T1024 3.783 -> 3.435; nh1 B32 T4096 1.874 -> 1.710, B128 T1024 1.556 -> 1.390, with
+    gradient errors against float64 of 0.0039-0.0050 -> 0.0060-0.0069 (fla 0.0063-0.0071).
+    In the forward it gained only where the output pass runs (nh2 B32 T4096 1.392 -> 1.298),
+    at an output error of 0.0063 against 0.0046 (fla 0.0063), so the forward keeps TF32.
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -218,9 +224,10 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
             raise ValueError(f"state_vs must be 16, 32 or 64 and at most VS = {vs}; got {state_vs}")
     else:
         state_vs = vs
-    half_ops = False if half_ops is None else bool(half_ops)
     if half_ops and not half:
         raise ValueError("half_ops needs bfloat16/float16 inputs")
+    grads_half_ops = half if half_ops is None else bool(half_ops)
+    half_ops = bool(half_ops)
     if out_pass and not reg_state:
         raise ValueError("out_pass needs reg_state (one slice per head: KS = BK)")
     if wu_half and not (half and not wu_in_state):
@@ -268,7 +275,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
                      or bool(wu_in_state)),
         # Per-kernel constexprs over the shared ones: split_fp32's backward per-chunk kernel.
         "overrides": ({"bwd_grads": {"KS": min(SPLIT_GRADS_SLICE, bk),
-                                     "VS": min(SPLIT_GRADS_SLICE, bv)}} if split_fp32 else {}),
+                                     "VS": min(SPLIT_GRADS_SLICE, bv)}} if split_fp32 else
+                      {"bwd_grads": {"HALF_OPS": True}} if grads_half_ops else {}),
         "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps, "fwd_out": tc_warps,
                   "bwd_state": state_warps, "bwd_grads": tc_warps},
         # Reloading state kernels re-read what they just stored: no software pipelining there.

@@ -377,6 +377,30 @@ def test_output_pass_w_plan():
     assert not meta.launch_config(2, 64, 64, half=True)["STORE_W"]  # no output pass
 
 
+def test_half_ops_plan():
+    """16-bit product operands: by default in the backward's per-chunk kernel of half inputs
+    only; forced on, in every per-chunk kernel; never with float32 inputs."""
+    from mingru_kernels.launch import delta_rule as meta
+
+    def flags(cfg):
+        return cfg["HALF_OPS"], cfg["overrides"].get("bwd_grads", {}).get("HALF_OPS", False)
+
+    assert flags(meta.launch_config(2, 64, 64, half=True)) == (False, True)
+    assert flags(meta.launch_config(2, 64, 64, half=True, half_ops=True)) == (True, True)
+    assert flags(meta.launch_config(2, 64, 64, half=True, half_ops=False)) == (False, False)
+    assert flags(meta.launch_config(2, 64, 64)) == (False, False)
+    assert flags(meta.launch_config(2, 64, 64, tf32=True)) == (False, False)
+    for kernel in ("fwd_prep", "fwd_out"):
+        assert meta.launch_kwargs(meta.launch_config(2, 64, 64, half=True), kernel,
+                                  HAS_DECAY=False)["HALF_OPS"] is False
+    for half_ops, want in ((None, True), (True, True), (False, False)):
+        grads = meta.launch_kwargs(meta.launch_config(2, 64, 64, half=True, half_ops=half_ops),
+                                   "bwd_grads", HAS_DECAY=False)
+        assert grads["HALF_OPS"] is want
+    with pytest.raises(ValueError, match="half_ops"):
+        meta.launch_config(2, 64, 64, half_ops=True)  # float32 inputs
+
+
 def test_few_rows_plan():
     """Where B·H state programs fit the SMs (``few_rows``), half inputs at nh >= 2 take the
     output pass with Wk, U stored in 16 bits and no stored W or WY inverse; nothing else
@@ -521,10 +545,15 @@ class TestGPU:
                                              wu_half=True),
                                         dict(micro_chunk=64, reg_state=True, wu_in_state=False,
                                              out_pass=True, wu_half=True, saved_tm=False),
+                                        dict(half_ops=True),
+                                        dict(half_ops=True, wu_in_state=False, out_pass=True,
+                                             wu_half=True, saved_tm=False),
+                                        dict(half_ops=False),
                                         {}],
                              ids=["reload", "registers-stored-wu", "wu-16-columns",
                                   "wu-out-pass", "stored-wu-out-pass", "half-wu-out-pass",
-                                  "L64-half-wu-out-pass-no-tm", "default"])
+                                  "L64-half-wu-out-pass-no-tm", "half-ops",
+                                  "half-ops-few-rows", "tf32-ops", "default"])
     def test_reg_state_bf16_head64(self, layout):
         """The ways of feeding the state kernels' product, with bf16 at d = 64 (one slice)."""
         args = make_inputs(2, 700, 2, 2, 64, 64, True, True, True, seed=7)
