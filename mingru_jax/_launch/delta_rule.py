@@ -85,10 +85,11 @@ def _fwd_prep(k, v, beta, lg, T, H, DK, DV, NC, wk, u, tm,
               NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
               BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
               SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr,
-              PREC: tl.constexpr, WU_IN_STATE: tl.constexpr, STORE_TM: tl.constexpr):
+              PREC: tl.constexpr, WU_IN_STATE: tl.constexpr, STORE_TM: tl.constexpr,
+              HALF_OPS: tl.constexpr):
     kernels.delta_rule_fwd_prep_kernel(k, v, beta, lg, wk, u, tm, T, H, DK, DV, NC,
                                        NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY,
-                                       PREC, WU_IN_STATE, STORE_TM)
+                                       PREC, WU_IN_STATE, STORE_TM, HALF_OPS)
 
 
 @triton.jit
@@ -109,9 +110,11 @@ def _fwd_state(q, k, v, beta, lg, h0, wk, u, tm, cseq, cend, cu, T, H, DK, DV, N
 def _fwd_out(q, k, lg, states, w, wk, u, T, H, DK, DV, NC, o,
              NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
              BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-             HAS_DECAY: tl.constexpr, PREC: tl.constexpr, STORE_W: tl.constexpr):
+             HAS_DECAY: tl.constexpr, PREC: tl.constexpr, STORE_W: tl.constexpr,
+             HALF_OPS: tl.constexpr):
     kernels.delta_rule_fwd_out_kernel(q, k, lg, states, w, wk, u, o, T, H, DK, DV, NC, NH, C,
-                                      LP, CP, BK, BV, KS, VS, HAS_DECAY, PREC, STORE_W)
+                                      LP, CP, BK, BV, KS, VS, HAS_DECAY, PREC, STORE_W,
+                                      HALF_OPS)
 
 
 @triton.jit
@@ -134,11 +137,11 @@ def _bwd_grads(q, k, v, beta, lg, states, dstates, tm, do, T, H, DK, DV, NC,
                NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
                SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr,
-               PREC: tl.constexpr, SAVED_TM: tl.constexpr):
+               PREC: tl.constexpr, SAVED_TM: tl.constexpr, HALF_OPS: tl.constexpr):
     kernels.delta_rule_bwd_grads_kernel(q, k, v, beta, lg, states, dstates, tm, do,
                                         dq, dk, dv, dbeta, dlg, T, H, DK, DV, NC,
                                         NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY,
-                                        PREC, SAVED_TM)
+                                        PREC, SAVED_TM, HALF_OPS)
 
 
 # ----------------------------------------------------------------------------- launch sequences
@@ -157,6 +160,7 @@ def _config(q, k, v, tf32: bool = False) -> dict:
                               wu_half=choices.get("wu_half"),
                               saved_tm=choices.get("saved_tm"),
                               split_fp32=choices.get("split_fp32"),
+                              half_ops=choices.get("half_ops"),
                               few_rows=common.on_gpu() and B * H <= common.sm_count())
 
 

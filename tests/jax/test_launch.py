@@ -313,6 +313,28 @@ def test_mixers_match_eager(cls):
     np.testing.assert_allclose(np.asarray(y_k), np.asarray(y_e), rtol=2e-4, atol=2e-4)
 
 
+def test_delta_rule_adapters_take_every_launch_constexpr():
+    """jax-triton compiles each adapter with exactly the constexprs the launch metadata gives
+    it (an unknown one fails on the GPU only, the interpreter drops it): every kernel's
+    constexprs, its flags and the per-kernel overrides are parameters of its adapter."""
+    from mingru_jax._launch import delta_rule as launcher
+    from mingru_kernels.launch import delta_rule as meta
+
+    flags = {"fwd_prep": ("HAS_DECAY",), "fwd_out": ("HAS_DECAY",),
+             "fwd_state": ("HAS_DECAY", "HAS_H0", "PACKED"),
+             "bwd_state": ("HAS_DECAY", "HAS_DHT", "HAS_H0", "PACKED"),
+             "bwd_grads": ("HAS_DECAY",)}
+    configs = [meta.launch_config(2, 64, 64, half=True), meta.launch_config(2, 64, 64),
+               meta.launch_config(2, 64, 64, half=True, half_ops=True, few_rows=True)]
+    for kernel, adapter in (("fwd_prep", launcher._fwd_prep), ("fwd_state", launcher._fwd_state),
+                            ("fwd_out", launcher._fwd_out), ("bwd_state", launcher._bwd_state),
+                            ("bwd_grads", launcher._bwd_grads)):
+        for cfg in configs:
+            kwargs = meta.launch_kwargs(cfg, kernel, **{f: False for f in flags[kernel]})
+            names = set(kwargs) - {"num_warps", "num_stages"}
+            assert names <= set(adapter.arg_names), (kernel, names - set(adapter.arg_names))
+
+
 @pytest.mark.gpu
 class TestGPU:
     """The jax-triton route on a GPU (needs jax[cuda] and jax-triton)."""

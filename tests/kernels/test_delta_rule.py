@@ -128,6 +128,33 @@ CASES = {
 }
 
 
+# A forced value per plan key that differs from its default for half inputs at nh = 2, d = 64.
+FORCED_PLAN = dict(micro_chunk=64, blocked=False, reg_state=False, wu_in_state=False,
+                   state_vs=16, out_pass=True, wu_half=True, saved_tm=False,
+                   split_fp32=False, half_ops=True)
+
+
+@pytest.mark.parametrize("key", sorted(FORCED_PLAN))
+def test_every_plan_key_reaches_the_launch_config(key):
+    """A choice forced through the switches reaches the PyTorch launcher's config (its custom
+    ops carry the choices as one int, which must encode every key)."""
+    from mingru._launch import delta_rule as launcher
+    from mingru_kernels.launch import delta_rule as meta
+
+    assert set(FORCED_PLAN) == set(meta.PLAN_KEYS)
+    choice = {key: FORCED_PLAN[key]}
+    if key in ("wu_half", "saved_tm", "state_vs"):  # they need Wk, U stored / reloads
+        choice.update(reg_state=True, wu_in_state=False)
+    half = key != "split_fp32"
+    q, k, v = (a.to(DEVICE) for a in make_inputs(1, 9, 2, 2, 64, 64)[:3])
+    if half:
+        q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()
+    with switches.forced("delta_rule", **choice):
+        cfg = launcher._config(q, k, v, launcher._tuning())
+    assert cfg == meta.launch_config(2, 64, 64, half=half, **choice)
+    assert cfg != meta.launch_config(2, 64, 64, half=half), key
+
+
 @pytest.mark.interpreter
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
 def test_forward_and_gradients_match_float64(case):
