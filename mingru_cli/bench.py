@@ -150,6 +150,7 @@ def _run_case(case: bench_cases.Case, plan: Plan, bandwidth: float | None) -> li
         for backend, runner in case.runners.items():
             row: dict[str, Any] = {"group": case.group, "op": case.op, "shape": case.shape,
                                    "mode": mode, "backend": backend}
+            started = time.perf_counter()
             try:
                 row.update(_time_backend(case, plan, mode, backend, runner, ref_out))
                 if backend == "eager" and mode == "fwd":
@@ -166,7 +167,10 @@ def _run_case(case: bench_cases.Case, plan: Plan, bandwidth: float | None) -> li
                 torch.cuda.empty_cache()  # leave room for the next backend (JAX allocates too)
             shown = f"{row['ms']:.4g} ms" if "ms" in row else row.get("error", "")
             mem = f", peak {row['peak_mb']:.1f} MB" if row.get("peak_mb") is not None else ""
-            _log(f"  {case.group:11s} {case.op:19s} {case.shape:22s} {mode:7s} {backend:16s} {shown}{mem}")
+            # The row's wall time (compiles, checks and timing) says where a long run went.
+            took = f" [{time.perf_counter() - started:.1f} s]"
+            _log(f"  {case.group:11s} {case.op:19s} {case.shape:22s} {mode:7s} {backend:16s} "
+                 f"{shown}{mem}{took}")
         for backend, why in case.skip.items():
             rows.append({"group": case.group, "op": case.op, "shape": case.shape, "mode": mode,
                          "backend": backend, "skipped": why})
