@@ -149,6 +149,7 @@ def delta_rule_fwd_state_kernel(
     HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
     REG_STATE: tl.constexpr = False, WU_IN_STATE: tl.constexpr = False,
     OUT_PASS: tl.constexpr = False, STORE_W: tl.constexpr = True,
+    STATE_HALF_OPS: tl.constexpr = False,
 ):
     """Grid ``(B·H, BV/VS)``: one program per (b, h) and slice of ``VS`` state columns, serial
     over chunks. Per chunk, from its start state ``S`` (stored as ``states[c]``)::
@@ -173,7 +174,11 @@ def delta_rule_fwd_state_kernel(
     ``c`` starts (its start state is then ``h0[cseq[c]]``, zeros without ``h0``) or −1,
     ``cend[c]`` the sequence whose last chunk it is (its end state is stored as
     ``h_T[cend[c]]``) or −1; ``cu (NSEQ+1)`` (int32 offsets) finds the empty sequences,
-    whose ``h_T`` is their ``h0``. Otherwise the three tables are never read."""
+    whose ``h_T`` is their ``h0``. Otherwise the three tables are never read.
+
+    ``STATE_HALF_OPS`` (with ``REG_STATE``, half inputs): the chunk's products take 16-bit
+    operands (the carried ``S`` rounded for the product, kept in float32), as fla's state
+    kernel does; see :func:`~mingru_kernels._delta_chunk._mm`."""
     bh = tl.program_id(0)
     bh64 = bh.to(tl.int64)
     b64 = (bh // H).to(tl.int64)
@@ -220,20 +225,24 @@ def delta_rule_fwd_state_kernel(
             tl.static_assert(REG_STATE, "WU_IN_STATE holds Wk in registers: needs REG_STATE")
             beta = tl.load(beta_ptr + micro, mask=ok_l, other=0.0).to(tl.float32)
             Tm = tl.load(_tm_tile(tm_ptr, chunk, il, LP))
-            Wk = _wy_keys(Tm, beta, gam, K, PREC)
-            U = tl.dot(Tm, beta[:, None] * _ld(v_ptr, micro, ok_l, v0, DV, VS),
-                       input_precision=PREC)
-            WkS = tl.dot(Wk, S, input_precision=PREC)
+            Wk = _wy_keys(Tm, beta, gam, K, PREC, STATE_HALF_OPS, k_ptr)
+            U = _mm(Tm, beta[:, None] * _ld(v_ptr, micro, ok_l, v0, DV, VS), None, PREC,
+                    STATE_HALF_OPS, k_ptr)
+            WkS = _mm(Wk, S, None, PREC, STATE_HALF_OPS, k_ptr)
             if not OUT_PASS:
-                QS = tl.dot(_ld(q_ptr, token, ok_r, 0, DK, BK), S, input_precision=PREC)
+                QS = _mm(_ld(q_ptr, token, ok_r, 0, DK, BK), S, None, PREC, STATE_HALF_OPS,
+                         k_ptr)
         elif REG_STATE:
             tl.static_assert(KS == BK, "REG_STATE multiplies the whole state tile at once")
             U = tl.load(u_ptr + chunk * (LP * BV) + il[:, None] * BV
                         + iv[None, :]).to(tl.float32)
-            WkS = tl.dot(tl.load(wk_rows + ik[None, :]).to(tl.float32), S, input_precision=PREC)
+            WkS = _mm(tl.load(wk_rows + ik[None, :]).to(tl.float32), S, None, PREC,
+                      STATE_HALF_OPS, k_ptr)
             if not OUT_PASS:
-                QS = tl.dot(_ld(q_ptr, token, ok_r, 0, DK, BK), S, input_precision=PREC)
+                QS = _mm(_ld(q_ptr, token, ok_r, 0, DK, BK), S, None, PREC, STATE_HALF_OPS,
+                         k_ptr)
         else:
+            tl.static_assert(not STATE_HALF_OPS, "STATE_HALF_OPS needs REG_STATE")
             tl.static_assert(not OUT_PASS, "OUT_PASS needs REG_STATE")
             tl.debug_barrier()
             WkS = tl.zeros([LP, VS], dtype=tl.float32)
@@ -254,9 +263,9 @@ def delta_rule_fwd_state_kernel(
                          W.to(w_ptr.dtype.element_ty))
         else:
             _store_chunk_output(q_ptr, k_ptr, o_ptr, token, ok_r, micro, ok_l, Do, gam_o, QS, W,
-                                iv, DK, DV, CP, LP, BK, KS, PREC)
+                                iv, DK, DV, CP, LP, BK, KS, PREC, STATE_HALF_OPS)
         Kd = d[:, None] * K
-        S = tl.dot(tl.trans(Kd), W, acc=gam_last * S, input_precision=PREC)
+        S = _mm(tl.trans(Kd), W, gam_last * S, PREC, STATE_HALF_OPS, k_ptr)
         if PACKED:
             e = tl.load(cend_ptr + c)
             tl.store(_seq_tile(ht_ptr, tl.maximum(e, 0), bh64, H, DK, DV, ik, iv),
@@ -324,7 +333,7 @@ def delta_rule_bwd_state_kernel(
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
     HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr,
     PACKED: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr = False,
-    WU_IN_STATE: tl.constexpr = False,
+    WU_IN_STATE: tl.constexpr = False, STATE_HALF_OPS: tl.constexpr = False,
 ):
     """Grid ``(B·H, BV/VS)``. Backwards over chunks: ``dstates[c] = ∂L/∂S_{c+1} = dS'`` and,
     the adjoint of the forward state kernel's chunk step::
@@ -340,7 +349,7 @@ def delta_rule_bwd_state_kernel(
     every sequence boundary — the last chunk of sequence ``n`` starts from ``dh_T[n]``
     (zeros without ``dh_T``), not from the next chunk's adjoint, and the adjoint of the start
     state of the chunk that starts sequence ``n`` is ``dh0[n]``; an empty sequence's
-    ``dh0[n]`` is its ``dh_T[n]``."""
+    ``dh0[n]`` is its ``dh_T[n]``. ``STATE_HALF_OPS``: as in the forward state kernel."""
     bh = tl.program_id(0)
     bh64 = bh.to(tl.int64)
     b64 = (bh // H).to(tl.int64)
@@ -385,8 +394,9 @@ def delta_rule_bwd_state_kernel(
         tl.store(dstates_ptr + dbase + kv, dS.to(dstates_ptr.dtype.element_ty))
         if REG_STATE:
             tl.static_assert(KS == BK, "REG_STATE multiplies the whole state tile at once")
-            KdS = tl.dot(_ld(k_ptr, micro, ok_l, 0, DK, BK), dS, input_precision=PREC)
+            KdS = _mm(_ld(k_ptr, micro, ok_l, 0, DK, BK), dS, None, PREC, STATE_HALF_OPS, k_ptr)
         else:
+            tl.static_assert(not STATE_HALF_OPS, "STATE_HALF_OPS needs REG_STATE")
             tl.debug_barrier()
             KdS = tl.zeros([LP, VS], dtype=tl.float32)
             for j in tl.static_range(BK // KS):
@@ -397,17 +407,17 @@ def delta_rule_bwd_state_kernel(
                              acc=KdS, input_precision=PREC)
         dO = _ld(do_ptr, token, ok_r, v0, DV, VS)
         Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
-        dW = tl.dot(tl.trans(Po), dO, acc=d[:, None] * KdS, input_precision=PREC)
+        dW = _mm(tl.trans(Po), dO, d[:, None] * KdS, PREC, STATE_HALF_OPS, k_ptr)
         Qo = gam_o[:, None] * _ld(q_ptr, token, ok_r, 0, DK, BK)
         if WU_IN_STATE:
             beta = tl.load(beta_ptr + micro, mask=ok_l, other=0.0).to(tl.float32)
             Wk = _wy_keys(tl.load(_tm_tile(tm_ptr, chunk, il, LP)), beta, gam,
-                          _ld(k_ptr, micro, ok_l, 0, DK, BK), PREC)
+                          _ld(k_ptr, micro, ok_l, 0, DK, BK), PREC, STATE_HALF_OPS, k_ptr)
         else:
             Wk = tl.load(wk_ptr + chunk * (LP * BK) + il[:, None] * BK
                          + ik[None, :]).to(tl.float32)
-        acc = tl.dot(tl.trans(Qo), dO, acc=gam_last * dS, input_precision=PREC)
-        dS = acc - tl.dot(tl.trans(Wk), dW, input_precision=PREC)
+        acc = _mm(tl.trans(Qo), dO, gam_last * dS, PREC, STATE_HALF_OPS, k_ptr)
+        dS = acc - _mm(tl.trans(Wk), dW, None, PREC, STATE_HALF_OPS, k_ptr)
         if PACKED:
             s = tl.load(cseq_ptr + c)
             starts = s >= 0

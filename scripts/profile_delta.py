@@ -22,7 +22,7 @@ above the inputs (MB): what a faster variant costs in accuracy and scratch.
 state kernels form ``Wk`` and ``U`` from the saved WY inverse), ``state_vs=N`` (the state
 kernels' columns per program), ``out_pass=0|1`` (the output formed by its own kernel,
 parallel over chunks), ``tf32=1`` (the tensor-core tiling and precision of ``allow_tf32``), ``split=0|1``
-(float32's split products, ``split_fp32``), ``half_ops=0|1`` (16-bit operands in the per-chunk kernels),
+(float32's split products, ``split_fp32``), ``half_ops=0|1`` (16-bit operands in the per-chunk kernels), ``state_half_ops=0|1`` (and in the state kernels),
 ``PREC=tf32x3`` (any ``tl.dot`` input precision), ``slice=N``
 (``HALF_SLICE``: slice width of the per-chunk kernels and the state kernels' columns for
 half inputs), ``warps.<kernel>=N``, ``stages.<kernel>=N``, ``<kernel>.<CONSTEXPR>=N`` (one kernel's
@@ -90,12 +90,14 @@ def _apply(variant: str) -> None:
     tc = items.pop("tf32", None)
     spl = items.pop("split", None)
     hop = items.pop("half_ops", None)
+    sho = items.pop("state_half_ops", None)
 
     svs = int(items.pop("state_vs", 0))
 
     def patched(nh, dk, dv, half=False, micro_chunk=0, blocked=None, tf32=False,
                 reg_state=None, wu_in_state=None, state_vs=0, out_pass=None, wu_half=None,
-                saved_tm=None, split_fp32=None, few_rows=False, half_ops=None):
+                saved_tm=None, split_fp32=None, few_rows=False, half_ops=None,
+                state_half_ops=False):
         cfg = _SHIPPED(nh, dk, dv, half=half, micro_chunk=micro_chunk or lp, blocked=blocked,
                        tf32=tf32 if tc is None else tc == "1",
                        reg_state=reg_state if reg is None else reg == "1",
@@ -106,7 +108,8 @@ def _apply(variant: str) -> None:
                        saved_tm=saved_tm if stm is None else stm == "1",
                        split_fp32=split_fp32 if spl is None else spl == "1",
                        few_rows=few_rows,
-                       half_ops=half_ops if hop is None else hop == "1")
+                       half_ops=half_ops if hop is None else hop == "1",
+                       state_half_ops=state_half_ops if sho is None else sho == "1")
         for key, val in items.items():
             if "." in key and key.split(".")[0] in ("warps", "stages"):
                 table, kernel = key.split(".")

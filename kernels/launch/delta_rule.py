@@ -12,10 +12,11 @@ from __future__ import annotations
 from mingru_kernels.launch._elementwise import next_pow2
 
 PLAN_KEYS = ("micro_chunk", "blocked", "reg_state", "wu_in_state", "state_vs", "out_pass",
-             "wu_half", "saved_tm", "split_fp32", "half_ops")
+             "wu_half", "saved_tm", "split_fp32", "half_ops", "state_half_ops")
 """The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`):
 ``micro_chunk``, ``blocked``, ``reg_state``, ``wu_in_state``, ``state_vs``, ``out_pass``,
-``wu_half``, ``saved_tm``, ``split_fp32`` and ``half_ops`` of :func:`launch_config`."""
+``wu_half``, ``saved_tm``, ``split_fp32``, ``half_ops`` and ``state_half_ops`` of
+:func:`launch_config`."""
 
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
@@ -76,10 +77,10 @@ KERNEL_CONSTEXPRS = {
     "fwd_prep": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC",
                  "WU_IN_STATE", "STORE_TM", "HALF_OPS"),
     "fwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE",
-                  "WU_IN_STATE", "OUT_PASS", "STORE_W"),
+                  "WU_IN_STATE", "OUT_PASS", "STORE_W", "STATE_HALF_OPS"),
     "fwd_out": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "STORE_W", "HALF_OPS"),
     "bwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE",
-                  "WU_IN_STATE"),
+                  "WU_IN_STATE", "STATE_HALF_OPS"),
     "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC",
                   "SAVED_TM", "HALF_OPS"),
 }
@@ -111,7 +112,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
                   state_vs: int = 0, out_pass: bool | None = None,
                   wu_half: bool | None = None, saved_tm: bool | None = None,
                   split_fp32: bool | None = None, few_rows: bool = False,
-                  half_ops: bool | None = None) -> dict:
+                  half_ops: bool | None = None, state_half_ops: bool = False) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -157,6 +158,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     gradient errors against float64 of 0.0039-0.0050 -> 0.0060-0.0069 (fla 0.0063-0.0071).
     In the forward it gained only where the output pass runs (nh2 B32 T4096 1.392 -> 1.298),
     at an output error of 0.0063 against 0.0046 (fla 0.0063), so the forward keeps TF32.
+    ``state_half_ops``: the same for the serial state kernels' products (``STATE_HALF_OPS``;
+    needs half inputs and ``REG_STATE``), as fla's state kernels take them; the carried state
+    stays float32. Off by default: not yet timed.
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -228,6 +232,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         raise ValueError("half_ops needs bfloat16/float16 inputs")
     grads_half_ops = half if half_ops is None else bool(half_ops)
     half_ops = bool(half_ops)
+    if state_half_ops and not (half and reg_state):
+        raise ValueError("state_half_ops needs bfloat16/float16 inputs and reg_state (one "
+                         "slice per head)")
     if out_pass and not reg_state:
         raise ValueError("out_pass needs reg_state (one slice per head: KS = BK)")
     if wu_half and not (half and not wu_in_state):
@@ -262,6 +269,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "WU_HALF": bool(wu_half),
         # Products of the per-chunk kernels on 16-bit operands (see half_ops above).
         "HALF_OPS": half_ops,
+        "STATE_HALF_OPS": bool(state_half_ops),
         # The backward reads the forward's WY inverse on the tensor cores (H200, bf16, d = 64,
         # B128 T1024: bwd_grads 0.749 -> 0.631 ms). With exact float32 products it inverts
         # again: compiled for sm_90, the loaded T triples that kernel's spills (584 -> 1564

@@ -140,6 +140,8 @@ _SPL = 1_000_000_000_000
 """Unit of the forced ``split_fp32`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
 _HOP = 10_000_000_000_000
 """Unit of the forced ``half_ops`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
+_SHO = 100_000_000_000_000
+"""Unit of the forced ``state_half_ops`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
 
 
 def _tuning(allow_tf32: bool = False) -> int:
@@ -152,7 +154,7 @@ def _tuning(allow_tf32: bool = False) -> int:
     choices = switches.plan_choices("delta_rule")
     blocked, reg, wu = choices.get("blocked"), choices.get("reg_state"), choices.get("wu_in_state")
     out, wuh, stm = choices.get("out_pass"), choices.get("wu_half"), choices.get("saved_tm")
-    spl, hop = choices.get("split_fp32"), choices.get("half_ops")
+    spl, hop, sho = choices.get("split_fp32"), choices.get("half_ops"), choices.get("state_half_ops")
     return (int(choices.get("micro_chunk", 0)) + (0 if blocked is None else 1000 * (1 + bool(blocked)))
             + (_TF32 if allow_tf32 else 0) + (0 if reg is None else _REG * (1 + bool(reg)))
             + (0 if wu is None else _WU * (1 + bool(wu)))
@@ -161,7 +163,8 @@ def _tuning(allow_tf32: bool = False) -> int:
             + (0 if wuh is None else _WUH * (1 + bool(wuh)))
             + (0 if stm is None else _STM * (1 + bool(stm)))
             + (0 if spl is None else _SPL * (1 + bool(spl)))
-            + (0 if hop is None else _HOP * (1 + bool(hop))))
+            + (0 if hop is None else _HOP * (1 + bool(hop)))
+            + (0 if sho is None else _SHO * (1 + bool(sho))))
 
 
 # --- custom ops ----------------------------------------------------------------------------
@@ -171,6 +174,7 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
     # ``tuning`` (a custom-op int, see _tuning).
     _, _, nh, _, dk = k.shape
     half = q.dtype in (torch.bfloat16, torch.float16)
+    sho, tuning = tuning // _SHO, tuning % _SHO
     hop, tuning = tuning // _HOP, tuning % _HOP
     spl, tuning = tuning // _SPL, tuning % _SPL
     stm, tuning = tuning // _STM, tuning % _STM
@@ -190,6 +194,7 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
                               saved_tm=None if stm == 0 else stm == 2,
                               split_fp32=None if spl == 0 else spl == 2,
                               half_ops=None if hop == 0 else hop == 2,
+                              state_half_ops=sho == 2,
                               few_rows=_few_rows(q, k.shape[0] * k.shape[3]))
 
 

@@ -99,11 +99,12 @@ def _fwd_state(q, k, v, beta, lg, h0, wk, u, tm, cseq, cend, cu, T, H, DK, DV, N
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
                HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
                PREC: tl.constexpr, REG_STATE: tl.constexpr, WU_IN_STATE: tl.constexpr,
-               OUT_PASS: tl.constexpr, STORE_W: tl.constexpr):
+               OUT_PASS: tl.constexpr, STORE_W: tl.constexpr, STATE_HALF_OPS: tl.constexpr):
     kernels.delta_rule_fwd_state_kernel(q, k, v, beta, lg, h0, wk, u, tm, states, o, w, ht,
                                         cseq, cend, cu, T, H, DK, DV, NC, NSEQ, NH, C, LP, CP,
                                         BK, BV, KS, VS, HAS_DECAY, HAS_H0, PACKED, PREC,
-                                        REG_STATE, WU_IN_STATE, OUT_PASS, STORE_W)
+                                        REG_STATE, WU_IN_STATE, OUT_PASS, STORE_W,
+                                        STATE_HALF_OPS)
 
 
 @triton.jit
@@ -124,11 +125,11 @@ def _bwd_state(q, k, beta, lg, dht, do, wk, tm, cseq, cend, cu, T, H, DK, DV, NC
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
                HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr,
                PACKED: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr,
-               WU_IN_STATE: tl.constexpr):
+               WU_IN_STATE: tl.constexpr, STATE_HALF_OPS: tl.constexpr):
     kernels.delta_rule_bwd_state_kernel(q, k, beta, lg, dht, do, wk, tm, dstates, dh0, cseq,
                                         cend, cu, T, H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV,
                                         KS, VS, HAS_DECAY, HAS_DHT, HAS_H0, PACKED, PREC,
-                                        REG_STATE, WU_IN_STATE)
+                                        REG_STATE, WU_IN_STATE, STATE_HALF_OPS)
 
 
 @triton.jit
@@ -161,6 +162,7 @@ def _config(q, k, v, tf32: bool = False) -> dict:
                               saved_tm=choices.get("saved_tm"),
                               split_fp32=choices.get("split_fp32"),
                               half_ops=choices.get("half_ops"),
+                              state_half_ops=bool(choices.get("state_half_ops", False)),
                               few_rows=common.on_gpu() and B * H <= common.sm_count())
 
 

@@ -131,7 +131,7 @@ CASES = {
 # A forced value per plan key that differs from its default for half inputs at nh = 2, d = 64.
 FORCED_PLAN = dict(micro_chunk=64, blocked=False, reg_state=False, wu_in_state=False,
                    state_vs=16, out_pass=True, wu_half=True, saved_tm=False,
-                   split_fp32=False, half_ops=True)
+                   split_fp32=False, half_ops=True, state_half_ops=True)
 
 
 @pytest.mark.parametrize("key", sorted(FORCED_PLAN))
@@ -426,6 +426,12 @@ def test_half_ops_plan():
         assert grads["HALF_OPS"] is want
     with pytest.raises(ValueError, match="half_ops"):
         meta.launch_config(2, 64, 64, half_ops=True)  # float32 inputs
+    # The state kernels' 16-bit operands: forced only, half inputs with the state in registers.
+    assert not meta.launch_config(2, 64, 64, half=True)["STATE_HALF_OPS"]
+    assert meta.launch_config(2, 64, 64, half=True, state_half_ops=True)["STATE_HALF_OPS"]
+    for kwargs in (dict(half=False), dict(half=True, reg_state=False)):
+        with pytest.raises(ValueError, match="state_half_ops"):
+            meta.launch_config(2, 64, 64, state_half_ops=True, **kwargs)
 
 
 def test_few_rows_plan():
@@ -576,11 +582,15 @@ class TestGPU:
                                         dict(half_ops=True, wu_in_state=False, out_pass=True,
                                              wu_half=True, saved_tm=False),
                                         dict(half_ops=False),
+                                        dict(half_ops=True, state_half_ops=True),
+                                        dict(state_half_ops=True, wu_in_state=False,
+                                             out_pass=True, wu_half=True, saved_tm=False),
                                         {}],
                              ids=["reload", "registers-stored-wu", "wu-16-columns",
                                   "wu-out-pass", "stored-wu-out-pass", "half-wu-out-pass",
                                   "L64-half-wu-out-pass-no-tm", "half-ops",
-                                  "half-ops-few-rows", "tf32-ops", "default"])
+                                  "half-ops-few-rows", "tf32-ops", "all-half-ops",
+                                  "state-half-ops-few-rows", "default"])
     def test_reg_state_bf16_head64(self, layout):
         """The ways of feeding the state kernels' product, with bf16 at d = 64 (one slice)."""
         args = make_inputs(2, 700, 2, 2, 64, 64, True, True, True, seed=7)
