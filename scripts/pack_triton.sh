@@ -13,7 +13,8 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
 (cd "$work" && unzip -q triton-*.whl && rm triton-*.whl \
   && rm -rf triton/backends/amd triton/backends/nvidia/lib/cupti triton/backends/nvidia/bin/ptxas-blackwell \
        triton/_C/libproton.so triton/instrumentation triton/plugins triton/FileCheck \
-  && strip --strip-unneeded triton/_C/libtriton.so)
+  && strip --strip-unneeded triton/_C/libtriton.so \
+  && sed -i '/^amd = /d' triton-*.dist-info/entry_points.txt)  # its backend is not packed
 mkdir -p .tri
 tar -C "$work" -cf - triton "triton-$version.dist-info" | xz -9e -T0 > ".tri/triton-$version.tar.xz"
 ls -la ".tri/triton-$version.tar.xz"
