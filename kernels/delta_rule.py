@@ -493,9 +493,11 @@ def delta_rule_bwd_grads_kernel(
             Kj = _ld(k_ptr, micro, ok_l, j * KS, DK, KS)
             Sj = _lds(states_ptr, sbase, j * KS, KS, BV, v0, VS)
             KS_b = _mm(Kj, Sj, KS_b, PREC, HALF_OPS, k_ptr)
-            KdS_b = _mm(Kj, _lds(dstates_ptr, dbase, j * KS, KS, BV, v0, VS), KdS_b, PREC, HALF_OPS, k_ptr)
+            KdS_b = _mm(Kj, _lds(dstates_ptr, dbase, j * KS, KS, BV, v0, VS), KdS_b, PREC,
+                        HALF_OPS, k_ptr)
             if HAS_DECAY:
-                QS_b = _mm(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, QS_b, PREC, HALF_OPS, k_ptr)
+                QS_b = _mm(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, QS_b, PREC, HALF_OPS,
+                           k_ptr)
         Vr = _ld(v_ptr, micro, ok_l, v0, DV, VS) - gam[:, None] * KS_b
         W_b = _mm(Tm, beta[:, None] * Vr, None, PREC, HALF_OPS, k_ptr)
         dW_b = _mm(tl.trans(Po), dO_b, None, PREC, HALF_OPS, k_ptr) + d[:, None] * KdS_b
@@ -522,7 +524,8 @@ def delta_rule_bwd_grads_kernel(
     K = _ld(k_ptr, micro, ok_l, 0, DK, BK)
     Q = _ld(q_ptr, token, ok_r, 0, DK, BK)
     dK += _mm(tl.trans(Pd), Q, None, PREC, HALF_OPS, k_ptr)
-    dK += _mm(At, K, None, PREC, HALF_OPS, k_ptr) + _mm(tl.trans(At), K, None, PREC, HALF_OPS, k_ptr)
+    dK += (_mm(At, K, None, PREC, HALF_OPS, k_ptr)
+           + _mm(tl.trans(At), K, None, PREC, HALF_OPS, k_ptr))
     dQ += _mm(Pd, K, None, PREC, HALF_OPS, k_ptr)
     dbeta += tl.reduce(dA * D * KK, 1, _sum_combine)
     ik = tl.arange(0, BK)

@@ -97,7 +97,7 @@ def _apply(variant: str) -> None:
     def patched(nh, dk, dv, half=False, micro_chunk=0, blocked=None, tf32=False,
                 reg_state=None, wu_in_state=None, state_vs=0, out_pass=None, wu_half=None,
                 saved_tm=None, split_fp32=None, few_rows=False, half_ops=None,
-                state_half_ops=False):
+                state_half_ops=None):
         cfg = _SHIPPED(nh, dk, dv, half=half, micro_chunk=micro_chunk or lp, blocked=blocked,
                        tf32=tf32 if tc is None else tc == "1",
                        reg_state=reg_state if reg is None else reg == "1",

@@ -112,7 +112,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
                   state_vs: int = 0, out_pass: bool | None = None,
                   wu_half: bool | None = None, saved_tm: bool | None = None,
                   split_fp32: bool | None = None, few_rows: bool = False,
-                  half_ops: bool | None = None, state_half_ops: bool = False) -> dict:
+                  half_ops: bool | None = None, state_half_ops: bool | None = None) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -160,7 +160,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     at an output error of 0.0063 against 0.0046 (fla 0.0063), so the forward keeps TF32.
     ``state_half_ops``: the same for the serial state kernels' products (``STATE_HALF_OPS``;
     needs half inputs and ``REG_STATE``), as fla's state kernels take them; the carried state
-    stays float32. Off by default: not yet timed.
+    stays float32. Off unless forced: not yet timed.
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -230,7 +230,12 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         state_vs = vs
     if half_ops and not half:
         raise ValueError("half_ops needs bfloat16/float16 inputs")
-    grads_half_ops = half if half_ops is None else bool(half_ops)
+    # Per-kernel constexprs over the shared ones, for the backward's per-chunk kernel:
+    # split_fp32's slices, and its 16-bit operands (by default with half inputs).
+    grads = ({"KS": min(SPLIT_GRADS_SLICE, bk), "VS": min(SPLIT_GRADS_SLICE, bv)}
+             if split_fp32 else {})
+    if (half if half_ops is None else half_ops):
+        grads["HALF_OPS"] = True
     half_ops = bool(half_ops)
     if state_half_ops and not (half and reg_state):
         raise ValueError("state_half_ops needs bfloat16/float16 inputs and reg_state (one "
@@ -281,10 +286,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         # split_fp32's re-inverting backward) and the state kernels do not form Wk, U from it.
         "STORE_TM": (saved_tm is True or (saved_tm is None and not split_fp32)
                      or bool(wu_in_state)),
-        # Per-kernel constexprs over the shared ones: split_fp32's backward per-chunk kernel.
-        "overrides": ({"bwd_grads": {"KS": min(SPLIT_GRADS_SLICE, bk),
-                                     "VS": min(SPLIT_GRADS_SLICE, bv)}} if split_fp32 else
-                      {"bwd_grads": {"HALF_OPS": True}} if grads_half_ops else {}),
+        "overrides": {"bwd_grads": grads} if grads else {},
         "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps, "fwd_out": tc_warps,
                   "bwd_state": state_warps, "bwd_grads": tc_warps},
         # Reloading state kernels re-read what they just stored: no software pipelining there.

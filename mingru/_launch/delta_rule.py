@@ -124,47 +124,30 @@ def run(
 
 _TF32 = 10_000
 """Flag of ``allow_tf32`` in the custom ops' ``tuning`` int."""
-_REG = 100_000
-"""Unit of the forced ``reg_state`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
-_WU = 1_000_000
-"""Unit of the forced ``wu_in_state`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
 _SVS = 10_000_000
-"""Unit of the forced ``state_vs`` (0 = default, else the columns) in ``tuning``."""
-_OUT = 1_000_000_000
-"""Unit of the forced ``out_pass`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
-_WUH = 10_000_000_000
-"""Unit of the forced ``wu_half`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
-_STM = 100_000_000_000
-"""Unit of the forced ``saved_tm`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
-_SPL = 1_000_000_000_000
-"""Unit of the forced ``split_fp32`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
-_HOP = 10_000_000_000_000
-"""Unit of the forced ``half_ops`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
-_SHO = 100_000_000_000_000
-"""Unit of the forced ``state_half_ops`` choice (0 = default, 1 = off, 2 = on) in ``tuning``."""
+"""Unit of the forced ``state_vs`` (0 = default, else the columns: two digits) in ``tuning``."""
+_TRI_STATE = (("reg_state", 100_000), ("wu_in_state", 1_000_000), ("out_pass", 10**9),
+              ("wu_half", 10**10), ("saved_tm", 10**11), ("split_fp32", 10**12),
+              ("half_ops", 10**13), ("state_half_ops", 10**14))
+"""The forced on/off plan choices and their units in ``tuning``: one decimal digit each,
+0 = default, 1 = off, 2 = on."""
 
 
 def _tuning(allow_tf32: bool = False) -> int:
     """The forced plan choices (:mod:`mingru_kernels.launch.switches`) and ``allow_tf32`` as
     the custom ops' int: ``micro_chunk + 1000 * (1 + blocked) + 10000 * allow_tf32 +
-    100000 * (1 + reg_state) + 1000000 * (1 + wu_in_state) + 10000000 * state_vs +
-    1000000000 * (1 + out_pass)``
+    10000000 * state_vs`` plus ``unit * (1 + choice)`` for each choice of ``_TRI_STATE``
     (0 = defaults; an unforced choice adds nothing). An int argument keeps the choice fixed
     between the forward and its backward."""
     choices = switches.plan_choices("delta_rule")
-    blocked, reg, wu = choices.get("blocked"), choices.get("reg_state"), choices.get("wu_in_state")
-    out, wuh, stm = choices.get("out_pass"), choices.get("wu_half"), choices.get("saved_tm")
-    spl, hop, sho = choices.get("split_fp32"), choices.get("half_ops"), choices.get("state_half_ops")
-    return (int(choices.get("micro_chunk", 0)) + (0 if blocked is None else 1000 * (1 + bool(blocked)))
-            + (_TF32 if allow_tf32 else 0) + (0 if reg is None else _REG * (1 + bool(reg)))
-            + (0 if wu is None else _WU * (1 + bool(wu)))
-            + _SVS * int(choices.get("state_vs", 0))
-            + (0 if out is None else _OUT * (1 + bool(out)))
-            + (0 if wuh is None else _WUH * (1 + bool(wuh)))
-            + (0 if stm is None else _STM * (1 + bool(stm)))
-            + (0 if spl is None else _SPL * (1 + bool(spl)))
-            + (0 if hop is None else _HOP * (1 + bool(hop)))
-            + (0 if sho is None else _SHO * (1 + bool(sho))))
+    blocked = choices.get("blocked")
+    tuning = (int(choices.get("micro_chunk", 0)) + _TF32 * bool(allow_tf32)
+              + (0 if blocked is None else 1000 * (1 + bool(blocked)))
+              + _SVS * int(choices.get("state_vs", 0)))
+    for key, unit in _TRI_STATE:
+        if choices.get(key) is not None:
+            tuning += unit * (1 + bool(choices[key]))
+    return tuning
 
 
 # --- custom ops ----------------------------------------------------------------------------
@@ -174,28 +157,16 @@ def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> d
     # ``tuning`` (a custom-op int, see _tuning).
     _, _, nh, _, dk = k.shape
     half = q.dtype in (torch.bfloat16, torch.float16)
-    sho, tuning = tuning // _SHO, tuning % _SHO
-    hop, tuning = tuning // _HOP, tuning % _HOP
-    spl, tuning = tuning // _SPL, tuning % _SPL
-    stm, tuning = tuning // _STM, tuning % _STM
-    wuh, tuning = tuning // _WUH, tuning % _WUH
-    out, tuning = tuning // _OUT, tuning % _OUT
-    svs, tuning = tuning // _SVS, tuning % _SVS
-    wu, tuning = tuning // _WU, tuning % _WU
-    reg, tuning = tuning // _REG, tuning % _REG
-    tf32, tuning = tuning >= _TF32, tuning % _TF32
-    blocked = None if tuning < 1000 else tuning >= 2000
+    # Every field has its own decimal digits (see _tuning).
+    forced = {}
+    for key, unit in _TRI_STATE:
+        digit = tuning // unit % 10
+        forced[key] = None if digit == 0 else digit == 2
+    blocked = tuning // 1000 % 10
     return meta.launch_config(nh, dk, v.shape[-1], half=half, micro_chunk=tuning % 1000,
-                              blocked=blocked, tf32=tf32,
-                              reg_state=None if reg == 0 else reg == 2,
-                              wu_in_state=None if wu == 0 else wu == 2, state_vs=svs,
-                              out_pass=None if out == 0 else out == 2,
-                              wu_half=None if wuh == 0 else wuh == 2,
-                              saved_tm=None if stm == 0 else stm == 2,
-                              split_fp32=None if spl == 0 else spl == 2,
-                              half_ops=None if hop == 0 else hop == 2,
-                              state_half_ops=sho == 2,
-                              few_rows=_few_rows(q, k.shape[0] * k.shape[3]))
+                              blocked=None if blocked == 0 else blocked == 2,
+                              tf32=tuning // _TF32 % 10 == 1, state_vs=tuning // _SVS % 100,
+                              **forced, few_rows=_few_rows(q, k.shape[0] * k.shape[3]))
 
 
 def _few_rows(q: torch.Tensor, rows: int) -> bool:

@@ -162,7 +162,7 @@ def _config(q, k, v, tf32: bool = False) -> dict:
                               saved_tm=choices.get("saved_tm"),
                               split_fp32=choices.get("split_fp32"),
                               half_ops=choices.get("half_ops"),
-                              state_half_ops=bool(choices.get("state_half_ops", False)),
+                              state_half_ops=choices.get("state_half_ops"),
                               few_rows=common.on_gpu() and B * H <= common.sm_count())
 
 
