@@ -131,7 +131,6 @@ for s in "$@"; do
       tarball=$(ls .tri/triton-*.tar.xz 2>/dev/null | head -1)
       [ -n "$tarball" ] || { echo "no .tri/triton-*.tar.xz"; continue; }
       mkdir -p /tmp/tri && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall('/tmp/tri')" "$tarball"
-      sed -i '/amd/d' /tmp/tri/triton-*.dist-info/entry_points.txt  # the AMD backend is not packed
       export PYTHONPATH=/tmp/tri:$PYTHONPATH TRITON_CACHE_DIR=/tmp/tri-cache
       python3 -c "import triton, torch; print('triton', triton.__version__, triton.__file__, 'torch', torch.__version__)" ;;
     *) echo "unknown section $s" ;;
