@@ -75,6 +75,12 @@ _SHIPPED = meta.launch_config
 _SHIPPED_SLICE = meta.HALF_SLICE
 
 
+_ON_OFF = {"reg_state": "reg_state", "wu_in_state": "wu_in_state", "out_pass": "out_pass",
+           "wu_half": "wu_half", "saved_tm": "saved_tm", "tf32": "tf32", "split": "split_fp32",
+           "half_ops": "half_ops", "state_half_ops": "state_half_ops"}
+"""The variants' ``name=0|1`` keys and the ``launch_config`` keyword each forces."""
+
+
 def _apply(variant: str) -> None:
     """Route ``meta.launch_config`` (read at every call, forward and backward) through the
     variant's overrides."""
@@ -82,34 +88,14 @@ def _apply(variant: str) -> None:
     meta.HALF_SLICE = int(items.pop("slice", _SHIPPED_SLICE))
     lp = int(items.pop("lp", 0))
 
-    reg = items.pop("reg_state", None)
-    wu = items.pop("wu_in_state", None)
-    out = items.pop("out_pass", None)
-    wuh = items.pop("wu_half", None)
-    stm = items.pop("saved_tm", None)
-    tc = items.pop("tf32", None)
-    spl = items.pop("split", None)
-    hop = items.pop("half_ops", None)
-    sho = items.pop("state_half_ops", None)
-
+    # The variant's on/off choices (its alias -> launch_config's keyword) win over the caller's.
+    forced = {name: items.pop(alias) == "1" for alias, name in _ON_OFF.items() if alias in items}
     svs = int(items.pop("state_vs", 0))
 
-    def patched(nh, dk, dv, half=False, micro_chunk=0, blocked=None, tf32=False,
-                reg_state=None, wu_in_state=None, state_vs=0, out_pass=None, wu_half=None,
-                saved_tm=None, split_fp32=None, few_rows=False, half_ops=None,
-                state_half_ops=None):
-        cfg = _SHIPPED(nh, dk, dv, half=half, micro_chunk=micro_chunk or lp, blocked=blocked,
-                       tf32=tf32 if tc is None else tc == "1",
-                       reg_state=reg_state if reg is None else reg == "1",
-                       wu_in_state=wu_in_state if wu is None else wu == "1",
-                       state_vs=state_vs or svs,
-                       out_pass=out_pass if out is None else out == "1",
-                       wu_half=wu_half if wuh is None else wuh == "1",
-                       saved_tm=saved_tm if stm is None else stm == "1",
-                       split_fp32=split_fp32 if spl is None else spl == "1",
-                       few_rows=few_rows,
-                       half_ops=half_ops if hop is None else hop == "1",
-                       state_half_ops=state_half_ops if sho is None else sho == "1")
+    def patched(nh, dk, dv, **kwargs):
+        kwargs["micro_chunk"] = kwargs.get("micro_chunk", 0) or lp
+        kwargs["state_vs"] = kwargs.get("state_vs", 0) or svs
+        cfg = _SHIPPED(nh, dk, dv, **{**kwargs, **forced})
         for key, val in items.items():
             if "." in key and key.split(".")[0] in ("warps", "stages"):
                 table, kernel = key.split(".")
