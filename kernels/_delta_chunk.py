@@ -120,11 +120,35 @@ def _state_step_tables(c, b64, h, lg_ptr, T, H, NH: tl.constexpr, C: tl.constexp
                        LP: tl.constexpr, CP: tl.constexpr, HAS_DECAY: tl.constexpr):
     """What a serial state kernel needs of chunk ``c`` besides its tiles: the micro-step
     rows ``il`` and their mask, the token rows' mask, the memory rows ``micro`` / ``token``,
-    and the decay factors ``Γ, d, Γ_L, Do, Γo`` of :func:`_decay_tables`."""
+    and the decay factors ``Γ, d, Γ_L, Do, Γo`` of :func:`_decay_tables`.
+
+    Built without ``D (LP, LP)``: ``d_j = D[L-1, j] = exp(Σ_{i>j} log γ_i)`` is a reverse
+    cumulative sum of the next micro-step's ``log γ`` (loaded one row on), so the forward
+    state kernel's serial chain runs no 2-D scan (each one a round of shared-memory barriers
+    per chunk); same segment sums of non-positive terms, same exact resets."""
     il, tok, sub, ok_l, ir, ok_r, micro, token, lg_rows = _chunk_rows(
         c, b64, h, T, H, NH, C, LP, CP)
     lgm, lgt = _load_log_gamma(lg_ptr, lg_rows, ok_l, sub, token, ok_r, LP, CP, HAS_DECAY)
-    D, gam, d, gam_last, Do, gam_o = _decay_tables(lgm, lgt, il, tok, ir, LP, CP, HAS_DECAY)
+    seen = ir[:, None] >= tok[None, :]  # micro-step j is at or before token row r's output
+    if HAS_DECAY:
+        nxt = il + 1
+        t_n = c * C + nxt // NH
+        lg_next = tl.load(lg_ptr + (b64 * T + t_n) * H + h,
+                          mask=(nxt % NH == 0) & (nxt // NH < C) & (t_n < T), other=0.0)
+        lg_next = tl.maximum(lg_next.to(tl.float32), -1.0e30)
+        d = tl.exp(tl.associative_scan(lg_next, 0, _sum_combine, reverse=True))
+        gam = tl.exp(tl.associative_scan(lgm, 0, _sum_combine))
+        gam_last = tl.exp(tl.reduce(lgm, 0, _sum_combine))
+        seg_o = tl.associative_scan(tl.where(ir[:, None] > tok[None, :], lgt[:, None], 0.0), 0,
+                                    _sum_combine)
+        Do = tl.where(seen, tl.exp(seg_o), 0.0)
+        gam_o = tl.exp(tl.associative_scan(lgt, 0, _sum_combine))
+    else:
+        d = tl.full([LP], 1.0, tl.float32)
+        gam = tl.full([LP], 1.0, tl.float32)
+        gam_last = 1.0
+        Do = tl.where(seen, 1.0, 0.0)
+        gam_o = tl.full([CP], 1.0, tl.float32)
     return il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o
 
 

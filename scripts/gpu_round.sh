@@ -88,8 +88,8 @@ for s in "$@"; do
       # kernels' 16-bit operands, stages, warps and column split, with errors and peak.
       timeout "${DELTA_TIMEOUT:-300}" python3 scripts/profile_delta.py --repeats 5 --dtype bfloat16 \
         --nh 2 --decay --check --check-grads --shapes ${DELTA_SHAPES:-32,4096,4,64 32,4096,4,16} \
-        --variants default state_half_ops=1 "state_half_ops=1;half_ops=1" stages.fwd_state=1 \
-        stages.fwd_state=3 stages.bwd_state=3 warps.fwd_state=8 warps.bwd_state=8 state_vs=32 \
+        --variants ${DELTA_VARIANTS:-default state_half_ops=1 "state_half_ops=1;half_ops=1" stages.fwd_state=1 \
+        stages.fwd_state=3 stages.bwd_state=3 warps.fwd_state=8 warps.bwd_state=8 state_vs=32} \
         2>&1 | grep -v -i warn | tee -a "$OUT/delta-state-sweep.txt" | grep -E "GPU-busy|check:|refused" ;;
     floor) timeout 300 python3 benchmarks/memory_floor.py --out "$OUT" --repeats 20 \
         ${FLOOR_OPS:+--ops $FLOOR_OPS} 2>&1 | tail -30 ;;
