@@ -131,7 +131,7 @@ CASES = {
 # A forced value per plan key that differs from its default for half inputs at nh = 2, d = 64.
 FORCED_PLAN = dict(micro_chunk=64, blocked=False, reg_state=False, wu_in_state=False,
                    state_vs=16, out_pass=True, wu_half=True, saved_tm=False,
-                   split_fp32=False, half_ops=True, state_half_ops=True)
+                   split_fp32=False, half_ops=True, state_half_ops=False)
 
 
 @pytest.mark.parametrize("key", sorted(FORCED_PLAN))
@@ -426,9 +426,14 @@ def test_half_ops_plan():
         assert grads["HALF_OPS"] is want
     with pytest.raises(ValueError, match="half_ops"):
         meta.launch_config(2, 64, 64, half_ops=True)  # float32 inputs
-    # The state kernels' 16-bit operands: forced only, half inputs with the state in registers.
-    assert not meta.launch_config(2, 64, 64, half=True)["STATE_HALF_OPS"]
+    # The state kernels' 16-bit operands: by default wherever half inputs keep the state in
+    # registers; never for float32 or a reloaded state; a forced off wins.
+    assert meta.launch_config(2, 64, 64, half=True)["STATE_HALF_OPS"]
     assert meta.launch_config(2, 64, 64, half=True, state_half_ops=True)["STATE_HALF_OPS"]
+    assert not meta.launch_config(2, 64, 64, half=True, state_half_ops=False)["STATE_HALF_OPS"]
+    assert not meta.launch_config(2, 64, 64, half=True, reg_state=False)["STATE_HALF_OPS"]
+    assert not meta.launch_config(2, 64, 64)["STATE_HALF_OPS"]
+    assert not meta.launch_config(2, 64, 64, tf32=True)["STATE_HALF_OPS"]
     for kwargs in (dict(half=False), dict(half=True, reg_state=False)):
         with pytest.raises(ValueError, match="state_half_ops"):
             meta.launch_config(2, 64, 64, state_half_ops=True, **kwargs)
@@ -441,8 +446,11 @@ def test_few_rows_plan():
     from mingru_kernels.launch import delta_rule as meta
 
     cfg = meta.launch_config(2, 64, 64, half=True, few_rows=True)
-    assert cfg == meta.launch_config(2, 64, 64, half=True, wu_in_state=False, out_pass=True,
-                                     wu_half=True, saved_tm=False)
+    forced = meta.launch_config(2, 64, 64, half=True, wu_in_state=False, out_pass=True,
+                                wu_half=True, saved_tm=False)
+    # The same plan, with a deeper pipeline on the serial forward state kernel.
+    assert cfg["stages"] == {**forced["stages"], "fwd_state": 3}
+    assert {**cfg, "stages": None} == {**forced, "stages": None}
     assert cfg["OUT_PASS"] and not cfg["WU_IN_STATE"] and cfg["WU_HALF"]
     assert not cfg["STORE_W"] and not cfg["STORE_TM"] and not cfg["SAVED_TM"]
     for kwargs in (dict(nh=1, half=True), dict(nh=2, half=False, split_fp32=False),
