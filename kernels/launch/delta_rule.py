@@ -163,7 +163,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     stays float32. Unforced, on wherever it can be: on an H200 (triton 3.7.1, nh2 with decay,
     d = 64, B32 T4096, GPU-busy ms) fwd_state 0.526 -> 0.402, bwd_state 0.854 -> 0.717, forward
     1.274 -> 1.151, fwd+bwd 4.021 -> 3.760 (fla 1.225 / 3.646), at the same errors against
-    float64 (output 0.0041, gradients 0.0064; fla 0.0057 / 0.0074).
+    float64 (output 0.0041, gradients 0.0064; fla 0.0057 / 0.0074). A third pipeline stage
+    on ``fwd_state`` pays only with float32 operands (0.526 -> 0.465 ms there; with 16-bit
+    ones 0.470), so both state kernels keep two.
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -204,7 +206,6 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     if reg_state is None:
         # H200, bf16, d = 64, B128 T1024: 1.846 ms fwd+bwd from registers, 1.862 reloaded.
         reg_state = ks == bk
-    fwd_state_stages = 2 if reg_state else 1
     if few_rows and half and nh >= 2 and reg_state and wu_in_state is None and out_pass is None:
         # At most one state program per SM: the serial chain is the time, so take the output
         # and the forming of Wk, U off it. H200, nh = 2 with decay, B32 T4096 H4, GPU-busy ms
@@ -213,9 +214,6 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         # 1.120 / 2.924, 160 MB (fla 1.102). Error against float64 0.0049 / 0.0044
         # against 0.0036 / 0.0034 (fla 0.0072 / 0.0064).
         wu_in_state, out_pass = False, True
-        # A third stage hides more of the next chunk's loads behind the chain: fwd_state
-        # 0.526 -> 0.465 ms (nh2 with decay, d = 64, B32 T4096).
-        fwd_state_stages = 3
         wu_half = True if wu_half is None else wu_half
         saved_tm = False if saved_tm is None else saved_tm
     out_pass, wu_half = bool(out_pass), bool(wu_half)
@@ -302,7 +300,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         # From registers they prefetch the next chunk's tiles (H200, bf16, d = 64: B32 T4096
         # forward 0.713 -> 0.612 ms, fwd+bwd 2.054 -> 1.845; B128 T1024 0.508 -> 0.455 and
         # 1.642 -> 1.542; nh2 with decay B32 T4096 1.709 -> 1.418 forward).
-        "stages": {"fwd_prep": 2, "fwd_state": fwd_state_stages, "fwd_out": 2,
+        "stages": {"fwd_prep": 2, "fwd_state": 2 if reg_state else 1, "fwd_out": 2,
                    "bwd_state": 2 if reg_state else 1, "bwd_grads": 2},
     }
 
