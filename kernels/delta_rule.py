@@ -325,8 +325,62 @@ def delta_rule_fwd_out_kernel(
 
 
 @triton.jit
+def _chunk_keys(k_ptr, beta_ptr, wk_ptr, tm_ptr, chunk, il, micro, ok_l, gam, DK,
+                LP: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+                WU_IN_STATE: tl.constexpr, HALF_OPS: tl.constexpr):
+    """The chunk's ``Wk (LP, BK)`` in float32: formed from its WY inverse ``T`` (``tm``),
+    ``k`` and ``β`` with ``WU_IN_STATE``, else read from the forward's ``wk``."""
+    if WU_IN_STATE:
+        beta = tl.load(beta_ptr + micro, mask=ok_l, other=0.0).to(tl.float32)
+        Wk = _wy_keys(tl.load(_tm_tile(tm_ptr, chunk, il, LP)), beta, gam,
+                      _ld(k_ptr, micro, ok_l, 0, DK, BK), PREC, HALF_OPS, k_ptr)
+    else:
+        Wk = tl.load(wk_ptr + chunk * (LP * BK) + il[:, None] * BK
+                     + tl.arange(0, BK)[None, :]).to(tl.float32)
+    return Wk
+
+
+@triton.jit
+def delta_rule_bwd_prep_kernel(
+    q_ptr, k_ptr, beta_ptr, lg_ptr, do_ptr, wk_ptr, tm_ptr, n_ptr,
+    T, H, DK, DV, NC,
+    NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+    HAS_DECAY: tl.constexpr, PREC: tl.constexpr, WU_IN_STATE: tl.constexpr = False,
+    STATE_HALF_OPS: tl.constexpr = False,
+):
+    """Grid ``(NC, B·H, BV/VS)``: the part of the backward state step that does not depend
+    on the carried adjoint, parallel over chunks (``PREP_N`` of
+    :func:`delta_rule_bwd_state_kernel`)::
+
+        N_c = (diag(Γo) Q)ᵀ dO − Wkᵀ (Poᵀ dO)        Po = Do ⊙ Q Kᵀ
+
+    stored in float32 into ``n (B·H, NC, BK, BV)`` (the layout of ``dstates``). The products
+    take the state kernels' operands (``STATE_HALF_OPS``), so the sum the state kernel forms
+    is the one it forms without this pass, in another order."""
+    c = tl.program_id(0)
+    bh = tl.program_id(1)
+    bh64 = bh.to(tl.int64)
+    v0 = tl.program_id(2) * VS
+    iv = v0 + tl.arange(0, VS)
+    il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = _state_step_tables(
+        c, (bh // H).to(tl.int64), bh % H, lg_ptr, T, H, NH, C, LP, CP, HAS_DECAY)
+    chunk = bh64 * NC + c
+    dO = _ld(do_ptr, token, ok_r, v0, DV, VS)
+    Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
+    X = _mm(tl.trans(Po), dO, None, PREC, STATE_HALF_OPS, k_ptr)
+    Qo = gam_o[:, None] * _ld(q_ptr, token, ok_r, 0, DK, BK)
+    Wk = _chunk_keys(k_ptr, beta_ptr, wk_ptr, tm_ptr, chunk, il, micro, ok_l, gam, DK, LP, BK,
+                     PREC, WU_IN_STATE, STATE_HALF_OPS)
+    N = (_mm(tl.trans(Qo), dO, None, PREC, STATE_HALF_OPS, k_ptr)
+         - _mm(tl.trans(Wk), X, None, PREC, STATE_HALF_OPS, k_ptr))
+    ik = tl.arange(0, BK)
+    tl.store(n_ptr + chunk * (BK * BV) + ik[:, None] * BV + iv[None, :], N)
+
+
+@triton.jit
 def delta_rule_bwd_state_kernel(
-    q_ptr, k_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr, tm_ptr,
+    q_ptr, k_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr, tm_ptr, n_ptr,
     dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr,
     T, H, DK, DV, NC, NSEQ,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
@@ -334,6 +388,7 @@ def delta_rule_bwd_state_kernel(
     HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr,
     PACKED: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr = False,
     WU_IN_STATE: tl.constexpr = False, STATE_HALF_OPS: tl.constexpr = False,
+    PREP_N: tl.constexpr = False,
 ):
     """Grid ``(B·H, BV/VS)``. Backwards over chunks: ``dstates[c] = ∂L/∂S_{c+1} = dS'`` and,
     the adjoint of the forward state kernel's chunk step::
@@ -343,7 +398,11 @@ def delta_rule_bwd_state_kernel(
     ``dh0 = ∂L/∂S_0``. ``num_stages=1`` (``K dS'`` re-reads the slice just stored, as the
     forward state kernel does, or with ``REG_STATE`` takes it from registers).
     ``WU_IN_STATE``: ``Wk`` is formed here from ``T`` (``tm``), ``k`` and ``β``, as the
-    forward state kernel does, instead of read from ``wk``.
+    forward state kernel does, instead of read from ``wk``. ``PREP_N``: the terms without
+    ``dS'`` come from :func:`delta_rule_bwd_prep_kernel`'s ``N_c`` (``n``), so the serial
+    chain keeps two products per chunk, ``∂L/∂S_c = Γ_L dS' + N_c − Wkᵀ (diag(d) K dS')``,
+    where B·H gives this kernel few programs and its chain is the time; ``q`` and ``dO``
+    are then not read.
 
     ``PACKED`` (tables as in :func:`delta_rule_fwd_state_kernel`): the adjoint is cut at
     every sequence boundary — the last chunk of sequence ``n`` starts from ``dh_T[n]``
@@ -405,18 +464,17 @@ def delta_rule_bwd_state_kernel(
                              tl.load(dstates_ptr + dbase + jj[:, None] * BV + iv[None, :]
                                      ).to(tl.float32),
                              acc=KdS, input_precision=PREC)
-        dO = _ld(do_ptr, token, ok_r, v0, DV, VS)
-        Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
-        dW = _mm(tl.trans(Po), dO, d[:, None] * KdS, PREC, STATE_HALF_OPS, k_ptr)
-        Qo = gam_o[:, None] * _ld(q_ptr, token, ok_r, 0, DK, BK)
-        if WU_IN_STATE:
-            beta = tl.load(beta_ptr + micro, mask=ok_l, other=0.0).to(tl.float32)
-            Wk = _wy_keys(tl.load(_tm_tile(tm_ptr, chunk, il, LP)), beta, gam,
-                          _ld(k_ptr, micro, ok_l, 0, DK, BK), PREC, STATE_HALF_OPS, k_ptr)
+        Wk = _chunk_keys(k_ptr, beta_ptr, wk_ptr, tm_ptr, chunk, il, micro, ok_l, gam, DK, LP,
+                         BK, PREC, WU_IN_STATE, STATE_HALF_OPS)
+        if PREP_N:
+            dW = d[:, None] * KdS
+            acc = gam_last * dS + tl.load(n_ptr + dbase + kv)
         else:
-            Wk = tl.load(wk_ptr + chunk * (LP * BK) + il[:, None] * BK
-                         + ik[None, :]).to(tl.float32)
-        acc = _mm(tl.trans(Qo), dO, gam_last * dS, PREC, STATE_HALF_OPS, k_ptr)
+            dO = _ld(do_ptr, token, ok_r, v0, DV, VS)
+            Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
+            dW = _mm(tl.trans(Po), dO, d[:, None] * KdS, PREC, STATE_HALF_OPS, k_ptr)
+            Qo = gam_o[:, None] * _ld(q_ptr, token, ok_r, 0, DK, BK)
+            acc = _mm(tl.trans(Qo), dO, gam_last * dS, PREC, STATE_HALF_OPS, k_ptr)
         dS = acc - _mm(tl.trans(Wk), dW, None, PREC, STATE_HALF_OPS, k_ptr)
         if PACKED:
             s = tl.load(cseq_ptr + c)

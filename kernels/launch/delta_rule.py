@@ -12,11 +12,11 @@ from __future__ import annotations
 from mingru_kernels.launch._elementwise import next_pow2
 
 PLAN_KEYS = ("micro_chunk", "blocked", "reg_state", "wu_in_state", "state_vs", "out_pass",
-             "wu_half", "saved_tm", "split_fp32", "half_ops", "state_half_ops")
+             "wu_half", "saved_tm", "split_fp32", "half_ops", "state_half_ops", "bwd_prep")
 """The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`):
 ``micro_chunk``, ``blocked``, ``reg_state``, ``wu_in_state``, ``state_vs``, ``out_pass``,
-``wu_half``, ``saved_tm``, ``split_fp32``, ``half_ops`` and ``state_half_ops`` of
-:func:`launch_config`."""
+``wu_half``, ``saved_tm``, ``split_fp32``, ``half_ops``, ``state_half_ops`` and ``bwd_prep``
+of :func:`launch_config`."""
 
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
@@ -79,8 +79,10 @@ KERNEL_CONSTEXPRS = {
     "fwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE",
                   "WU_IN_STATE", "OUT_PASS", "STORE_W", "STATE_HALF_OPS"),
     "fwd_out": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "STORE_W", "HALF_OPS"),
+    "bwd_prep": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "WU_IN_STATE",
+                 "STATE_HALF_OPS"),
     "bwd_state": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE",
-                  "WU_IN_STATE", "STATE_HALF_OPS"),
+                  "WU_IN_STATE", "STATE_HALF_OPS", "PREP_N"),
     "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC",
                   "SAVED_TM", "HALF_OPS"),
 }
@@ -112,7 +114,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
                   state_vs: int = 0, out_pass: bool | None = None,
                   wu_half: bool | None = None, saved_tm: bool | None = None,
                   split_fp32: bool | None = None, few_rows: bool = False,
-                  half_ops: bool | None = None, state_half_ops: bool | None = None) -> dict:
+                  half_ops: bool | None = None, state_half_ops: bool | None = None,
+                  bwd_prep: bool | None = None) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -166,6 +169,12 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     float64 (output 0.0041, gradients 0.0064; fla 0.0057 / 0.0074). A third pipeline stage
     on ``fwd_state`` pays only with float32 operands (0.526 -> 0.465 ms there; with 16-bit
     ones 0.470), so both state kernels keep two.
+    ``bwd_prep``: the backward runs ``bwd_prep`` (parallel over chunks) before its state
+    kernel, which then adds each chunk's stored ``N_c`` instead of forming it: two products
+    per chunk on the serial chain instead of five (``PREP_N``), for a float32
+    ``(B·H, NC, BK, BV)`` buffer. Unforced, on with half inputs, ``REG_STATE`` and
+    ``few_rows``, where the serial chain is the time (at many rows the state kernel's
+    programs already fill the GPU and the buffer's traffic would be added work).
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -180,7 +189,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
       even where ``B·H`` gives those kernels few programs: on an H200 at bf16, d = 64,
       B32 T4096 H4 (128 programs, one per SM) 32 columns measured slower than 64, forward
       0.801 against 0.753 ms, fwd+bwd 2.129 against 2.074;
-    * ``OUT_PASS``: as above;
+    * ``OUT_PASS``: as above; ``PREP_N``: ``bwd_prep`` above;
     * ``SAVED_TM``: the backward reads the forward's WY inverse (tensor-core precisions)
       rather than inverting again.
     """
@@ -247,6 +256,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     if state_half_ops and not (half and reg_state):
         raise ValueError("state_half_ops needs bfloat16/float16 inputs and reg_state (one "
                          "slice per head)")
+    if bwd_prep is None:
+        bwd_prep = few_rows and half and bool(reg_state)
     if out_pass and not reg_state:
         raise ValueError("out_pass needs reg_state (one slice per head: KS = BK)")
     if wu_half and not (half and not wu_in_state):
@@ -282,6 +293,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         # Products of the per-chunk kernels on 16-bit operands (see half_ops above).
         "HALF_OPS": half_ops,
         "STATE_HALF_OPS": bool(state_half_ops),
+        # The backward's state-independent chunk terms from a parallel pass (see bwd_prep).
+        "PREP_N": bool(bwd_prep),
         # The backward reads the forward's WY inverse on the tensor cores (H200, bf16, d = 64,
         # B128 T1024: bwd_grads 0.749 -> 0.631 ms). With exact float32 products it inverts
         # again: compiled for sm_90, the loaded T triples that kernel's spills (584 -> 1564
@@ -295,13 +308,13 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
                      or bool(wu_in_state)),
         "overrides": {"bwd_grads": grads} if grads else {},
         "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps, "fwd_out": tc_warps,
-                  "bwd_state": state_warps, "bwd_grads": tc_warps},
+                  "bwd_prep": tc_warps, "bwd_state": state_warps, "bwd_grads": tc_warps},
         # Reloading state kernels re-read what they just stored: no software pipelining there.
         # From registers they prefetch the next chunk's tiles (H200, bf16, d = 64: B32 T4096
         # forward 0.713 -> 0.612 ms, fwd+bwd 2.054 -> 1.845; B128 T1024 0.508 -> 0.455 and
         # 1.642 -> 1.542; nh2 with decay B32 T4096 1.709 -> 1.418 forward).
         "stages": {"fwd_prep": 2, "fwd_state": 2 if reg_state else 1, "fwd_out": 2,
-                   "bwd_state": 2 if reg_state else 1, "bwd_grads": 2},
+                   "bwd_prep": 2, "bwd_state": 2 if reg_state else 1, "bwd_grads": 2},
     }
 
 
@@ -309,7 +322,7 @@ def launch_kwargs(cfg: dict, kernel: str, **flags) -> dict:
     """Keyword arguments for launching ``kernel`` (a key of ``KERNEL_CONSTEXPRS``):
     its constexprs from ``cfg``, the given flags (``HAS_DECAY`` ...), warps and stages."""
     out = {n: cfg[n] for n in KERNEL_CONSTEXPRS[kernel]}
-    if kernel in ("fwd_state", "bwd_state", "fwd_out"):
+    if kernel in ("fwd_state", "bwd_state", "fwd_out", "bwd_prep"):
         out["VS"] = cfg["STATE_VS"]
     out.update(cfg.get("overrides", {}).get(kernel, {}))
     out.update(flags)
@@ -339,7 +352,8 @@ def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
     ``cfg["WU_IN_STATE"]``, and in the inputs' dtype with ``cfg["WU_HALF"]``; ``Tm`` is a
     ``(BH, 1)`` placeholder without ``cfg["STORE_TM"]``, batch-leading like the outputs the
     JAX frontend's vmap rule splits), and with ``cfg["STORE_W"]`` the chunks' ``W (BH, NC, LP, BV)``
-    (in the states' dtype; else a one-element placeholder)."""
+    (in the states' dtype; else a one-element placeholder); the backward's float32
+    ``N (BH, NC, BK, BV)`` with ``cfg["PREP_N"]`` (else a one-element placeholder)."""
     nc = n_chunks(T, cfg)
     bk, bv, lp = cfg["BK"], cfg["BV"], cfg["LP"]
     unused = cfg.get("WU_IN_STATE", False)  # then never touched: a one-element placeholder
@@ -349,6 +363,7 @@ def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
         "U": (1,) if unused else (BH, nc, lp, bv),
         "Tm": (BH, nc, lp, lp) if cfg.get("STORE_TM", True) else (BH, 1),
         "W": (BH, nc, lp, bv) if cfg.get("STORE_W", False) else (1,),
+        "N": (BH, nc, bk, bv) if cfg.get("PREP_N", False) else (1,),
     }
 
 
@@ -358,7 +373,8 @@ def grid_chunks(T: int, BH: int, cfg: dict) -> tuple:
 
 
 def grid_out(T: int, BH: int, cfg: dict) -> tuple:
-    """Grid of the output pass (``fwd_out``, with ``OUT_PASS``): ``(NC, B·H, BV/STATE_VS)``."""
+    """Grid of the output pass (``fwd_out``, with ``OUT_PASS``) and of the backward's
+    ``bwd_prep`` (with ``PREP_N``): ``(NC, B·H, BV/STATE_VS)``."""
     return (n_chunks(T, cfg), BH, cfg["BV"] // cfg["STATE_VS"])
 
 

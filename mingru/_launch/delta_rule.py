@@ -128,7 +128,7 @@ _SVS = 10_000_000
 """Unit of the forced ``state_vs`` (0 = default, else the columns: two digits) in ``tuning``."""
 _TRI_STATE = (("reg_state", 100_000), ("wu_in_state", 1_000_000), ("out_pass", 10**9),
               ("wu_half", 10**10), ("saved_tm", 10**11), ("split_fp32", 10**12),
-              ("half_ops", 10**13), ("state_half_ops", 10**14))
+              ("half_ops", 10**13), ("state_half_ops", 10**14), ("bwd_prep", 10**15))
 """The forced on/off plan choices and their units in ``tuning``: one decimal digit each,
 0 = default, 1 = off, 2 = on."""
 
@@ -273,21 +273,30 @@ def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning, ch
     BH = B * H
     nc = meta.n_chunks(T, cfg)
     dstates = new_tensor(states.shape, states.dtype, dev)
+    dh0 = new_tensor(h0.shape, h0.dtype, dev) if has_h0 else q.new_empty(0)
+    packed = cu is not None
+    tables = (chunk_seq, chunk_end, cu) if packed else (q, q, q)  # placeholders, never read
+    n = dstates  # placeholder without PREP_N, never read
+    if cfg["PREP_N"]:
+        n = new_tensor(meta.scratch_shapes(BH, T, cfg)["N"], torch.float32, dev)
+        kernels.delta_rule_bwd_prep_kernel[meta.grid_out(T, BH, cfg)](
+            q, k, beta, lg, do, wk, tm, n, T, H, dk, dv, nc,
+            **meta.launch_kwargs(cfg, "bwd_prep", HAS_DECAY=has_decay),
+        )
+    kernels.delta_rule_bwd_state_kernel[meta.grid_state(BH, cfg)](
+        q, k, beta, lg, dht, do, wk, tm, n, dstates, dh0 if has_h0 else q, *tables, T, H, dk,
+        dv, nc,
+        _n_seq(cu, B),
+        **meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=has_decay, HAS_DHT=has_dht,
+                             HAS_H0=has_h0, PACKED=packed),
+    )
+    # N is freed before the gradients are allocated: the two never add to one peak.
+    del n
     dq = new_tensor(q.shape, q.dtype, dev)
     dk_ = new_tensor(k.shape, k.dtype, dev)
     dv_ = new_tensor(v.shape, v.dtype, dev)
     dbeta = new_tensor(beta.shape, beta.dtype, dev)
     dlg = new_tensor(log_gamma.shape, log_gamma.dtype, dev) if has_decay else q.new_empty(0)
-    dh0 = new_tensor(h0.shape, h0.dtype, dev) if has_h0 else q.new_empty(0)
-    packed = cu is not None
-    tables = (chunk_seq, chunk_end, cu) if packed else (q, q, q)  # placeholders, never read
-    kernels.delta_rule_bwd_state_kernel[meta.grid_state(BH, cfg)](
-        q, k, beta, lg, dht, do, wk, tm, dstates, dh0 if has_h0 else q, *tables, T, H, dk, dv,
-        nc,
-        _n_seq(cu, B),
-        **meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=has_decay, HAS_DHT=has_dht,
-                             HAS_H0=has_h0, PACKED=packed),
-    )
     kernels.delta_rule_bwd_grads_kernel[meta.grid_chunks(T, BH, cfg)](
         q, k, v, beta, lg, states, dstates, tm, do, dq, dk_, dv_, dbeta,
         dlg if has_decay else q, T, H, dk, dv, nc,

@@ -2,9 +2,10 @@
 :mod:`mingru_kernels.delta_rule`, the same ones the PyTorch launcher runs).
 
 A ``jax.custom_vjp`` over the chunked-WY kernels: the forward runs ``fwd_prep`` (per chunk),
-``fwd_state`` (serial over chunks, writes the output too) and keeps the float32 chunk start
-states, the chunks' ``Wk`` and WY inverses as residuals; the backward runs ``bwd_state``
-and ``bwd_grads``. See :mod:`mingru_jax._launch._common` for the two routes of each launch
+``fwd_state`` (serial over chunks, writes the output too, or leaves it to ``fwd_out``) and
+keeps the chunk start states, the chunks' ``Wk`` and WY inverses as residuals; the backward
+runs ``bwd_prep`` (per chunk, where the plan has ``PREP_N``), ``bwd_state`` and
+``bwd_grads``. See :mod:`mingru_jax._launch._common` for the two routes of each launch
 (jax-triton on a GPU, Triton's interpreter on the host).
 
 Packed sequences (``cu_seqlens``, ``B = 1``): as in the PyTorch launcher, :func:`run` lays the
@@ -119,17 +120,28 @@ def _fwd_out(q, k, lg, states, w, wk, u, T, H, DK, DV, NC, o,
 
 
 @triton.jit
-def _bwd_state(q, k, beta, lg, dht, do, wk, tm, cseq, cend, cu, T, H, DK, DV, NC, NSEQ,
+def _bwd_prep(q, k, beta, lg, do, wk, tm, T, H, DK, DV, NC, n,
+              NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
+              BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+              HAS_DECAY: tl.constexpr, PREC: tl.constexpr, WU_IN_STATE: tl.constexpr,
+              STATE_HALF_OPS: tl.constexpr):
+    kernels.delta_rule_bwd_prep_kernel(q, k, beta, lg, do, wk, tm, n, T, H, DK, DV, NC, NH, C,
+                                       LP, CP, BK, BV, KS, VS, HAS_DECAY, PREC, WU_IN_STATE,
+                                       STATE_HALF_OPS)
+
+
+@triton.jit
+def _bwd_state(q, k, beta, lg, dht, do, wk, tm, n, cseq, cend, cu, T, H, DK, DV, NC, NSEQ,
                dstates, dh0,
                NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
                HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr,
                PACKED: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr,
-               WU_IN_STATE: tl.constexpr, STATE_HALF_OPS: tl.constexpr):
-    kernels.delta_rule_bwd_state_kernel(q, k, beta, lg, dht, do, wk, tm, dstates, dh0, cseq,
+               WU_IN_STATE: tl.constexpr, STATE_HALF_OPS: tl.constexpr, PREP_N: tl.constexpr):
+    kernels.delta_rule_bwd_state_kernel(q, k, beta, lg, dht, do, wk, tm, n, dstates, dh0, cseq,
                                         cend, cu, T, H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV,
                                         KS, VS, HAS_DECAY, HAS_DHT, HAS_H0, PACKED, PREC,
-                                        REG_STATE, WU_IN_STATE, STATE_HALF_OPS)
+                                        REG_STATE, WU_IN_STATE, STATE_HALF_OPS, PREP_N)
 
 
 @triton.jit
@@ -163,6 +175,7 @@ def _config(q, k, v, tf32: bool = False) -> dict:
                               split_fp32=choices.get("split_fp32"),
                               half_ops=choices.get("half_ops"),
                               state_half_ops=choices.get("state_half_ops"),
+                              bwd_prep=choices.get("bwd_prep"),
                               few_rows=common.on_gpu() and B * H <= common.sm_count())
 
 
@@ -219,9 +232,16 @@ def _launch_backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tab
     packed, tabs, n_states = _tables(q, tables)
     has_decay = log_gamma is not None
     lg = q if log_gamma is None else log_gamma
+    n = q  # placeholder without PREP_N, never read
+    if cfg["PREP_N"]:
+        (n,) = common.launch(
+            _bwd_prep, meta.grid_out(T, BH, cfg), (q, k, beta, lg, do, wk, tm),
+            (common.f32(meta.scratch_shapes(BH, T, cfg)["N"]),), (T, H, dk, dv, nc),
+            **meta.launch_kwargs(cfg, "bwd_prep", HAS_DECAY=has_decay),
+        )
     dstates, dh0 = common.launch(
         _bwd_state, meta.grid_state(BH, cfg),
-        (q, k, beta, lg, q if dh_T is None else dh_T, do, wk, tm, *tabs),
+        (q, k, beta, lg, q if dh_T is None else dh_T, do, wk, tm, n, *tabs),
         (common.like(states), dummy if h0 is None else common.like(h0)),
         (T, H, dk, dv, nc, n_states),
         **meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=has_decay, HAS_DHT=dh_T is not None,

@@ -46,7 +46,12 @@ LAYOUTS = {
     # The few-rows plan of half inputs (W formed again in the output pass from stored Wk, U,
     # no stored WY inverse), in float32: only its 16-bit Wk, U storage needs half inputs.
     "L32-few-rows": dict(micro_chunk=32, reg_state=True, wu_in_state=False, out_pass=True,
-                         saved_tm=False),
+                         saved_tm=False, bwd_prep=True),
+    # The backward's state-independent chunk terms from the parallel bwd_prep pass, with the
+    # state reloaded (16-wide slices) and with Wk formed in the state kernels.
+    "L16-bwd-prep-reload": dict(micro_chunk=16, reg_state=False, bwd_prep=True),
+    "L32-bwd-prep-wu-in-state": dict(micro_chunk=32, reg_state=True, wu_in_state=True,
+                                     bwd_prep=True),
     # The backward reading the forward's WY inverse instead of inverting again, and the
     # forward not storing it at all.
     "L32-saved-tm": dict(micro_chunk=32, saved_tm=True),
@@ -131,7 +136,7 @@ CASES = {
 # A forced value per plan key that differs from its default for half inputs at nh = 2, d = 64.
 FORCED_PLAN = dict(micro_chunk=64, blocked=False, reg_state=False, wu_in_state=False,
                    state_vs=16, out_pass=True, wu_half=True, saved_tm=False,
-                   split_fp32=False, half_ops=True, state_half_ops=False)
+                   split_fp32=False, half_ops=True, state_half_ops=False, bwd_prep=True)
 
 
 @pytest.mark.parametrize("key", sorted(FORCED_PLAN))
@@ -447,20 +452,44 @@ def test_few_rows_plan():
 
     cfg = meta.launch_config(2, 64, 64, half=True, few_rows=True)
     assert cfg == meta.launch_config(2, 64, 64, half=True, wu_in_state=False, out_pass=True,
-                                     wu_half=True, saved_tm=False)
-    assert cfg["OUT_PASS"] and not cfg["WU_IN_STATE"] and cfg["WU_HALF"]
+                                     wu_half=True, saved_tm=False, bwd_prep=True)
+    assert cfg["OUT_PASS"] and not cfg["WU_IN_STATE"] and cfg["WU_HALF"] and cfg["PREP_N"]
     assert not cfg["STORE_W"] and not cfg["STORE_TM"] and not cfg["SAVED_TM"]
+    # Elsewhere few rows change only the backward's prep pass (half inputs in registers).
     for kwargs in (dict(nh=1, half=True), dict(nh=2, half=False, split_fp32=False),
                    dict(nh=2, half=True, out_pass=False), dict(nh=2, half=True, wu_in_state=True),
                    dict(nh=3, half=True, wu_in_state=True, out_pass=True)):
         nh = kwargs.pop("nh")
+        prep = kwargs["half"]
         assert meta.launch_config(nh, 64, 64, few_rows=True, **kwargs) == meta.launch_config(
-            nh, 64, 64, **kwargs), kwargs
+            nh, 64, 64, bwd_prep=prep, **kwargs), kwargs
     assert meta.launch_config(2, 64, 64, half=True) != cfg  # many rows: the shipped default
     # A forced wu_half / saved_tm is kept inside the few-rows plan.
     assert meta.launch_config(2, 16, 16, half=True, few_rows=True, saved_tm=True)["SAVED_TM"]
     assert not meta.launch_config(2, 16, 16, half=True, few_rows=True,
                                   wu_half=False)["WU_HALF"]
+
+
+def test_bwd_prep_plan():
+    """The backward's prep pass: on by default only where few rows keep half inputs' state
+    in registers; forced on, in any plan, float32 included; its float32 buffer has the
+    layout of the state gradients and is a placeholder without it."""
+    from mingru_kernels.launch import delta_rule as meta
+
+    assert meta.launch_config(1, 64, 64, half=True, few_rows=True)["PREP_N"]
+    assert meta.launch_config(2, 16, 16, half=True, few_rows=True)["PREP_N"]
+    for kwargs in (dict(half=True), dict(half=True, few_rows=True, reg_state=False),
+                   dict(few_rows=True), dict(few_rows=True, tf32=True),
+                   dict(half=True, few_rows=True, bwd_prep=False)):
+        assert not meta.launch_config(2, 64, 64, **kwargs)["PREP_N"], kwargs
+    for kwargs in (dict(), dict(split_fp32=False), dict(half=True, reg_state=False)):
+        cfg = meta.launch_config(2, 64, 64, bwd_prep=True, **kwargs)
+        assert cfg["PREP_N"] and meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=True)["PREP_N"]
+        assert meta.scratch_shapes(8, 640, cfg)["N"] == meta.scratch_shapes(8, 640, cfg)["states"]
+        prep = meta.launch_kwargs(cfg, "bwd_prep", HAS_DECAY=True)
+        assert prep["VS"] == cfg["STATE_VS"] and prep["STATE_HALF_OPS"] == cfg["STATE_HALF_OPS"]
+        assert meta.grid_out(640, 8, cfg) == (meta.n_chunks(640, cfg), 8, 64 // cfg["STATE_VS"])
+    assert meta.scratch_shapes(8, 640, meta.launch_config(2, 64, 64))["N"] == (1,)
 
 
 def test_few_rows_is_read_from_the_device(monkeypatch):
@@ -590,12 +619,18 @@ class TestGPU:
                                         dict(half_ops=True, state_half_ops=True),
                                         dict(state_half_ops=True, wu_in_state=False,
                                              out_pass=True, wu_half=True, saved_tm=False),
+                                        dict(state_half_ops=True, wu_in_state=False,
+                                             out_pass=True, wu_half=True, saved_tm=False,
+                                             bwd_prep=True),
+                                        dict(bwd_prep=True),
+                                        dict(reg_state=False, bwd_prep=True),
                                         {}],
                              ids=["reload", "registers-stored-wu", "wu-16-columns",
                                   "wu-out-pass", "stored-wu-out-pass", "half-wu-out-pass",
                                   "L64-half-wu-out-pass-no-tm", "half-ops",
                                   "half-ops-few-rows", "tf32-ops", "all-half-ops",
-                                  "state-half-ops-few-rows", "default"])
+                                  "state-half-ops-few-rows", "few-rows-bwd-prep", "bwd-prep",
+                                  "reload-bwd-prep", "default"])
     def test_reg_state_bf16_head64(self, layout):
         """The ways of feeding the state kernels' product, with bf16 at d = 64 (one slice)."""
         args = make_inputs(2, 700, 2, 2, 64, 64, True, True, True, seed=7)

@@ -65,10 +65,10 @@ def _alone(cu, args):
     return torch.cat(outs, 1), torch.stack(finals)
 
 
-def _check(cu, args, path):
+def _check(cu, args, path, **plan):
     """Packed (``path``: eager in float64, or the kernels in float32 on DEVICE with a
-    16-micro-step chunk) against each sequence alone (eager, float64): outputs, final states
-    and the gradients of every given input."""
+    16-micro-step chunk and the forced ``plan`` choices) against each sequence alone (eager,
+    float64): outputs, final states and the gradients of every given input."""
     dtype, tol_o, tol_g = (F64, 1e-12, 1e-10) if path == "eager" else (torch.float32, 1e-5, 1e-4)
     ref_leaves = [None if a is None else a.clone().requires_grad_(True) for a in args]
     o_ref, h_ref = _alone(cu, ref_leaves)
@@ -77,7 +77,7 @@ def _check(cu, args, path):
 
     leaves = [None if a is None else a.to(DEVICE, dtype).requires_grad_(True) for a in args]
     cu_t = torch.tensor(cu, device=DEVICE)
-    with mingru.use_backend(path), switches.forced("delta_rule", micro_chunk=16):
+    with mingru.use_backend(path), switches.forced("delta_rule", micro_chunk=16, **plan):
         o, h = _delta_rule(*leaves, chunk_size=4, cu_seqlens=cu_t)
         ((o.double() * wo.to(DEVICE)).sum() + (h.double() * wh.to(DEVICE)).sum()).backward()
     assert o.shape == (1, cu[-1], H, DV) and h.shape == (len(cu) - 1, H, DK, DV)
@@ -120,6 +120,13 @@ def test_op_eager_matches_the_float64_loop():
 def test_op_kernel_equals_each_sequence_alone(nh, decay, has_h0):
     args = _inputs(CU_KERNEL, nh, decay, has_h0)
     _check(CU_KERNEL, args, "triton")
+
+
+@pytest.mark.interpreter
+def test_op_kernel_with_bwd_prep_equals_each_sequence_alone():
+    """The backward's prep pass (forced on) under packing: the adjoint cut at every sequence
+    boundary still adds each chunk's stored terms."""
+    _check(CU_KERNEL, _inputs(CU_KERNEL, 2, True, True), "triton", bwd_prep=True)
 
 
 @pytest.mark.interpreter
