@@ -342,22 +342,26 @@ def _chunk_keys(k_ptr, beta_ptr, wk_ptr, tm_ptr, chunk, il, micro, ok_l, gam, DK
 
 @triton.jit
 def delta_rule_bwd_prep_kernel(
-    q_ptr, k_ptr, beta_ptr, lg_ptr, do_ptr, wk_ptr, tm_ptr, n_ptr,
+    q_ptr, k_ptr, beta_ptr, lg_ptr, do_ptr, wk_ptr, tm_ptr, n_ptr, b_ptr, gl_ptr,
     T, H, DK, DV, NC,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
     HAS_DECAY: tl.constexpr, PREC: tl.constexpr, WU_IN_STATE: tl.constexpr = False,
     STATE_HALF_OPS: tl.constexpr = False,
 ):
-    """Grid ``(NC, B·H, BV/VS)``: the part of the backward state step that does not depend
+    """Grid ``(NC, B·H, BV/VS)``: everything of the backward state step that does not depend
     on the carried adjoint, parallel over chunks (``PREP_N`` of
-    :func:`delta_rule_bwd_state_kernel`)::
+    :func:`delta_rule_bwd_state_kernel`), which makes that step ``∂L/∂S_c = Γ_L dS' − B_c dS'
+    + N_c`` with::
 
-        N_c = (diag(Γo) Q)ᵀ dO − Wkᵀ (Poᵀ dO)        Po = Do ⊙ Q Kᵀ
+        N_c = (diag(Γo) Q)ᵀ dO − Wkᵀ (Poᵀ dO)    B_c = Wkᵀ diag(d) K    Po = Do ⊙ Q Kᵀ
 
-    stored in float32 into ``n (B·H, NC, BK, BV)`` (the layout of ``dstates``). The products
-    take the state kernels' operands (``STATE_HALF_OPS``), so the sum the state kernel forms
-    is the one it forms without this pass, in another order."""
+    ``N_c`` is stored in float32 into ``n (B·H, NC, BK, BV)`` (the layout of ``dstates``),
+    ``B_c`` into ``b (B·H, NC, BK, BK)`` (16-bit with ``STATE_HALF_OPS``, where the state
+    kernel's product rounds it so anyway) and ``Γ_L`` into ``gl (B·H, NC)`` float32 (by the
+    first column slice). The products take the state kernels' operands
+    (``STATE_HALF_OPS``). ``Γ_L dS'`` stays outside the product: the carried adjoint is
+    never rounded, only the correction is."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
     bh64 = bh.to(tl.int64)
@@ -376,11 +380,52 @@ def delta_rule_bwd_prep_kernel(
          - _mm(tl.trans(Wk), X, None, PREC, STATE_HALF_OPS, k_ptr))
     ik = tl.arange(0, BK)
     tl.store(n_ptr + chunk * (BK * BV) + ik[:, None] * BV + iv[None, :], N)
+    first = tl.program_id(2) == 0
+    Bc = _mm(tl.trans(Wk), d[:, None] * _ld(k_ptr, micro, ok_l, 0, DK, BK), None, PREC,
+             STATE_HALF_OPS, k_ptr)
+    tl.store(b_ptr + chunk * (BK * BK) + ik[:, None] * BK + ik[None, :],
+             Bc.to(b_ptr.dtype.element_ty), mask=tl.where(first, ik[:, None] < BK, False))
+    if HAS_DECAY:
+        tl.store(gl_ptr + chunk, gam_last, mask=first)
+
+
+@triton.jit
+def _bwd_state_step(q_ptr, k_ptr, beta_ptr, lg_ptr, do_ptr, wk_ptr, tm_ptr, dstates_ptr, dS,
+                    c, b64, h, chunk, dbase, iv, v0, T, H, DK, DV,
+                    NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
+                    BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+                    HAS_DECAY: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr,
+                    WU_IN_STATE: tl.constexpr, STATE_HALF_OPS: tl.constexpr):
+    """One chunk of :func:`delta_rule_bwd_state_kernel` without ``PREP_N``: ``∂L/∂S_c`` from
+    ``dS' = dS`` (just stored at ``dstates[c]``), every term formed here."""
+    il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = _state_step_tables(
+        c, b64, h, lg_ptr, T, H, NH, C, LP, CP, HAS_DECAY)
+    if REG_STATE:
+        tl.static_assert(KS == BK, "REG_STATE multiplies the whole state tile at once")
+        KdS = _mm(_ld(k_ptr, micro, ok_l, 0, DK, BK), dS, None, PREC, STATE_HALF_OPS, k_ptr)
+    else:
+        tl.static_assert(not STATE_HALF_OPS, "STATE_HALF_OPS needs REG_STATE")
+        tl.debug_barrier()
+        KdS = tl.zeros([LP, VS], dtype=tl.float32)
+        for j in tl.static_range(BK // KS):
+            jj = j * KS + tl.arange(0, KS)
+            KdS = tl.dot(_ld(k_ptr, micro, ok_l, j * KS, DK, KS),
+                         tl.load(dstates_ptr + dbase + jj[:, None] * BV + iv[None, :]
+                                 ).to(tl.float32),
+                         acc=KdS, input_precision=PREC)
+    Wk = _chunk_keys(k_ptr, beta_ptr, wk_ptr, tm_ptr, chunk, il, micro, ok_l, gam, DK, LP, BK,
+                     PREC, WU_IN_STATE, STATE_HALF_OPS)
+    dO = _ld(do_ptr, token, ok_r, v0, DV, VS)
+    Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
+    dW = _mm(tl.trans(Po), dO, d[:, None] * KdS, PREC, STATE_HALF_OPS, k_ptr)
+    Qo = gam_o[:, None] * _ld(q_ptr, token, ok_r, 0, DK, BK)
+    acc = _mm(tl.trans(Qo), dO, gam_last * dS, PREC, STATE_HALF_OPS, k_ptr)
+    return acc - _mm(tl.trans(Wk), dW, None, PREC, STATE_HALF_OPS, k_ptr)
 
 
 @triton.jit
 def delta_rule_bwd_state_kernel(
-    q_ptr, k_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr, tm_ptr, n_ptr,
+    q_ptr, k_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr, tm_ptr, n_ptr, b_ptr, gl_ptr,
     dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr,
     T, H, DK, DV, NC, NSEQ,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
@@ -398,11 +443,12 @@ def delta_rule_bwd_state_kernel(
     ``dh0 = ∂L/∂S_0``. ``num_stages=1`` (``K dS'`` re-reads the slice just stored, as the
     forward state kernel does, or with ``REG_STATE`` takes it from registers).
     ``WU_IN_STATE``: ``Wk`` is formed here from ``T`` (``tm``), ``k`` and ``β``, as the
-    forward state kernel does, instead of read from ``wk``. ``PREP_N``: the terms without
-    ``dS'`` come from :func:`delta_rule_bwd_prep_kernel`'s ``N_c`` (``n``), so the serial
-    chain keeps two products per chunk, ``∂L/∂S_c = Γ_L dS' + N_c − Wkᵀ (diag(d) K dS')``,
-    where B·H gives this kernel few programs and its chain is the time; ``q`` and ``dO``
-    are then not read.
+    forward state kernel does, instead of read from ``wk``. ``PREP_N``: the step is
+    ``∂L/∂S_c = Γ_L dS' − B_c dS' + N_c`` with ``N_c``, ``B_c`` and ``Γ_L`` stored by
+    :func:`delta_rule_bwd_prep_kernel` (``n``, ``b``, ``gl``): one product per chunk and no
+    decay tables on the serial chain, where B·H gives this kernel few programs and the
+    chain is the time (its warps run each chunk's ops in order, dependent or not); ``q``,
+    ``k``, ``dO``, ``Wk`` and ``log γ`` are then not read.
 
     ``PACKED`` (tables as in :func:`delta_rule_fwd_state_kernel`): the adjoint is cut at
     every sequence boundary — the last chunk of sequence ``n`` starts from ``dh_T[n]``
@@ -446,36 +492,32 @@ def delta_rule_bwd_state_kernel(
             else:
                 g = tl.zeros([BK, VS], dtype=tl.float32)
             dS = tl.where(ends, g, dS)
-        il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = _state_step_tables(
-            c, b64, h, lg_ptr, T, H, NH, C, LP, CP, HAS_DECAY)
         chunk = bh64 * NC + c
         dbase = chunk * (BK * BV)
         tl.store(dstates_ptr + dbase + kv, dS.to(dstates_ptr.dtype.element_ty))
-        if REG_STATE:
-            tl.static_assert(KS == BK, "REG_STATE multiplies the whole state tile at once")
-            KdS = _mm(_ld(k_ptr, micro, ok_l, 0, DK, BK), dS, None, PREC, STATE_HALF_OPS, k_ptr)
-        else:
-            tl.static_assert(not STATE_HALF_OPS, "STATE_HALF_OPS needs REG_STATE")
-            tl.debug_barrier()
-            KdS = tl.zeros([LP, VS], dtype=tl.float32)
-            for j in tl.static_range(BK // KS):
-                jj = j * KS + tl.arange(0, KS)
-                KdS = tl.dot(_ld(k_ptr, micro, ok_l, j * KS, DK, KS),
-                             tl.load(dstates_ptr + dbase + jj[:, None] * BV + iv[None, :]
-                                     ).to(tl.float32),
-                             acc=KdS, input_precision=PREC)
-        Wk = _chunk_keys(k_ptr, beta_ptr, wk_ptr, tm_ptr, chunk, il, micro, ok_l, gam, DK, LP,
-                         BK, PREC, WU_IN_STATE, STATE_HALF_OPS)
         if PREP_N:
-            dW = d[:, None] * KdS
-            acc = gam_last * dS + tl.load(n_ptr + dbase + kv)
+            acc = tl.load(n_ptr + dbase + kv)
+            if HAS_DECAY:
+                acc += tl.load(gl_ptr + chunk) * dS
+            else:
+                acc += dS
+            b_rows = b_ptr + chunk * (BK * BK) + ik[:, None] * BK
+            if REG_STATE:
+                dS = acc - _mm(tl.load(b_rows + ik[None, :]).to(tl.float32), dS, None, PREC,
+                               STATE_HALF_OPS, k_ptr)
+            else:
+                tl.debug_barrier()
+                for j in tl.static_range(BK // KS):
+                    jj = j * KS + tl.arange(0, KS)
+                    acc -= tl.dot(tl.load(b_rows + jj[None, :]).to(tl.float32),
+                                  tl.load(dstates_ptr + dbase + jj[:, None] * BV + iv[None, :]
+                                          ).to(tl.float32), input_precision=PREC)
+                dS = acc
         else:
-            dO = _ld(do_ptr, token, ok_r, v0, DV, VS)
-            Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
-            dW = _mm(tl.trans(Po), dO, d[:, None] * KdS, PREC, STATE_HALF_OPS, k_ptr)
-            Qo = gam_o[:, None] * _ld(q_ptr, token, ok_r, 0, DK, BK)
-            acc = _mm(tl.trans(Qo), dO, gam_last * dS, PREC, STATE_HALF_OPS, k_ptr)
-        dS = acc - _mm(tl.trans(Wk), dW, None, PREC, STATE_HALF_OPS, k_ptr)
+            dS = _bwd_state_step(q_ptr, k_ptr, beta_ptr, lg_ptr, do_ptr, wk_ptr, tm_ptr,
+                                 dstates_ptr, dS, c, b64, h, chunk, dbase, iv, v0, T, H, DK, DV,
+                                 NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, PREC, REG_STATE,
+                                 WU_IN_STATE, STATE_HALF_OPS)
         if PACKED:
             s = tl.load(cseq_ptr + c)
             starts = s >= 0

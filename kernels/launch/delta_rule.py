@@ -170,9 +170,10 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     on ``fwd_state`` pays only with float32 operands (0.526 -> 0.465 ms there; with 16-bit
     ones 0.470), so both state kernels keep two.
     ``bwd_prep``: the backward runs ``bwd_prep`` (parallel over chunks) before its state
-    kernel, which then adds each chunk's stored ``N_c`` instead of forming it: two products
-    per chunk on the serial chain instead of five (``PREP_N``), for a float32
-    ``(B·H, NC, BK, BV)`` buffer. Unforced, on with half inputs, ``REG_STATE`` and
+    kernel, which then steps each chunk as ``Γ_L dS' − B_c dS' + N_c`` from the stored
+    ``B_c``, ``N_c`` and ``Γ_L``: one product per chunk on the serial chain instead of five,
+    and no decay tables there (``PREP_N``), for a float32 ``(B·H, NC, BK, BV)`` buffer and a
+    ``(B·H, NC, BK, BK)`` one. Unforced, on with half inputs, ``REG_STATE`` and
     ``few_rows``, where the serial chain is the time (at many rows the state kernel's
     programs already fill the GPU and the buffer's traffic would be added work).
 
@@ -352,8 +353,10 @@ def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
     ``cfg["WU_IN_STATE"]``, and in the inputs' dtype with ``cfg["WU_HALF"]``; ``Tm`` is a
     ``(BH, 1)`` placeholder without ``cfg["STORE_TM"]``, batch-leading like the outputs the
     JAX frontend's vmap rule splits), and with ``cfg["STORE_W"]`` the chunks' ``W (BH, NC, LP, BV)``
-    (in the states' dtype; else a one-element placeholder); the backward's float32
-    ``N (BH, NC, BK, BV)`` with ``cfg["PREP_N"]`` (else a one-element placeholder)."""
+    (in the states' dtype; else a one-element placeholder); the backward's prep buffers
+    with ``cfg["PREP_N"]`` (else one-element placeholders): float32 ``N (BH, NC, BK, BV)``,
+    ``B (BH, NC, BK, BK)`` (in the inputs' dtype with ``cfg["STATE_HALF_OPS"]``, else
+    float32) and float32 ``GL (BH, NC)`` (read only with a decay)."""
     nc = n_chunks(T, cfg)
     bk, bv, lp = cfg["BK"], cfg["BV"], cfg["LP"]
     unused = cfg.get("WU_IN_STATE", False)  # then never touched: a one-element placeholder
@@ -364,6 +367,8 @@ def scratch_shapes(BH: int, T: int, cfg: dict) -> dict:
         "Tm": (BH, nc, lp, lp) if cfg.get("STORE_TM", True) else (BH, 1),
         "W": (BH, nc, lp, bv) if cfg.get("STORE_W", False) else (1,),
         "N": (BH, nc, bk, bv) if cfg.get("PREP_N", False) else (1,),
+        "B": (BH, nc, bk, bk) if cfg.get("PREP_N", False) else (1,),
+        "GL": (BH, nc) if cfg.get("PREP_N", False) else (1,),
     }
 
 

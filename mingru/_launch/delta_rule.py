@@ -276,22 +276,25 @@ def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning, ch
     dh0 = new_tensor(h0.shape, h0.dtype, dev) if has_h0 else q.new_empty(0)
     packed = cu is not None
     tables = (chunk_seq, chunk_end, cu) if packed else (q, q, q)  # placeholders, never read
-    n = dstates  # placeholder without PREP_N, never read
+    n = b = gl = dstates  # placeholders without PREP_N, never read
     if cfg["PREP_N"]:
-        n = new_tensor(meta.scratch_shapes(BH, T, cfg)["N"], torch.float32, dev)
+        shp = meta.scratch_shapes(BH, T, cfg)
+        n = new_tensor(shp["N"], torch.float32, dev)
+        b = new_tensor(shp["B"], q.dtype if cfg["STATE_HALF_OPS"] else torch.float32, dev)
+        gl = new_tensor(shp["GL"], torch.float32, dev)
         kernels.delta_rule_bwd_prep_kernel[meta.grid_out(T, BH, cfg)](
-            q, k, beta, lg, do, wk, tm, n, T, H, dk, dv, nc,
+            q, k, beta, lg, do, wk, tm, n, b, gl, T, H, dk, dv, nc,
             **meta.launch_kwargs(cfg, "bwd_prep", HAS_DECAY=has_decay),
         )
     kernels.delta_rule_bwd_state_kernel[meta.grid_state(BH, cfg)](
-        q, k, beta, lg, dht, do, wk, tm, n, dstates, dh0 if has_h0 else q, *tables, T, H, dk,
-        dv, nc,
+        q, k, beta, lg, dht, do, wk, tm, n, b, gl, dstates, dh0 if has_h0 else q, *tables, T,
+        H, dk, dv, nc,
         _n_seq(cu, B),
         **meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=has_decay, HAS_DHT=has_dht,
                              HAS_H0=has_h0, PACKED=packed),
     )
-    # N is freed before the gradients are allocated: the two never add to one peak.
-    del n
+    # The prep buffers are freed before the gradients are allocated: never one peak.
+    del n, b, gl
     dq = new_tensor(q.shape, q.dtype, dev)
     dk_ = new_tensor(k.shape, k.dtype, dev)
     dv_ = new_tensor(v.shape, v.dtype, dev)

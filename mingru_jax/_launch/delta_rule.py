@@ -120,28 +120,28 @@ def _fwd_out(q, k, lg, states, w, wk, u, T, H, DK, DV, NC, o,
 
 
 @triton.jit
-def _bwd_prep(q, k, beta, lg, do, wk, tm, T, H, DK, DV, NC, n,
+def _bwd_prep(q, k, beta, lg, do, wk, tm, T, H, DK, DV, NC, n, b, gl,
               NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
               BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
               HAS_DECAY: tl.constexpr, PREC: tl.constexpr, WU_IN_STATE: tl.constexpr,
               STATE_HALF_OPS: tl.constexpr):
-    kernels.delta_rule_bwd_prep_kernel(q, k, beta, lg, do, wk, tm, n, T, H, DK, DV, NC, NH, C,
-                                       LP, CP, BK, BV, KS, VS, HAS_DECAY, PREC, WU_IN_STATE,
-                                       STATE_HALF_OPS)
+    kernels.delta_rule_bwd_prep_kernel(q, k, beta, lg, do, wk, tm, n, b, gl, T, H, DK, DV, NC,
+                                       NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, PREC,
+                                       WU_IN_STATE, STATE_HALF_OPS)
 
 
 @triton.jit
-def _bwd_state(q, k, beta, lg, dht, do, wk, tm, n, cseq, cend, cu, T, H, DK, DV, NC, NSEQ,
-               dstates, dh0,
+def _bwd_state(q, k, beta, lg, dht, do, wk, tm, n, b, gl, cseq, cend, cu, T, H, DK, DV, NC,
+               NSEQ, dstates, dh0,
                NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
                HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr,
                PACKED: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr,
                WU_IN_STATE: tl.constexpr, STATE_HALF_OPS: tl.constexpr, PREP_N: tl.constexpr):
-    kernels.delta_rule_bwd_state_kernel(q, k, beta, lg, dht, do, wk, tm, n, dstates, dh0, cseq,
-                                        cend, cu, T, H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV,
-                                        KS, VS, HAS_DECAY, HAS_DHT, HAS_H0, PACKED, PREC,
-                                        REG_STATE, WU_IN_STATE, STATE_HALF_OPS, PREP_N)
+    kernels.delta_rule_bwd_state_kernel(q, k, beta, lg, dht, do, wk, tm, n, b, gl, dstates,
+                                        dh0, cseq, cend, cu, T, H, DK, DV, NC, NSEQ, NH, C, LP,
+                                        CP, BK, BV, KS, VS, HAS_DECAY, HAS_DHT, HAS_H0, PACKED,
+                                        PREC, REG_STATE, WU_IN_STATE, STATE_HALF_OPS, PREP_N)
 
 
 @triton.jit
@@ -232,16 +232,19 @@ def _launch_backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tab
     packed, tabs, n_states = _tables(q, tables)
     has_decay = log_gamma is not None
     lg = q if log_gamma is None else log_gamma
-    n = q  # placeholder without PREP_N, never read
+    n = b = gl = q  # placeholders without PREP_N, never read
     if cfg["PREP_N"]:
-        (n,) = common.launch(
+        shp = meta.scratch_shapes(BH, T, cfg)
+        n, b, gl = common.launch(
             _bwd_prep, meta.grid_out(T, BH, cfg), (q, k, beta, lg, do, wk, tm),
-            (common.f32(meta.scratch_shapes(BH, T, cfg)["N"]),), (T, H, dk, dv, nc),
+            (common.f32(shp["N"]),
+             jax.ShapeDtypeStruct(shp["B"], q.dtype if cfg["STATE_HALF_OPS"] else jnp.float32),
+             common.f32(shp["GL"])), (T, H, dk, dv, nc),
             **meta.launch_kwargs(cfg, "bwd_prep", HAS_DECAY=has_decay),
         )
     dstates, dh0 = common.launch(
         _bwd_state, meta.grid_state(BH, cfg),
-        (q, k, beta, lg, q if dh_T is None else dh_T, do, wk, tm, n, *tabs),
+        (q, k, beta, lg, q if dh_T is None else dh_T, do, wk, tm, n, b, gl, *tabs),
         (common.like(states), dummy if h0 is None else common.like(h0)),
         (T, H, dk, dv, nc, n_states),
         **meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=has_decay, HAS_DHT=dh_T is not None,

@@ -485,11 +485,15 @@ def test_bwd_prep_plan():
     for kwargs in (dict(), dict(split_fp32=False), dict(half=True, reg_state=False)):
         cfg = meta.launch_config(2, 64, 64, bwd_prep=True, **kwargs)
         assert cfg["PREP_N"] and meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=True)["PREP_N"]
-        assert meta.scratch_shapes(8, 640, cfg)["N"] == meta.scratch_shapes(8, 640, cfg)["states"]
+        shapes = meta.scratch_shapes(8, 640, cfg)
+        nc = meta.n_chunks(640, cfg)
+        assert shapes["N"] == shapes["states"] and shapes["B"] == (8, nc, 64, 64)
+        assert shapes["GL"] == (8, nc)
         prep = meta.launch_kwargs(cfg, "bwd_prep", HAS_DECAY=True)
         assert prep["VS"] == cfg["STATE_VS"] and prep["STATE_HALF_OPS"] == cfg["STATE_HALF_OPS"]
         assert meta.grid_out(640, 8, cfg) == (meta.n_chunks(640, cfg), 8, 64 // cfg["STATE_VS"])
-    assert meta.scratch_shapes(8, 640, meta.launch_config(2, 64, 64))["N"] == (1,)
+    unused = meta.scratch_shapes(8, 640, meta.launch_config(2, 64, 64))
+    assert unused["N"] == unused["B"] == unused["GL"] == (1,)
 
 
 def test_few_rows_is_read_from_the_device(monkeypatch):
