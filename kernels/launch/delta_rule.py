@@ -173,9 +173,10 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     kernel, which then steps each chunk as ``Γ_L dS' − B_c dS' + N_c`` from the stored
     ``B_c``, ``N_c`` and ``Γ_L``: one product per chunk on the serial chain instead of five,
     and no decay tables there (``PREP_N``), for a float32 ``(B·H, NC, BK, BV)`` buffer and a
-    ``(B·H, NC, BK, BK)`` one. Unforced, on with half inputs, ``REG_STATE`` and
-    ``few_rows``, where the serial chain is the time (at many rows the state kernel's
-    programs already fill the GPU and the buffer's traffic would be added work).
+    ``(B·H, NC, BK, BK)`` one. Off unless forced: on an H200 (triton 3.7.1, bf16, d = 64,
+    B32 T4096 H4, GPU-busy ms) it took bwd_state from 0.738 to 0.404 at nh2 with decay, but
+    the pass itself cost 0.419 (its stores are 805 MB), fwd+bwd 3.797 -> 3.881 (fla 3.656);
+    at nh1 bwd_state 0.282 -> 0.203 for a 0.235 pass, 1.459 -> 1.616. Same errors.
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -257,8 +258,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     if state_half_ops and not (half and reg_state):
         raise ValueError("state_half_ops needs bfloat16/float16 inputs and reg_state (one "
                          "slice per head)")
-    if bwd_prep is None:
-        bwd_prep = few_rows and half and bool(reg_state)
+    bwd_prep = bool(bwd_prep)
     if out_pass and not reg_state:
         raise ValueError("out_pass needs reg_state (one slice per head: KS = BK)")
     if wu_half and not (half and not wu_in_state):

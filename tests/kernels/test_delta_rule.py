@@ -452,17 +452,15 @@ def test_few_rows_plan():
 
     cfg = meta.launch_config(2, 64, 64, half=True, few_rows=True)
     assert cfg == meta.launch_config(2, 64, 64, half=True, wu_in_state=False, out_pass=True,
-                                     wu_half=True, saved_tm=False, bwd_prep=True)
-    assert cfg["OUT_PASS"] and not cfg["WU_IN_STATE"] and cfg["WU_HALF"] and cfg["PREP_N"]
+                                     wu_half=True, saved_tm=False)
+    assert cfg["OUT_PASS"] and not cfg["WU_IN_STATE"] and cfg["WU_HALF"] and not cfg["PREP_N"]
     assert not cfg["STORE_W"] and not cfg["STORE_TM"] and not cfg["SAVED_TM"]
-    # Elsewhere few rows change only the backward's prep pass (half inputs in registers).
     for kwargs in (dict(nh=1, half=True), dict(nh=2, half=False, split_fp32=False),
                    dict(nh=2, half=True, out_pass=False), dict(nh=2, half=True, wu_in_state=True),
                    dict(nh=3, half=True, wu_in_state=True, out_pass=True)):
         nh = kwargs.pop("nh")
-        prep = kwargs["half"]
         assert meta.launch_config(nh, 64, 64, few_rows=True, **kwargs) == meta.launch_config(
-            nh, 64, 64, bwd_prep=prep, **kwargs), kwargs
+            nh, 64, 64, **kwargs), kwargs
     assert meta.launch_config(2, 64, 64, half=True) != cfg  # many rows: the shipped default
     # A forced wu_half / saved_tm is kept inside the few-rows plan.
     assert meta.launch_config(2, 16, 16, half=True, few_rows=True, saved_tm=True)["SAVED_TM"]
@@ -471,16 +469,13 @@ def test_few_rows_plan():
 
 
 def test_bwd_prep_plan():
-    """The backward's prep pass: on by default only where few rows keep half inputs' state
-    in registers; forced on, in any plan, float32 included; its float32 buffer has the
-    layout of the state gradients and is a placeholder without it."""
+    """The backward's prep pass: off unless forced (measured slower in total); forced on, in
+    any plan, float32 included; its float32 buffer has the layout of the state gradients
+    and the buffers are placeholders without it."""
     from mingru_kernels.launch import delta_rule as meta
 
-    assert meta.launch_config(1, 64, 64, half=True, few_rows=True)["PREP_N"]
-    assert meta.launch_config(2, 16, 16, half=True, few_rows=True)["PREP_N"]
-    for kwargs in (dict(half=True), dict(half=True, few_rows=True, reg_state=False),
-                   dict(few_rows=True), dict(few_rows=True, tf32=True),
-                   dict(half=True, few_rows=True, bwd_prep=False)):
+    for kwargs in (dict(half=True), dict(half=True, few_rows=True), dict(few_rows=True),
+                   dict(few_rows=True, tf32=True), dict(half=True, few_rows=True, bwd_prep=False)):
         assert not meta.launch_config(2, 64, 64, **kwargs)["PREP_N"], kwargs
     for kwargs in (dict(), dict(split_fp32=False), dict(half=True, reg_state=False)):
         cfg = meta.launch_config(2, 64, 64, bwd_prep=True, **kwargs)
