@@ -275,6 +275,22 @@ def delta_rule_fwd_state_kernel(
 
 
 @triton.jit
+def _chunk_slice_program(lg_ptr, T, H, NC, NH: tl.constexpr, C: tl.constexpr,
+                         LP: tl.constexpr, CP: tl.constexpr, VS: tl.constexpr,
+                         HAS_DECAY: tl.constexpr):
+    """Where a program of the grid ``(NC, B·H, BV/VS)`` (``fwd_out``, ``bwd_prep``) works:
+    its first value column ``v0`` and columns ``iv``, its chunk's scratch index ``chunk``
+    (``bh·NC + c``) and the chunk's :func:`~mingru_kernels._delta_chunk._state_step_tables`."""
+    c = tl.program_id(0)
+    bh = tl.program_id(1)
+    v0 = tl.program_id(2) * VS
+    il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = _state_step_tables(
+        c, (bh // H).to(tl.int64), bh % H, lg_ptr, T, H, NH, C, LP, CP, HAS_DECAY)
+    return (v0, v0 + tl.arange(0, VS), bh.to(tl.int64) * NC + c, il, ok_l, ok_r, micro, token,
+            gam, d, gam_last, Do, gam_o)
+
+
+@triton.jit
 def delta_rule_fwd_out_kernel(
     q_ptr, k_ptr, lg_ptr, states_ptr, w_ptr, wk_ptr, u_ptr, o_ptr,
     T, H, DK, DV, NC,
@@ -293,14 +309,8 @@ def delta_rule_fwd_out_kernel(
     Without ``STORE_W`` it forms ``W = U − Wk S`` here from the stored ``Wk (B·H, NC, LP, BK)``
     and ``U (B·H, NC, LP, BV)``: one more product per chunk instead of a ``(B·H, NC, LP, BV)``
     buffer."""
-    c = tl.program_id(0)
-    bh = tl.program_id(1)
-    bh64 = bh.to(tl.int64)
-    v0 = tl.program_id(2) * VS
-    iv = v0 + tl.arange(0, VS)
-    il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = _state_step_tables(
-        c, (bh // H).to(tl.int64), bh % H, lg_ptr, T, H, NH, C, LP, CP, HAS_DECAY)
-    chunk = bh64 * NC + c
+    v0, iv, chunk, il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = \
+        _chunk_slice_program(lg_ptr, T, H, NC, NH, C, LP, CP, VS, HAS_DECAY)
     rows = chunk * (LP * BV) + il[:, None] * BV + iv[None, :]
     if STORE_W:
         W = tl.load(w_ptr + rows).to(tl.float32)
@@ -362,14 +372,8 @@ def delta_rule_bwd_prep_kernel(
     first column slice). The products take the state kernels' operands
     (``STATE_HALF_OPS``). ``Γ_L dS'`` stays outside the product: the carried adjoint is
     never rounded, only the correction is."""
-    c = tl.program_id(0)
-    bh = tl.program_id(1)
-    bh64 = bh.to(tl.int64)
-    v0 = tl.program_id(2) * VS
-    iv = v0 + tl.arange(0, VS)
-    il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = _state_step_tables(
-        c, (bh // H).to(tl.int64), bh % H, lg_ptr, T, H, NH, C, LP, CP, HAS_DECAY)
-    chunk = bh64 * NC + c
+    v0, iv, chunk, il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = \
+        _chunk_slice_program(lg_ptr, T, H, NC, NH, C, LP, CP, VS, HAS_DECAY)
     dO = _ld(do_ptr, token, ok_r, v0, DV, VS)
     Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
     X = _mm(tl.trans(Po), dO, None, PREC, STATE_HALF_OPS, k_ptr)
@@ -380,13 +384,13 @@ def delta_rule_bwd_prep_kernel(
          - _mm(tl.trans(Wk), X, None, PREC, STATE_HALF_OPS, k_ptr))
     ik = tl.arange(0, BK)
     tl.store(n_ptr + chunk * (BK * BV) + ik[:, None] * BV + iv[None, :], N)
-    first = tl.program_id(2) == 0
-    Bc = _mm(tl.trans(Wk), d[:, None] * _ld(k_ptr, micro, ok_l, 0, DK, BK), None, PREC,
-             STATE_HALF_OPS, k_ptr)
-    tl.store(b_ptr + chunk * (BK * BK) + ik[:, None] * BK + ik[None, :],
-             Bc.to(b_ptr.dtype.element_ty), mask=tl.where(first, ik[:, None] < BK, False))
-    if HAS_DECAY:
-        tl.store(gl_ptr + chunk, gam_last, mask=first)
+    if tl.program_id(2) == 0:  # B_c and Γ_L are per chunk: formed by one column slice
+        Bc = _mm(tl.trans(Wk), d[:, None] * _ld(k_ptr, micro, ok_l, 0, DK, BK), None, PREC,
+                 STATE_HALF_OPS, k_ptr)
+        tl.store(b_ptr + chunk * (BK * BK) + ik[:, None] * BK + ik[None, :],
+                 Bc.to(b_ptr.dtype.element_ty))
+        if HAS_DECAY:
+            tl.store(gl_ptr + chunk, gam_last)
 
 
 @triton.jit
