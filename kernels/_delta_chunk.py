@@ -154,7 +154,8 @@ def _state_step_tables(c, b64, h, lg_ptr, T, H, NH: tl.constexpr, C: tl.constexp
 
 @triton.jit
 def _tm_tile(tm_ptr, chunk, il, LP: tl.constexpr):
-    """Pointers of chunk ``chunk``'s WY inverse ``T (LP, LP)`` in the float32 scratch ``tm``."""
+    """Pointers of chunk ``chunk``'s WY inverse ``T (LP, LP)`` in the scratch ``tm`` (float32,
+    or the inputs' 16-bit dtype with ``TM_HALF``)."""
     return tm_ptr + chunk * (LP * LP) + il[:, None] * LP + il[None, :]
 
 

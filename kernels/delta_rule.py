@@ -118,7 +118,7 @@ def delta_rule_fwd_prep_kernel(
     Tm = _wy_inverse(KK, beta, D, il, LP, SUB, BLOCKED, PREC)
     chunk = bh.to(tl.int64) * NC + c
     if STORE_TM or WU_IN_STATE:
-        tl.store(_tm_tile(tm_ptr, chunk, il, LP), Tm)
+        tl.store(_tm_tile(tm_ptr, chunk, il, LP), Tm.to(tm_ptr.dtype.element_ty))
     if not WU_IN_STATE:
         Wk = _wy_keys(Tm, beta, gam, _ld(k_ptr, micro, ok_l, 0, DK, BK), PREC, HALF_OPS, k_ptr)
         ik = tl.arange(0, BK)
@@ -224,7 +224,7 @@ def delta_rule_fwd_state_kernel(
         if WU_IN_STATE:
             tl.static_assert(REG_STATE, "WU_IN_STATE holds Wk in registers: needs REG_STATE")
             beta = tl.load(beta_ptr + micro, mask=ok_l, other=0.0).to(tl.float32)
-            Tm = tl.load(_tm_tile(tm_ptr, chunk, il, LP))
+            Tm = tl.load(_tm_tile(tm_ptr, chunk, il, LP)).to(tl.float32)
             Wk = _wy_keys(Tm, beta, gam, K, PREC, STATE_HALF_OPS, k_ptr)
             U = _mm(Tm, beta[:, None] * _ld(v_ptr, micro, ok_l, v0, DV, VS), None, PREC,
                     STATE_HALF_OPS, k_ptr)
@@ -342,7 +342,7 @@ def _chunk_keys(k_ptr, beta_ptr, wk_ptr, tm_ptr, chunk, il, micro, ok_l, gam, DK
     ``k`` and ``β`` with ``WU_IN_STATE``, else read from the forward's ``wk``."""
     if WU_IN_STATE:
         beta = tl.load(beta_ptr + micro, mask=ok_l, other=0.0).to(tl.float32)
-        Wk = _wy_keys(tl.load(_tm_tile(tm_ptr, chunk, il, LP)), beta, gam,
+        Wk = _wy_keys(tl.load(_tm_tile(tm_ptr, chunk, il, LP)).to(tl.float32), beta, gam,
                       _ld(k_ptr, micro, ok_l, 0, DK, BK), PREC, HALF_OPS, k_ptr)
     else:
         Wk = tl.load(wk_ptr + chunk * (LP * BK) + il[:, None] * BK
@@ -570,7 +570,7 @@ def delta_rule_bwd_grads_kernel(
     Po = Do * QK
     chunk = bh.to(tl.int64) * NC + c
     if SAVED_TM:
-        Tm = tl.load(_tm_tile(tm_ptr, chunk, il, LP))
+        Tm = tl.load(_tm_tile(tm_ptr, chunk, il, LP)).to(tl.float32)
     else:
         Tm = _wy_inverse(KK, beta, D, il, LP, SUB, BLOCKED, PREC)
     sbase = chunk * (BK * BV)  # states and dstates share one layout

@@ -149,8 +149,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     ``few_rows``: the launcher's word that ``B·H`` is at most the GPU's SM count (the serial
     state kernels then have at most one program per SM). With half inputs, ``nh ≥ 2`` and
     neither ``wu_in_state`` nor ``out_pass`` forced, the defaults become ``wu_in_state`` off,
-    ``out_pass`` and ``wu_half`` on, ``saved_tm`` off: the output pass forms ``W`` again from
-    the stored 16-bit ``Wk`` and ``U`` (no ``W`` buffer, no stored WY inverse).
+    ``out_pass`` and ``wu_half`` on: the output pass forms ``W`` again from the stored 16-bit
+    ``Wk`` and ``U`` (no ``W`` buffer), and the backward reads the WY inverse stored in 16 bits
+    (``TM_HALF``) instead of inverting again.
     ``half_ops``: with half inputs, the per-chunk kernels (``fwd_prep``, ``fwd_out``,
     ``bwd_grads``) round both operands of every product outside the WY inverse to the inputs'
     16-bit dtype, as fla does (``HALF_OPS``); off, those products take float32 operands in
@@ -193,7 +194,10 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
       0.801 against 0.753 ms, fwd+bwd 2.129 against 2.074;
     * ``OUT_PASS``: as above; ``PREP_N``: ``bwd_prep`` above;
     * ``SAVED_TM``: the backward reads the forward's WY inverse (tensor-core precisions)
-      rather than inverting again.
+      rather than inverting again;
+    * ``TM_HALF``: that inverse is stored in the inputs' 16-bit dtype — only where its one
+      reader is the backward's per-chunk kernel with 16-bit product operands, which rounds it
+      to that dtype anyway.
     """
     if not 1 <= nh <= MAX_NH:
         raise ValueError(f"nh must be in [1, {MAX_NH}]; got {nh}")
@@ -226,7 +230,6 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         # against 0.0036 / 0.0034 (fla 0.0072 / 0.0064).
         wu_in_state, out_pass = False, True
         wu_half = True if wu_half is None else wu_half
-        saved_tm = False if saved_tm is None else saved_tm
     out_pass, wu_half = bool(out_pass), bool(wu_half)
     if wu_in_state is None:
         # H200, bf16, d = 64, B128 T1024: forward 0.519 against 0.552 ms with Wk, U stored,
@@ -250,7 +253,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     # split_fp32's slices, and its 16-bit operands (by default with half inputs).
     grads = ({"KS": min(SPLIT_GRADS_SLICE, bk), "VS": min(SPLIT_GRADS_SLICE, bv)}
              if split_fp32 else {})
-    if (half if half_ops is None else half_ops):
+    grads_half_ops = bool(half if half_ops is None else half_ops)
+    if grads_half_ops:
         grads["HALF_OPS"] = True
     half_ops = bool(half_ops)
     if state_half_ops is None:
@@ -264,6 +268,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     if wu_half and not (half and not wu_in_state):
         raise ValueError("wu_half needs bfloat16/float16 inputs with Wk and U stored "
                          "(wu_in_state off)")
+    # The forward stores T unless told the backward will not read it (saved_tm=False, or
+    # split_fp32's re-inverting backward) and the state kernels do not form Wk, U from it.
+    store_tm = (saved_tm is True or (saved_tm is None and not split_fp32) or bool(wu_in_state))
     return {
         "NH": nh,
         "C": lp // nh,
@@ -303,10 +310,12 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         # 2.360 against 2.118 ms at nh = 1, B16 T4096 and 6.893 against 7.130 at nh = 2,
         # B128 T1024: no clear win, and it costs the stored T.
         "SAVED_TM": bool((half or tf32) if saved_tm is None else saved_tm),
-        # The forward stores T unless told the backward will not read it (saved_tm=False, or
-        # split_fp32's re-inverting backward) and the state kernels do not form Wk, U from it.
-        "STORE_TM": (saved_tm is True or (saved_tm is None and not split_fp32)
-                     or bool(wu_in_state)),
+        "STORE_TM": store_tm,
+        # The stored WY inverse in the inputs' 16-bit dtype where its one reader, the
+        # backward's per-chunk kernel, rounds it to that dtype anyway (16-bit product
+        # operands there; the state kernels read it only with WU_IN_STATE): half its bytes,
+        # the same gradients.
+        "TM_HALF": bool(store_tm and half and grads_half_ops and not wu_in_state),
         "overrides": {"bwd_grads": grads} if grads else {},
         "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps, "fwd_out": tc_warps,
                   "bwd_prep": tc_warps, "bwd_state": state_warps, "bwd_grads": tc_warps},

@@ -5,8 +5,9 @@ call as opaque nodes:
 
 * ``mingru::delta_rule_fwd(q, k, v, beta, log_gamma?, h0?, tuning, chunk_seq?, chunk_end?,
   cu?)`` →
-  ``(o, h_T, states, Wk, Tm)`` — the last three are float32 scratch kept for the backward
-  (chunk start states ``(B·H, NC, BK, BV)``, the chunks' ``Wk = T diag(βΓ) K``
+  ``(o, h_T, states, Wk, Tm)`` — the last three are scratch kept for the backward (float32,
+  or the inputs' 16-bit dtype where the plan's ``HALF_STATES``, ``WU_HALF``, ``TM_HALF`` say;
+  chunk start states ``(B·H, NC, BK, BV)``, the chunks' ``Wk = T diag(βΓ) K``
   ``(B·H, NC, LP, BK)`` and WY inverses ``T`` ``(B·H, NC, LP, LP)``), marked
   non-differentiable;
 * ``mingru::delta_rule_bwd(...)`` → ``(dq, dk, dv, dbeta, dlog_gamma, dh0)`` (an empty
@@ -201,7 +202,8 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=No
     u = new_tensor(shp["U"], wu_dtype, dev)
     # Without STORE_TM a placeholder the kernels never touch: zeroed, so the op's outputs
     # stay deterministic.
-    tm = new_tensor(shp["Tm"], f32, dev) if cfg["STORE_TM"] else torch.zeros(shp["Tm"], device=dev)
+    tm = (new_tensor(shp["Tm"], q.dtype if cfg["TM_HALF"] else f32, dev) if cfg["STORE_TM"]
+          else torch.zeros(shp["Tm"], device=dev))
     o = new_tensor((B, T, H, dv), q.dtype, dev)
     h_T = new_tensor((_n_seq(cu, B), H, dk, dv), q.dtype, dev)
     packed = cu is not None
@@ -254,7 +256,7 @@ def _(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=None, cu=N
         q.new_empty((_n_seq(cu, B), H, dk, dv)),
         q.new_empty(shp["states"], dtype=q.dtype if cfg["HALF_STATES"] else f32),
         q.new_empty(shp["Wk"], dtype=q.dtype if cfg["WU_HALF"] else f32),
-        q.new_empty(shp["Tm"], dtype=f32),
+        q.new_empty(shp["Tm"], dtype=q.dtype if cfg["TM_HALF"] else f32),
     )
 
 

@@ -198,7 +198,9 @@ def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None, tf32=False):
     wk, u, tm = common.launch(
         _fwd_prep, meta.grid_chunks(T, BH, cfg), (k, v, beta, lg),
         (*(jax.ShapeDtypeStruct(shp[name], q.dtype) if cfg["WU_HALF"] else common.f32(shp[name])
-           for name in ("Wk", "U")), common.f32(shp["Tm"])), (T, H, dk, dv, nc),
+           for name in ("Wk", "U")),
+         jax.ShapeDtypeStruct(shp["Tm"], q.dtype) if cfg["TM_HALF"] else common.f32(shp["Tm"])),
+        (T, H, dk, dv, nc),
         **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
     )
     packed, tabs, n_states = _tables(q, tables)

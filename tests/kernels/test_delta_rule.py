@@ -44,9 +44,10 @@ LAYOUTS = {
     "L32-out-pass": dict(micro_chunk=32, reg_state=True, out_pass=True),
     "L16-wu-out-pass": dict(micro_chunk=16, reg_state=True, wu_in_state=True, out_pass=True),
     # The few-rows plan of half inputs (W formed again in the output pass from stored Wk, U,
-    # no stored WY inverse), in float32: only its 16-bit Wk, U storage needs half inputs.
+    # the backward reading the stored WY inverse), in float32: only its 16-bit Wk, U and
+    # WY-inverse storage needs half inputs.
     "L32-few-rows": dict(micro_chunk=32, reg_state=True, wu_in_state=False, out_pass=True,
-                         saved_tm=False, bwd_prep=True),
+                         saved_tm=True, bwd_prep=True),
     # The backward's state-independent chunk terms from the parallel bwd_prep pass, with the
     # state reloaded (16-wide slices) and with Wk formed in the state kernels.
     "L16-bwd-prep-reload": dict(micro_chunk=16, reg_state=False, bwd_prep=True),
@@ -376,8 +377,14 @@ def test_reg_state_with_packed_sequences_and_its_limits():
     assert meta.launch_config(1, 16, 16, wu_in_state=True, reg_state=True,
                               saved_tm=False)["STORE_TM"] is True  # the state kernels read it
     cfg = meta.launch_config(1, 64, 64, half=True, wu_in_state=False, saved_tm=False)
-    assert not cfg["SAVED_TM"] and not cfg["STORE_TM"]
+    assert not cfg["SAVED_TM"] and not cfg["STORE_TM"] and not cfg["TM_HALF"]
     assert meta.scratch_shapes(2, 40, cfg)["Tm"] == (2, 1)
+    # It is kept in 16 bits only where its one reader rounds it to 16 bits anyway: the
+    # backward's per-chunk kernel with 16-bit operands, and not the state kernels.
+    assert meta.launch_config(2, 64, 64, half=True, wu_in_state=False)["TM_HALF"] is True
+    for kwargs in (dict(half=True), dict(half=True, wu_in_state=False, half_ops=False),
+                   dict(wu_in_state=False), dict(tf32=True, wu_in_state=False)):
+        assert meta.launch_config(2, 64, 64, **kwargs)["TM_HALF"] is False, kwargs
     assert meta.launch_config(1, 64, 64, half=True, out_pass=True)["OUT_PASS"] is True
     with pytest.raises(ValueError, match="reg_state needs one slice per head"):
         meta.launch_config(1, 64, 64, reg_state=True, split_fp32=False)
@@ -452,9 +459,9 @@ def test_few_rows_plan():
 
     cfg = meta.launch_config(2, 64, 64, half=True, few_rows=True)
     assert cfg == meta.launch_config(2, 64, 64, half=True, wu_in_state=False, out_pass=True,
-                                     wu_half=True, saved_tm=False)
+                                     wu_half=True)
     assert cfg["OUT_PASS"] and not cfg["WU_IN_STATE"] and cfg["WU_HALF"] and not cfg["PREP_N"]
-    assert not cfg["STORE_W"] and not cfg["STORE_TM"] and not cfg["SAVED_TM"]
+    assert not cfg["STORE_W"] and cfg["STORE_TM"] and cfg["SAVED_TM"] and cfg["TM_HALF"]
     for kwargs in (dict(nh=1, half=True), dict(nh=2, half=False, split_fp32=False),
                    dict(nh=2, half=True, out_pass=False), dict(nh=2, half=True, wu_in_state=True),
                    dict(nh=3, half=True, wu_in_state=True, out_pass=True)):
