@@ -278,3 +278,26 @@ def _store_chunk_output(q_ptr, k_ptr, o_ptr, token, ok_r, micro, ok_l, Do, gam_o
     O = _mm(Po, W, gam_o[:, None] * QS, PREC, HALF_OPS, q_ptr)
     tl.store(o_ptr + token[:, None] * DV + iv[None, :], O.to(o_ptr.dtype.element_ty),
              mask=ok_r[:, None] & (iv[None, :] < DV))
+
+
+@triton.jit
+def _seq_tile(ptr, n, bh64, H, DK, DV, ik, iv):
+    """Pointers of the ``(BK, VS)`` tile of a per-sequence state ``(N, H, DK, DV)`` at
+    sequence ``n`` and head ``bh64`` (int64; packed calls have ``B = 1``, so ``bh = h``)."""
+    return ptr + (bh64 + n * H) * DK * DV + ik[:, None] * DV + iv[None, :]
+
+
+@triton.jit
+def _chunk_slice_program(lg_ptr, T, H, NC, NH: tl.constexpr, C: tl.constexpr,
+                         LP: tl.constexpr, CP: tl.constexpr, VS: tl.constexpr,
+                         HAS_DECAY: tl.constexpr):
+    """Where a program of the grid ``(NC, B·H, BV/VS)`` (``fwd_out``, ``bwd_prep``) works:
+    its first value column ``v0`` and columns ``iv``, its chunk's scratch index ``chunk``
+    (``bh·NC + c``) and the chunk's :func:`~mingru_kernels._delta_chunk._state_step_tables`."""
+    c = tl.program_id(0)
+    bh = tl.program_id(1)
+    v0 = tl.program_id(2) * VS
+    il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = _state_step_tables(
+        c, (bh // H).to(tl.int64), bh % H, lg_ptr, T, H, NH, C, LP, CP, HAS_DECAY)
+    return (v0, v0 + tl.arange(0, VS), bh.to(tl.int64) * NC + c, il, ok_l, ok_r, micro, token,
+            gam, d, gam_last, Do, gam_o)
