@@ -54,11 +54,18 @@ def _ld(ptr, rows, row_ok, col0, ncols, W: tl.constexpr):
 
 
 @triton.jit
-def _lds(ptr, base, r0, R: tl.constexpr, ld: tl.constexpr, c0, W: tl.constexpr):
-    """Float32 tile ``[r0 : r0+R, c0 : c0+W]`` of a padded scratch matrix at ``base``."""
+def _lds(ptr, base, r0, R: tl.constexpr, ld: tl.constexpr, c0, W: tl.constexpr,
+         CG: tl.constexpr = False):
+    """Float32 tile ``[r0 : r0+R, c0 : c0+W]`` of a padded scratch matrix at ``base``.
+    ``CG``: read through L2 only (``.cg``), for scratch another program of the same launch
+    has just written (an SM's L1 is not kept coherent with the other SMs' stores)."""
     r = r0 + tl.arange(0, R)
     cc = c0 + tl.arange(0, W)
-    return tl.load(ptr + base + r[:, None] * ld + cc[None, :]).to(tl.float32)
+    if CG:
+        x = tl.load(ptr + base + r[:, None] * ld + cc[None, :], cache_modifier=".cg")
+    else:
+        x = tl.load(ptr + base + r[:, None] * ld + cc[None, :])
+    return x.to(tl.float32)
 
 
 @triton.jit

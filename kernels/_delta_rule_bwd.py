@@ -129,7 +129,8 @@ def _bwd_state_step(q_ptr, k_ptr, beta_ptr, lg_ptr, do_ptr, wk_ptr, tm_ptr, dsta
 
 
 @triton.jit
-def delta_rule_bwd_state_kernel(
+def _bwd_state_program(
+    bh, col, flags_ptr,
     q_ptr, k_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr, tm_ptr, n_ptr, b_ptr, gl_ptr,
     dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr,
     T, H, DK, DV, NC, NSEQ,
@@ -139,33 +140,16 @@ def delta_rule_bwd_state_kernel(
     PACKED: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr = False,
     WU_IN_STATE: tl.constexpr = False, STATE_HALF_OPS: tl.constexpr = False,
     PREP_N: tl.constexpr = False,
+    FUSED: tl.constexpr = False,
 ):
-    """Grid ``(B·H, BV/VS)``. Backwards over chunks: ``dstates[c] = ∂L/∂S_{c+1} = dS'`` and,
-    the adjoint of the forward state kernel's chunk step::
-
-        dW = diag(d) K dS' + Poᵀ dO      ∂L/∂S_c = Γ_L dS' + (diag(Γo) Q)ᵀ dO − Wkᵀ dW
-
-    ``dh0 = ∂L/∂S_0``. ``num_stages=1`` (``K dS'`` re-reads the slice just stored, as the
-    forward state kernel does, or with ``REG_STATE`` takes it from registers).
-    ``WU_IN_STATE``: ``Wk`` is formed here from ``T`` (``tm``), ``k`` and ``β``, as the
-    forward state kernel does, instead of read from ``wk``. ``PREP_N``: the step is
-    ``∂L/∂S_c = Γ_L dS' − B_c dS' + N_c`` with ``N_c``, ``B_c`` and ``Γ_L`` stored by
-    :func:`delta_rule_bwd_prep_kernel` (``n``, ``b``, ``gl``): one product per chunk and no
-    decay tables on the serial chain, where B·H gives this kernel few programs and the
-    chain is the time (its warps run each chunk's ops in order, dependent or not); ``q``,
-    ``k``, ``dO``, ``Wk`` and ``log γ`` are then not read.
-
-    ``PACKED`` (tables as in :func:`delta_rule_fwd_state_kernel`): the adjoint is cut at
-    every sequence boundary — the last chunk of sequence ``n`` starts from ``dh_T[n]``
-    (zeros without ``dh_T``), not from the next chunk's adjoint, and the adjoint of the start
-    state of the chunk that starts sequence ``n`` is ``dh0[n]``; an empty sequence's
-    ``dh0[n]`` is its ``dh_T[n]``. ``STATE_HALF_OPS``: as in the forward state kernel."""
-    bh = tl.program_id(0)
+    """The program ``(bh, col)`` of :func:`delta_rule_bwd_state_kernel` (its docstring
+    holds the algebra). ``FUSED`` (:func:`delta_rule_bwd_kernel`): after storing each chunk's
+    ``dstates[c]`` it adds one to the int32 ``flags[bh·NC + c]`` with release semantics."""
     bh64 = bh.to(tl.int64)
     b64 = (bh // H).to(tl.int64)
     h = bh % H
     ik = tl.arange(0, BK)
-    v0 = tl.program_id(1) * VS
+    v0 = col * VS
     iv = v0 + tl.arange(0, VS)
     kv = ik[:, None] * BV + iv[None, :]
     user = bh64 * DK * DV + ik[:, None] * DV + iv[None, :]
@@ -200,6 +184,9 @@ def delta_rule_bwd_state_kernel(
         chunk = bh64 * NC + c
         dbase = chunk * (BK * BV)
         tl.store(dstates_ptr + dbase + kv, dS.to(dstates_ptr.dtype.element_ty))
+        if FUSED:  # publish dS' of chunk c to the gradient programs of the same launch
+            tl.debug_barrier()
+            tl.atomic_add(flags_ptr + chunk, 1, sem="release", scope="gpu")
         if PREP_N:
             acc = tl.load(n_ptr + dbase + kv)
             if HAS_DECAY:
@@ -236,7 +223,47 @@ def delta_rule_bwd_state_kernel(
 
 
 @triton.jit
-def delta_rule_bwd_grads_kernel(
+def delta_rule_bwd_state_kernel(
+    q_ptr, k_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr, tm_ptr, n_ptr, b_ptr, gl_ptr,
+    dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr,
+    T, H, DK, DV, NC, NSEQ,
+    NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+    HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr,
+    PACKED: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr = False,
+    WU_IN_STATE: tl.constexpr = False, STATE_HALF_OPS: tl.constexpr = False,
+    PREP_N: tl.constexpr = False,
+):
+    """Grid ``(B·H, BV/VS)``. Backwards over chunks: ``dstates[c] = ∂L/∂S_{c+1} = dS'`` and,
+    the adjoint of the forward state kernel's chunk step::
+
+        dW = diag(d) K dS' + Poᵀ dO      ∂L/∂S_c = Γ_L dS' + (diag(Γo) Q)ᵀ dO − Wkᵀ dW
+
+    ``dh0 = ∂L/∂S_0``. ``num_stages=1`` (``K dS'`` re-reads the slice just stored, as the
+    forward state kernel does, or with ``REG_STATE`` takes it from registers).
+    ``WU_IN_STATE``: ``Wk`` is formed here from ``T`` (``tm``), ``k`` and ``β``, as the
+    forward state kernel does, instead of read from ``wk``. ``PREP_N``: the step is
+    ``∂L/∂S_c = Γ_L dS' − B_c dS' + N_c`` with ``N_c``, ``B_c`` and ``Γ_L`` stored by
+    :func:`delta_rule_bwd_prep_kernel` (``n``, ``b``, ``gl``): one product per chunk and no
+    decay tables on the serial chain, where B·H gives this kernel few programs and the
+    chain is the time (its warps run each chunk's ops in order, dependent or not); ``q``,
+    ``k``, ``dO``, ``Wk`` and ``log γ`` are then not read.
+
+    ``PACKED`` (tables as in :func:`delta_rule_fwd_state_kernel`): the adjoint is cut at
+    every sequence boundary — the last chunk of sequence ``n`` starts from ``dh_T[n]``
+    (zeros without ``dh_T``), not from the next chunk's adjoint, and the adjoint of the start
+    state of the chunk that starts sequence ``n`` is ``dh0[n]``; an empty sequence's
+    ``dh0[n]`` is its ``dh_T[n]``. ``STATE_HALF_OPS``: as in the forward state kernel."""
+    _bwd_state_program(
+        tl.program_id(0), tl.program_id(1), dstates_ptr, q_ptr, k_ptr, beta_ptr, lg_ptr, dht_ptr,
+        do_ptr, wk_ptr, tm_ptr, n_ptr, b_ptr, gl_ptr, dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr,
+        cu_ptr, T, H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, HAS_DHT, HAS_H0,
+        PACKED, PREC, REG_STATE, WU_IN_STATE, STATE_HALF_OPS, PREP_N)
+
+
+@triton.jit
+def _bwd_grads_program(
+    c, bh,
     q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, states_ptr, dstates_ptr, tm_ptr, do_ptr,
     dq_ptr, dk_ptr, dv_ptr, dbeta_ptr, dlg_ptr,
     T, H, DK, DV, NC,
@@ -244,22 +271,11 @@ def delta_rule_bwd_grads_kernel(
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
     SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
     SAVED_TM: tl.constexpr = True, HALF_OPS: tl.constexpr = False,
+    CG: tl.constexpr = False,
 ):
-    """Grid ``(NC, B·H)``. Recomputes the chunk from its start state ``S = states[c]`` and
-    the forward's WY inverse ``T = tm[c]`` (``SAVED_TM``; otherwise inverted again here) and,
-    with ``dO`` and ``dS' = dstates[c]``, writes ``dq, dk, dv, dβ`` and ``d log γ``.
-
-    With ``R = diag(β)(V − diag(Γ) K S)`` and ``W = T R`` (value side in column slices)::
-
-        dW = Poᵀ dO + diag(d) K dS'            dR = Tᵀ dW        dA = −strict(dR Wᵀ)
-        dQ = diag(Γo) dO Sᵀ + (Do ⊙ dO Wᵀ) K    dV = diag(β) dR
-        dK = (Do ⊙ dO Wᵀ)ᵀ Q + diag(d) W dS'ᵀ − diag(βΓ) dR Sᵀ + Ã K + Ãᵀ K,  Ã = diag(β)(dA ⊙ D)
-        dβ = rowsum((V − diag(Γ) K S) ⊙ dR) + rowsum(dA ⊙ D ⊙ K Kᵀ)
-
-    and ``d log γ`` collects ``∂/∂ log γ_l`` of every decay factor whose segment covers
-    micro-step ``l`` (rectangle sums of ``dD ⊙ D``, built with cumulative sums)."""
-    c = tl.program_id(0)
-    bh = tl.program_id(1)
+    """The program ``(c, bh)`` of :func:`delta_rule_bwd_grads_kernel` (its docstring holds
+    the algebra). ``CG``: ``dstates`` is read through L2 only, as written by the state
+    programs of the same launch (:func:`delta_rule_bwd_kernel`)."""
     b64 = (bh // H).to(tl.int64)
     h = bh % H
     il, tok, sub, ok_l, ir, ok_r, micro, token, lg_rows = _chunk_rows(
@@ -289,7 +305,7 @@ def delta_rule_bwd_grads_kernel(
     for vb in range(BV // VS):
         v0 = vb * VS
         S_b = _lds(states_ptr, sbase, 0, BK, BV, v0, VS)
-        dS_b = _lds(dstates_ptr, dbase, 0, BK, BV, v0, VS)
+        dS_b = _lds(dstates_ptr, dbase, 0, BK, BV, v0, VS, CG)
         dO_b = _ld(do_ptr, token, ok_r, v0, DV, VS)
         KS_b = tl.zeros([LP, VS], dtype=tl.float32)
         KdS_b = tl.zeros([LP, VS], dtype=tl.float32)
@@ -298,7 +314,7 @@ def delta_rule_bwd_grads_kernel(
             Kj = _ld(k_ptr, micro, ok_l, j * KS, DK, KS)
             Sj = _lds(states_ptr, sbase, j * KS, KS, BV, v0, VS)
             KS_b = _mm(Kj, Sj, KS_b, PREC, HALF_OPS, k_ptr)
-            KdS_b = _mm(Kj, _lds(dstates_ptr, dbase, j * KS, KS, BV, v0, VS), KdS_b, PREC,
+            KdS_b = _mm(Kj, _lds(dstates_ptr, dbase, j * KS, KS, BV, v0, VS, CG), KdS_b, PREC,
                         HALF_OPS, k_ptr)
             if HAS_DECAY:
                 QS_b = _mm(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, QS_b, PREC, HALF_OPS,
@@ -359,3 +375,85 @@ def delta_rule_bwd_grads_kernel(
                        0, _sum_combine)
         # log γ of a token acts on its first micro-step only.
         tl.store(dlg_ptr + lg_rows, g.to(dlg_ptr.dtype.element_ty), mask=ok_l & (sub == 0))
+
+
+@triton.jit
+def delta_rule_bwd_grads_kernel(
+    q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, states_ptr, dstates_ptr, tm_ptr, do_ptr,
+    dq_ptr, dk_ptr, dv_ptr, dbeta_ptr, dlg_ptr,
+    T, H, DK, DV, NC,
+    NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+    SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
+    SAVED_TM: tl.constexpr = True, HALF_OPS: tl.constexpr = False,
+):
+    """Grid ``(NC, B·H)``. Recomputes the chunk from its start state ``S = states[c]`` and
+    the forward's WY inverse ``T = tm[c]`` (``SAVED_TM``; otherwise inverted again here) and,
+    with ``dO`` and ``dS' = dstates[c]``, writes ``dq, dk, dv, dβ`` and ``d log γ``.
+
+    With ``R = diag(β)(V − diag(Γ) K S)`` and ``W = T R`` (value side in column slices)::
+
+        dW = Poᵀ dO + diag(d) K dS'            dR = Tᵀ dW        dA = −strict(dR Wᵀ)
+        dQ = diag(Γo) dO Sᵀ + (Do ⊙ dO Wᵀ) K    dV = diag(β) dR
+        dK = (Do ⊙ dO Wᵀ)ᵀ Q + diag(d) W dS'ᵀ − diag(βΓ) dR Sᵀ + Ã K + Ãᵀ K,  Ã = diag(β)(dA ⊙ D)
+        dβ = rowsum((V − diag(Γ) K S) ⊙ dR) + rowsum(dA ⊙ D ⊙ K Kᵀ)
+
+    and ``d log γ`` collects ``∂/∂ log γ_l`` of every decay factor whose segment covers
+    micro-step ``l`` (rectangle sums of ``dD ⊙ D``, built with cumulative sums)."""
+    _bwd_grads_program(
+        tl.program_id(0), tl.program_id(1), q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, states_ptr,
+        dstates_ptr, tm_ptr, do_ptr, dq_ptr, dk_ptr, dv_ptr, dbeta_ptr, dlg_ptr, T, H, DK, DV, NC,
+        NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY, PREC, SAVED_TM, HALF_OPS)
+
+
+@triton.jit
+def delta_rule_bwd_kernel(
+    q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr, tm_ptr, n_ptr, b_ptr,
+    gl_ptr, states_ptr, dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr,
+    dq_ptr, dk_ptr, dv_ptr, dbeta_ptr, dlg_ptr, sync_ptr,
+    T, H, DK, DV, NC, NSEQ,
+    NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+    SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr,
+    HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
+    REG_STATE: tl.constexpr = False, WU_IN_STATE: tl.constexpr = False,
+    STATE_HALF_OPS: tl.constexpr = False, PREP_N: tl.constexpr = False,
+    SAVED_TM: tl.constexpr = True, HALF_OPS: tl.constexpr = False,
+):
+    """The backward's state kernel and per-chunk kernel in one launch (``FUSED_BWD``), so
+    that the gradients of a chunk are formed while the serial adjoint walks on through the
+    chunks before it: 1-D grid of ``B·H · (BV/VS + NC)`` programs, ``VS`` the state
+    programs' columns (the per-chunk programs use the same).
+
+    Each program takes a ticket from its lane's counter (lane = ``program_id % B·H``, one
+    ``(b, h)``; ``sync[lane]``, int32, zeroed before the launch): the first ``BV/VS``
+    tickets of a lane run :func:`delta_rule_bwd_state_kernel`'s column programs, which
+    publish every chunk's ``dstates[c]`` by adding one to ``flags[bh·NC + c]``
+    (``sync[B·H + …]``, release); ticket ``BV/VS + i`` runs
+    :func:`delta_rule_bwd_grads_kernel`'s program of chunk ``c = NC − 1 − i`` once all
+    ``BV/VS`` slices of its ``dstates[c]`` are out (acquire), in the order the adjoint
+    produces them. Tickets go out in the order programs start, so a waiting program only
+    waits on state programs that have already started, and those never wait: no deadlock
+    whatever order the hardware runs the grid in (as in the look-back scans of
+    :mod:`mingru_kernels._scan_common`)."""
+    NCOL: tl.constexpr = BV // VS
+    n_lanes = tl.num_programs(0) // (NCOL + NC)
+    lane = tl.program_id(0) % n_lanes
+    ticket = tl.atomic_add(sync_ptr + lane, 1, sem="relaxed")
+    flags_ptr = sync_ptr + n_lanes
+    if ticket < NCOL:
+        _bwd_state_program(
+            lane, ticket, flags_ptr, q_ptr, k_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr,
+            tm_ptr, n_ptr, b_ptr, gl_ptr, dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr, T,
+            H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, HAS_DHT, HAS_H0,
+            PACKED, PREC, REG_STATE, WU_IN_STATE, STATE_HALF_OPS, PREP_N, True)
+    else:
+        c = NC - 1 - (ticket - NCOL)
+        flag = flags_ptr + lane.to(tl.int64) * NC + c
+        done = tl.atomic_add(flag, 0, sem="acquire", scope="gpu")
+        while done < NCOL:
+            done = tl.atomic_add(flag, 0, sem="acquire", scope="gpu")
+        _bwd_grads_program(
+            c, lane, q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, states_ptr, dstates_ptr, tm_ptr,
+            do_ptr, dq_ptr, dk_ptr, dv_ptr, dbeta_ptr, dlg_ptr, T, H, DK, DV, NC, NH, C, LP,
+            CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY, PREC, SAVED_TM, HALF_OPS, True)

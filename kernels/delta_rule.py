@@ -28,7 +28,8 @@ where the serial chain is the time) the state kernel stores ``W`` instead of wri
 and ``delta_rule_fwd_out_kernel`` forms ``O`` parallel over chunks. Backward:
 ``delta_rule_bwd_state_kernel`` runs the adjoint of that chunk step backwards and stores each
 chunk's end-state gradient; ``delta_rule_bwd_grads_kernel`` (parallel) recomputes the chunk and
-writes the gradients of ``q, k, v, β, log γ``.
+writes the gradients of ``q, k, v, β, log γ``; ``delta_rule_bwd_kernel`` runs both in one
+launch, each chunk's gradients formed as soon as the adjoint has passed it (``FUSED_BWD``).
 
 Packed sequences (``PACKED``, ``B = 1``). The launchers lay the ``N`` sequences out
 chunk-aligned — each starts at a chunk boundary, the gaps are identity steps — so no chunk
@@ -85,6 +86,7 @@ from mingru_kernels._delta_chunk import (
 # so that every kernel of the op keeps its one name, ``mingru_kernels.delta_rule.<kernel>``.
 from mingru_kernels._delta_rule_bwd import (
     delta_rule_bwd_grads_kernel,
+    delta_rule_bwd_kernel,
     delta_rule_bwd_prep_kernel,
     delta_rule_bwd_state_kernel,
 )
@@ -311,6 +313,7 @@ def delta_rule_fwd_out_kernel(
 
 __all__ = [
     "delta_rule_bwd_grads_kernel",
+    "delta_rule_bwd_kernel",
     "delta_rule_bwd_prep_kernel",
     "delta_rule_bwd_state_kernel",
     "delta_rule_fwd_out_kernel",

@@ -12,11 +12,12 @@ from __future__ import annotations
 from mingru_kernels.launch._elementwise import next_pow2
 
 PLAN_KEYS = ("micro_chunk", "blocked", "reg_state", "wu_in_state", "state_vs", "out_pass",
-             "wu_half", "saved_tm", "split_fp32", "half_ops", "state_half_ops", "bwd_prep")
+             "wu_half", "saved_tm", "split_fp32", "half_ops", "state_half_ops", "bwd_prep",
+             "fused_bwd")
 """The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`):
 ``micro_chunk``, ``blocked``, ``reg_state``, ``wu_in_state``, ``state_vs``, ``out_pass``,
-``wu_half``, ``saved_tm``, ``split_fp32``, ``half_ops``, ``state_half_ops`` and ``bwd_prep``
-of :func:`launch_config`."""
+``wu_half``, ``saved_tm``, ``split_fp32``, ``half_ops``, ``state_half_ops``, ``bwd_prep`` and
+``fused_bwd`` of :func:`launch_config`."""
 
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
@@ -85,6 +86,8 @@ KERNEL_CONSTEXPRS = {
                   "WU_IN_STATE", "STATE_HALF_OPS", "PREP_N"),
     "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC",
                   "SAVED_TM", "HALF_OPS"),
+    "bwd": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC",
+            "REG_STATE", "WU_IN_STATE", "STATE_HALF_OPS", "PREP_N", "SAVED_TM", "HALF_OPS"),
 }
 """The constexpr parameters each kernel takes from :func:`launch_config`."""
 
@@ -115,7 +118,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
                   wu_half: bool | None = None, saved_tm: bool | None = None,
                   split_fp32: bool | None = None, few_rows: bool = False,
                   half_ops: bool | None = None, state_half_ops: bool | None = None,
-                  bwd_prep: bool | None = None) -> dict:
+                  bwd_prep: bool | None = None, fused_bwd: bool | None = None) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -178,6 +181,12 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     B32 T4096 H4, GPU-busy ms) it took bwd_state from 0.738 to 0.404 at nh2 with decay, but
     the pass itself cost 0.419 (its stores are 805 MB), fwd+bwd 3.797 -> 3.881 (fla 3.656);
     at nh1 bwd_state 0.282 -> 0.203 for a 0.235 pass, 1.459 -> 1.616. Same errors.
+    ``fused_bwd``: the backward's state kernel and per-chunk kernel run as one launch
+    (``delta_rule_bwd``, ``FUSED_BWD``): each chunk's gradients are formed as soon as the
+    serial adjoint has passed it, by programs that fill the SMs the few state programs leave
+    idle, instead of after the whole walk. Needs ``REG_STATE``, the state programs' columns
+    equal to the per-chunk kernel's (``STATE_VS == VS``) and no ``split_fp32``. Unforced, on
+    with ``few_rows`` and half inputs, where the walk has at most one program per SM.
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -263,6 +272,11 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         raise ValueError("state_half_ops needs bfloat16/float16 inputs and reg_state (one "
                          "slice per head)")
     bwd_prep = bool(bwd_prep)
+    fusable = bool(reg_state) and state_vs == vs and not split_fp32
+    if fused_bwd is None:
+        fused_bwd = few_rows and half and fusable
+    elif fused_bwd and not fusable:
+        raise ValueError("fused_bwd needs reg_state, state_vs equal to VS and no split_fp32")
     if out_pass and not reg_state:
         raise ValueError("out_pass needs reg_state (one slice per head: KS = BK)")
     if wu_half and not (half and not wu_in_state):
@@ -303,6 +317,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "STATE_HALF_OPS": bool(state_half_ops),
         # The backward's state-independent chunk terms from a parallel pass (see bwd_prep).
         "PREP_N": bool(bwd_prep),
+        # The backward's two kernels in one launch (see fused_bwd).
+        "FUSED_BWD": bool(fused_bwd),
         # The backward reads the forward's WY inverse on the tensor cores (H200, bf16, d = 64,
         # B128 T1024: bwd_grads 0.749 -> 0.631 ms). With exact float32 products it inverts
         # again: compiled for sm_90, the loaded T triples that kernel's spills (584 -> 1564
@@ -318,13 +334,15 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "TM_HALF": bool(store_tm and half and grads_half_ops and not wu_in_state),
         "overrides": {"bwd_grads": grads} if grads else {},
         "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps, "fwd_out": tc_warps,
-                  "bwd_prep": tc_warps, "bwd_state": state_warps, "bwd_grads": tc_warps},
+                  "bwd_prep": tc_warps, "bwd_state": state_warps, "bwd_grads": tc_warps,
+                  "bwd": tc_warps},
         # Reloading state kernels re-read what they just stored: no software pipelining there.
         # From registers they prefetch the next chunk's tiles (H200, bf16, d = 64: B32 T4096
         # forward 0.713 -> 0.612 ms, fwd+bwd 2.054 -> 1.845; B128 T1024 0.508 -> 0.455 and
         # 1.642 -> 1.542; nh2 with decay B32 T4096 1.709 -> 1.418 forward).
         "stages": {"fwd_prep": 2, "fwd_state": 2 if reg_state else 1, "fwd_out": 2,
-                   "bwd_prep": 2, "bwd_state": 2 if reg_state else 1, "bwd_grads": 2},
+                   "bwd_prep": 2, "bwd_state": 2 if reg_state else 1, "bwd_grads": 2,
+                   "bwd": 2},
     }
 
 
@@ -334,6 +352,8 @@ def launch_kwargs(cfg: dict, kernel: str, **flags) -> dict:
     out = {n: cfg[n] for n in KERNEL_CONSTEXPRS[kernel]}
     if kernel in ("fwd_state", "bwd_state", "fwd_out", "bwd_prep"):
         out["VS"] = cfg["STATE_VS"]
+    if kernel == "bwd":  # the fused backward: the per-chunk kernel's 16-bit operands too
+        out.update(cfg.get("overrides", {}).get("bwd_grads", {}))
     out.update(cfg.get("overrides", {}).get(kernel, {}))
     out.update(flags)
     out["num_warps"] = cfg["warps"][kernel]
@@ -390,6 +410,18 @@ def grid_out(T: int, BH: int, cfg: dict) -> tuple:
     """Grid of the output pass (``fwd_out``, with ``OUT_PASS``) and of the backward's
     ``bwd_prep`` (with ``PREP_N``): ``(NC, B·H, BV/STATE_VS)``."""
     return (n_chunks(T, cfg), BH, cfg["BV"] // cfg["STATE_VS"])
+
+
+def grid_fused_bwd(T: int, BH: int, cfg: dict) -> tuple:
+    """Grid of the fused backward (``delta_rule_bwd_kernel``, with ``FUSED_BWD``): one
+    program per ``(b, h)`` and state column slice, and one per ``(b, h)`` and chunk."""
+    return (BH * (cfg["BV"] // cfg["STATE_VS"] + n_chunks(T, cfg)),)
+
+
+def sync_size(T: int, BH: int, cfg: dict) -> int:
+    """Length of the fused backward's zeroed int32 ``sync`` buffer: a ticket counter per
+    ``(b, h)``, then a flag per ``(b, h)`` and chunk."""
+    return BH * (1 + n_chunks(T, cfg))
 
 
 def grid_state(BH: int, cfg: dict) -> tuple:

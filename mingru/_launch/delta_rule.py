@@ -129,7 +129,8 @@ _SVS = 10_000_000
 """Unit of the forced ``state_vs`` (0 = default, else the columns: two digits) in ``tuning``."""
 _TRI_STATE = (("reg_state", 100_000), ("wu_in_state", 1_000_000), ("out_pass", 10**9),
               ("wu_half", 10**10), ("saved_tm", 10**11), ("split_fp32", 10**12),
-              ("half_ops", 10**13), ("state_half_ops", 10**14), ("bwd_prep", 10**15))
+              ("half_ops", 10**13), ("state_half_ops", 10**14), ("bwd_prep", 10**15),
+              ("fused_bwd", 10**16))
 """The forced on/off plan choices and their units in ``tuning``: one decimal digit each,
 0 = default, 1 = off, 2 = on."""
 
@@ -260,6 +261,15 @@ def _(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=None, cu=N
     )
 
 
+def _grad_buffers(q, k, v, beta, log_gamma):
+    """``dq, dk, dv, dβ, d log γ`` (an empty ``d log γ`` without decay), unwritten."""
+    dev = q.device
+    dlg = (new_tensor(log_gamma.shape, log_gamma.dtype, dev) if log_gamma is not None
+           else q.new_empty(0))
+    return (new_tensor(q.shape, q.dtype, dev), new_tensor(k.shape, k.dtype, dev),
+            new_tensor(v.shape, v.dtype, dev), new_tensor(beta.shape, beta.dtype, dev), dlg)
+
+
 def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning, chunk_seq,
               chunk_end, cu):
     B, T, nh, H, dk = k.shape
@@ -288,6 +298,18 @@ def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning, ch
             q, k, beta, lg, do, wk, tm, n, b, gl, T, H, dk, dv, nc,
             **meta.launch_kwargs(cfg, "bwd_prep", HAS_DECAY=has_decay),
         )
+    if cfg["FUSED_BWD"]:
+        dq, dk_, dv_, dbeta, dlg = _grad_buffers(q, k, v, beta, log_gamma)
+        # Ticket counters and per-chunk flags of the one launch (see delta_rule_bwd_kernel).
+        sync = torch.zeros(meta.sync_size(T, BH, cfg), dtype=torch.int32, device=dev)
+        kernels.delta_rule_bwd_kernel[meta.grid_fused_bwd(T, BH, cfg)](
+            q, k, v, beta, lg, dht, do, wk, tm, n, b, gl, states, dstates,
+            dh0 if has_h0 else q, *tables, dq, dk_, dv_, dbeta, dlg if has_decay else q, sync,
+            T, H, dk, dv, nc, _n_seq(cu, B),
+            **meta.launch_kwargs(cfg, "bwd", HAS_DECAY=has_decay, HAS_DHT=has_dht,
+                                 HAS_H0=has_h0, PACKED=packed),
+        )
+        return dq, dk_, dv_, dbeta, dlg, dh0
     kernels.delta_rule_bwd_state_kernel[meta.grid_state(BH, cfg)](
         q, k, beta, lg, dht, do, wk, tm, n, b, gl, dstates, dh0 if has_h0 else q, *tables, T,
         H, dk, dv, nc,
@@ -297,11 +319,7 @@ def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning, ch
     )
     # The prep buffers are freed before the gradients are allocated: never one peak.
     del n, b, gl
-    dq = new_tensor(q.shape, q.dtype, dev)
-    dk_ = new_tensor(k.shape, k.dtype, dev)
-    dv_ = new_tensor(v.shape, v.dtype, dev)
-    dbeta = new_tensor(beta.shape, beta.dtype, dev)
-    dlg = new_tensor(log_gamma.shape, log_gamma.dtype, dev) if has_decay else q.new_empty(0)
+    dq, dk_, dv_, dbeta, dlg = _grad_buffers(q, k, v, beta, log_gamma)
     kernels.delta_rule_bwd_grads_kernel[meta.grid_chunks(T, BH, cfg)](
         q, k, v, beta, lg, states, dstates, tm, do, dq, dk_, dv_, dbeta,
         dlg if has_decay else q, T, H, dk, dv, nc,

@@ -157,6 +157,22 @@ def _bwd_grads(q, k, v, beta, lg, states, dstates, tm, do, T, H, DK, DV, NC,
                                         PREC, SAVED_TM, HALF_OPS)
 
 
+@triton.jit
+def _bwd(q, k, v, beta, lg, dht, do, wk, tm, n, b, gl, states, cseq, cend, cu, T, H, DK, DV,
+         NC, NSEQ, dstates, dh0, dq, dk, dv, dbeta, dlg, sync,
+         NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
+         BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+         SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr,
+         HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
+         REG_STATE: tl.constexpr, WU_IN_STATE: tl.constexpr, STATE_HALF_OPS: tl.constexpr,
+         PREP_N: tl.constexpr, SAVED_TM: tl.constexpr, HALF_OPS: tl.constexpr):
+    kernels.delta_rule_bwd_kernel(q, k, v, beta, lg, dht, do, wk, tm, n, b, gl, states, dstates,
+                                  dh0, cseq, cend, cu, dq, dk, dv, dbeta, dlg, sync, T, H, DK,
+                                  DV, NC, NSEQ, NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED,
+                                  HAS_DECAY, HAS_DHT, HAS_H0, PACKED, PREC, REG_STATE,
+                                  WU_IN_STATE, STATE_HALF_OPS, PREP_N, SAVED_TM, HALF_OPS)
+
+
 # ----------------------------------------------------------------------------- launch sequences
 
 
@@ -176,6 +192,7 @@ def _config(q, k, v, tf32: bool = False) -> dict:
                               half_ops=choices.get("half_ops"),
                               state_half_ops=choices.get("state_half_ops"),
                               bwd_prep=choices.get("bwd_prep"),
+                              fused_bwd=choices.get("fused_bwd"),
                               few_rows=common.on_gpu() and B * H <= common.sm_count())
 
 
@@ -244,6 +261,21 @@ def _launch_backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tab
              common.f32(shp["GL"])), (T, H, dk, dv, nc),
             **meta.launch_kwargs(cfg, "bwd_prep", HAS_DECAY=has_decay),
         )
+    grads_out = (common.like(q), common.like(k), common.like(v), common.like(beta),
+                 dummy if log_gamma is None else common.like(log_gamma))
+    if cfg["FUSED_BWD"]:
+        # One launch (see delta_rule_bwd_kernel); its int32 sync words are zeroed first.
+        _, dh0, dq, dk_, dv_, dbeta, dlg, _ = common.launch(
+            _bwd, meta.grid_fused_bwd(T, BH, cfg),
+            (q, k, v, beta, lg, q if dh_T is None else dh_T, do, wk, tm, n, b, gl, states,
+             *tabs),
+            (common.like(states), dummy if h0 is None else common.like(h0), *grads_out,
+             common.i32((meta.sync_size(T, BH, cfg),))),
+            (T, H, dk, dv, nc, n_states), zeroed=(7,),
+            **meta.launch_kwargs(cfg, "bwd", HAS_DECAY=has_decay, HAS_DHT=dh_T is not None,
+                                 HAS_H0=h0 is not None, PACKED=packed),
+        )
+        return dq, dk_, dv_, dbeta, dlg, dh0
     dstates, dh0 = common.launch(
         _bwd_state, meta.grid_state(BH, cfg),
         (q, k, beta, lg, q if dh_T is None else dh_T, do, wk, tm, n, b, gl, *tabs),
@@ -254,9 +286,7 @@ def _launch_backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tab
     )
     dq, dk_, dv_, dbeta, dlg = common.launch(
         _bwd_grads, meta.grid_chunks(T, BH, cfg),
-        (q, k, v, beta, lg, states, dstates, tm, do),
-        (common.like(q), common.like(k), common.like(v), common.like(beta),
-         dummy if log_gamma is None else common.like(log_gamma)), (T, H, dk, dv, nc),
+        (q, k, v, beta, lg, states, dstates, tm, do), grads_out, (T, H, dk, dv, nc),
         **meta.launch_kwargs(cfg, "bwd_grads", HAS_DECAY=has_decay),
     )
     return dq, dk_, dv_, dbeta, dlg, dh0

@@ -53,6 +53,11 @@ LAYOUTS = {
     "L16-bwd-prep-reload": dict(micro_chunk=16, reg_state=False, bwd_prep=True),
     "L32-bwd-prep-wu-in-state": dict(micro_chunk=32, reg_state=True, wu_in_state=True,
                                      bwd_prep=True),
+    # The backward's state walk and per-chunk gradients in one launch (ticket counters and
+    # per-chunk flags; the interpreter runs the programs in order, so nothing waits there).
+    "L32-fused-bwd": dict(micro_chunk=32, reg_state=True, fused_bwd=True),
+    "L16-fused-bwd-few-rows": dict(micro_chunk=16, reg_state=True, wu_in_state=False,
+                                   out_pass=True, saved_tm=True, fused_bwd=True),
     # The backward reading the forward's WY inverse instead of inverting again, and the
     # forward not storing it at all.
     "L32-saved-tm": dict(micro_chunk=32, saved_tm=True),
@@ -137,7 +142,8 @@ CASES = {
 # A forced value per plan key that differs from its default for half inputs at nh = 2, d = 64.
 FORCED_PLAN = dict(micro_chunk=64, blocked=False, reg_state=False, wu_in_state=False,
                    state_vs=16, out_pass=True, wu_half=True, saved_tm=False,
-                   split_fp32=False, half_ops=True, state_half_ops=False, bwd_prep=True)
+                   split_fp32=False, half_ops=True, state_half_ops=False, bwd_prep=True,
+                   fused_bwd=True)
 
 
 @pytest.mark.parametrize("key", sorted(FORCED_PLAN))
@@ -459,20 +465,43 @@ def test_few_rows_plan():
 
     cfg = meta.launch_config(2, 64, 64, half=True, few_rows=True)
     assert cfg == meta.launch_config(2, 64, 64, half=True, wu_in_state=False, out_pass=True,
-                                     wu_half=True)
+                                     wu_half=True, fused_bwd=True)
     assert cfg["OUT_PASS"] and not cfg["WU_IN_STATE"] and cfg["WU_HALF"] and not cfg["PREP_N"]
     assert not cfg["STORE_W"] and cfg["STORE_TM"] and cfg["SAVED_TM"] and cfg["TM_HALF"]
     for kwargs in (dict(nh=1, half=True), dict(nh=2, half=False, split_fp32=False),
                    dict(nh=2, half=True, out_pass=False), dict(nh=2, half=True, wu_in_state=True),
                    dict(nh=3, half=True, wu_in_state=True, out_pass=True)):
         nh = kwargs.pop("nh")
-        assert meta.launch_config(nh, 64, 64, few_rows=True, **kwargs) == meta.launch_config(
-            nh, 64, 64, **kwargs), kwargs
+        few = meta.launch_config(nh, 64, 64, few_rows=True, **kwargs)
+        # Half inputs also take the fused backward at few rows, whatever the rest of the plan.
+        assert few == meta.launch_config(nh, 64, 64, fused_bwd=kwargs["half"], **kwargs), kwargs
     assert meta.launch_config(2, 64, 64, half=True) != cfg  # many rows: the shipped default
     # A forced wu_half / saved_tm is kept inside the few-rows plan.
     assert meta.launch_config(2, 16, 16, half=True, few_rows=True, saved_tm=True)["SAVED_TM"]
     assert not meta.launch_config(2, 16, 16, half=True, few_rows=True,
                                   wu_half=False)["WU_HALF"]
+
+
+def test_fused_bwd_plan():
+    """The backward in one launch: on by default only with few rows and half inputs, forced
+    anywhere the state programs' columns are the per-chunk kernel's; its grid has a program
+    per (b, h) and column slice plus one per (b, h) and chunk, its sync words a counter per
+    (b, h) plus a flag per (b, h) and chunk."""
+    from mingru_kernels.launch import delta_rule as meta
+
+    assert meta.launch_config(1, 64, 64, half=True, few_rows=True)["FUSED_BWD"]
+    for kwargs in (dict(half=True), dict(few_rows=True), dict(few_rows=True, tf32=True),
+                   dict(half=True, few_rows=True, fused_bwd=False)):
+        assert not meta.launch_config(2, 64, 64, **kwargs)["FUSED_BWD"], kwargs
+    cfg = meta.launch_config(2, 16, 16, reg_state=True, fused_bwd=True)
+    assert cfg["FUSED_BWD"] and meta.grid_fused_bwd(40, 6, cfg) == (6 * (1 + 3),)
+    assert meta.sync_size(40, 6, cfg) == 6 * (1 + 3)
+    assert meta.launch_kwargs(meta.launch_config(2, 64, 64, half=True, fused_bwd=True),
+                              "bwd")["HALF_OPS"] is True  # the per-chunk kernel's operands
+    for kwargs in (dict(half=True, reg_state=False), dict(split_fp32=True),
+                   dict(half=True, state_vs=32)):
+        with pytest.raises(ValueError, match="fused_bwd"):
+            meta.launch_config(2, 64, 64, fused_bwd=True, **kwargs)
 
 
 def test_bwd_prep_plan():
@@ -630,13 +659,15 @@ class TestGPU:
                                              bwd_prep=True),
                                         dict(bwd_prep=True),
                                         dict(reg_state=False, bwd_prep=True),
+                                        dict(fused_bwd=False), dict(fused_bwd=True),
                                         {}],
                              ids=["reload", "registers-stored-wu", "wu-16-columns",
                                   "wu-out-pass", "stored-wu-out-pass", "half-wu-out-pass",
                                   "L64-half-wu-out-pass-no-tm", "half-ops",
                                   "half-ops-few-rows", "tf32-ops", "all-half-ops",
                                   "state-half-ops-few-rows", "few-rows-bwd-prep", "bwd-prep",
-                                  "reload-bwd-prep", "default"])
+                                  "reload-bwd-prep", "two-launch-bwd", "fused-bwd",
+                                  "default"])
     def test_reg_state_bf16_head64(self, layout):
         """The ways of feeding the state kernels' product, with bf16 at d = 64 (one slice)."""
         args = make_inputs(2, 700, 2, 2, 64, 64, True, True, True, seed=7)

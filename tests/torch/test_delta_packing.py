@@ -130,6 +130,14 @@ def test_op_kernel_with_bwd_prep_equals_each_sequence_alone():
 
 
 @pytest.mark.interpreter
+def test_op_kernel_with_fused_bwd_equals_each_sequence_alone():
+    """The backward in one launch (forced on) under packing: each chunk's gradients wait for
+    the adjoint cut at every sequence boundary."""
+    _check(CU_KERNEL, _inputs(CU_KERNEL, 2, True, True), "triton", reg_state=True,
+           fused_bwd=True)
+
+
+@pytest.mark.interpreter
 def test_kernel_path_really_runs_the_kernels(monkeypatch):
     from mingru._launch import delta_rule as launcher
 
