@@ -185,8 +185,10 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     (``delta_rule_bwd``, ``FUSED_BWD``): each chunk's gradients are formed as soon as the
     serial adjoint has passed it, by programs that fill the SMs the few state programs leave
     idle, instead of after the whole walk. Needs ``REG_STATE``, the state programs' columns
-    equal to the per-chunk kernel's (``STATE_VS == VS``) and no ``split_fp32``. Unforced, on
-    with ``few_rows`` and half inputs, where the walk has at most one program per SM.
+    equal to the per-chunk kernel's (``STATE_VS == VS``) and no ``split_fp32``. Off unless
+    forced: it has not yet run on a GPU (compiled offline for sm_90 at bf16, d = 64, nh = 2
+    it takes 255 registers and spills 844 bytes, as ``bwd_grads`` alone does, 255 and 864;
+    so two programs fit an SM, one beside each state program).
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -273,9 +275,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
                          "slice per head)")
     bwd_prep = bool(bwd_prep)
     fusable = bool(reg_state) and state_vs == vs and not split_fp32
-    if fused_bwd is None:
-        fused_bwd = few_rows and half and fusable
-    elif fused_bwd and not fusable:
+    fused_bwd = bool(fused_bwd)
+    if fused_bwd and not fusable:
         raise ValueError("fused_bwd needs reg_state, state_vs equal to VS and no split_fp32")
     if out_pass and not reg_state:
         raise ValueError("out_pass needs reg_state (one slice per head: KS = BK)")

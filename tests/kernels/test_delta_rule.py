@@ -13,6 +13,7 @@ bfloat16, long sequences, head size 64 and ``torch.compile(fullgraph=True)``.
 from __future__ import annotations
 
 import math
+import textwrap
 
 import pytest
 import torch
@@ -23,7 +24,7 @@ from mingru._eager.delta_rule import delta_rule_eager
 from mingru.mixers.delta import DeltaMinGRU
 from mingru.scans import _delta_rule
 from mingru_kernels.launch import switches
-from tests.helpers import rel_err
+from tests.helpers import rel_err, run_offline_gpu_compile
 from tests.kernels.cases import DEVICE, F64
 from tests.reference import loop_delta
 
@@ -465,16 +466,15 @@ def test_few_rows_plan():
 
     cfg = meta.launch_config(2, 64, 64, half=True, few_rows=True)
     assert cfg == meta.launch_config(2, 64, 64, half=True, wu_in_state=False, out_pass=True,
-                                     wu_half=True, fused_bwd=True)
+                                     wu_half=True)
     assert cfg["OUT_PASS"] and not cfg["WU_IN_STATE"] and cfg["WU_HALF"] and not cfg["PREP_N"]
     assert not cfg["STORE_W"] and cfg["STORE_TM"] and cfg["SAVED_TM"] and cfg["TM_HALF"]
     for kwargs in (dict(nh=1, half=True), dict(nh=2, half=False, split_fp32=False),
                    dict(nh=2, half=True, out_pass=False), dict(nh=2, half=True, wu_in_state=True),
                    dict(nh=3, half=True, wu_in_state=True, out_pass=True)):
         nh = kwargs.pop("nh")
-        few = meta.launch_config(nh, 64, 64, few_rows=True, **kwargs)
-        # Half inputs also take the fused backward at few rows, whatever the rest of the plan.
-        assert few == meta.launch_config(nh, 64, 64, fused_bwd=kwargs["half"], **kwargs), kwargs
+        assert meta.launch_config(nh, 64, 64, few_rows=True, **kwargs) == meta.launch_config(
+            nh, 64, 64, **kwargs), kwargs
     assert meta.launch_config(2, 64, 64, half=True) != cfg  # many rows: the shipped default
     # A forced wu_half / saved_tm is kept inside the few-rows plan.
     assert meta.launch_config(2, 16, 16, half=True, few_rows=True, saved_tm=True)["SAVED_TM"]
@@ -483,16 +483,16 @@ def test_few_rows_plan():
 
 
 def test_fused_bwd_plan():
-    """The backward in one launch: on by default only with few rows and half inputs, forced
-    anywhere the state programs' columns are the per-chunk kernel's; its grid has a program
-    per (b, h) and column slice plus one per (b, h) and chunk, its sync words a counter per
+    """The backward in one launch: off unless forced (not yet run on a GPU), forced anywhere
+    the state programs' columns are the per-chunk kernel's; its grid has a program per
+    (b, h) and column slice plus one per (b, h) and chunk, its sync words a counter per
     (b, h) plus a flag per (b, h) and chunk."""
     from mingru_kernels.launch import delta_rule as meta
 
-    assert meta.launch_config(1, 64, 64, half=True, few_rows=True)["FUSED_BWD"]
-    for kwargs in (dict(half=True), dict(few_rows=True), dict(few_rows=True, tf32=True),
-                   dict(half=True, few_rows=True, fused_bwd=False)):
-        assert not meta.launch_config(2, 64, 64, **kwargs)["FUSED_BWD"], kwargs
+    for kwargs in (dict(half=True), dict(half=True, few_rows=True), dict(few_rows=True),
+                   dict(few_rows=True, tf32=True), dict(half=True, few_rows=True, nh=1)):
+        nh = kwargs.pop("nh", 2)
+        assert not meta.launch_config(nh, 64, 64, **kwargs)["FUSED_BWD"], kwargs
     cfg = meta.launch_config(2, 16, 16, reg_state=True, fused_bwd=True)
     assert cfg["FUSED_BWD"] and meta.grid_fused_bwd(40, 6, cfg) == (6 * (1 + 3),)
     assert meta.sync_size(40, 6, cfg) == 6 * (1 + 3)
@@ -502,6 +502,56 @@ def test_fused_bwd_plan():
                    dict(half=True, state_vs=32)):
         with pytest.raises(ValueError, match="fused_bwd"):
             meta.launch_config(2, 64, 64, fused_bwd=True, **kwargs)
+
+
+_BWD_COMPILE = textwrap.dedent(
+    """
+    import inspect, re
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from mingru_kernels import delta_rule as kernels
+    from mingru_kernels.launch import delta_rule as meta
+
+    INT = ("sync_ptr", "cseq_ptr", "cend_ptr", "cu_ptr")
+    F32 = ("lg_ptr", "n_ptr", "gl_ptr", "dlg_ptr")
+
+    def build(fn, cfg, kernel):
+        kw = meta.launch_kwargs(cfg, kernel, HAS_DECAY=True, HAS_DHT=True, HAS_H0=True,
+                                PACKED=False)
+        opts = {"num_warps": kw.pop("num_warps"), "num_stages": kw.pop("num_stages")}
+        names = list(inspect.signature(fn.fn).parameters)
+        consts = {n: kw[n] for n in names if n in kw}
+        sig = {n: "constexpr" if n in consts else "*i32" if n in INT else "*fp32" if n in F32
+               else "*bf16" if n.endswith("_ptr") else "i32" for n in names}
+        src = ASTSource(fn, signature=sig, constexprs=consts)
+        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+
+    cfg = meta.launch_config(2, 64, 64, half=True, few_rows=True, fused_bwd=True)
+    fused = build(kernels.delta_rule_bwd_kernel, cfg, "bwd")
+    grads = build(kernels.delta_rule_bwd_grads_kernel, cfg, "bwd_grads")
+    state = build(kernels.delta_rule_bwd_state_kernel, cfg, "bwd_state")
+    prep = meta.launch_config(2, 64, 64, half=True, few_rows=True, bwd_prep=True)
+    build(kernels.delta_rule_bwd_prep_kernel, prep, "bwd_prep")
+    build(kernels.delta_rule_bwd_state_kernel, prep, "bwd_state")
+    ptx = fused.asm["ptx"]
+    # One role's shared memory is reused by the other's, not added to it.
+    assert fused.metadata.shared <= max(grads.metadata.shared, state.metadata.shared)
+    assert re.search(r"atom\\.global\\.gpu\\.relaxed\\.add", ptx)  # the lane's ticket
+    assert re.search(r"red\\.global\\.gpu\\.release\\.add", ptx)  # a chunk published
+    assert re.search(r"ld\\.global\\.gpu\\.acquire", ptx)  # waiting on it
+    assert "ld.global.cg" in ptx  # dstates read through L2
+    print("OK")
+    """
+)
+
+
+def test_backward_kernels_compile_for_sm90():
+    """Offline for sm_90 (no GPU needed), at bf16, d = 64, nh = 2 with decay and h0: the
+    fused backward, the two kernels it joins and the prep pass compile; the fused kernel
+    needs no more shared memory than the larger of the two, and its PTX keeps the ticket,
+    the release of each chunk's flag, the acquiring wait and the L2-only reads."""
+    assert run_offline_gpu_compile(_BWD_COMPILE).strip().endswith("OK")
 
 
 def test_bwd_prep_plan():

@@ -8,12 +8,9 @@ CUDA backend makes PTX without a GPU), so it runs in CI too.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
-import pytest
+from tests.helpers import run_offline_gpu_compile
 
 _PTX_CHECK = textwrap.dedent(
     """
@@ -53,13 +50,7 @@ _PTX_CHECK = textwrap.dedent(
 
 
 def test_gpu_compile_uses_one_instruction_special_functions():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _PTX_CHECK], env=env, capture_output=True,
-                         text=True, timeout=600)
-    if res.returncode != 0 and "No module named" in res.stderr:
-        pytest.skip(f"no CUDA compile backend in this Triton: {res.stderr[-300:]}")
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert res.stdout.strip().endswith("OK")
+    assert run_offline_gpu_compile(_PTX_CHECK).strip().endswith("OK")
 
 
 def test_interpreter_uses_the_plain_operations():
