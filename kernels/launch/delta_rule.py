@@ -154,7 +154,10 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     neither ``wu_in_state`` nor ``out_pass`` forced, the defaults become ``wu_in_state`` off,
     ``out_pass`` and ``wu_half`` on: the output pass forms ``W`` again from the stored 16-bit
     ``Wk`` and ``U`` (no ``W`` buffer), and the backward reads the WY inverse stored in 16 bits
-    (``TM_HALF``) instead of inverting again.
+    (``TM_HALF``) instead of inverting again: on an H200 (triton 3.7.1, nh2 with decay,
+    d = 64, B32 T4096, GPU-busy ms) bwd_grads 1.721 -> 1.564 for fwd_prep 0.426 -> 0.447,
+    fwd+bwd 3.800 -> 3.665 (fla 3.649), forward peak 577 -> 641 MB, the same errors against
+    float64 (output 0.0048, gradients 0.0064; fla 0.0064 / 0.0070).
     ``half_ops``: with half inputs, the per-chunk kernels (``fwd_prep``, ``fwd_out``,
     ``bwd_grads``) round both operands of every product outside the WY inverse to the inputs'
     16-bit dtype, as fla does (``HALF_OPS``); off, those products take float32 operands in
