@@ -308,3 +308,48 @@ def _chunk_slice_program(lg_ptr, T, H, NC, NH: tl.constexpr, C: tl.constexpr,
         c, (bh // H).to(tl.int64), bh % H, lg_ptr, T, H, NH, C, LP, CP, HAS_DECAY)
     return (v0, v0 + tl.arange(0, VS), bh.to(tl.int64) * NC + c, il, ok_l, ok_r, micro, token,
             gam, d, gam_last, Do, gam_o)
+
+
+@triton.jit
+def _start_carry(src_ptr, dst_ptr, cu_ptr, NSEQ, bh64, H, DK, DV, ik, iv, user, user_mask,
+                 BK: tl.constexpr, VS: tl.constexpr, HAS_SRC: tl.constexpr,
+                 HAS_DST: tl.constexpr, PACKED: tl.constexpr):
+    """The ``(BK, VS)`` carry a serial state walk starts from, in float32: ``src`` (``h0`` in
+    the forward, ``dh_T`` in the backward; zeros without ``HAS_SRC``) at ``user``, or zeros
+    when ``PACKED``, where each sequence's own start is taken at its first chunk. Packed, it
+    also writes an empty sequence's result straight through: ``dst[n] = src[n]`` (``h_T`` from
+    ``h0``, ``dh0`` from ``dh_T``; with ``HAS_DST``)."""
+    if PACKED:
+        if HAS_DST:
+            for n in range(NSEQ):
+                empty = tl.load(cu_ptr + n + 1) == tl.load(cu_ptr + n)
+                if HAS_SRC:
+                    x = tl.load(_seq_tile(src_ptr, n, bh64, H, DK, DV, ik, iv),
+                                mask=tl.where(empty, user_mask, False), other=0.0).to(tl.float32)
+                else:
+                    x = tl.zeros([BK, VS], dtype=tl.float32)
+                tl.store(_seq_tile(dst_ptr, n, bh64, H, DK, DV, ik, iv),
+                         x.to(dst_ptr.dtype.element_ty), mask=tl.where(empty, user_mask, False))
+        carry = tl.zeros([BK, VS], dtype=tl.float32)
+    elif HAS_SRC:
+        carry = tl.load(src_ptr + user, mask=user_mask, other=0.0).to(tl.float32)
+    else:
+        carry = tl.zeros([BK, VS], dtype=tl.float32)
+    return carry
+
+
+@triton.jit
+def _sequence_restart(carry, table_ptr, c, src_ptr, bh64, H, DK, DV, ik, iv, user_mask,
+                      BK: tl.constexpr, VS: tl.constexpr, HAS_SRC: tl.constexpr):
+    """A packed walk's carry at chunk ``c``: where ``table[c] = n ≥ 0`` (the forward's
+    ``cseq``: chunk ``c`` starts sequence ``n``; the backward's ``cend``: it ends it) the walk
+    restarts from ``src[n]`` (``h0``, ``dh_T``; zeros without ``HAS_SRC``), else it keeps
+    ``carry``."""
+    n = tl.load(table_ptr + c)
+    restarts = n >= 0
+    if HAS_SRC:
+        x = tl.load(_seq_tile(src_ptr, tl.maximum(n, 0), bh64, H, DK, DV, ik, iv),
+                    mask=tl.where(restarts, user_mask, False), other=0.0).to(tl.float32)
+    else:
+        x = tl.zeros([BK, VS], dtype=tl.float32)
+    return tl.where(restarts, x, carry)

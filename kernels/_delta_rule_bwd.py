@@ -28,6 +28,8 @@ from mingru_kernels._delta_chunk import (
     _load_gates,
     _mm,
     _seq_tile,
+    _sequence_restart,
+    _start_carry,
     _state_step_tables,
     _tm_tile,
     _wy_inverse,
@@ -154,33 +156,13 @@ def _bwd_state_program(
     kv = ik[:, None] * BV + iv[None, :]
     user = bh64 * DK * DV + ik[:, None] * DV + iv[None, :]
     user_mask = (ik[:, None] < DK) & (iv[None, :] < DV)
-    if PACKED:
-        if HAS_H0:
-            for n in range(NSEQ):
-                empty = tl.load(cu_ptr + n + 1) == tl.load(cu_ptr + n)
-                if HAS_DHT:
-                    g = tl.load(_seq_tile(dht_ptr, n, bh64, H, DK, DV, ik, iv),
-                                mask=tl.where(empty, user_mask, False), other=0.0).to(tl.float32)
-                else:
-                    g = tl.zeros([BK, VS], dtype=tl.float32)
-                tl.store(_seq_tile(dh0_ptr, n, bh64, H, DK, DV, ik, iv),
-                         g.to(dh0_ptr.dtype.element_ty), mask=tl.where(empty, user_mask, False))
-        dS = tl.zeros([BK, VS], dtype=tl.float32)
-    elif HAS_DHT:
-        dS = tl.load(dht_ptr + user, mask=user_mask, other=0.0).to(tl.float32)
-    else:
-        dS = tl.zeros([BK, VS], dtype=tl.float32)
+    dS = _start_carry(dht_ptr, dh0_ptr, cu_ptr, NSEQ, bh64, H, DK, DV, ik, iv, user, user_mask,
+                      BK, VS, HAS_DHT, HAS_H0, PACKED)
     for i in range(NC):
         c = NC - 1 - i
         if PACKED:
-            e = tl.load(cend_ptr + c)
-            ends = e >= 0
-            if HAS_DHT:
-                g = tl.load(_seq_tile(dht_ptr, tl.maximum(e, 0), bh64, H, DK, DV, ik, iv),
-                            mask=tl.where(ends, user_mask, False), other=0.0).to(tl.float32)
-            else:
-                g = tl.zeros([BK, VS], dtype=tl.float32)
-            dS = tl.where(ends, g, dS)
+            dS = _sequence_restart(dS, cend_ptr, c, dht_ptr, bh64, H, DK, DV, ik, iv, user_mask,
+                                   BK, VS, HAS_DHT)
         chunk = bh64 * NC + c
         dbase = chunk * (BK * BV)
         tl.store(dstates_ptr + dbase + kv, dS.to(dstates_ptr.dtype.element_ty))

@@ -75,6 +75,8 @@ from mingru_kernels._delta_chunk import (
     _load_gates,
     _mm,
     _seq_tile,
+    _sequence_restart,
+    _start_carry,
     _state_step_tables,
     _store_chunk_output,
     _tm_tile,
@@ -187,31 +189,12 @@ def delta_rule_fwd_state_kernel(
     kv = ik[:, None] * BV + iv[None, :]
     user = bh64 * DK * DV + ik[:, None] * DV + iv[None, :]
     user_mask = (ik[:, None] < DK) & (iv[None, :] < DV)
-    if PACKED:
-        for n in range(NSEQ):
-            empty = tl.load(cu_ptr + n + 1) == tl.load(cu_ptr + n)
-            if HAS_H0:
-                S0 = tl.load(_seq_tile(h0_ptr, n, bh64, H, DK, DV, ik, iv),
-                             mask=tl.where(empty, user_mask, False), other=0.0).to(tl.float32)
-            else:
-                S0 = tl.zeros([BK, VS], dtype=tl.float32)
-            tl.store(_seq_tile(ht_ptr, n, bh64, H, DK, DV, ik, iv),
-                     S0.to(ht_ptr.dtype.element_ty), mask=tl.where(empty, user_mask, False))
-        S = tl.zeros([BK, VS], dtype=tl.float32)
-    elif HAS_H0:
-        S = tl.load(h0_ptr + user, mask=user_mask, other=0.0).to(tl.float32)
-    else:
-        S = tl.zeros([BK, VS], dtype=tl.float32)
+    S = _start_carry(h0_ptr, ht_ptr, cu_ptr, NSEQ, bh64, H, DK, DV, ik, iv, user, user_mask,
+                     BK, VS, HAS_H0, True, PACKED)
     for c in range(NC):
         if PACKED:
-            s = tl.load(cseq_ptr + c)
-            starts = s >= 0
-            if HAS_H0:
-                S0 = tl.load(_seq_tile(h0_ptr, tl.maximum(s, 0), bh64, H, DK, DV, ik, iv),
-                             mask=tl.where(starts, user_mask, False), other=0.0).to(tl.float32)
-            else:
-                S0 = tl.zeros([BK, VS], dtype=tl.float32)
-            S = tl.where(starts, S0, S)
+            S = _sequence_restart(S, cseq_ptr, c, h0_ptr, bh64, H, DK, DV, ik, iv, user_mask,
+                                  BK, VS, HAS_H0)
         il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = _state_step_tables(
             c, b64, h, lg_ptr, T, H, NH, C, LP, CP, HAS_DECAY)
         chunk = bh64 * NC + c
