@@ -353,3 +353,19 @@ def _sequence_restart(carry, table_ptr, c, src_ptr, bh64, H, DK, DV, ik, iv, use
     else:
         x = tl.zeros([BK, VS], dtype=tl.float32)
     return tl.where(restarts, x, carry)
+
+
+@triton.jit
+def _walk_program(bh, col, H, DK, DV, BK: tl.constexpr, BV: tl.constexpr, VS: tl.constexpr):
+    """Where the serial walk program ``(bh, col)`` works: ``bh`` as int64, its batch row and
+    head, the state rows ``ik`` and columns ``iv`` (from ``v0 = col·VS``), their offsets ``kv``
+    in a padded ``(BK, BV)`` chunk tile, and ``user``, ``user_mask``: the same tile in a
+    ``(B·H, DK, DV)`` state of the op's own shape."""
+    bh64 = bh.to(tl.int64)
+    ik = tl.arange(0, BK)
+    v0 = col * VS
+    iv = v0 + tl.arange(0, VS)
+    user = bh64 * DK * DV + ik[:, None] * DV + iv[None, :]
+    user_mask = (ik[:, None] < DK) & (iv[None, :] < DV)
+    return (bh64, (bh // H).to(tl.int64), bh % H, ik, v0, iv, ik[:, None] * BV + iv[None, :],
+            user, user_mask)

@@ -32,6 +32,7 @@ from mingru_kernels._delta_chunk import (
     _start_carry,
     _state_step_tables,
     _tm_tile,
+    _walk_program,
     _wy_inverse,
     _wy_keys,
 )
@@ -147,15 +148,8 @@ def _bwd_state_program(
     """The program ``(bh, col)`` of :func:`delta_rule_bwd_state_kernel` (its docstring
     holds the algebra). ``FUSED`` (:func:`delta_rule_bwd_kernel`): after storing each chunk's
     ``dstates[c]`` it adds one to the int32 ``flags[bh·NC + c]`` with release semantics."""
-    bh64 = bh.to(tl.int64)
-    b64 = (bh // H).to(tl.int64)
-    h = bh % H
-    ik = tl.arange(0, BK)
-    v0 = col * VS
-    iv = v0 + tl.arange(0, VS)
-    kv = ik[:, None] * BV + iv[None, :]
-    user = bh64 * DK * DV + ik[:, None] * DV + iv[None, :]
-    user_mask = (ik[:, None] < DK) & (iv[None, :] < DV)
+    bh64, b64, h, ik, v0, iv, kv, user, user_mask = _walk_program(bh, col, H, DK, DV, BK, BV,
+                                                                   VS)
     dS = _start_carry(dht_ptr, dh0_ptr, cu_ptr, NSEQ, bh64, H, DK, DV, ik, iv, user, user_mask,
                       BK, VS, HAS_DHT, HAS_H0, PACKED)
     for i in range(NC):

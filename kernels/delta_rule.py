@@ -80,6 +80,7 @@ from mingru_kernels._delta_chunk import (
     _state_step_tables,
     _store_chunk_output,
     _tm_tile,
+    _walk_program,
     _wy_inverse,
     _wy_keys,
 )
@@ -179,16 +180,8 @@ def delta_rule_fwd_state_kernel(
     ``STATE_HALF_OPS`` (with ``REG_STATE``, half inputs): the chunk's products take 16-bit
     operands (the carried ``S`` rounded for the product, kept in float32), as fla's state
     kernel does; see :func:`~mingru_kernels._delta_chunk._mm`."""
-    bh = tl.program_id(0)
-    bh64 = bh.to(tl.int64)
-    b64 = (bh // H).to(tl.int64)
-    h = bh % H
-    ik = tl.arange(0, BK)
-    v0 = tl.program_id(1) * VS
-    iv = v0 + tl.arange(0, VS)
-    kv = ik[:, None] * BV + iv[None, :]
-    user = bh64 * DK * DV + ik[:, None] * DV + iv[None, :]
-    user_mask = (ik[:, None] < DK) & (iv[None, :] < DV)
+    bh64, b64, h, ik, v0, iv, kv, user, user_mask = _walk_program(
+        tl.program_id(0), tl.program_id(1), H, DK, DV, BK, BV, VS)
     S = _start_carry(h0_ptr, ht_ptr, cu_ptr, NSEQ, bh64, H, DK, DV, ik, iv, user, user_mask,
                      BK, VS, HAS_H0, True, PACKED)
     for c in range(NC):
