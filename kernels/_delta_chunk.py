@@ -295,15 +295,14 @@ def _seq_tile(ptr, n, bh64, H, DK, DV, ik, iv):
 
 
 @triton.jit
-def _chunk_slice_program(lg_ptr, T, H, NC, NH: tl.constexpr, C: tl.constexpr,
+def _chunk_slice_program(c, bh, col, lg_ptr, T, H, NC, NH: tl.constexpr, C: tl.constexpr,
                          LP: tl.constexpr, CP: tl.constexpr, VS: tl.constexpr,
                          HAS_DECAY: tl.constexpr):
-    """Where a program of the grid ``(NC, B·H, BV/VS)`` (``fwd_out``, ``bwd_prep``) works:
-    its first value column ``v0`` and columns ``iv``, its chunk's scratch index ``chunk``
-    (``bh·NC + c``) and the chunk's :func:`~mingru_kernels._delta_chunk._state_step_tables`."""
-    c = tl.program_id(0)
-    bh = tl.program_id(1)
-    v0 = tl.program_id(2) * VS
+    """Where the program ``(c, bh, col)`` of the grid ``(NC, B·H, BV/VS)`` (``fwd_out``,
+    ``bwd_prep``) works: its first value column ``v0`` and columns ``iv``, its chunk's scratch
+    index ``chunk`` (``bh·NC + c``) and the chunk's
+    :func:`~mingru_kernels._delta_chunk._state_step_tables`."""
+    v0 = col * VS
     il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = _state_step_tables(
         c, (bh // H).to(tl.int64), bh % H, lg_ptr, T, H, NH, C, LP, CP, HAS_DECAY)
     return (v0, v0 + tl.arange(0, VS), bh.to(tl.int64) * NC + c, il, ok_l, ok_r, micro, token,

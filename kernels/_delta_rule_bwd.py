@@ -77,7 +77,8 @@ def delta_rule_bwd_prep_kernel(
     (``STATE_HALF_OPS``). ``Γ_L dS'`` stays outside the product: the carried adjoint is
     never rounded, only the correction is."""
     v0, iv, chunk, il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = \
-        _chunk_slice_program(lg_ptr, T, H, NC, NH, C, LP, CP, VS, HAS_DECAY)
+        _chunk_slice_program(tl.program_id(0), tl.program_id(1), tl.program_id(2), lg_ptr, T, H,
+                             NC, NH, C, LP, CP, VS, HAS_DECAY)
     dO = _ld(do_ptr, token, ok_r, v0, DV, VS)
     Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
     X = _mm(tl.trans(Po), dO, None, PREC, STATE_HALF_OPS, k_ptr)

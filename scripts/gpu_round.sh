@@ -5,7 +5,7 @@
 # jax-delta-profile (jax-triton's delta rule: wall vs GPU events vs torch; JAX_DELTA_SHAPES) delta-profile delta-bench (DELTA_VARIANTS="default reg_state=1 ..." sweeps;
 # e.g. "default stages.fwd_state=2;stages.bwd_state=2"; DELTA_SHAPES, DELTA_NH, DELTA_DTYPE, DELTA_DECAY=1, DELTA_CHECK=1: error and peak memory per variant, DELTA_CHECK_GRADS=1: gradient error too, DELTA_NO_FLA=1: ours only) delta-bench (DELTA_BACKENDS, DELTA_OPS: the gpu-delta case filter; DELTA_BENCH_SHAPES, e.g. d64) delta-fp32 (fp32 rows vs compile)
 # delta-mixer (DeltaMinGRU fwd, fwd+bwd at B16 T4096 d256 vs compile(eager)) delta-fused (the
-# backward in one launch, forced: GPU tests, then time against two launches) delta-state-sweep (the
+# backward and forward in one launch each, forced: GPU tests, then time against separate launches) delta-state-sweep (the
 # state kernels' variants at few rows, nh2 decay bf16: 16-bit operands, stages, warps, state_vs)
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
 # WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
@@ -85,19 +85,21 @@ for s in "$@"; do
         "wu_in_state=0;out_pass=1;wu_half=1;saved_tm=0" 2>&1 | grep -v -i warn \
         | tee -a "$OUT/delta-few-rows.txt" | grep -E "GPU-busy|check:|refused" ;;
     delta-fused)
-      # The backward in one launch (fused_bwd, forced): its GPU tests first (a forced layout,
-      # packed sequences, the jax-triton forced plans), each under a limit in case a wait
-      # never ends, then its time, error and peak against the two launches at few rows,
-      # nh2 with decay and nh1, d = 64 and 16.
+      # The backward and the forward in one launch each (fused_bwd, fused_fwd; forced): their
+      # GPU tests first (forced layouts, packed sequences, the jax-triton forced plans), each
+      # under a limit in case a wait never ends, then their time, error and peak against the
+      # separate launches at few rows, nh2 with decay and nh1, d = 64 and 16.
       timeout "${DELTA_TESTS_TIMEOUT:-150}" python3 -m pytest -q -p no:cacheprovider -m gpu \
         -k "(reg_state_bf16_head64 and (fused or two)) or many_sequences_head64" \
         tests/kernels/test_delta_rule.py tests/torch/test_delta_packing.py 2>&1 | tail -4
       timeout 150 python3 -m pytest -q -p no:cacheprovider tests/jax/test_launch.py \
         -k "TestGPU and delta" 2>&1 | tail -3
       for nh in 2 1; do
-        timeout "${DELTA_TIMEOUT:-150}" python3 scripts/profile_delta.py --repeats 5 --dtype bfloat16 \
+        if [ $nh = 2 ]; then v='default fused_bwd=1 fused_fwd=1 fused_bwd=1;fused_fwd=1'
+        else v='default fused_bwd=1 out_pass=1 out_pass=1;fused_fwd=1;fused_bwd=1'; fi
+        timeout "${DELTA_TIMEOUT:-200}" python3 scripts/profile_delta.py --repeats 5 --dtype bfloat16 \
           --nh $nh $([ $nh = 2 ] && echo --decay) --check --check-grads \
-          --shapes ${DELTA_SHAPES:-32,4096,4,64 32,4096,4,16} --variants default fused_bwd=1 \
+          --shapes ${DELTA_SHAPES:-32,4096,4,64 32,4096,4,16} --variants $v \
           2>&1 | grep -v -i warn | tee -a "$OUT/delta-fused.txt" | grep -E "GPU-busy|check:|refused"
       done ;;
     delta-state-sweep)

@@ -22,7 +22,7 @@ above the inputs (MB): what a faster variant costs in accuracy and scratch.
 state kernels form ``Wk`` and ``U`` from the saved WY inverse), ``state_vs=N`` (the state
 kernels' columns per program), ``out_pass=0|1`` (the output formed by its own kernel,
 parallel over chunks), ``tf32=1`` (the tensor-core tiling and precision of ``allow_tf32``), ``split=0|1``
-(float32's split products, ``split_fp32``), ``half_ops=0|1`` (16-bit operands in the per-chunk kernels), ``state_half_ops=0|1`` (and in the state kernels), ``bwd_prep=0|1`` (the backward's parallel prep pass), ``fused_bwd=0|1`` (the backward in one launch),
+(float32's split products, ``split_fp32``), ``half_ops=0|1`` (16-bit operands in the per-chunk kernels), ``state_half_ops=0|1`` (and in the state kernels), ``bwd_prep=0|1`` (the backward's parallel prep pass), ``fused_bwd=0|1`` (the backward in one launch), ``fused_fwd=0|1`` (the forward's walk and output pass in one launch),
 ``PREC=tf32x3`` (any ``tl.dot`` input precision), ``slice=N``
 (``HALF_SLICE``: slice width of the per-chunk kernels and the state kernels' columns for
 half inputs), ``warps.<kernel>=N``, ``stages.<kernel>=N``, ``<kernel>.<CONSTEXPR>=N`` (one kernel's
@@ -78,7 +78,7 @@ _SHIPPED_SLICE = meta.HALF_SLICE
 _ON_OFF = {"reg_state": "reg_state", "wu_in_state": "wu_in_state", "out_pass": "out_pass",
            "wu_half": "wu_half", "saved_tm": "saved_tm", "tf32": "tf32", "split": "split_fp32",
            "half_ops": "half_ops", "state_half_ops": "state_half_ops", "bwd_prep": "bwd_prep",
-           "fused_bwd": "fused_bwd"}
+           "fused_bwd": "fused_bwd", "fused_fwd": "fused_fwd"}
 """The variants' ``name=0|1`` keys and the ``launch_config`` keyword each forces."""
 
 

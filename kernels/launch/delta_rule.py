@@ -13,11 +13,11 @@ from mingru_kernels.launch._elementwise import next_pow2
 
 PLAN_KEYS = ("micro_chunk", "blocked", "reg_state", "wu_in_state", "state_vs", "out_pass",
              "wu_half", "saved_tm", "split_fp32", "half_ops", "state_half_ops", "bwd_prep",
-             "fused_bwd")
+             "fused_bwd", "fused_fwd")
 """The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`):
 ``micro_chunk``, ``blocked``, ``reg_state``, ``wu_in_state``, ``state_vs``, ``out_pass``,
-``wu_half``, ``saved_tm``, ``split_fp32``, ``half_ops``, ``state_half_ops``, ``bwd_prep`` and
-``fused_bwd`` of :func:`launch_config`."""
+``wu_half``, ``saved_tm``, ``split_fp32``, ``half_ops``, ``state_half_ops``, ``bwd_prep``,
+``fused_bwd`` and ``fused_fwd`` of :func:`launch_config`."""
 
 SUB = 16
 """Rows per diagonal block of the blocked triangular inverse (``tl.dot`` needs ≥ 16)."""
@@ -86,6 +86,8 @@ KERNEL_CONSTEXPRS = {
                   "WU_IN_STATE", "STATE_HALF_OPS", "PREP_N"),
     "bwd_grads": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC",
                   "SAVED_TM", "HALF_OPS"),
+    "fwd": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "PREC", "REG_STATE", "WU_IN_STATE",
+            "STORE_W", "STATE_HALF_OPS", "HALF_OPS"),
     "bwd": ("NH", "C", "LP", "CP", "BK", "BV", "KS", "VS", "SUB", "BLOCKED", "PREC",
             "REG_STATE", "WU_IN_STATE", "STATE_HALF_OPS", "PREP_N", "SAVED_TM", "HALF_OPS"),
 }
@@ -118,7 +120,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
                   wu_half: bool | None = None, saved_tm: bool | None = None,
                   split_fp32: bool | None = None, few_rows: bool = False,
                   half_ops: bool | None = None, state_half_ops: bool | None = None,
-                  bwd_prep: bool | None = None, fused_bwd: bool | None = None) -> dict:
+                  bwd_prep: bool | None = None, fused_bwd: bool | None = None,
+                  fused_fwd: bool | None = None) -> dict:
     """Compile-time parameters of every kernel of this op (nothing depends on ``T``).
 
     ``half``: the inputs are bfloat16/float16 (picks ``HALF_DOT_PRECISION``). ``tf32``: the
@@ -192,6 +195,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     forced: it has not yet run on a GPU (compiled offline for sm_90 at bf16, d = 64, nh = 2
     it takes 255 registers and spills 844 bytes, as ``bwd_grads`` alone does, 255 and 864;
     so two programs fit an SM, one beside each state program).
+    ``fused_fwd``: the same for the forward's state kernel and output pass (needs
+    ``out_pass``): each chunk's output is formed as soon as the walk has stored its start
+    state (``delta_rule_fwd``, ``FUSED_FWD``). Off unless forced: not yet run on a GPU.
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -283,6 +289,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         raise ValueError("fused_bwd needs reg_state, state_vs equal to VS and no split_fp32")
     if out_pass and not reg_state:
         raise ValueError("out_pass needs reg_state (one slice per head: KS = BK)")
+    fused_fwd = bool(fused_fwd)
+    if fused_fwd and not out_pass:
+        raise ValueError("fused_fwd needs out_pass (the output pass it runs beside the walk)")
     if wu_half and not (half and not wu_in_state):
         raise ValueError("wu_half needs bfloat16/float16 inputs with Wk and U stored "
                          "(wu_in_state off)")
@@ -323,6 +332,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "PREP_N": bool(bwd_prep),
         # The backward's two kernels in one launch (see fused_bwd).
         "FUSED_BWD": bool(fused_bwd),
+        # The forward's walk and output pass in one launch (see fused_fwd).
+        "FUSED_FWD": fused_fwd,
         # The backward reads the forward's WY inverse on the tensor cores (H200, bf16, d = 64,
         # B128 T1024: bwd_grads 0.749 -> 0.631 ms). With exact float32 products it inverts
         # again: compiled for sm_90, the loaded T triples that kernel's spills (584 -> 1564
@@ -339,14 +350,14 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "overrides": {"bwd_grads": grads} if grads else {},
         "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps, "fwd_out": tc_warps,
                   "bwd_prep": tc_warps, "bwd_state": state_warps, "bwd_grads": tc_warps,
-                  "bwd": tc_warps},
+                  "bwd": tc_warps, "fwd": tc_warps},
         # Reloading state kernels re-read what they just stored: no software pipelining there.
         # From registers they prefetch the next chunk's tiles (H200, bf16, d = 64: B32 T4096
         # forward 0.713 -> 0.612 ms, fwd+bwd 2.054 -> 1.845; B128 T1024 0.508 -> 0.455 and
         # 1.642 -> 1.542; nh2 with decay B32 T4096 1.709 -> 1.418 forward).
         "stages": {"fwd_prep": 2, "fwd_state": 2 if reg_state else 1, "fwd_out": 2,
                    "bwd_prep": 2, "bwd_state": 2 if reg_state else 1, "bwd_grads": 2,
-                   "bwd": 2},
+                   "bwd": 2, "fwd": 2},
     }
 
 
@@ -354,7 +365,7 @@ def launch_kwargs(cfg: dict, kernel: str, **flags) -> dict:
     """Keyword arguments for launching ``kernel`` (a key of ``KERNEL_CONSTEXPRS``):
     its constexprs from ``cfg``, the given flags (``HAS_DECAY`` ...), warps and stages."""
     out = {n: cfg[n] for n in KERNEL_CONSTEXPRS[kernel]}
-    if kernel in ("fwd_state", "bwd_state", "fwd_out", "bwd_prep"):
+    if kernel in ("fwd_state", "bwd_state", "fwd_out", "bwd_prep", "fwd"):
         out["VS"] = cfg["STATE_VS"]
     if kernel == "bwd":  # the fused backward: the per-chunk kernel's 16-bit operands too
         out.update(cfg.get("overrides", {}).get("bwd_grads", {}))
@@ -422,9 +433,15 @@ def grid_fused_bwd(T: int, BH: int, cfg: dict) -> tuple:
     return (BH * (cfg["BV"] // cfg["STATE_VS"] + n_chunks(T, cfg)),)
 
 
+def grid_fused_fwd(T: int, BH: int, cfg: dict) -> tuple:
+    """Grid of the fused forward (``delta_rule_fwd_kernel``, with ``FUSED_FWD``): one
+    program per ``(b, h)`` and state column slice, and one per ``(b, h)``, chunk and slice."""
+    return (BH * (cfg["BV"] // cfg["STATE_VS"]) * (1 + n_chunks(T, cfg)),)
+
+
 def sync_size(T: int, BH: int, cfg: dict) -> int:
-    """Length of the fused backward's zeroed int32 ``sync`` buffer: a ticket counter per
-    ``(b, h)``, then a flag per ``(b, h)`` and chunk."""
+    """Length of the fused backward's or forward's zeroed int32 ``sync`` buffer: a ticket
+    counter per ``(b, h)``, then a flag per ``(b, h)`` and chunk."""
     return BH * (1 + n_chunks(T, cfg))
 
 

@@ -130,7 +130,7 @@ _SVS = 10_000_000
 _TRI_STATE = (("reg_state", 100_000), ("wu_in_state", 1_000_000), ("out_pass", 10**9),
               ("wu_half", 10**10), ("saved_tm", 10**11), ("split_fp32", 10**12),
               ("half_ops", 10**13), ("state_half_ops", 10**14), ("bwd_prep", 10**15),
-              ("fused_bwd", 10**16))
+              ("fused_bwd", 10**16), ("fused_fwd", 10**17))
 """The forced on/off plan choices and their units in ``tuning``: one decimal digit each,
 0 = default, 1 = off, 2 = on."""
 
@@ -213,6 +213,16 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=No
         k, v, beta, lg, wk, u, tm, T, H, dk, dv, nc,
         **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
     )
+    if cfg["FUSED_FWD"]:
+        # Ticket counters and per-chunk flags of the one launch (see delta_rule_fwd_kernel).
+        sync = torch.zeros(meta.sync_size(T, BH, cfg), dtype=torch.int32, device=dev)
+        kernels.delta_rule_fwd_kernel[meta.grid_fused_fwd(T, BH, cfg)](
+            q, k, v, beta, lg, h0c, wk, u, tm, states, o, w, h_T, *tables, sync, T, H, dk, dv,
+            nc, _n_seq(cu, B),
+            **meta.launch_kwargs(cfg, "fwd", HAS_DECAY=has_decay, HAS_H0=has_h0,
+                                 PACKED=packed),
+        )
+        return o, h_T, states, wk, tm
     kernels.delta_rule_fwd_state_kernel[meta.grid_state(BH, cfg)](
         q, k, v, beta, lg, h0c, wk, u, tm, states, o, w, h_T, *tables, T, H, dk, dv, nc,
         _n_seq(cu, B),

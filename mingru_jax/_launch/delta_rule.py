@@ -120,6 +120,20 @@ def _fwd_out(q, k, lg, states, w, wk, u, T, H, DK, DV, NC, o,
 
 
 @triton.jit
+def _fwd(q, k, v, beta, lg, h0, wk, u, tm, cseq, cend, cu, T, H, DK, DV, NC, NSEQ,
+         states, o, w, ht, sync,
+         NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
+         BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
+         HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
+         PREC: tl.constexpr, REG_STATE: tl.constexpr, WU_IN_STATE: tl.constexpr,
+         STORE_W: tl.constexpr, STATE_HALF_OPS: tl.constexpr, HALF_OPS: tl.constexpr):
+    kernels.delta_rule_fwd_kernel(q, k, v, beta, lg, h0, wk, u, tm, states, o, w, ht, cseq,
+                                  cend, cu, sync, T, H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV,
+                                  KS, VS, HAS_DECAY, HAS_H0, PACKED, PREC, REG_STATE,
+                                  WU_IN_STATE, STORE_W, STATE_HALF_OPS, HALF_OPS)
+
+
+@triton.jit
 def _bwd_prep(q, k, beta, lg, do, wk, tm, T, H, DK, DV, NC, n, b, gl,
               NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
               BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
@@ -193,6 +207,7 @@ def _config(q, k, v, tf32: bool = False) -> dict:
                               state_half_ops=choices.get("state_half_ops"),
                               bwd_prep=choices.get("bwd_prep"),
                               fused_bwd=choices.get("fused_bwd"),
+                              fused_fwd=choices.get("fused_fwd"),
                               few_rows=common.on_gpu() and B * H <= common.sm_count())
 
 
@@ -222,13 +237,22 @@ def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None, tf32=False):
     )
     packed, tabs, n_states = _tables(q, tables)
     state_dtype = q.dtype if cfg["HALF_STATES"] else jnp.float32
+    walk_out = (jax.ShapeDtypeStruct(shp["states"], state_dtype),
+                jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),
+                jax.ShapeDtypeStruct(shp["W"], state_dtype),
+                jax.ShapeDtypeStruct((n_states, H, dk, dv), q.dtype))
+    if cfg["FUSED_FWD"]:
+        # One launch (see delta_rule_fwd_kernel); its int32 sync words are zeroed first.
+        states, o, _, h_T, _ = common.launch(
+            _fwd, meta.grid_fused_fwd(T, BH, cfg), (q, k, v, beta, lg, h0_in, wk, u, tm, *tabs),
+            (*walk_out, common.i32((meta.sync_size(T, BH, cfg),))), (T, H, dk, dv, nc, n_states),
+            zeroed=(4,), **meta.launch_kwargs(cfg, "fwd", HAS_DECAY=has_decay,
+                                              HAS_H0=h0 is not None, PACKED=packed),
+        )
+        return o, h_T, states, wk, tm
     states, o, w, h_T = common.launch(
         _fwd_state, meta.grid_state(BH, cfg), (q, k, v, beta, lg, h0_in, wk, u, tm, *tabs),
-        (jax.ShapeDtypeStruct(shp["states"], state_dtype),
-         jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),
-         jax.ShapeDtypeStruct(shp["W"], state_dtype),
-         jax.ShapeDtypeStruct((n_states, H, dk, dv), q.dtype)),
-        (T, H, dk, dv, nc, n_states),
+        walk_out, (T, H, dk, dv, nc, n_states),
         **meta.launch_kwargs(cfg, "fwd_state", HAS_DECAY=has_decay, HAS_H0=h0 is not None,
                              PACKED=packed),
     )

@@ -127,6 +127,8 @@ def test_op_equals_each_sequence_alone(nh, decay, has_h0):
     cu32 = jnp.asarray(CU, jnp.int32)
     # nh = 2 with h0: the backward in one launch (fused_bwd), waiting on the cut adjoint.
     plan = dict(reg_state=True, fused_bwd=True) if nh == 2 and has_h0 else {}
+    if nh == 2 and decay:  # ... and the forward's walk and output pass in one launch
+        plan = dict(reg_state=True, out_pass=True, fused_fwd=True)
     with use_backend("triton"), switches.forced("delta_rule", micro_chunk=16, **plan):
         fn = _value_and_grads(lambda *a: _delta_rule(*_spread(a, present), 4, cu_seqlens=cu32))
         kernel = fn([jnp.asarray(args[i], jnp.float32) for i in present],

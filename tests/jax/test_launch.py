@@ -273,7 +273,10 @@ def test_delta_rule_reg_state_matches_the_reload():
                        dict(bwd_prep=True), dict(reg_state=True, bwd_prep=True),
                        dict(reg_state=True, fused_bwd=True),
                        dict(reg_state=True, wu_in_state=False, out_pass=True, fused_bwd=True,
-                            bwd_prep=True)):
+                            bwd_prep=True),
+                       dict(reg_state=True, out_pass=True, fused_fwd=True),
+                       dict(reg_state=True, wu_in_state=False, out_pass=True,
+                            fused_fwd=True)):
             with switches.forced("delta_rule", **forced):
                 got = jax.value_and_grad(loss)(args["q"])
             for x, y in zip(got, want, strict=True):
@@ -329,15 +332,18 @@ def test_delta_rule_adapters_take_every_launch_constexpr():
              "bwd_prep": ("HAS_DECAY",),
              "bwd_state": ("HAS_DECAY", "HAS_DHT", "HAS_H0", "PACKED"),
              "bwd_grads": ("HAS_DECAY",),
-             "bwd": ("HAS_DECAY", "HAS_DHT", "HAS_H0", "PACKED")}
+             "bwd": ("HAS_DECAY", "HAS_DHT", "HAS_H0", "PACKED"),
+             "fwd": ("HAS_DECAY", "HAS_H0", "PACKED")}
     configs = [meta.launch_config(2, 64, 64, half=True), meta.launch_config(2, 64, 64),
                meta.launch_config(2, 64, 64, half=True, half_ops=True, few_rows=True),
                meta.launch_config(2, 64, 64, bwd_prep=True),
-               meta.launch_config(2, 64, 64, half=True, fused_bwd=True)]
+               meta.launch_config(2, 64, 64, half=True, fused_bwd=True),
+               meta.launch_config(2, 64, 64, half=True, out_pass=True, fused_fwd=True)]
     for kernel, adapter in (("fwd_prep", launcher._fwd_prep), ("fwd_state", launcher._fwd_state),
                             ("fwd_out", launcher._fwd_out), ("bwd_prep", launcher._bwd_prep),
                             ("bwd_state", launcher._bwd_state),
-                            ("bwd_grads", launcher._bwd_grads), ("bwd", launcher._bwd)):
+                            ("bwd_grads", launcher._bwd_grads), ("bwd", launcher._bwd),
+                            ("fwd", launcher._fwd)):
         for cfg in configs:
             kwargs = meta.launch_kwargs(cfg, kernel, **{f: False for f in flags[kernel]})
             names = set(kwargs) - {"num_warps", "num_stages"}

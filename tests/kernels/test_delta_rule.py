@@ -59,6 +59,10 @@ LAYOUTS = {
     "L32-fused-bwd": dict(micro_chunk=32, reg_state=True, fused_bwd=True),
     "L16-fused-bwd-few-rows": dict(micro_chunk=16, reg_state=True, wu_in_state=False,
                                    out_pass=True, saved_tm=True, fused_bwd=True),
+    # ... and the forward's walk and output pass in one launch, W stored or formed again.
+    "L32-fused-fwd": dict(micro_chunk=32, reg_state=True, out_pass=True, fused_fwd=True),
+    "L16-fused-both-few-rows": dict(micro_chunk=16, reg_state=True, wu_in_state=False,
+                                    out_pass=True, fused_fwd=True, fused_bwd=True),
     # The backward reading the forward's WY inverse instead of inverting again, and the
     # forward not storing it at all.
     "L32-saved-tm": dict(micro_chunk=32, saved_tm=True),
@@ -144,7 +148,7 @@ CASES = {
 FORCED_PLAN = dict(micro_chunk=64, blocked=False, reg_state=False, wu_in_state=False,
                    state_vs=16, out_pass=True, wu_half=True, saved_tm=False,
                    split_fp32=False, half_ops=True, state_half_ops=False, bwd_prep=True,
-                   fused_bwd=True)
+                   fused_bwd=True, fused_fwd=True)
 
 
 @pytest.mark.parametrize("key", sorted(FORCED_PLAN))
@@ -158,6 +162,8 @@ def test_every_plan_key_reaches_the_launch_config(key):
     choice = {key: FORCED_PLAN[key]}
     if key in ("wu_half", "saved_tm", "state_vs"):  # they need Wk, U stored / reloads
         choice.update(reg_state=True, wu_in_state=False)
+    if key == "fused_fwd":  # it runs the output pass beside the walk
+        choice.update(reg_state=True, out_pass=True)
     half = key != "split_fp32"
     q, k, v = (a.to(DEVICE) for a in make_inputs(1, 9, 2, 2, 64, 64)[:3])
     if half:
@@ -502,6 +508,12 @@ def test_fused_bwd_plan():
                    dict(half=True, state_vs=32)):
         with pytest.raises(ValueError, match="fused_bwd"):
             meta.launch_config(2, 64, 64, fused_bwd=True, **kwargs)
+    # The forward's: off unless forced, and only beside an output pass.
+    assert not meta.launch_config(2, 64, 64, half=True, few_rows=True)["FUSED_FWD"]
+    fwd = meta.launch_config(2, 64, 64, half=True, out_pass=True, fused_fwd=True)
+    assert fwd["FUSED_FWD"] and meta.grid_fused_fwd(40, 6, fwd) == (6 * 1 * (1 + 3),)
+    with pytest.raises(ValueError, match="fused_fwd"):
+        meta.launch_config(2, 64, 64, half=True, fused_fwd=True)
 
 
 _BWD_COMPILE = textwrap.dedent(
@@ -534,6 +546,13 @@ _BWD_COMPILE = textwrap.dedent(
     prep = meta.launch_config(2, 64, 64, half=True, few_rows=True, bwd_prep=True)
     build(kernels.delta_rule_bwd_prep_kernel, prep, "bwd_prep")
     build(kernels.delta_rule_bwd_state_kernel, prep, "bwd_state")
+    walk = meta.launch_config(2, 64, 64, half=True, few_rows=True, fused_fwd=True)
+    fwd = build(kernels.delta_rule_fwd_kernel, walk, "fwd")
+    fwd_state = build(kernels.delta_rule_fwd_state_kernel, walk, "fwd_state")
+    fwd_out = build(kernels.delta_rule_fwd_out_kernel, walk, "fwd_out")
+    assert fwd.metadata.shared <= max(fwd_state.metadata.shared, fwd_out.metadata.shared)
+    assert re.search(r"ld\\.global\\.gpu\\.acquire", fwd.asm["ptx"])
+    assert re.search(r"red\\.global\\.gpu\\.release\\.add", fwd.asm["ptx"])
     ptx = fused.asm["ptx"]
     # One role's shared memory is reused by the other's, not added to it.
     assert fused.metadata.shared <= max(grads.metadata.shared, state.metadata.shared)
@@ -548,9 +567,9 @@ _BWD_COMPILE = textwrap.dedent(
 
 def test_backward_kernels_compile_for_sm90():
     """Offline for sm_90 (no GPU needed), at bf16, d = 64, nh = 2 with decay and h0: the
-    fused backward, the two kernels it joins and the prep pass compile; the fused kernel
-    needs no more shared memory than the larger of the two, and its PTX keeps the ticket,
-    the release of each chunk's flag, the acquiring wait and the L2-only reads."""
+    fused backward and forward, the kernels they join and the prep pass compile; a fused
+    kernel needs no more shared memory than the larger of its two, and its PTX keeps the
+    ticket, the release of each chunk's flag, the acquiring wait and the L2-only reads."""
     assert run_offline_gpu_compile(_BWD_COMPILE).strip().endswith("OK")
 
 
@@ -710,6 +729,8 @@ class TestGPU:
                                         dict(bwd_prep=True),
                                         dict(reg_state=False, bwd_prep=True),
                                         dict(fused_bwd=False), dict(fused_bwd=True),
+                                        dict(wu_in_state=False, out_pass=True, wu_half=True,
+                                             fused_fwd=True, fused_bwd=True),
                                         {}],
                              ids=["reload", "registers-stored-wu", "wu-16-columns",
                                   "wu-out-pass", "stored-wu-out-pass", "half-wu-out-pass",
@@ -717,6 +738,7 @@ class TestGPU:
                                   "half-ops-few-rows", "tf32-ops", "all-half-ops",
                                   "state-half-ops-few-rows", "few-rows-bwd-prep", "bwd-prep",
                                   "reload-bwd-prep", "two-launch-bwd", "fused-bwd",
+                                  "fused-both-few-rows",
                                   "default"])
     def test_reg_state_bf16_head64(self, layout):
         """The ways of feeding the state kernels' product, with bf16 at d = 64 (one slice)."""

@@ -135,6 +135,9 @@ def test_op_kernel_with_fused_bwd_equals_each_sequence_alone():
     the adjoint cut at every sequence boundary."""
     _check(CU_KERNEL, _inputs(CU_KERNEL, 2, True, True), "triton", reg_state=True,
            fused_bwd=True)
+    # ... and the forward's walk and output pass in one launch (restarts, final states).
+    _check(CU_KERNEL, _inputs(CU_KERNEL, 2, True, True), "triton", reg_state=True,
+           out_pass=True, fused_fwd=True)
 
 
 @pytest.mark.interpreter
