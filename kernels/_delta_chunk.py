@@ -368,3 +368,38 @@ def _walk_program(bh, col, H, DK, DV, BK: tl.constexpr, BV: tl.constexpr, VS: tl
     user_mask = (ik[:, None] < DK) & (iv[None, :] < DV)
     return (bh64, (bh // H).to(tl.int64), bh % H, ik, v0, iv, ik[:, None] * BV + iv[None, :],
             user, user_mask)
+
+
+# ----------------------------------------------------------------------------- one-launch walks
+# A walk and the per-chunk programs that read what it stores, in one grid (FUSED_BWD,
+# FUSED_FWD). ``sync`` (int32, zeroed before the launch): one ticket counter per lane
+# (``(b, h)``), then one flag per lane and chunk, counting the column slices published.
+
+
+@triton.jit
+def _lane_ticket(sync_ptr, per_lane):
+    """``(lane, ticket, flags_ptr)`` of this program in a grid of ``per_lane`` programs per
+    lane: lane ``program_id % n_lanes``, its ticket from the lane's counter (tickets go out
+    in the order programs start, so a program that waits on a lower ticket waits on one
+    already running), and the start of the per-chunk flags."""
+    n_lanes = tl.num_programs(0) // per_lane
+    lane = tl.program_id(0) % n_lanes
+    ticket = tl.atomic_add(sync_ptr + lane, 1, sem="relaxed")
+    return lane, ticket, sync_ptr + n_lanes
+
+
+@triton.jit
+def _publish_chunk(flags_ptr, chunk):
+    """Count one more column slice of chunk ``chunk`` (``bh·NC + c``) as stored: the barrier
+    orders every thread's stores before the one release that makes them visible."""
+    tl.debug_barrier()
+    tl.atomic_add(flags_ptr + chunk, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def _wait_chunk(flags_ptr, lane, NC, c, NCOL: tl.constexpr):
+    """Spin (acquire) until all ``NCOL`` column slices of chunk ``c`` of ``lane`` are out."""
+    flag = flags_ptr + lane.to(tl.int64) * NC + c
+    done = tl.atomic_add(flag, 0, sem="acquire", scope="gpu")
+    while done < NCOL:
+        done = tl.atomic_add(flag, 0, sem="acquire", scope="gpu")

@@ -23,15 +23,18 @@ from mingru_kernels._delta_chunk import (
     _decay_tables,
     _dot_t,
     _gram,
+    _lane_ticket,
     _ld,
     _lds,
     _load_gates,
     _mm,
+    _publish_chunk,
     _seq_tile,
     _sequence_restart,
     _start_carry,
     _state_step_tables,
     _tm_tile,
+    _wait_chunk,
     _walk_program,
     _wy_inverse,
     _wy_keys,
@@ -162,8 +165,7 @@ def _bwd_state_program(
         dbase = chunk * (BK * BV)
         tl.store(dstates_ptr + dbase + kv, dS.to(dstates_ptr.dtype.element_ty))
         if FUSED:  # publish dS' of chunk c to the gradient programs of the same launch
-            tl.debug_barrier()
-            tl.atomic_add(flags_ptr + chunk, 1, sem="release", scope="gpu")
+            _publish_chunk(flags_ptr, chunk)
         if PREP_N:
             acc = tl.load(n_ptr + dbase + kv)
             if HAS_DECAY:
@@ -414,10 +416,7 @@ def delta_rule_bwd_kernel(
     whatever order the hardware runs the grid in (as in the look-back scans of
     :mod:`mingru_kernels._scan_common`)."""
     NCOL: tl.constexpr = BV // VS
-    n_lanes = tl.num_programs(0) // (NCOL + NC)
-    lane = tl.program_id(0) % n_lanes
-    ticket = tl.atomic_add(sync_ptr + lane, 1, sem="relaxed")
-    flags_ptr = sync_ptr + n_lanes
+    lane, ticket, flags_ptr = _lane_ticket(sync_ptr, NCOL + NC)
     if ticket < NCOL:
         _bwd_state_program(
             lane, ticket, flags_ptr, q_ptr, k_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr,
@@ -426,10 +425,7 @@ def delta_rule_bwd_kernel(
             PACKED, PREC, REG_STATE, WU_IN_STATE, STATE_HALF_OPS, PREP_N, True)
     else:
         c = NC - 1 - (ticket - NCOL)
-        flag = flags_ptr + lane.to(tl.int64) * NC + c
-        done = tl.atomic_add(flag, 0, sem="acquire", scope="gpu")
-        while done < NCOL:
-            done = tl.atomic_add(flag, 0, sem="acquire", scope="gpu")
+        _wait_chunk(flags_ptr, lane, NC, c, NCOL)
         _bwd_grads_program(
             c, lane, q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, states_ptr, dstates_ptr, tm_ptr,
             do_ptr, dq_ptr, dk_ptr, dv_ptr, dbeta_ptr, dlg_ptr, T, H, DK, DV, NC, NH, C, LP,

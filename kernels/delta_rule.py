@@ -72,16 +72,19 @@ from mingru_kernels._delta_chunk import (
     _chunk_slice_program,
     _decay_tables,
     _dot_t,
+    _lane_ticket,
     _ld,
     _lds,
     _load_gates,
     _mm,
+    _publish_chunk,
     _seq_tile,
     _sequence_restart,
     _start_carry,
     _state_step_tables,
     _store_chunk_output,
     _tm_tile,
+    _wait_chunk,
     _walk_program,
     _wy_inverse,
     _wy_keys,
@@ -216,8 +219,7 @@ def _fwd_state_program(
                 tl.store(w_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :],
                          W.to(w_ptr.dtype.element_ty))
             if FUSED:  # publish states[c] (and W) to the output programs of the same launch
-                tl.debug_barrier()
-                tl.atomic_add(flags_ptr + chunk, 1, sem="release", scope="gpu")
+                _publish_chunk(flags_ptr, chunk)
         else:
             _store_chunk_output(q_ptr, k_ptr, o_ptr, token, ok_r, micro, ok_l, Do, gam_o, QS, W,
                                 iv, DK, DV, CP, LP, BK, KS, PREC, STATE_HALF_OPS)
@@ -361,10 +363,7 @@ def delta_rule_fwd_kernel(
     ``BV/VS + i`` runs :func:`delta_rule_fwd_out_kernel`'s program of chunk ``i // (BV/VS)``
     and column slice ``i % (BV/VS)`` once all slices of that chunk are out (acquire)."""
     NCOL: tl.constexpr = BV // VS
-    n_lanes = tl.num_programs(0) // (NCOL * (1 + NC))
-    lane = tl.program_id(0) % n_lanes
-    ticket = tl.atomic_add(sync_ptr + lane, 1, sem="relaxed")
-    flags_ptr = sync_ptr + n_lanes
+    lane, ticket, flags_ptr = _lane_ticket(sync_ptr, NCOL * (1 + NC))
     if ticket < NCOL:
         _fwd_state_program(
             lane, ticket, flags_ptr, q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, h0_ptr, wk_ptr,
@@ -373,10 +372,7 @@ def delta_rule_fwd_kernel(
             REG_STATE, WU_IN_STATE, True, STORE_W, STATE_HALF_OPS, True)
     else:
         c = (ticket - NCOL) // NCOL
-        flag = flags_ptr + lane.to(tl.int64) * NC + c
-        done = tl.atomic_add(flag, 0, sem="acquire", scope="gpu")
-        while done < NCOL:
-            done = tl.atomic_add(flag, 0, sem="acquire", scope="gpu")
+        _wait_chunk(flags_ptr, lane, NC, c, NCOL)
         _fwd_out_program(
             c, lane, (ticket - NCOL) % NCOL, q_ptr, k_ptr, lg_ptr, states_ptr, w_ptr, wk_ptr,
             u_ptr, o_ptr, T, H, DK, DV, NC, NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, PREC,
