@@ -191,15 +191,18 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     (``delta_rule_bwd``, ``FUSED_BWD``): each chunk's gradients are formed as soon as the
     serial adjoint has passed it, by programs that fill the SMs the few state programs leave
     idle, instead of after the whole walk. Needs ``REG_STATE``, the state programs' columns
-    equal to the per-chunk kernel's (``STATE_VS == VS``) and no ``split_fp32``. Off unless
-    forced: it has not yet run on a GPU (compiled offline for sm_90 at bf16, d = 64, nh = 2
-    it takes 255 registers and spills 844 bytes, as ``bwd_grads`` alone does, 255 and 864;
-    so two programs fit an SM, one beside each state program).
+    equal to the per-chunk kernel's (``STATE_VS == VS``) and no ``split_fp32``. Unforced, on
+    where the few-rows plan (above) is taken, off elsewhere: on an NVIDIA H100 (triton 3.7.1,
+    bf16, nh2 with decay, d = 64, B32 T4096 H4, GPU-busy ms) fwd+bwd 3.777 -> 3.550 (fla
+    4.210), the same errors against float64 (compiled for sm_90 it takes 255 registers and
+    spills 844 bytes, as ``bwd_grads`` alone does: two programs fit an SM, one beside each
+    state program).
     ``fused_fwd``: the same for the forward's state kernel and output pass (needs
     ``out_pass``): each chunk's output is formed as soon as the walk has stored its start
-    state (``delta_rule_fwd``, ``FUSED_FWD``). Off unless forced: not yet run on a GPU
-    (offline for sm_90 at bf16, d = 64, nh = 2: 184 registers, no spills; the walk and the
-    output pass alone take 164 and 178).
+    state (``delta_rule_fwd``, ``FUSED_FWD``). Off unless forced: slower on an NVIDIA H100 at
+    the row above (forward 1.241 -> 1.292 ms, fwd+bwd 3.777 -> 3.829; offline for sm_90 at
+    bf16, d = 64, nh = 2: 184 registers, no spills; the walk and the output pass alone take
+    164 and 178).
 
     Returns ``NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, PREC``, per-kernel ``warps`` /
     ``stages``, and:
@@ -252,6 +255,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         # against 0.0036 / 0.0034 (fla 0.0072 / 0.0064).
         wu_in_state, out_pass = False, True
         wu_half = True if wu_half is None else wu_half
+        few_rows_plan = True
+    else:
+        few_rows_plan = False
     out_pass, wu_half = bool(out_pass), bool(wu_half)
     if wu_in_state is None:
         # H200, bf16, d = 64, B128 T1024: forward 0.519 against 0.552 ms with Wk, U stored,
@@ -286,6 +292,12 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
                          "slice per head)")
     bwd_prep = bool(bwd_prep)
     fusable = bool(reg_state) and state_vs == vs and not split_fp32
+    if fused_bwd is None:
+        # In the few-rows plan the serial adjoint walk leaves most SMs idle: the per-chunk
+        # gradients fill them as the walk passes each chunk. NVIDIA H100, triton 3.7.1, bf16,
+        # nh2 with decay, d = 64, B32 T4096 H4, GPU-busy fwd+bwd ms: 3.777 -> 3.550 (fla
+        # 4.210), the same errors against float64.
+        fused_bwd = few_rows_plan and fusable
     fused_bwd = bool(fused_bwd)
     if fused_bwd and not fusable:
         raise ValueError("fused_bwd needs reg_state, state_vs equal to VS and no split_fp32")

@@ -106,7 +106,10 @@ def test_few_rows_plan():
 
     cfg = meta.launch_config(2, 64, 64, half=True, few_rows=True)
     assert cfg == meta.launch_config(2, 64, 64, half=True, wu_in_state=False, out_pass=True,
-                                     wu_half=True)
+                                     wu_half=True, fused_bwd=True)
+    assert cfg["FUSED_BWD"] and not cfg["FUSED_FWD"]
+    assert not meta.launch_config(2, 64, 64, half=True, few_rows=True,
+                                  fused_bwd=False)["FUSED_BWD"]  # a forced off wins
     assert cfg["OUT_PASS"] and not cfg["WU_IN_STATE"] and cfg["WU_HALF"] and not cfg["PREP_N"]
     assert not cfg["STORE_W"] and cfg["STORE_TM"] and cfg["SAVED_TM"] and cfg["TM_HALF"]
     for kwargs in (dict(nh=1, half=True), dict(nh=2, half=False, split_fp32=False),
@@ -123,16 +126,21 @@ def test_few_rows_plan():
 
 
 def test_fused_bwd_plan():
-    """The backward in one launch: off unless forced (not yet run on a GPU), forced anywhere
+    """The backward in one launch: on in the few-rows plan only, forced anywhere
     the state programs' columns are the per-chunk kernel's; its grid has a program per
     (b, h) and column slice plus one per (b, h) and chunk, its sync words a counter per
     (b, h) plus a flag per (b, h) and chunk."""
     from mingru_kernels.launch import delta_rule as meta
 
-    for kwargs in (dict(half=True), dict(half=True, few_rows=True), dict(few_rows=True),
-                   dict(few_rows=True, tf32=True), dict(half=True, few_rows=True, nh=1)):
+    for kwargs in (dict(half=True), dict(few_rows=True), dict(few_rows=True, tf32=True),
+                   dict(half=True, few_rows=True, nh=1),
+                   dict(half=True, few_rows=True, out_pass=False)):
         nh = kwargs.pop("nh", 2)
         assert not meta.launch_config(nh, 64, 64, **kwargs)["FUSED_BWD"], kwargs
+    assert meta.launch_config(2, 64, 64, half=True, few_rows=True)["FUSED_BWD"]
+    # A forced column split leaves the plan unfusable: then the two launches, not an error.
+    assert not meta.launch_config(2, 64, 64, half=True, few_rows=True,
+                                  state_vs=32)["FUSED_BWD"]
     cfg = meta.launch_config(2, 16, 16, reg_state=True, fused_bwd=True)
     assert cfg["FUSED_BWD"] and meta.grid_fused_bwd(40, 6, cfg) == (6 * (1 + 3),)
     assert meta.sync_size(40, 6, cfg) == 6 * (1 + 3)
