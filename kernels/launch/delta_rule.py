@@ -246,7 +246,9 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     if reg_state is None:
         # H200, bf16, d = 64, B128 T1024: 1.846 ms fwd+bwd from registers, 1.862 reloaded.
         reg_state = ks == bk
-    if few_rows and half and nh >= 2 and reg_state and wu_in_state is None and out_pass is None:
+    few_rows_plan = bool(few_rows and half and nh >= 2 and reg_state and wu_in_state is None
+                         and out_pass is None)
+    if few_rows_plan:
         # At most one state program per SM: the serial chain is the time, so take the output
         # and the forming of Wk, U off it. H200, nh = 2 with decay, B32 T4096 H4, GPU-busy ms
         # fwd / fwd+bwd, forward peak: d = 64 1.266 / 4.160, 577 MB against 1.418 / 4.426,
@@ -255,9 +257,6 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         # against 0.0036 / 0.0034 (fla 0.0072 / 0.0064).
         wu_in_state, out_pass = False, True
         wu_half = True if wu_half is None else wu_half
-        few_rows_plan = True
-    else:
-        few_rows_plan = False
     out_pass, wu_half = bool(out_pass), bool(wu_half)
     if wu_in_state is None:
         # H200, bf16, d = 64, B128 T1024: forward 0.519 against 0.552 ms with Wk, U stored,

@@ -100,8 +100,8 @@ def test_half_ops_plan():
 
 def test_few_rows_plan():
     """Where B·H state programs fit the SMs (``few_rows``), half inputs at nh >= 2 take the
-    output pass with Wk, U stored in 16 bits and no stored W or WY inverse; nothing else
-    changes, and a forced choice wins."""
+    output pass with Wk, U stored in 16 bits, no stored W, the WY inverse in 16 bits and the
+    backward in one launch; nothing else changes, and a forced choice wins."""
     from mingru_kernels.launch import delta_rule as meta
 
     cfg = meta.launch_config(2, 64, 64, half=True, few_rows=True)
