@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from mingru import _validate
+from mingru._eager.delta_inputs import delta_inputs as delta_inputs_eager
 from mingru._eager.mingru_cell import mingru_cell_eager, transitions
 from mingru._packed_sharding import packed_call
 from mingru._packing import check_cu_seqlens
@@ -21,7 +22,7 @@ from mingru._sharding import check_group, sequence_parallel
 from mingru.dispatch import call
 from mingru_kernels._spec import check_cell_shapes, check_packed_state
 
-__all__ = ["mingru_cell", "signed_mingru_cell"]
+__all__ = ["delta_inputs", "mingru_cell", "signed_mingru_cell"]
 
 
 def mingru_cell(
@@ -133,6 +134,33 @@ def _cell(k, n_gates, initial_state, log_gamma, signed, coupled, return_final_st
             bool(return_final_state))
     return call("mingru_cell", mingru_cell_eager, k, initial_state, log_gamma, signed, coupled,
                 bool(return_final_state))
+
+
+def delta_inputs(p: torch.Tensor, n_heads: int, nh: int, d_k: int, d_v: int, eps: float
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The delta-rule mixer's inputs from its one projection (op ``delta_inputs``).
+
+    ``p (..., W)``, ``W = H·d_k + nh·H·(d_k + d_v + 1)``, columns ``[q | k | v | β-logits]``
+    (``H = n_heads``) → ``q (..., H, d_k)``, ``k (..., nh, H, d_k)`` L2-normalised per head
+    (``k / max(‖k‖, eps)``), ``v (..., nh, H, d_v)``, ``β = 2σ(·) (..., nh, H)``, in ``p``'s
+    dtype. On CUDA one Triton kernel each way writes them contiguous (no per-op passes, no
+    copies of the column slices); under ``torch.compile`` the eager twin, which inductor fuses.
+
+    Example:
+        >>> import torch
+        >>> from mingru.cells import delta_inputs
+        >>> q, k, v, beta = delta_inputs(torch.randn(2, 5, 24), 2, 1, 4, 3, 1e-6)
+        >>> k.shape, float(k.norm(dim=-1).max()) < 1 + 1e-6, bool((beta < 2).all())
+        (torch.Size([2, 5, 1, 2, 4]), True, True)
+    """
+    _validate.floating(p, "p")
+    width = n_heads * d_k + nh * n_heads * (d_k + d_v + 1)
+    if p.dim() < 1 or p.shape[-1] != width:
+        raise ValueError(f"delta_inputs: p must have shape (..., {width}) for n_heads={n_heads}, "
+                         f"nh={nh}, d_k={d_k}, d_v={d_v}; got {tuple(p.shape)}")
+    if torch.compiler.is_compiling():
+        return delta_inputs_eager(p, n_heads, nh, d_k, d_v, eps)
+    return call("delta_inputs", delta_inputs_eager, p, n_heads, nh, d_k, d_v, eps)
 
 
 def _transition_product(k, log_gamma, signed, coupled):

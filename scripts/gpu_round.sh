@@ -4,7 +4,7 @@
 # tests-delta (DELTA_TESTS_K: a -k filter) delta-few-rows (the W-free output pass: tests, then time and peak)
 # jax-delta-profile (jax-triton's delta rule: wall vs GPU events vs torch; JAX_DELTA_SHAPES) delta-profile delta-bench (DELTA_VARIANTS="default reg_state=1 ..." sweeps;
 # e.g. "default stages.fwd_state=2;stages.bwd_state=2"; DELTA_SHAPES, DELTA_NH, DELTA_DTYPE, DELTA_DECAY=1, DELTA_CHECK=1: error and peak memory per variant, DELTA_CHECK_GRADS=1: gradient error too, DELTA_NO_FLA=1: ours only) delta-bench (DELTA_BACKENDS, DELTA_OPS: the gpu-delta case filter; DELTA_BENCH_SHAPES, e.g. d64; DELTA_BENCH_TIMEOUT; DELTA_BENCH_OUT, the folder under $OUT) delta-fp32 (fp32 rows vs compile)
-# delta-mixer (DeltaMinGRU fwd, fwd+bwd at B16 T4096 d256 vs compile(eager)) delta-fused (the
+# delta-mixer (DeltaMinGRU fwd, fwd+bwd at B16 T4096 d256 vs compile(eager)) mixer-profile (one mixer's kernels by family per backend: MIXER, MIXER_PRECISION, MIXER_BACKENDS) delta-fused (the
 # backward and forward in one launch each, forced: GPU tests, then time against separate launches; DELTA_FUSED_NH="2 1", DELTA_JAX_TESTS=0 skips its jax-triton tests) delta-state-sweep (the
 # state kernels' variants at few rows, nh2 decay bf16: 16-bit operands, stages, warps, state_vs)
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
@@ -71,9 +71,15 @@ for s in "$@"; do
         --out "$OUT/${DELTA_BENCH_OUT:-delta}" 2>&1 | grep -v -i warn | tee -a "$OUT/delta-bench.log" | tail -40 ;;
     jax-delta-profile)
       # The jax-triton delta rule's wall time against its GPU events and PyTorch's launcher.
-      timeout 200 python3 scripts/profile_jax_delta.py --torch --repeats 50 \
+      timeout "${JAX_DELTA_TIMEOUT:-200}" python3 scripts/profile_jax_delta.py --torch --repeats 50 \
         --shapes ${JAX_DELTA_SHAPES:-128,256,4,16 128,1024,4,16 128,256,4,64} 2>&1 \
         | grep -v -i warn | tee -a "$OUT/jax-delta-profile.txt" | grep -E "wall|HLO" ;;
+    mixer-profile)
+      # One mixer's do_bench time and its kernels by family, per backend (MIXER, MIXER_PRECISION,
+      # MIXER_BACKENDS, MIXER_SHAPE).
+      timeout "${MIXER_TIMEOUT:-300}" python3 scripts/profile_mixer.py --mixer "${MIXER:-delta}" \
+        --precision "${MIXER_PRECISION:-fp32}" --backends "${MIXER_BACKENDS:-triton,compile(eager)}" \
+        --shape "${MIXER_SHAPE:-16,4096,256}" 2>&1 | grep -v -i warn | tee -a "$OUT/mixer-profile.txt" ;;
     delta-few-rows)
       # The W-free output pass (STORE_W off) on the GPU: its bf16 tests, then its time, error
       # and peak against the default and fla where B·H is at most the SM count (B32 H4) and

@@ -222,7 +222,7 @@ def main() -> None:
             call()
             wall, loop = _wall(lambda fn=fn, xs=xs: fn(*xs), jax.block_until_ready, 5,
                                args.repeats, args.loop)
-            events, span, host = _trace(call, args.repeats)
+            events, span, host_events = _trace(call, args.repeats)
             busy = sum(events.values())
             print(f"\n[{B},{T},{H},{d}] {mode:7s} jax   wall {wall:.3f} ms, loop {loop:.3f} ms/call,"
                   f" GPU events {busy:.3f} ms/call, host share {wall - busy:.3f} ms,"
@@ -231,7 +231,7 @@ def main() -> None:
             for name, ms in sorted(events.items(), key=lambda kv: -kv[1]):
                 print(f"    {ms:8.4f} ms  {name}")
             print("    host events (ms per call, nested events each counted):")
-            for name, ms in sorted(host.items(), key=lambda kv: -kv[1])[:args.host_events]:
+            for name, ms in sorted(host_events.items(), key=lambda kv: -kv[1])[:args.host_events]:
                 print(f"    {ms:8.4f} ms  {name}")
         if args.torch:
             import torch

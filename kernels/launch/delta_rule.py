@@ -138,7 +138,8 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
     output pass (``fwd_out``, parallel over chunks) forms the output instead of the serial
     kernel (``OUT_PASS``; needs ``REG_STATE``); it reads each chunk's ``W`` stored by the state
     kernel where ``Wk`` and ``U`` are formed there (not stored), else forms ``W = U − Wk S`` again
-    (``STORE_W``). Off by default except with ``few_rows`` (below): on an H200 at bf16 with
+    (``STORE_W``). Off by default except with ``few_rows`` (below; float32 split products at
+    few rows take it too, see the code): on an H200 at bf16 with
     the state kernels pipelined it measured slower at d = 64, nh = 1 (B32 T4096 forward 0.737
     against 0.713 ms unpipelined, 0.673 against 0.612 pipelined), and at nh = 1
     ``wu_in_state=False`` alone is faster there (0.552 against 0.610) but costs two stored
@@ -257,6 +258,12 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         # against 0.0036 / 0.0034 (fla 0.0072 / 0.0064).
         wu_in_state, out_pass = False, True
         wu_half = True if wu_half is None else wu_half
+    if out_pass is None and few_rows and split_fp32 and reg_state:
+        # float32 split products at most one state program per SM: the output off the serial
+        # chain as well. NVIDIA H100, triton 3.7.1, nh = 1, d = 64, B16 T4096 H4 (DeltaMinGRU
+        # at d256), GPU-busy ms: forward 1.157 -> 0.876, fwd+bwd 3.435 -> 3.172, the same
+        # error against float64 (4.5e-7) and forward peak (321 MB).
+        out_pass = True
     out_pass, wu_half = bool(out_pass), bool(wu_half)
     if wu_in_state is None:
         # H200, bf16, d = 64, B128 T1024: forward 0.519 against 0.552 ms with Wk, U stored,

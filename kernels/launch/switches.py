@@ -32,6 +32,7 @@ from typing import Any
 
 from mingru_kernels._seam import interpreter_mode
 from mingru_kernels.launch import (
+    delta_inputs,
     delta_rule,
     givens_recurrence,
     linear_recurrence,
@@ -51,6 +52,7 @@ PLAN_KEYS: dict[str, tuple[str, ...]] = {
     "matrix_affine_scan": matrix_affine_scan.PLAN_KEYS,
     "givens_recurrence": givens_recurrence.PLAN_KEYS,
     "delta_rule": delta_rule.PLAN_KEYS,
+    "delta_inputs": delta_inputs.PLAN_KEYS,
 }
 """The plan choices each op's launcher accepts (``PLAN_KEYS`` of its launch module)."""
 

@@ -63,6 +63,12 @@ def _delta_rule() -> ModuleType:
     return delta_rule
 
 
+def _delta_inputs() -> ModuleType:
+    from mingru._launch import delta_inputs
+
+    return delta_inputs
+
+
 def _layer_norm() -> ModuleType:
     from mingru._launch import layer_norm
 
@@ -76,6 +82,7 @@ LAUNCHERS: dict[str, Callable[[], ModuleType]] = {
     "matrix_affine_scan": _matrix_affine_scan,
     "givens_recurrence": _givens_recurrence,
     "delta_rule": _delta_rule,
+    "delta_inputs": _delta_inputs,
     "mingru_cell": _mingru_cell,
     "layer_norm": _layer_norm,
 }

@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from mingru._sharding import check_group, check_not_packed, matrix_sequence_parallel
+from mingru.cells import delta_inputs
 from mingru.mixers._common import (
     TimeDecay,
     check_sequence,
@@ -128,15 +128,10 @@ class DeltaMinGRU(nn.Module):
 
     def _project(self, x: torch.Tensor):
         """``q (…, H, d_k)``, ``k (…, nh, H, d_k)``, ``v (…, nh, H, d_v)``, ``β (…, nh, H)``,
-        from one GEMM over every projection."""
-        lead = x.shape[:-1]
+        from one GEMM over every projection and one fused pass (:func:`delta_inputs`)."""
         H, dk, dv, nh = self.n_heads, self.d_k, self.d_v, self.nh
         layers = [self.linear_q, *self.linear_k, *self.linear_v, *self.linear_beta]
-        out = project(x, *layers)
-        q, k, v, beta = out.split([H * dk, nh * H * dk, nh * H * dv, nh * H], dim=-1)
-        k = F.normalize(k.reshape(*lead, nh, H, dk), dim=-1, eps=KEY_NORM_EPS)
-        beta = 2.0 * torch.sigmoid(beta.reshape(*lead, nh, H))
-        return q.reshape(*lead, H, dk), k, v.reshape(*lead, nh, H, dv), beta
+        return delta_inputs(project(x, *layers), H, nh, dk, dv, KEY_NORM_EPS)
 
     def forward(
         self,

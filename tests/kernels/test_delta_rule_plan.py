@@ -112,6 +112,12 @@ def test_few_rows_plan():
                                   fused_bwd=False)["FUSED_BWD"]  # a forced off wins
     assert cfg["OUT_PASS"] and not cfg["WU_IN_STATE"] and cfg["WU_HALF"] and not cfg["PREP_N"]
     assert not cfg["STORE_W"] and cfg["STORE_TM"] and cfg["SAVED_TM"] and cfg["TM_HALF"]
+    # float32 split products (the default at d = 64) at few rows: the output pass only.
+    for nh in (1, 2):
+        split = meta.launch_config(nh, 64, 64, few_rows=True)
+        assert split == meta.launch_config(nh, 64, 64, out_pass=True), nh
+        assert split["OUT_PASS"] and not meta.launch_config(nh, 64, 64)["OUT_PASS"]
+        assert not meta.launch_config(nh, 64, 64, few_rows=True, out_pass=False)["OUT_PASS"]
     for kwargs in (dict(nh=1, half=True), dict(nh=2, half=False, split_fp32=False),
                    dict(nh=2, half=True, out_pass=False), dict(nh=2, half=True, wu_in_state=True),
                    dict(nh=3, half=True, wu_in_state=True, out_pass=True)):
