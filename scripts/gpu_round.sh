@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session's measurements in one command (install offline, then the named sections);
 # logs and JSON go to $OUT. Sections: tests-cell tests-torch tests-jax floor lookback
-# tests-delta (DELTA_TESTS_K: a -k filter) delta-few-rows (the W-free output pass: tests, then time and peak)
+# tests-delta (DELTA_TESTS_K: a -k filter) tests-inputs (the fused delta inputs, float32 delta tests) delta-few-rows (the W-free output pass: tests, then time and peak)
 # jax-delta-profile (jax-triton's delta rule: wall vs GPU events vs torch; JAX_DELTA_SHAPES) delta-profile delta-bench (DELTA_VARIANTS="default reg_state=1 ..." sweeps;
 # e.g. "default stages.fwd_state=2;stages.bwd_state=2"; DELTA_SHAPES, DELTA_NH, DELTA_DTYPE, DELTA_DECAY=1, DELTA_CHECK=1: error and peak memory per variant, DELTA_CHECK_GRADS=1: gradient error too, DELTA_NO_FLA=1: ours only) delta-bench (DELTA_BACKENDS, DELTA_OPS: the gpu-delta case filter; DELTA_BENCH_SHAPES, e.g. d64; DELTA_BENCH_TIMEOUT; DELTA_BENCH_OUT, the folder under $OUT) delta-fp32 (fp32 rows vs compile)
 # delta-mixer (DeltaMinGRU fwd, fwd+bwd at B16 T4096 d256 vs compile(eager)) mixer-profile (one mixer's kernels by family per backend: MIXER, MIXER_PRECISION, MIXER_BACKENDS) delta-fused (the
@@ -72,8 +72,17 @@ for s in "$@"; do
     jax-delta-profile)
       # The jax-triton delta rule's wall time against its GPU events and PyTorch's launcher.
       timeout "${JAX_DELTA_TIMEOUT:-200}" python3 scripts/profile_jax_delta.py --torch --repeats 50 \
+        --dtype "${JAX_DELTA_DTYPE:-bfloat16}" \
         --shapes ${JAX_DELTA_SHAPES:-128,256,4,16 128,1024,4,16 128,256,4,64} 2>&1 \
         | grep -v -i warn | tee -a "$OUT/jax-delta-profile.txt" | grep -E "wall|HLO" ;;
+    tests-inputs)
+      # The delta mixer's fused inputs, then the float32 delta-rule tests (split products, the
+      # output pass at few rows) on the GPU.
+      timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_delta_inputs.py \
+        2>&1 | tail -3
+      timeout "${DELTA_TESTS_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider -m gpu \
+        -k "${DELTA_TESTS_K:-float32_products or gradients_vs_float64}" \
+        tests/kernels/test_delta_rule.py 2>&1 | tail -3 ;;
     mixer-profile)
       # One mixer's do_bench time and its kernels by family, per backend (MIXER, MIXER_PRECISION,
       # MIXER_BACKENDS, MIXER_SHAPE).

@@ -243,8 +243,13 @@ def main() -> None:
             for mode, fn in fns.items():
                 wall, loop = _wall(lambda fn=fn, txs=txs: fn(*txs), lambda _out, sync=sync: sync(), 5,
                                    args.repeats, args.loop)
+                from mingru_cli.bench_profile import cuda_kernel_times
+
+                kernels = cuda_kernel_times(lambda fn=fn, txs=txs: fn(*txs), args.repeats)
                 print(f"[{B},{T},{H},{d}] {mode:7s} torch wall {wall:.3f} ms, "
-                      f"loop {loop:.3f} ms/call")
+                      f"loop {loop:.3f} ms/call, GPU events {sum(kernels.values()):.3f} ms/call")
+                for name, ms in sorted(kernels.items(), key=lambda kv: -kv[1]):
+                    print(f"    {ms:8.4f} ms  {name[:60]}")
 
 
 if __name__ == "__main__":

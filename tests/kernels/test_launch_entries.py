@@ -40,6 +40,8 @@ def _cases():
         "mingru_cell": ((_t(B, T, 3 * 5), _t(B, 5), -_t(B, T, 1, positive=True), True, True, None),
                         "mingru_cell_fwd"),
         "layer_norm": ((_t(B, T, 12), _t(12), _t(12), 1e-5, torch.float32), "layer_norm_fwd"),
+        "delta_inputs": ((_t(B, T, 2 * 4 + 2 * 2 * (4 + 3 + 1)), 2, 2, 4, 3, 1e-6),
+                         "delta_inputs_fwd"),
     }
 
 
@@ -51,6 +53,7 @@ def _leaves(args):
 def _loss(out):
     outs = out if isinstance(out, tuple) else (out,)
     outs = outs[:2]  # delta_rule: (o, h_T, scratch...) — scratch is not differentiable
+    # (delta_inputs: q and k, so the unused v, beta gradients take the kernel's zero branch)
     # (layer_norm's second output, the rows' statistics, is not differentiable either)
     return sum((o.double() * torch.linspace(-1, 1, o.numel(), dtype=torch.float64,
                                             device=o.device).view(o.shape)).sum() for o in outs)
