@@ -3,7 +3,7 @@
 # logs and JSON go to $OUT. Sections: tests-cell tests-torch tests-jax floor lookback
 # tests-delta (DELTA_TESTS_K: a -k filter) tests-inputs (the fused delta inputs, float32 delta tests) delta-few-rows (the W-free output pass: tests, then time and peak)
 # jax-delta-profile (jax-triton's delta rule: wall vs GPU events vs torch; JAX_DELTA_SHAPES) delta-profile delta-bench (DELTA_VARIANTS="default reg_state=1 ..." sweeps;
-# e.g. "default stages.fwd_state=2;stages.bwd_state=2"; DELTA_SHAPES, DELTA_NH, DELTA_DTYPE, DELTA_DECAY=1, DELTA_CHECK=1: error and peak memory per variant, DELTA_CHECK_GRADS=1: gradient error too, DELTA_NO_FLA=1: ours only) delta-bench (DELTA_BACKENDS, DELTA_OPS: the gpu-delta case filter; DELTA_BENCH_SHAPES, e.g. d64; DELTA_BENCH_TIMEOUT; DELTA_BENCH_OUT, the folder under $OUT) delta-fp32 (fp32 rows vs compile)
+# e.g. "default stages.fwd_state=2;stages.bwd_state=2"; DELTA_SHAPES, DELTA_NH, DELTA_DTYPE, DELTA_DECAY=1, DELTA_CHECK=1: error and peak memory per variant, DELTA_CHECK_GRADS=1: gradient error too, DELTA_NO_FLA=1: ours only) delta-bench (DELTA_BACKENDS, DELTA_OPS: the gpu-delta case filter; DELTA_BENCH_SHAPES, e.g. d64; DELTA_BENCH_TIMEOUT; DELTA_BENCH_OUT, the folder under $OUT; DELTA_TIMER: events, wall or loop) delta-fp32 (fp32 rows vs compile)
 # delta-mixer (DeltaMinGRU fwd, fwd+bwd at B16 T4096 d256 vs compile(eager)) mixer-profile (one mixer's kernels by family per backend: MIXER, MIXER_PRECISION, MIXER_BACKENDS) delta-fused (the
 # backward and forward in one launch each, forced: GPU tests, then time against separate launches; DELTA_FUSED_NH="2 1", DELTA_JAX_TESTS=0 skips its jax-triton tests) delta-state-sweep (the
 # state kernels' variants at few rows, nh2 decay bf16: 16-bit operands, stages, warps, state_vs)
@@ -67,7 +67,7 @@ for s in "$@"; do
         | grep -v -i warn | tail -15 ;;
     delta-bench) timeout "${DELTA_BENCH_TIMEOUT:-500}" python3 -m mingru bench --device cuda --groups gpu-delta \
         --backends "${DELTA_BACKENDS:-eager,compile,triton,fla}" ${DELTA_OPS:+--ops "$DELTA_OPS"} \
-        ${DELTA_BENCH_SHAPES:+--shapes $DELTA_BENCH_SHAPES} \
+        ${DELTA_BENCH_SHAPES:+--shapes $DELTA_BENCH_SHAPES} ${DELTA_TIMER:+--timer $DELTA_TIMER} \
         --out "$OUT/${DELTA_BENCH_OUT:-delta}" 2>&1 | grep -v -i warn | tee -a "$OUT/delta-bench.log" | tail -40 ;;
     jax-delta-profile)
       # The jax-triton delta rule's wall time against its GPU events and PyTorch's launcher.
