@@ -17,8 +17,8 @@ chunk to its ``h0[n]``, write every sequence's final state and, backwards, cut t
 each boundary and write ``dh0`` per sequence, empty sequences included), and gathers ``o``
 back; JAX differentiates the scatter and the gather.
 
-``prefer_over_eager`` is ``False`` until this route has been measured on a GPU: under ``auto``
-the op stays on the JAX eager chunked form; ``use_backend("triton")`` selects the kernels.
+Under ``auto`` on a GPU the op runs on these kernels (``prefer_over_eager``: measured faster
+than the JAX eager chunked form at every row timed, in both directions and dtypes).
 """
 
 from __future__ import annotations
@@ -52,8 +52,12 @@ def unsupported_reason(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64, *,
 
 
 def prefer_over_eager(*args, **kwargs) -> bool:
-    """``False``: this route has not been timed on a GPU yet, so ``auto`` keeps eager."""
-    return False
+    """Whether ``auto`` should take the kernels: always. Against JAX's eager chunked form
+    (XLA), wall clock with a sync per call, d = 64, H4, nh1 and nh2, on an NVIDIA H100:
+    bfloat16 4.0-7.2x faster at every row (B128 T256 / T1024, B32 T4096, both directions);
+    float32 1.9-4.1x (B128 T256 / T1024). See docs/results/gpu-h200.md (twentieth and
+    twenty-first rounds)."""
+    return True
 
 
 def run(q, k, v, beta, log_gamma=None, h0=None, chunk_size: int = 64, *, cu_seqlens=None,
