@@ -125,6 +125,9 @@ def test_few_rows_plan():
         assert meta.launch_config(nh, 64, 64, few_rows=True, **kwargs) == meta.launch_config(
             nh, 64, 64, **kwargs), kwargs
     assert meta.launch_config(2, 64, 64, half=True) != cfg  # many rows: the shipped default
+    # A forced micro-chunk of 64 keeps the plain plan (its few-rows backward crashed on a GPU).
+    assert meta.launch_config(2, 16, 16, half=True, few_rows=True, micro_chunk=64) == \
+        meta.launch_config(2, 16, 16, half=True, micro_chunk=64)
     # A forced wu_half / saved_tm is kept inside the few-rows plan.
     assert meta.launch_config(2, 16, 16, half=True, few_rows=True, saved_tm=True)["SAVED_TM"]
     assert not meta.launch_config(2, 16, 16, half=True, few_rows=True,
