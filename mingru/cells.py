@@ -21,6 +21,7 @@ from mingru._packing import check_cu_seqlens
 from mingru._sharding import check_group, sequence_parallel
 from mingru.dispatch import call
 from mingru_kernels._spec import check_cell_shapes, check_packed_state
+from mingru_kernels.launch.delta_inputs import width as delta_inputs_width
 
 __all__ = ["delta_inputs", "mingru_cell", "signed_mingru_cell"]
 
@@ -154,7 +155,7 @@ def delta_inputs(p: torch.Tensor, n_heads: int, nh: int, d_k: int, d_v: int, eps
         (torch.Size([2, 5, 1, 2, 4]), True, True)
     """
     _validate.floating(p, "p")
-    width = n_heads * d_k + nh * n_heads * (d_k + d_v + 1)
+    width = delta_inputs_width(n_heads, nh, d_k, d_v)
     if p.dim() < 1 or p.shape[-1] != width:
         raise ValueError(f"delta_inputs: p must have shape (..., {width}) for n_heads={n_heads}, "
                          f"nh={nh}, d_k={d_k}, d_v={d_v}; got {tuple(p.shape)}")

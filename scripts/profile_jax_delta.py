@@ -236,6 +236,8 @@ def main() -> None:
         if args.torch:
             import torch
 
+            from mingru_cli.bench_profile import cuda_kernel_times
+
             dtype = getattr(torch, args.dtype)
             txs = [torch.as_tensor(x, device="cuda").to(dtype if i < 4 else torch.float32)
                    for i, x in enumerate(host)]
@@ -243,8 +245,6 @@ def main() -> None:
             for mode, fn in fns.items():
                 wall, loop = _wall(lambda fn=fn, txs=txs: fn(*txs), lambda _out, sync=sync: sync(), 5,
                                    args.repeats, args.loop)
-                from mingru_cli.bench_profile import cuda_kernel_times
-
                 kernels = cuda_kernel_times(lambda fn=fn, txs=txs: fn(*txs), args.repeats)
                 print(f"[{B},{T},{H},{d}] {mode:7s} torch wall {wall:.3f} ms, "
                       f"loop {loop:.3f} ms/call, GPU events {sum(kernels.values()):.3f} ms/call")

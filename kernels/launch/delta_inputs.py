@@ -11,6 +11,8 @@ Example:
     {'BR': 16, 'BC': 128, 'BK': 64, 'BG': 16, 'num_warps': 4}
     >>> delta_inputs.grid(65536)
     (4096,)
+    >>> delta_inputs.width(4, 1, 64, 64)
+    772
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from mingru_kernels.launch._elementwise import next_pow2
 
 __all__ = ["COLS", "MAX_GROUPS", "MAX_HEAD_DIM", "PLAN_KEYS", "ROWS", "config", "grid",
-           "unsupported_size"]
+           "unsupported_size", "width"]
 
 ROWS = 16
 """Rows per program: a ``ROWS × COLS`` float32 tile is 16 values per thread on four warps."""
@@ -34,6 +36,12 @@ MAX_GROUPS = 4096
 
 PLAN_KEYS: tuple[str, ...] = ()
 """No forced plan choices (the layout has nothing to choose between)."""
+
+
+def width(n_heads: int, nh: int, d_k: int, d_v: int) -> int:
+    """Columns of the projection: ``H·d_k`` for ``q``, then ``nh·H`` groups of ``d_k`` (keys),
+    of ``d_v`` (values) and of one (β-logits)."""
+    return n_heads * d_k + nh * n_heads * (d_k + d_v + 1)
 
 
 def unsupported_size(dk: int, dv: int, groups: int) -> str | None:

@@ -54,12 +54,9 @@ def _fwd_impl(p, n_heads, nh, d_k, d_v, eps):
     p2 = _rows(p)
     N, W = p2.shape
     G = nh * n_heads
-    dev = p.device
-    q = new_tensor((N, n_heads * d_k), p.dtype, dev)
-    k = new_tensor((N, G * d_k), p.dtype, dev)
-    v = new_tensor((N, G * d_v), p.dtype, dev)
-    beta = new_tensor((N, G), p.dtype, dev)
-    norm = new_tensor((N, G), torch.float32, dev)
+    *shapes, norm_shape = _out_shapes(p, n_heads, nh, d_k, d_v)
+    q, k, v, beta = (new_tensor(s, p.dtype, p.device) for s in shapes)
+    norm = new_tensor(norm_shape, torch.float32, p.device)
     if N:
         cfg = meta.config(d_k, d_v, G)
         with device_guard(p):
@@ -73,7 +70,7 @@ def _fwd_impl(p, n_heads, nh, d_k, d_v, eps):
 def _bwd_impl(k, beta, norm, dq, dk, dv, dbeta, n_heads, nh, d_k, d_v, eps):
     N = k.shape[0]
     G = nh * n_heads
-    W = n_heads * d_k + G * (d_k + d_v + 1)
+    W = meta.width(n_heads, nh, d_k, d_v)
     dp = new_tensor((N, W), k.dtype, k.device)
     if N:
         cfg = meta.config(d_k, d_v, G)
@@ -89,6 +86,7 @@ def _bwd_impl(k, beta, norm, dq, dk, dv, dbeta, n_heads, nh, d_k, d_v, eps):
 
 
 def _out_shapes(p: torch.Tensor, n_heads: int, nh: int, d_k: int, d_v: int):
+    """Shapes of ``(q, k, v, β, norms)`` as ``(N, ·)`` rows of ``p``."""
     N = p.numel() // p.shape[-1] if p.shape[-1] else 0
     G = nh * n_heads
     return (N, n_heads * d_k), (N, G * d_k), (N, G * d_v), (N, G), (N, G)
@@ -119,8 +117,7 @@ def delta_inputs_bwd(k: torch.Tensor, beta: torch.Tensor, norm: torch.Tensor,
 
 @delta_inputs_bwd.register_fake
 def _(k, beta, norm, dq, dk, dv, dbeta, n_heads, nh, d_k, d_v, eps):
-    G = nh * n_heads
-    return k.new_empty((k.shape[0], n_heads * d_k + G * (d_k + d_v + 1)))
+    return k.new_empty((k.shape[0], meta.width(n_heads, nh, d_k, d_v)))
 
 
 def _setup_context(ctx, inputs, output) -> None:
