@@ -5,6 +5,9 @@ runs without torch installed).
   must be set before anything imports triton (kernels bind their mode at decoration time).
   The device is asked of the CUDA driver itself, not of a framework.
 * ``gpu``-marked tests are skipped without a CUDA device.
+* Through Triton's interpreter, every address a kernel loads, stores or updates atomically is
+  checked against its tensor arguments' storages (:func:`tests.bounds.bounds_checked`, both
+  frontends): an out-of-bounds access fails the test and names the kernel.
 * XLA's backend optimisation (and, on a GPU, its autotuning) is turned down before jax
   initialises: the JAX tests compile many tiny graphs, where compile time, not run time, is
   the cost. On a GPU JAX does not preallocate memory (PyTorch tests share the device).
@@ -73,6 +76,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(autouse=True)
+def _bounds_checked():
+    if os.environ.get("TRITON_INTERPRET") != "1" or not _installed("triton"):
+        yield
+        return
+    from tests.bounds import bounds_checked
+
+    with bounds_checked():
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,9 @@
 """Kernel tests: every test runs with NaN-poisoned outputs and scratch buffers
 (:func:`mingru_kernels.launch.switches.forced` with ``poison=True``; automatic in the
 interpreter, forced here on a GPU too), so any element a kernel fails to write shows up as
-NaN. ``fast_interpreter`` (opt-in, per module) speeds up Triton's interpreter for the
-elementwise scans."""
+NaN (and, through Triton's interpreter, every address it touches is checked: see
+``tests/conftest.py``). ``fast_interpreter`` (opt-in, per module) speeds up
+Triton's interpreter for the elementwise scans."""
 
 from __future__ import annotations
 
