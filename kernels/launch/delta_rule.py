@@ -373,7 +373,7 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
         "overrides": {"bwd_grads": grads} if grads else {},
         "warps": {"fwd_prep": tc_warps, "fwd_state": state_warps, "fwd_out": tc_warps,
                   "bwd_prep": tc_warps, "bwd_state": state_warps, "bwd_grads": tc_warps,
-                  "bwd": tc_warps, "fwd": tc_warps},
+                  "bwd": tc_warps, "fwd": tc_warps, **_half_warps(half, max(bk, bv))},
         # Reloading state kernels re-read what they just stored: no software pipelining there.
         # From registers they prefetch the next chunk's tiles (H200, bf16, d = 64: B32 T4096
         # forward 0.713 -> 0.612 ms, fwd+bwd 2.054 -> 1.845; B128 T1024 0.508 -> 0.455 and
@@ -382,6 +382,27 @@ def launch_config(nh: int, dk: int, dv: int, half: bool = False, micro_chunk: in
                    "bwd_prep": 2, "bwd_state": 2 if reg_state else 1, "bwd_grads": 2,
                    "bwd": 2, "fwd": 2},
     }
+
+
+# Warps per program for 16-bit inputs by tile width (max(BK, BV)), over the defaults above.
+# Narrow tiles leave 4 warps little to share: fewer warps per program let more programs run
+# per SM, and the per-chunk work is many small latency-bound products. NVIDIA H100, triton
+# 3.7.1, bf16, 4 heads, GPU-busy ms fwd / fwd+bwd, default -> this table (fla):
+# d = 16 nh2 decay B128 T1024 0.738 / 2.059 -> 0.341 / 0.928 (1.028 / 2.005), B32 T4096
+# 0.898 / 2.363 -> 0.519 / 1.361 (1.102 / 2.238); nh1 B128 T1024 0.287 / 0.652 -> 0.134 /
+# 0.368; d = 32 nh2 decay B128 T1024 0.806 / 2.415 -> 0.453 / 1.490, B32 T4096 0.972 / 2.685
+# -> 0.713 / 1.814; d = 64 (fwd_prep only) 0.939 / 3.206 -> 0.757 / 3.030, B32 T4096
+# 1.234 / 3.542 -> 1.137 / 3.443 (2 warps measured slower at d = 64 for bwd_grads,
+# 4.538 ms, and the few-rows fused backward, 4.301).
+_HALF_WARPS = {
+    16: {"fwd_prep": 1, "bwd_grads": 1, "fwd_state": 2, "bwd_state": 2, "fwd_out": 1, "bwd": 1},
+    32: {"fwd_prep": 2, "bwd_grads": 2, "fwd_state": 2, "bwd_state": 2, "fwd_out": 2, "bwd": 2},
+    64: {"fwd_prep": 2},
+}
+
+
+def _half_warps(half: bool, width: int) -> dict:
+    return dict(_HALF_WARPS.get(width, {})) if half else {}
 
 
 def launch_kwargs(cfg: dict, kernel: str, **flags) -> dict:
