@@ -295,3 +295,26 @@ def test_split_fp32_plan():
     # The backward reads the forward's WY inverse on the tensor cores, inverts again in fp32.
     assert meta.launch_config(1, 64, 64, half=True)["SAVED_TM"] is True
     assert meta.launch_config(1, 64, 64)["SAVED_TM"] is False
+
+
+def test_half_warps_by_tile_width():
+    """16-bit inputs take fewer warps per program on narrow tiles (measured per width; see
+    ``_HALF_WARPS``); float32 and other widths keep the defaults; a head of 60 pads to 64."""
+    from mingru_kernels.launch import delta_rule as meta
+
+    def warps(d, half=True, **kwargs):
+        return meta.launch_config(2, d, d, half=half, **kwargs)["warps"]
+
+    d16, d32, d64 = warps(16), warps(32), warps(64)
+    assert (d16["fwd_prep"], d16["bwd_grads"], d16["fwd_out"], d16["bwd"]) == (1, 1, 1, 1)
+    assert (d16["fwd_state"], d16["bwd_state"]) == (2, 2)
+    assert warps(8) == d16  # padded to a 16-wide tile
+    assert {d32[k] for k in ("fwd_prep", "bwd_grads", "fwd_state", "bwd_state", "fwd_out",
+                             "bwd")} == {2}
+    assert d64["fwd_prep"] == 2 and d64["bwd_grads"] == 4 and d64["bwd"] == 4
+    assert warps(60) == d64
+    assert set(warps(128).values()) == {4}
+    assert warps(16, half=False)["fwd_prep"] == 4  # float32: unchanged
+    # The few-rows plan's fused backward at d = 16 runs on the width's warps too.
+    fused = meta.launch_config(2, 16, 16, half=True, few_rows=True)
+    assert fused["FUSED_BWD"] and meta.launch_kwargs(fused, "bwd")["num_warps"] == 1
