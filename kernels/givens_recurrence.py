@@ -27,6 +27,14 @@ never reconstructed by inverting anything), ``dθ = ā_j (c u_i − s u_j) − �
 ``dlog γ_t = ⟨ā, u^0⟩`` (equal to ``γ_t⟨g_t, G_{R-1}⋯G_0 u^0⟩``: rotations preserve inner
 products) and ``U_t = scale_t ⊙ ā``; ``dh0 = U_0``.
 
+Strided inputs and the gated cell (``GATED``). ``theta`` and ``b`` (and, gated, ``z``) are read
+``th_row`` / ``in_row`` elements apart per token (``(B, T, ·)`` rows: the columns of one
+projection ``k``, never copied out), while ``h``, ``scale`` and ``dh`` are contiguous
+``(B, T, n, k)``. ``GATED`` forms the input term in the kernel, ``b_t = σ(z_t) ⊙ h̃_t`` from the
+pre-activations ``z`` (``z_ptr``) and ``h̃`` (``b_ptr``); its backward writes ``dh̃ = g σ(z)``
+(``db_ptr``) and ``dz = g h̃ σ(z)(1 − σ(z))`` (``dz_ptr``), and ``dθ`` with ``theta``'s strides,
+so the whole gradient of ``k`` is written in place by one kernel.
+
 Framework-free: imports triton only.
 """
 
@@ -88,6 +96,38 @@ def _pick(tile, r: tl.constexpr, RP: tl.constexpr):
     """Round ``r`` of a ``[LP, RP, K2]`` tile, as ``[LP, 1, K2]``."""
     ridx = tl.arange(0, RP)[None, :, None]
     return tl.sum(tl.where(ridx == r, tile, 0.0), axis=1)[:, None, :]
+
+
+@triton.jit
+def _row_base(q, n, T, t0, row, ELEMS: tl.constexpr):
+    """Offset of token ``t0`` of pair ``q`` in ``(B, T, ·)`` rows ``row`` elements apart whose
+    block ``q % n`` holds ``ELEMS`` elements (int64); ``row = n·ELEMS`` is the contiguous
+    ``(B, T, n, ELEMS)`` layout."""
+    qq = q.to(tl.int64)
+    b = qq // n
+    return (b * T + t0) * row + (qq - b * n) * ELEMS
+
+
+@triton.jit
+def _input_term(b_ptr, z_ptr, off, mask, GATED: tl.constexpr):
+    """``b_t`` at ``off``: loaded, or (``GATED``) ``σ(z) ⊙ h̃`` from the pre-activations."""
+    b = _ld(b_ptr, off, mask)
+    if GATED:
+        b = b * tl.sigmoid(_ld(z_ptr, off, mask))
+    return b
+
+
+@triton.jit
+def _store_input_grad(db_ptr, dz_ptr, hh_ptr, z_ptr, off, g, mask, GATED: tl.constexpr):
+    """``db = g`` at ``off``, or (``GATED``, ``b = σ(z) ⊙ h̃``) ``dh̃ = g σ(z)`` and
+    ``dz = g h̃ σ(z)(1 − σ(z))``."""
+    if GATED:
+        sig = tl.sigmoid(_ld(z_ptr, off, mask))
+        tl.store(db_ptr + off, (g * sig).to(db_ptr.dtype.element_ty), mask=mask)
+        dz = g * _ld(hh_ptr, off, mask) * sig * (1.0 - sig)
+        tl.store(dz_ptr + off, dz.to(dz_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.store(db_ptr + off, g.to(db_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -175,16 +215,18 @@ def _coef_loads(th_ptr, s_ptr, g_ptr, th_off, v_off, g_off, live, thmask,
 
 @triton.jit(do_not_specialize=["T", "seg_len", "nseg"])
 def givens_recurrence_fwd_kernel(
-    th_ptr, b_ptr, s_ptr, g_ptr,  # theta, b, scale (or dummy), log_gamma (or dummy)
+    th_ptr, b_ptr, z_ptr, s_ptr, g_ptr,  # theta, b (gated: h̃), z (gated), scale, log_gamma
     h0_ptr, h_ptr,  # initial state (B, n, k); output (B, T, n, k)
     m_ptr, c_ptr,  # fp32 segment composites (npair, nseg, k, k) and (npair, nseg, k)
-    npair, n, T, seg_len, nseg,
+    npair, n, T, seg_len, nseg, th_row, in_row,
     K2: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, LP: tl.constexpr,
     HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, COMPOSITE: tl.constexpr,
+    GATED: tl.constexpr = False,
 ):
     """Walk one segment of ``LP`` pairs. ``COMPOSITE``: from ``h = 0`` and ``M = I``, write the
     segment's ``(M_seg, h_seg)``. Otherwise from the state carried in (``h0`` with the
-    composites of segments ``0 … seg-1`` folded on), write ``h_t``."""
+    composites of segments ``0 … seg-1`` folded on), write ``h_t``. ``theta`` and ``b`` /
+    ``z`` rows are ``th_row`` / ``in_row`` elements apart (see the module docstring)."""
     K: tl.constexpr = 2 * K2
     seg = tl.program_id(1)
     q = tl.program_id(0) * LP + tl.arange(0, LP)
@@ -195,10 +237,12 @@ def givens_recurrence_fwd_kernel(
     m2 = 2 * tl.arange(0, K2)[None, None, :]
     ridx = tl.arange(0, RP)[None, :, None]
     thmask = ridx < R
-    th_off = _pair_base(q, n, T, t0, R * K2)[:, None, None] + ridx * K2 + m2 // 2
+    th_off = _row_base(q, n, T, t0, th_row, R * K2)[:, None, None] + ridx * K2 + m2 // 2
+    in_off = _row_base(q, n, T, t0, in_row, K)[:, None, None] + m2
     v_off = _pair_base(q, n, T, t0, K)[:, None, None] + m2
     g_off = _pair_base(q, n, T, t0, 1)[:, None, None]
-    th_step = n * (R * K2)
+    th_step = th_row
+    in_step = in_row
     v_step = n * K
 
     if COMPOSITE:
@@ -212,15 +256,15 @@ def givens_recurrence_fwd_kernel(
 
     th, sx, sy, gam = _coef_loads(th_ptr, s_ptr, g_ptr, th_off, v_off, g_off, live, thmask,
                                   LP, K2, HAS_SCALE, HAS_GAMMA)
-    bx = _ld(b_ptr, v_off, live)
-    by = _ld(b_ptr, v_off + 1, live)
+    bx = _input_term(b_ptr, z_ptr, in_off, live, GATED)
+    by = _input_term(b_ptr, z_ptr, in_off + 1, live, GATED)
     for i in range(steps):
         more = _both(live, i + 1 < steps)
         th_n, sx_n, sy_n, gam_n = _coef_loads(
             th_ptr, s_ptr, g_ptr, th_off + th_step, v_off + v_step, g_off + n, more, thmask,
             LP, K2, HAS_SCALE, HAS_GAMMA)
-        bx_n = _ld(b_ptr, v_off + v_step, more)
-        by_n = _ld(b_ptr, v_off + v_step + 1, more)
+        bx_n = _input_term(b_ptr, z_ptr, in_off + in_step, more, GATED)
+        by_n = _input_term(b_ptr, z_ptr, in_off + in_step + 1, more, GATED)
         cs = tl.cos(th)
         sn = tl.sin(th)
         hx, hy = _transition(hx, hy, cs, sn, sx, sy, gam, R, RP, K2, HAS_SCALE, HAS_GAMMA)
@@ -232,6 +276,7 @@ def givens_recurrence_fwd_kernel(
             tl.store(h_ptr + v_off, hx.to(h_ptr.dtype.element_ty), mask=live)
             tl.store(h_ptr + v_off + 1, hy.to(h_ptr.dtype.element_ty), mask=live)
         th_off += th_step
+        in_off += in_step
         v_off += v_step
         g_off += n
         th = th_n
@@ -271,18 +316,24 @@ def _grad_loads(th_ptr, s_ptr, g_ptr, h_ptr, h0_ptr, dh_ptr, th_off, v_off, g_of
 @triton.jit(do_not_specialize=["T", "seg_len", "nseg"])
 def givens_recurrence_bwd_kernel(
     th_ptr, s_ptr, g_ptr, h_ptr, h0_ptr,  # saved inputs (scale, log_gamma may be dummies) and h
+    hh_ptr, z_ptr,  # gated: the saved pre-activations h̃ and z (else dummies)
     dh_ptr,  # incoming gradient (B, T, n, k)
-    dth_ptr, db_ptr, ds_ptr, dg_ptr, dh0_ptr,  # outputs (ds, dg dummies when absent)
+    dth_ptr, db_ptr, dz_ptr, ds_ptr, dg_ptr, dh0_ptr,  # outputs (dz, ds, dg dummies when absent)
     m_ptr, c_ptr,  # fp32 segment composites (npair, nseg, k, k) and (npair, nseg, k)
-    npair, n, T, seg_len, nseg,
+    npair, n, T, seg_len, nseg, th_row, in_row,
     K2: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, LP: tl.constexpr,
     HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, COMPOSITE: tl.constexpr,
+    GATED: tl.constexpr = False,
 ):
     """Walk one segment right to left carrying ``U = M_{t+1}ᵀ g_{t+1}``.
 
     ``COMPOSITE``: from ``U = 0`` and ``Ψ = I``, write ``(Ψ = M_sᵀ ⋯ M_eᵀ, U_loc)``. Otherwise
     from the adjoint carried in (composites of segments ``nseg-1 … seg+1`` folded onto zero),
     write every gradient; segment 0 also writes ``dh0``.
+
+    ``theta`` and ``dθ`` rows are ``th_row`` elements apart, ``db`` (gated: ``h̃``, ``z``,
+    ``dh̃``, ``dz``) rows ``in_row``. ``GATED``: ``b = σ(z) ⊙ h̃``, and ``db`` becomes ``dh̃``
+    and ``dz`` (module docstring).
     """
     K: tl.constexpr = 2 * K2
     seg = tl.program_id(1)
@@ -295,11 +346,13 @@ def givens_recurrence_bwd_kernel(
     m2 = 2 * tl.arange(0, K2)[None, None, :]
     ridx = tl.arange(0, RP)[None, :, None]
     thmask = ridx < R
-    th_off = _pair_base(q, n, T, t_last, R * K2)[:, None, None] + ridx * K2 + m2 // 2
+    th_off = _row_base(q, n, T, t_last, th_row, R * K2)[:, None, None] + ridx * K2 + m2 // 2
+    in_off = _row_base(q, n, T, t_last, in_row, K)[:, None, None] + m2
     v_off = _pair_base(q, n, T, t_last, K)[:, None, None] + m2
     g_off = _pair_base(q, n, T, t_last, 1)[:, None, None]
     h0_off = qq * K + m2
-    th_step = n * (R * K2)
+    th_step = th_row
+    in_step = in_row
     v_step = n * K
     NEED_PREV: tl.constexpr = not COMPOSITE
 
@@ -330,8 +383,8 @@ def givens_recurrence_bwd_kernel(
             Ux, Uy = _transition_t(gx, gy, cs, sn, sx, sy, gam, R, RP, K2, HAS_SCALE, HAS_GAMMA)
             Px, Py = _transition_t(Px, Py, cs, sn, sx, sy, gam, R, RP, K2, HAS_SCALE, HAS_GAMMA)
         else:
-            tl.store(db_ptr + v_off, gx.to(db_ptr.dtype.element_ty), mask=live)
-            tl.store(db_ptr + v_off + 1, gy.to(db_ptr.dtype.element_ty), mask=live)
+            _store_input_grad(db_ptr, dz_ptr, hh_ptr, z_ptr, in_off, gx, live, GATED)
+            _store_input_grad(db_ptr, dz_ptr, hh_ptr, z_ptr, in_off + 1, gy, live, GATED)
             if HAS_SCALE:
                 u0x = px * sx
                 u0y = py * sy
@@ -368,6 +421,7 @@ def givens_recurrence_bwd_kernel(
                 dlg = tl.sum(ax * u0x + ay * u0y, axis=2)[:, :, None]
                 tl.store(dg_ptr + g_off, dlg.to(dg_ptr.dtype.element_ty), mask=live)
         th_off -= th_step
+        in_off -= in_step
         v_off -= v_step
         g_off -= n
         th = th_n

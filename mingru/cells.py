@@ -15,15 +15,16 @@ import torch
 
 from mingru import _validate
 from mingru._eager.delta_inputs import delta_inputs as delta_inputs_eager
+from mingru._eager.givens_cell import givens_cell_eager
 from mingru._eager.mingru_cell import mingru_cell_eager, transitions
 from mingru._packed_sharding import packed_call
 from mingru._packing import check_cu_seqlens
 from mingru._sharding import check_group, sequence_parallel
 from mingru.dispatch import call
-from mingru_kernels._spec import check_cell_shapes, check_packed_state
+from mingru_kernels._spec import check_cell_shapes, check_givens, check_packed_state
 from mingru_kernels.launch.delta_inputs import width as delta_inputs_width
 
-__all__ = ["delta_inputs", "mingru_cell", "signed_mingru_cell"]
+__all__ = ["delta_inputs", "givens_cell", "mingru_cell", "signed_mingru_cell"]
 
 
 def mingru_cell(
@@ -135,6 +136,69 @@ def _cell(k, n_gates, initial_state, log_gamma, signed, coupled, return_final_st
             bool(return_final_state))
     return call("mingru_cell", mingru_cell_eager, k, initial_state, log_gamma, signed, coupled,
                 bool(return_final_state))
+
+
+def givens_cell(
+    k: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    log_gamma: torch.Tensor | None = None,
+    *,
+    block_size: int,
+    rounds: int,
+) -> torch.Tensor:
+    """GivensMinGRU's cell: ``h_t = γ_t G(θ_t) h_{t−1} + σ(k_z) ⊙ k_h`` per block of
+    ``block_size`` channels, ``G(θ_t)`` the ``rounds`` brick-wall layers of Givens rotations
+    of :class:`mingru.GivensMinGRU` (op ``givens_cell``).
+
+    Args:
+        k: ``(B, T, W)`` pre-activations ``[k_θ | k_z | k_h]`` (one projection's output),
+            ``W = D·rounds/2 + 2·D``: the ``n·rounds·block_size/2`` angles (block-major, then
+            round, then plane; ``n = D / block_size``), then ``k_z`` and ``k_h`` (``D`` each).
+        initial_state: ``(B, D)`` state ``h_0``; zeros when ``None``.
+        log_gamma: ``(B, T, n)`` log-decay ``log γ`` of each block's transition, or ``None``.
+        block_size: ``k``, even, in ``{2, 4, 8, 16}`` on the kernels (any even size eager).
+        rounds: ``R ≥ 1``.
+
+    Returns:
+        ``h`` ``(B, T, D)`` in ``k``'s dtype (float32 inside the kernel), differentiable in
+        ``k``, ``initial_state`` and ``log_gamma``. On CUDA one Triton kernel each way reads
+        ``k``'s columns in place and writes its whole gradient in place.
+
+    Example:
+        >>> import torch
+        >>> from mingru.cells import givens_cell
+        >>> D, R = 8, 3
+        >>> givens_cell(torch.randn(2, 5, D * R // 2 + 2 * D), block_size=4, rounds=R).shape
+        torch.Size([2, 5, 8])
+    """
+    _validate.floating(k, "k")
+    check_givens(2 * (rounds if isinstance(rounds, int) else 1), 2, rounds)  # rounds first
+    D = 2 * k.shape[-1] // (rounds + 4) if k.dim() == 3 else 0
+    if k.dim() != 3 or D < 1 or D * rounds // 2 + 2 * D != k.shape[-1] or D * rounds % 2:
+        raise ValueError(f"givens_cell: k must be (B, T, D·rounds/2 + 2·D) for rounds={rounds}; "
+                         f"got {tuple(k.shape)}")
+    try:
+        n = check_givens(D, block_size, rounds)
+    except ValueError as err:
+        raise ValueError(f"givens_cell: k's width {k.shape[-1]} gives D = {D} for rounds={rounds}; "
+                         f"{err}") from None
+    B, T = k.shape[:2]
+    named = [("k", k)]
+    if initial_state is not None:
+        _validate.floating(initial_state, "initial_state")
+        if tuple(initial_state.shape) != (B, D):
+            raise ValueError(f"givens_cell: initial_state must be ({B}, {D}); got "
+                             f"{tuple(initial_state.shape)}")
+        named.append(("initial_state", initial_state))
+    if log_gamma is not None:
+        _validate.floating(log_gamma, "log_gamma")
+        if tuple(log_gamma.shape) != (B, T, n):
+            raise ValueError(f"givens_cell: log_gamma must be ({B}, {T}, {n}) (one per block); "
+                             f"got {tuple(log_gamma.shape)}")
+        named.append(("log_gamma", log_gamma))
+    _validate.same_kind(named)
+    return call("givens_cell", givens_cell_eager, k, initial_state, log_gamma, block_size,
+                rounds)
 
 
 def delta_inputs(p: torch.Tensor, n_heads: int, nh: int, d_k: int, d_v: int, eps: float

@@ -63,6 +63,12 @@ def _delta_rule() -> ModuleType:
     return delta_rule
 
 
+def _givens_cell() -> ModuleType:
+    from mingru._launch import givens_cell
+
+    return givens_cell
+
+
 def _delta_inputs() -> ModuleType:
     from mingru._launch import delta_inputs
 
@@ -83,6 +89,7 @@ LAUNCHERS: dict[str, Callable[[], ModuleType]] = {
     "givens_recurrence": _givens_recurrence,
     "delta_rule": _delta_rule,
     "delta_inputs": _delta_inputs,
+    "givens_cell": _givens_cell,
     "mingru_cell": _mingru_cell,
     "layer_norm": _layer_norm,
 }

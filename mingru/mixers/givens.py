@@ -29,6 +29,7 @@ from mingru._sharding import (
     check_not_packed,
     matrix_sequence_parallel,
 )
+from mingru.cells import givens_cell
 from mingru.mixers._common import (
     TimeDecay,
     check_sequence,
@@ -125,6 +126,10 @@ class BlockRotationBase(nn.Module):
         n, k = self.n_blocks, self.block_size
         check_not_packed(cu_seqlens, sequence_group, type(self).__name__)
         cu, n_states = packed_offsets(cu_seqlens, x)
+        if cu is None and sequence_group is None:
+            fused = self._cell_states(x, h_0, delta_t)
+            if fused is not None:
+                return (fused, fused[:, -1:]) if return_state else fused
         b, theta, scale = self._projections(x)
         if h_0 is None:
             h0 = self.h0.to(b.dtype).reshape(1, n, k).expand(n_states, n, k).contiguous()
@@ -146,6 +151,12 @@ class BlockRotationBase(nn.Module):
             return h, h[:, -1:]
         last = final_states(h, segments(cu, T), h0.reshape(n_states, self.hidden_size))
         return h, last[:, None]
+
+    def _cell_states(self, x: torch.Tensor, h_0: torch.Tensor | None,
+                     delta_t: torch.Tensor | None) -> torch.Tensor | None:
+        """``h (B, T, hidden)`` from a fused cell taking the one projection, or ``None``
+        (then :meth:`forward` runs the gates and the recurrence as separate ops)."""
+        return None
 
     def step(
         self,
@@ -284,6 +295,20 @@ class GivensMinGRU(BlockRotationBase):
         self.decay = TimeDecay(decay, decay_rate, log1p_delta, channels=self.n_blocks)
 
     transition_layers = ("linear_theta",)
+
+    def _cell_states(self, x: torch.Tensor, h_0: torch.Tensor | None,
+                     delta_t: torch.Tensor | None) -> torch.Tensor:
+        """One GEMM, then :func:`mingru.cells.givens_cell`: on CUDA one kernel each way reads
+        the angles and gates from the projection in place (no per-gate tensor)."""
+        B, T, _ = x.shape
+        k = project(x, self.linear_theta, self.linear_z, self.linear_h)
+        if h_0 is None:
+            h0 = self.h0.to(k.dtype).expand(B, self.hidden_size)
+        else:
+            h0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, like=k)
+        lg = self._log_gamma(delta_t, B, T, k)
+        return givens_cell(k, h0.reshape(B, self.hidden_size).contiguous(), lg,
+                           block_size=self.block_size, rounds=self.rounds)
 
     def transition_from(self, parts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, None]:
         """Angles ``(..., n, rounds, k/2)`` from ``linear_theta``'s output; no scale."""

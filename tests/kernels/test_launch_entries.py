@@ -42,6 +42,9 @@ def _cases():
         "layer_norm": ((_t(B, T, 12), _t(12), _t(12), 1e-5, torch.float32), "layer_norm_fwd"),
         "delta_inputs": ((_t(B, T, 2 * 4 + 2 * 2 * (4 + 3 + 1)), 2, 2, 4, 3, 1e-6),
                          "delta_inputs_fwd"),
+        # D = 8 in blocks of 4, 3 rounds: k = [12 angles | k_z | k_h]
+        "givens_cell": ((_t(B, T, 8 * 3 // 2 + 2 * 8), _t(B, 8), -_t(B, T, 2, positive=True),
+                         4, 3), "givens_cell_fwd"),
     }
 
 

@@ -1,0 +1,128 @@
+"""GivensMinGRU's fused cell (``mingru.cells.givens_cell``: the Givens recurrence's kernels in
+their gated form, reading the angles and gates as column views of one projection and writing
+its whole gradient in place) against the float64 loop of tests/reference.py and the eager
+twin: outputs and the gradients of ``k``, ``h_0`` and ``log γ``, NaN-poisoned, odd widths,
+forced short segments (the composite pass reads the gated input term too)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mingru
+from mingru._eager.givens_cell import givens_cell_eager
+from mingru.cells import givens_cell
+from tests.helpers import rel_err
+from tests.kernels.cases import DEVICE, F64, leaves, segments, weighted_grads
+from tests.reference import loop_givens
+
+CASES = [
+    # B, T, D, block_size, rounds, h0, log_gamma, forced segment length
+    (2, 23, 6, 2, 1, True, True, None),  # W = 15: odd rows
+    (1, 63, 12, 4, 3, False, False, 8),
+    (2, 1, 8, 8, 2, True, True, None),
+    (1, 200, 16, 16, 2, True, True, None),
+    (2, 40, 24, 8, 3, True, False, 7),
+]
+
+
+def _inputs(B, T, D, kb, R, with_h0, with_gamma, dtype=torch.float32):
+    W = D * R // 2 + 2 * D
+    k = torch.randn(B, T, W, dtype=F64)
+    k[..., : D * R // 2] *= 2.0  # angles over several turns
+    h0 = torch.randn(B, D, dtype=F64) if with_h0 else None
+    lg = torch.log(0.5 + 0.45 * torch.rand(B, T, D // kb, dtype=F64)) if with_gamma else None
+    return tuple(None if x is None else x.to(DEVICE, dtype) for x in (k, h0, lg))
+
+
+def _loop(k, h0, lg, kb, R):
+    """The float64 oracle: the gates by hand, then the sequential Givens loop."""
+    B, T, W = k.shape
+    D = 2 * W // (R + 4)
+    n = D // kb
+    theta = k[..., : D * R // 2].reshape(B, T, n, R, kb // 2)
+    z, h_tilde = k[..., D * R // 2: D * R // 2 + D], k[..., D * R // 2 + D:]
+    b = (h_tilde / (1 + torch.exp(-z))).reshape(B, T, n, kb)
+    start = torch.zeros(B, n, kb, dtype=k.dtype, device=k.device) if h0 is None else (
+        h0.reshape(B, n, kb))
+    return loop_givens(theta, b, start, None, lg).reshape(B, T, D)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize(("B", "T", "D", "kb", "R", "with_h0", "with_gamma", "seg"), CASES)
+def test_givens_cell_matches_loop_and_eager(B, T, D, kb, R, with_h0, with_gamma, seg):
+    ins = leaves(*_inputs(B, T, D, kb, R, with_h0, with_gamma))
+    used = [x for x in ins if x is not None]
+    with segments(seg), mingru.use_backend("triton"):
+        h = givens_cell(*ins, block_size=kb, rounds=R)
+        assert h.shape == (B, T, D) and h.dtype == torch.float32
+        w = torch.randn_like(h)
+        grads = weighted_grads((h,), (w,), used)
+    he = givens_cell_eager(*ins, kb, R)
+    grads_e = weighted_grads((he,), (w,), used)
+    ins64 = leaves(*(None if x is None else x.double() for x in ins))
+    hr = _loop(*ins64, kb, R)
+    grads_r = weighted_grads((hr,), (w.double(),), [x for x in ins64 if x is not None])
+    assert rel_err(h, hr) < 1e-5 and rel_err(h, he) < 1e-5
+    for got, eager, ref in zip(grads, grads_e, grads_r, strict=True):
+        assert rel_err(got, ref) < 1e-5
+        assert rel_err(got, eager) < 1e-5
+
+
+@pytest.mark.interpreter
+def test_givens_mixer_runs_on_the_cell_and_matches_eager():
+    """GivensMinGRU's forward takes the fused cell (one projection, no per-gate tensor) and
+    agrees with its eager path, outputs and every parameter gradient."""
+    torch.manual_seed(3)
+    m = mingru.GivensMinGRU(5, 12, block_size=4, rounds=3, decay="learnable").to(DEVICE)
+    x = torch.randn(2, 17, 5, device=DEVICE)
+    dt = torch.rand(2, 17, device=DEVICE)
+
+    def run(mode):
+        m.zero_grad()
+        with mingru.use_backend(mode):
+            h, last = m(x, delta_t=dt, return_state=True)
+        (h * torch.linspace(-1, 1, h.numel(), device=DEVICE).view(h.shape)).sum().backward()
+        return h.detach(), last.detach(), [p.grad.clone() for p in m.parameters()]
+
+    h, last, grads = run("triton")
+    he, last_e, grads_e = run("eager")
+    assert rel_err(h, he) < 1e-5 and torch.equal(last, h[:, -1:])
+    assert rel_err(last, last_e) < 1e-5
+    for got, want in zip(grads, grads_e, strict=True):
+        assert rel_err(got, want) < 1e-5
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (dict(k=torch.randn(2, 3, 41)), "k must be"),
+    (dict(rounds=0), "rounds must be"),
+    (dict(block_size=5), "block_size must be"),
+    (dict(initial_state=torch.randn(2, 7)), "initial_state must be"),
+    (dict(log_gamma=torch.randn(2, 3, 4)), "log_gamma must be"),
+])
+def test_givens_cell_rejects_bad_inputs(args, match):
+    call = dict(k=torch.randn(2, 3, 8 * 3 // 2 + 16), initial_state=None, log_gamma=None,
+                block_size=4, rounds=3) | args
+    with pytest.raises(ValueError, match=match):
+        givens_cell(call.pop("k"), **call)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
+                         ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("T", [1, 63, 1000, 65536])
+def test_givens_cell_dtypes_on_the_gpu(dtype, T):
+    """Compiled for the GPU: every dtype against the float64 eager cell on the same (rounded)
+    inputs, B = 1, D = 24 in blocks of 8, 3 rounds, decay."""
+    ins = leaves(*_inputs(1, T, 24, 8, 3, True, True, dtype))
+    ins64 = leaves(*(x.double() for x in ins))
+    with mingru.use_backend("triton"):
+        h = givens_cell(*ins, block_size=8, rounds=3)
+    w = torch.randn_like(h, dtype=torch.float32)
+    grads = weighted_grads((h.float(),), (w,), ins)
+    hr = givens_cell_eager(*ins64, 8, 3)
+    grads_r = weighted_grads((hr,), (w.double(),), ins64)
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    assert h.dtype == dtype and rel_err(h, hr) < tol
+    for got, ref in zip(grads, grads_r, strict=True):
+        assert got.dtype == dtype and rel_err(got, ref) < tol
