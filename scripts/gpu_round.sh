@@ -7,6 +7,7 @@
 # delta-mixer (DeltaMinGRU fwd, fwd+bwd at B16 T4096 d256 vs compile(eager)) mixer-profile (one mixer's kernels by family per backend: MIXER, MIXER_PRECISION, MIXER_BACKENDS) delta-fused (the
 # backward and forward in one launch each, forced: GPU tests, then time against separate launches; DELTA_FUSED_NH="2 1", DELTA_JAX_TESTS=0 skips its jax-triton tests) delta-state-sweep (the
 # state kernels' variants at few rows, nh2 decay bf16: 16-bit operands, stages, warps, state_vs)
+# delta-sanitize (the forced micro-chunk-64 few-rows layout once under compute-sanitizer memcheck)
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
 # WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
 # cells-train (the cells' plans at the mixer and training-step shapes, bf16; CELL_SHAPES, CELL_DTYPE,
@@ -60,6 +61,15 @@ for s in "$@"; do
         --shapes ${DELTA_SHAPES:-128,1024,4,64 128,256,4,64 128,1024,4,16} --nh "${DELTA_NH:-1}" --dtype "${DELTA_DTYPE:-bfloat16}" \
         ${DELTA_DECAY:+--decay} ${DELTA_CHECK:+--check} ${DELTA_CHECK_GRADS:+--check-grads} ${DELTA_NO_FLA:+--no-fla} ${DELTA_VARIANTS:+--variants $DELTA_VARIANTS} \
         2>&1 | grep -v -i warn | tee -a "$OUT/delta-profile.txt" | grep -E "GPU-busy|check:" ;;
+    delta-sanitize)
+      # The forced micro-chunk-64 few-rows layout whose backward died with an illegal memory
+      # access (twenty-first round), once under compute-sanitizer's memcheck: the first bad
+      # access names the kernel and the address (DELTA_SANITIZE_SHAPES, DELTA_SANITIZE_VARIANTS).
+      timeout "${DELTA_SANITIZE_TIMEOUT:-400}" compute-sanitizer --tool memcheck --show-backtrace no \
+        python3 scripts/profile_delta.py --once --nh 2 --decay --dtype bfloat16 \
+        --shapes ${DELTA_SANITIZE_SHAPES:-32,512,4,16 32,4096,4,16} --variants \
+        ${DELTA_SANITIZE_VARIANTS:-"lp=64;wu_in_state=0;out_pass=1;wu_half=1;saved_tm=1;fused_bwd=1"} \
+        2>&1 | grep -v -i warn | tee -a "$OUT/delta-sanitize.txt" | tail -40 ;;
     delta-fp32) timeout 500 python3 -m mingru bench --device cuda --groups gpu-delta --ops float32 \
         --backends triton,compile --out "$OUT/delta-fp32" 2>&1 | grep -v -i warn | tail -15 ;;
     delta-mixer) timeout 500 python3 -m mingru bench --device cuda --groups mixers --ops delta \

@@ -187,6 +187,9 @@ def main() -> None:
                     help="each variant's error vs float64 and forward peak memory")
     ap.add_argument("--check-grads", action="store_true",
                     help="with --check: also the gradients' largest error vs float64")
+    ap.add_argument("--once", action="store_true",
+                    help="one forward+backward per variant and shape, no profiler and no fla "
+                         "(to run under compute-sanitizer)")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     runners = {}
@@ -204,6 +207,15 @@ def main() -> None:
         xs = (*_inputs(B, T, H, d, args.nh, dtype),
               torch.rand(B, T, H, device="cuda").clamp_min(1e-3).log().to(dtype)
               if args.decay else None)
+        if args.once:
+            for variant in args.variants:
+                _apply(variant)
+                leaves = [x if x is None else x.detach().requires_grad_() for x in xs]
+                _ours(*leaves).float().sum().backward()
+                torch.cuda.synchronize()
+                print(f"ours({variant or 'default'}) B{B} T{T} H{H} d{d} nh{args.nh}"
+                      f"{' decay' * args.decay} {args.dtype}: forward and backward ran")
+            continue
         if args.check:
             reference = _float64_reference(xs, args.check_grads)
             for name, (fn, variant) in runners.items():
