@@ -182,6 +182,7 @@ def givens_cell(
     except ValueError as err:
         raise ValueError(f"givens_cell: k's width {k.shape[-1]} gives D = {D} for rounds={rounds}; "
                          f"{err}") from None
+    _validate.nonempty_time(k, "k")
     B, T = k.shape[:2]
     named = [("k", k)]
     if initial_state is not None:

@@ -95,6 +95,7 @@ def test_givens_mixer_runs_on_the_cell_and_matches_eager():
 
 @pytest.mark.parametrize(("args", "match"), [
     (dict(k=torch.randn(2, 3, 41)), "k must be"),
+    (dict(k=torch.randn(2, 0, 28)), "at least one time step"),
     (dict(rounds=0), "rounds must be"),
     (dict(block_size=5), "block_size must be"),
     (dict(initial_state=torch.randn(2, 7)), "initial_state must be"),
