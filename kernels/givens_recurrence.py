@@ -44,6 +44,7 @@ import triton
 import triton.language as tl
 
 from mingru_kernels.matrix_affine_scan import _both, _fold, _grid, _ld, _pair_base
+from mingru_kernels.mingru_cell import _tanh
 
 __all__ = ["givens_recurrence_bwd_kernel", "givens_recurrence_fwd_kernel"]
 
@@ -192,14 +193,58 @@ def _store_composite(m_ptr, c_ptr, s_idx, Mx, My, vx, vy, live, K2: tl.constexpr
 
 
 @triton.jit
-def _coef_loads(th_ptr, s_ptr, g_ptr, th_off, v_off, g_off, live, thmask,
+def _round_half_even(x):
+    """``x`` rounded to the nearest integer, ties to even (``torch.round``'s rule). From the
+    floor and the exact fraction ``x − ⌊x⌋``: ``⌊x + 0.5⌋`` would round ``0.5 − 2⁻²⁵`` up."""
+    f = tl.floor(x)
+    d = x - f
+    odd = (f - 2.0 * tl.floor(0.5 * f)) != 0.0
+    return tl.where((d > 0.5) | ((d == 0.5) & odd), f + 1.0, f)
+
+
+@triton.jit
+def _snap_unit(snap_ptr, q, n, live, SNAP: tl.constexpr):
+    """RotationMinGRU's snapping step ``2π / K_j`` of each pair's block ``j = q % n``
+    (``[LP, 1, 1]``; zeros without ``SNAP``)."""
+    if SNAP:
+        K = tl.load(snap_ptr + (q % n)[:, None, None], mask=live, other=1.0).to(tl.float32)
+        unit = 6.283185307179586 / K
+    else:
+        unit = tl.zeros_like(live.to(tl.float32))
+    return unit
+
+
+@triton.jit
+def _scale_offsets(q, n, T, t0, in_row, v_off, v_step, ROTATION: tl.constexpr):
+    """Where a token's scale is read: ``scale (B, T, n, k)`` beside ``h`` (``v_off``), or
+    (``ROTATION``) the one pre-activation ``u`` per block in the projection's rows."""
+    if ROTATION:
+        s_off = _row_base(q, n, T, t0, in_row, 1)[:, None, None]
+        s_step = in_row
+    else:
+        s_off = v_off
+        s_step = v_step
+    return s_off, s_step
+
+
+@triton.jit
+def _coef_loads(th_ptr, s_ptr, g_ptr, th_off, s_off, g_off, live, thmask, unit,
                 LP: tl.constexpr, K2: tl.constexpr,
-                HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr):
-    """A token's transition coefficients: angles ``[LP, RP, K2]``, scale halves, ``γ``."""
+                HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr,
+                ROTATION: tl.constexpr, SNAP: tl.constexpr):
+    """A token's transition coefficients: angles ``[LP, RP, K2]``, scale halves, ``γ``.
+    ``ROTATION`` (``k = 2``, one round): the scale is ``[1, tanh(u)]`` from the one
+    pre-activation ``u`` at ``s_off``, and (``SNAP``) the angle is rounded to a multiple of
+    ``unit`` (half to even)."""
     th = _ld(th_ptr, th_off, live & thmask)
-    if HAS_SCALE:
-        sx = _ld(s_ptr, v_off, live)
-        sy = _ld(s_ptr, v_off + 1, live)
+    if SNAP:
+        th = _round_half_even(th / unit) * unit
+    if ROTATION:
+        sx = tl.full([LP, 1, K2], 1.0, tl.float32)
+        sy = _tanh(_ld(s_ptr, s_off, live))
+    elif HAS_SCALE:
+        sx = _ld(s_ptr, s_off, live)
+        sy = _ld(s_ptr, s_off + 1, live)
     else:
         sx = tl.zeros([LP, 1, K2], tl.float32)
         sy = sx
@@ -216,12 +261,13 @@ def _coef_loads(th_ptr, s_ptr, g_ptr, th_off, v_off, g_off, live, thmask,
 @triton.jit(do_not_specialize=["T", "seg_len", "nseg"])
 def givens_recurrence_fwd_kernel(
     th_ptr, b_ptr, z_ptr, s_ptr, g_ptr,  # theta, b (gated: h̃), z (gated), scale, log_gamma
+    snap_ptr,  # ROTATION with SNAP: K_j per block (else a dummy)
     h0_ptr, h_ptr,  # initial state (B, n, k); output (B, T, n, k)
     m_ptr, c_ptr,  # fp32 segment composites (npair, nseg, k, k) and (npair, nseg, k)
     npair, n, T, seg_len, nseg, th_row, in_row,
     K2: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, LP: tl.constexpr,
     HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, COMPOSITE: tl.constexpr,
-    GATED: tl.constexpr = False,
+    GATED: tl.constexpr = False, ROTATION: tl.constexpr = False, SNAP: tl.constexpr = False,
 ):
     """Walk one segment of ``LP`` pairs. ``COMPOSITE``: from ``h = 0`` and ``M = I``, write the
     segment's ``(M_seg, h_seg)``. Otherwise from the state carried in (``h0`` with the
@@ -244,6 +290,8 @@ def givens_recurrence_fwd_kernel(
     th_step = th_row
     in_step = in_row
     v_step = n * K
+    s_off, s_step = _scale_offsets(q, n, T, t0, in_row, v_off, v_step, ROTATION)
+    unit = _snap_unit(snap_ptr, q, n, live, SNAP)
 
     if COMPOSITE:
         hx = tl.zeros([LP, 1, K2], tl.float32)
@@ -254,15 +302,15 @@ def givens_recurrence_fwd_kernel(
         h_in = _fold(m_ptr, c_ptr, h_in, qq, seg, nseg, live, K, 1, 1, 0, True, False)
         hx, hy = _halves(h_in, K2)
 
-    th, sx, sy, gam = _coef_loads(th_ptr, s_ptr, g_ptr, th_off, v_off, g_off, live, thmask,
-                                  LP, K2, HAS_SCALE, HAS_GAMMA)
+    th, sx, sy, gam = _coef_loads(th_ptr, s_ptr, g_ptr, th_off, s_off, g_off, live, thmask,
+                                  unit, LP, K2, HAS_SCALE, HAS_GAMMA, ROTATION, SNAP)
     bx = _input_term(b_ptr, z_ptr, in_off, live, GATED)
     by = _input_term(b_ptr, z_ptr, in_off + 1, live, GATED)
     for i in range(steps):
         more = _both(live, i + 1 < steps)
         th_n, sx_n, sy_n, gam_n = _coef_loads(
-            th_ptr, s_ptr, g_ptr, th_off + th_step, v_off + v_step, g_off + n, more, thmask,
-            LP, K2, HAS_SCALE, HAS_GAMMA)
+            th_ptr, s_ptr, g_ptr, th_off + th_step, s_off + s_step, g_off + n, more, thmask,
+            unit, LP, K2, HAS_SCALE, HAS_GAMMA, ROTATION, SNAP)
         bx_n = _input_term(b_ptr, z_ptr, in_off + in_step, more, GATED)
         by_n = _input_term(b_ptr, z_ptr, in_off + in_step + 1, more, GATED)
         cs = tl.cos(th)
@@ -278,6 +326,7 @@ def givens_recurrence_fwd_kernel(
         th_off += th_step
         in_off += in_step
         v_off += v_step
+        s_off += s_step
         g_off += n
         th = th_n
         sx = sx_n
@@ -294,12 +343,13 @@ def givens_recurrence_fwd_kernel(
 
 
 @triton.jit
-def _grad_loads(th_ptr, s_ptr, g_ptr, h_ptr, h0_ptr, dh_ptr, th_off, v_off, g_off, h0_off,
-                v_step, t, live, thmask, LP: tl.constexpr, K2: tl.constexpr,
-                HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, NEED_PREV: tl.constexpr):
+def _grad_loads(th_ptr, s_ptr, g_ptr, h_ptr, h0_ptr, dh_ptr, th_off, v_off, s_off, g_off,
+                h0_off, v_step, t, live, thmask, unit, LP: tl.constexpr, K2: tl.constexpr,
+                HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, NEED_PREV: tl.constexpr,
+                ROTATION: tl.constexpr, SNAP: tl.constexpr):
     """What backward step ``t`` reads: coefficients, ``dh_t`` and (``NEED_PREV``) ``h_{t-1}``."""
-    th, sx, sy, gam = _coef_loads(th_ptr, s_ptr, g_ptr, th_off, v_off, g_off, live, thmask,
-                                  LP, K2, HAS_SCALE, HAS_GAMMA)
+    th, sx, sy, gam = _coef_loads(th_ptr, s_ptr, g_ptr, th_off, s_off, g_off, live, thmask,
+                                  unit, LP, K2, HAS_SCALE, HAS_GAMMA, ROTATION, SNAP)
     dx = _ld(dh_ptr, v_off, live)
     dy = _ld(dh_ptr, v_off + 1, live)
     if NEED_PREV:
@@ -317,13 +367,14 @@ def _grad_loads(th_ptr, s_ptr, g_ptr, h_ptr, h0_ptr, dh_ptr, th_off, v_off, g_of
 def givens_recurrence_bwd_kernel(
     th_ptr, s_ptr, g_ptr, h_ptr, h0_ptr,  # saved inputs (scale, log_gamma may be dummies) and h
     hh_ptr, z_ptr,  # gated: the saved pre-activations h̃ and z (else dummies)
+    snap_ptr,  # ROTATION with SNAP: K_j per block (else a dummy)
     dh_ptr,  # incoming gradient (B, T, n, k)
     dth_ptr, db_ptr, dz_ptr, ds_ptr, dg_ptr, dh0_ptr,  # outputs (dz, ds, dg dummies when absent)
     m_ptr, c_ptr,  # fp32 segment composites (npair, nseg, k, k) and (npair, nseg, k)
     npair, n, T, seg_len, nseg, th_row, in_row,
     K2: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, LP: tl.constexpr,
     HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, COMPOSITE: tl.constexpr,
-    GATED: tl.constexpr = False,
+    GATED: tl.constexpr = False, ROTATION: tl.constexpr = False, SNAP: tl.constexpr = False,
 ):
     """Walk one segment right to left carrying ``U = M_{t+1}ᵀ g_{t+1}``.
 
@@ -354,6 +405,8 @@ def givens_recurrence_bwd_kernel(
     th_step = th_row
     in_step = in_row
     v_step = n * K
+    s_off, s_step = _scale_offsets(q, n, T, t_last, in_row, v_off, v_step, ROTATION)
+    unit = _snap_unit(snap_ptr, q, n, live, SNAP)
     NEED_PREV: tl.constexpr = not COMPOSITE
 
     if COMPOSITE:
@@ -366,15 +419,16 @@ def givens_recurrence_bwd_kernel(
         Ux, Uy = _halves(u_in, K2)
 
     th, sx, sy, gam, dx, dy, px, py = _grad_loads(
-        th_ptr, s_ptr, g_ptr, h_ptr, h0_ptr, dh_ptr, th_off, v_off, g_off, h0_off, v_step,
-        t_last, live, thmask, LP, K2, HAS_SCALE, HAS_GAMMA, NEED_PREV)
+        th_ptr, s_ptr, g_ptr, h_ptr, h0_ptr, dh_ptr, th_off, v_off, s_off, g_off, h0_off,
+        v_step, t_last, live, thmask, unit, LP, K2, HAS_SCALE, HAS_GAMMA, NEED_PREV, ROTATION,
+        SNAP)
     for i in range(steps):
         t = t_last - i
         more = _both(live, i + 1 < steps)
         th_n, sx_n, sy_n, gam_n, dx_n, dy_n, px_n, py_n = _grad_loads(
             th_ptr, s_ptr, g_ptr, h_ptr, h0_ptr, dh_ptr, th_off - th_step, v_off - v_step,
-            g_off - n, h0_off, v_step, t - 1, more, thmask, LP, K2, HAS_SCALE, HAS_GAMMA,
-            NEED_PREV)
+            s_off - s_step, g_off - n, h0_off, v_step, t - 1, more, thmask, unit, LP, K2,
+            HAS_SCALE, HAS_GAMMA, NEED_PREV, ROTATION, SNAP)
         cs = tl.cos(th)
         sn = tl.sin(th)
         gx = dx + Ux
@@ -409,7 +463,12 @@ def givens_recurrence_bwd_kernel(
                 dth += tl.where(ridx == r, _dtheta(ux, uy, ax, ay, c, s, r % 2 == 1, K2), 0.0)
                 ax, ay = _rotate(ax, ay, c, -s, r % 2 == 1, K2)
             tl.store(dth_ptr + th_off, dth.to(dth_ptr.dtype.element_ty), mask=live & thmask)
-            if HAS_SCALE:
+            if ROTATION:  # scale [1, tanh(u)]: du = ∂L/∂scale_1 · (1 − tanh²u)
+                du = ay * py * (1.0 - sy * sy)
+                tl.store(ds_ptr + s_off, du.to(ds_ptr.dtype.element_ty), mask=live)
+                Ux = ax * sx
+                Uy = ay * sy
+            elif HAS_SCALE:
                 tl.store(ds_ptr + v_off, (ax * px).to(ds_ptr.dtype.element_ty), mask=live)
                 tl.store(ds_ptr + v_off + 1, (ay * py).to(ds_ptr.dtype.element_ty), mask=live)
                 Ux = ax * sx
@@ -423,6 +482,7 @@ def givens_recurrence_bwd_kernel(
         th_off -= th_step
         in_off -= in_step
         v_off -= v_step
+        s_off -= s_step
         g_off -= n
         th = th_n
         sx = sx_n

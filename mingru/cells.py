@@ -17,6 +17,7 @@ from mingru import _validate
 from mingru._eager.delta_inputs import delta_inputs as delta_inputs_eager
 from mingru._eager.givens_cell import givens_cell_eager
 from mingru._eager.mingru_cell import mingru_cell_eager, transitions
+from mingru._eager.rotation_cell import rotation_cell_eager
 from mingru._packed_sharding import packed_call
 from mingru._packing import check_cu_seqlens
 from mingru._sharding import check_group, sequence_parallel
@@ -24,7 +25,7 @@ from mingru.dispatch import call
 from mingru_kernels._spec import check_cell_shapes, check_givens, check_packed_state
 from mingru_kernels.launch.delta_inputs import width as delta_inputs_width
 
-__all__ = ["delta_inputs", "givens_cell", "mingru_cell", "signed_mingru_cell"]
+__all__ = ["delta_inputs", "givens_cell", "mingru_cell", "rotation_cell", "signed_mingru_cell"]
 
 
 def mingru_cell(
@@ -200,6 +201,71 @@ def givens_cell(
     _validate.same_kind(named)
     return call("givens_cell", givens_cell_eager, k, initial_state, log_gamma, block_size,
                 rounds)
+
+
+def rotation_cell(
+    k: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    log_gamma: torch.Tensor | None = None,
+    *,
+    snap_k: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """RotationMinGRU's cell: per 2×2 block ``j``, ``h_t = γ_t R(θ_t) diag(1, tanh(k_u))
+    h_{t−1} + σ(k_z) ⊙ k_h`` with ``θ = k_θ`` snapped to a multiple of ``2π/K_j`` (half to
+    even, straight-through gradient) (op ``rotation_cell``).
+
+    Args:
+        k: ``(B, T, 6·n)`` pre-activations ``[k_θ | k_u | k_z | k_h]`` (one projection's
+            output): ``n`` angles, ``n`` scale pre-activations, then ``k_z`` and ``k_h``
+            (``D = 2·n`` each, block ``j`` on channels ``2j, 2j+1``).
+        initial_state: ``(B, D)`` state ``h_0``; zeros when ``None``.
+        log_gamma: ``(B, T, n)`` log-decay ``log γ`` of each block's transition, or ``None``.
+        snap_k: ``(n,)`` positive ``K_j`` per block (e.g. ``RotationMinGRU.snap_k``), or
+            ``None`` for unsnapped angles.
+
+    Returns:
+        ``h`` ``(B, T, D)`` in ``k``'s dtype (float32 inside the kernel), differentiable in
+        ``k``, ``initial_state`` and ``log_gamma``. On CUDA one Triton kernel each way reads
+        ``k``'s columns in place and writes its whole gradient in place.
+
+    Example:
+        >>> import torch
+        >>> from mingru.cells import rotation_cell
+        >>> rotation_cell(torch.randn(2, 5, 6 * 4), snap_k=torch.tensor([2., 3., 4., 6.])).shape
+        torch.Size([2, 5, 8])
+    """
+    _validate.floating(k, "k")
+    if k.dim() != 3 or k.shape[-1] < 6 or k.shape[-1] % 6:
+        raise ValueError(f"rotation_cell: k must be (B, T, 6·n) = [k_θ | k_u | k_z | k_h] with "
+                         f"n ≥ 1 blocks; got {tuple(k.shape)}")
+    _validate.nonempty_time(k, "k")
+    B, T, W = k.shape
+    n = W // 6
+    named = [("k", k)]
+    for name, x, shape in (("initial_state", initial_state, (B, 2 * n)),
+                           ("log_gamma", log_gamma, (B, T, n))):
+        if x is not None:
+            _validate.floating(x, name)
+            if tuple(x.shape) != shape:
+                raise ValueError(f"rotation_cell: {name} must be {shape}; got {tuple(x.shape)}")
+            named.append((name, x))
+    _validate.same_kind(named)
+    if snap_k is not None:
+        _validate.floating(snap_k, "snap_k")
+        if tuple(snap_k.shape) != (n,) or snap_k.device != k.device:
+            raise ValueError(f"rotation_cell: snap_k must be ({n},) on {k.device}; got "
+                             f"{tuple(snap_k.shape)} on {snap_k.device}")
+        # A value check reads the device (a sync, and a graph break under torch.compile):
+        # eager calls only. RotationMinGRU checks its table once, when it is built.
+        if not torch.compiler.is_compiling() and not bool((snap_k > 0).all()):
+            raise ValueError("rotation_cell: snap_k must be positive (K_j of each block)")
+    return _rotation_cell(k, initial_state, log_gamma, snap_k)
+
+
+def _rotation_cell(k, initial_state, log_gamma, snap_k):
+    """:func:`rotation_cell` without its checks, for RotationMinGRU (whose projection, state,
+    decay and snap table are valid by construction)."""
+    return call("rotation_cell", rotation_cell_eager, k, initial_state, log_gamma, snap_k)
 
 
 def delta_inputs(p: torch.Tensor, n_heads: int, nh: int, d_k: int, d_v: int, eps: float

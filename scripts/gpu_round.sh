@@ -8,7 +8,7 @@
 # backward and forward in one launch each, forced: GPU tests, then time against separate launches; DELTA_FUSED_NH="2 1", DELTA_JAX_TESTS=0 skips its jax-triton tests) delta-state-sweep (the
 # state kernels' variants at few rows, nh2 decay bf16: 16-bit operands, stages, warps, state_vs)
 # delta-sanitize (the forced micro-chunk-64 few-rows layout once under compute-sanitizer memcheck)
-# givens-cell (GivensMinGRU's fused cell: GPU tests, then the mixer against the plain form)
+# rotation-cells (the Givens and rotation mixers' fused cells: GPU tests, then both mixers against the plain form)
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
 # WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
 # cells-train (the cells' plans at the mixer and training-step shapes, bf16; CELL_SHAPES, CELL_DTYPE,
@@ -62,13 +62,14 @@ for s in "$@"; do
         --shapes ${DELTA_SHAPES:-128,1024,4,64 128,256,4,64 128,1024,4,16} --nh "${DELTA_NH:-1}" --dtype "${DELTA_DTYPE:-bfloat16}" \
         ${DELTA_DECAY:+--decay} ${DELTA_CHECK:+--check} ${DELTA_CHECK_GRADS:+--check-grads} ${DELTA_NO_FLA:+--no-fla} ${DELTA_VARIANTS:+--variants $DELTA_VARIANTS} \
         2>&1 | grep -v -i warn | tee -a "$OUT/delta-profile.txt" | grep -E "GPU-busy|check:" ;;
-    givens-cell)
-      # GivensMinGRU's fused cell: its GPU tests (and the Givens recurrence's, whose kernels it
-      # shares), then the mixer on the cell against the plain form (GIVENS_SHAPES).
-      timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_givens_cell.py \
-        tests/kernels/test_givens_recurrence.py 2>&1 | tail -4
-      timeout 300 python3 benchmarks/givens_cell.py --shapes "${GIVENS_SHAPES:-16x4096x256,8x2048x1024}" \
-        --json "$OUT/givens-cell.jsonl" 2>&1 | grep -v -i warn ;;
+    rotation-cells)
+      # GivensMinGRU's and RotationMinGRU's fused cells: their GPU tests (and the Givens
+      # recurrence's, whose kernels they share), then both mixers on their cells against the
+      # plain form (CELLS_SHAPES).
+      timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_givens_cell.py \
+        tests/kernels/test_rotation_cell.py tests/kernels/test_givens_recurrence.py 2>&1 | tail -4
+      timeout 300 python3 benchmarks/rotation_cells.py --shapes "${CELLS_SHAPES:-16x4096x256,8x2048x1024}" \
+        --json "$OUT/rotation-cells.jsonl" 2>&1 | grep -v -i warn ;;
     delta-sanitize)
       # The forced micro-chunk-64 few-rows layout whose backward died with an illegal memory
       # access (twenty-first round), once under compute-sanitizer's memcheck: the first bad

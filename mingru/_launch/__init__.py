@@ -69,6 +69,12 @@ def _givens_cell() -> ModuleType:
     return givens_cell
 
 
+def _rotation_cell() -> ModuleType:
+    from mingru._launch import rotation_cell
+
+    return rotation_cell
+
+
 def _delta_inputs() -> ModuleType:
     from mingru._launch import delta_inputs
 
@@ -90,6 +96,7 @@ LAUNCHERS: dict[str, Callable[[], ModuleType]] = {
     "delta_rule": _delta_rule,
     "delta_inputs": _delta_inputs,
     "givens_cell": _givens_cell,
+    "rotation_cell": _rotation_cell,
     "mingru_cell": _mingru_cell,
     "layer_norm": _layer_norm,
 }

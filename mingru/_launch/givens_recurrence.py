@@ -83,12 +83,16 @@ def _forward(theta, b, h0, scale, log_gamma) -> torch.Tensor:
     return walk_forward(theta, b, None, h0, scale, log_gamma, n * R * k2, n * 2 * k2)
 
 
-def walk_forward(theta, b, z, h0, scale, log_gamma, th_row: int, in_row: int) -> torch.Tensor:
+def walk_forward(theta, b, z, h0, scale, log_gamma, th_row: int, in_row: int,
+                 rotation: bool = False, snap: torch.Tensor | None = None) -> torch.Tensor:
     """``h (B, T, n, k)`` from ``theta (B, T, n, R, k/2)`` and ``b`` (with ``z``: the gated
     cell's ``h̃`` and ``z``, ``b = σ(z) ⊙ h̃``), whose token rows are ``th_row`` / ``in_row``
-    elements apart (column views of one projection, or contiguous); the rest contiguous."""
+    elements apart (column views of one projection, or contiguous); the rest contiguous.
+    ``rotation``: RotationMinGRU's cell (``k = 2``, one round): ``scale`` is the view of the
+    pre-activation ``u (B, T, n)`` in the projection's rows (scale ``[1, tanh(u)]``) and
+    ``snap`` (``K_j`` per block, or ``None``) snaps the angles to multiples of ``2π/K_j``."""
     h0 = h0.contiguous()
-    scale, log_gamma = _contig(scale), _contig(log_gamma)
+    scale, log_gamma = (scale if rotation else _contig(scale)), _contig(log_gamma)
     B, T, n, R, k2 = theta.shape
     k = 2 * k2
     h = _empty((B, T, n, k), b)
@@ -98,23 +102,25 @@ def walk_forward(theta, b, z, h0, scale, log_gamma, th_row: int, in_row: int) ->
     cfg = meta.givens_config(k, R)
     seg_len, nseg = _segments(T)
     consts = dict(K2=k2, R=R, RP=cfg["RP"], HAS_SCALE=scale is not None,
-                  HAS_GAMMA=log_gamma is not None, GATED=z is not None)
+                  HAS_GAMMA=log_gamma is not None, GATED=z is not None, ROTATION=rotation,
+                  SNAP=snap is not None)
     s_arg = h if scale is None else scale  # dummy pointers when absent
     g_arg = h if log_gamma is None else log_gamma
     z_arg = b if z is None else z
+    snap_arg = h if snap is None else snap
     with device_guard(h):
         m, c = h, h  # unread when nseg == 1
         if nseg > 1:
             m = _empty((npair, nseg, k, k), h, torch.float32)
             c = _empty((npair, nseg, k), h, torch.float32)
             kernels.givens_recurrence_fwd_kernel[(cdiv(npair, cfg["LP_COMP"]), nseg)](
-                theta, b, z_arg, s_arg, g_arg, h0, h, m, c, npair, n, T, seg_len, nseg, th_row,
-                in_row, LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"],
-                **consts,
+                theta, b, z_arg, s_arg, g_arg, snap_arg, h0, h, m, c, npair, n, T, seg_len,
+                nseg, th_row, in_row, LP=cfg["LP_COMP"], COMPOSITE=True,
+                num_warps=cfg["num_warps_comp"], **consts,
             )
         kernels.givens_recurrence_fwd_kernel[(cdiv(npair, cfg["LP"]), nseg)](
-            theta, b, z_arg, s_arg, g_arg, h0, h, m, c, npair, n, T, seg_len, nseg, th_row,
-            in_row, LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
+            theta, b, z_arg, s_arg, g_arg, snap_arg, h0, h, m, c, npair, n, T, seg_len, nseg,
+            th_row, in_row, LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
         )
     return h
 
@@ -129,16 +135,19 @@ def _backward(theta, h0, scale, log_gamma, h, dh):
 
 
 def walk_backward(theta, h0, scale, log_gamma, h, dh, hh, z, dtheta, db, dz, th_row: int,
-                  in_row: int):
+                  in_row: int, rotation: bool = False, snap: torch.Tensor | None = None,
+                  du: torch.Tensor | None = None):
     """Fill ``dtheta`` and ``db`` (with ``hh``, ``z``: the gated cell's ``dh̃`` and ``dz``,
     into ``db`` and ``dz``), laid out like ``theta`` and ``b`` (rows ``th_row`` / ``in_row``
-    apart); return ``(dh0, dscale, dlog_gamma)`` (``None`` for an absent input)."""
+    apart); return ``(dh0, dscale, dlog_gamma)`` (``None`` for an absent input). With
+    ``rotation`` (see :func:`walk_forward`) ``du``, laid out like ``scale`` (the view of
+    ``u``), takes the gradient of ``u`` and is returned as ``dscale``."""
     h0, h, dh = h0.contiguous(), h.contiguous(), dh.contiguous()
-    scale, log_gamma = _contig(scale), _contig(log_gamma)
+    scale, log_gamma = (scale if rotation else _contig(scale)), _contig(log_gamma)
     B, T, n, R, k2 = theta.shape
     k = 2 * k2
     dh0 = _empty(h0.shape, h0)
-    dscale = None if scale is None else _empty(scale.shape, scale)
+    dscale = du if rotation else None if scale is None else _empty(scale.shape, scale)
     dlog_gamma = None if log_gamma is None else _empty(log_gamma.shape, log_gamma)
     npair = B * n
     if npair == 0:
@@ -146,14 +155,16 @@ def walk_backward(theta, h0, scale, log_gamma, h, dh, hh, z, dtheta, db, dz, th_
     cfg = meta.givens_config(k, R)
     seg_len, nseg = _segments(T)
     consts = dict(K2=k2, R=R, RP=cfg["RP"], HAS_SCALE=scale is not None,
-                  HAS_GAMMA=log_gamma is not None, GATED=z is not None)
+                  HAS_GAMMA=log_gamma is not None, GATED=z is not None, ROTATION=rotation,
+                  SNAP=snap is not None)
     s_arg = h if scale is None else scale  # dummy pointers when absent
     g_arg = h if log_gamma is None else log_gamma
     ds_arg = db if dscale is None else dscale
     dg_arg = db if dlog_gamma is None else dlog_gamma
     hh_arg, z_arg, dz_arg = (h, h, db) if z is None else (hh, z, dz)
-    args = (theta, s_arg, g_arg, h, h0, hh_arg, z_arg, dh, dtheta, db, dz_arg, ds_arg, dg_arg,
-            dh0)
+    snap_arg = h if snap is None else snap
+    args = (theta, s_arg, g_arg, h, h0, hh_arg, z_arg, snap_arg, dh, dtheta, db, dz_arg, ds_arg,
+            dg_arg, dh0)
     with device_guard(h):
         m, c = h, h  # unread when nseg == 1
         if nseg > 1:

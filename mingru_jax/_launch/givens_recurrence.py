@@ -57,13 +57,14 @@ def _fwd_adapter(th, b, s, g, h0, s1, s2, npair, n, T, seg_len, nseg, o1, o2,
                  K2: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, LP: tl.constexpr,
                  HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, COMPOSITE: tl.constexpr):
     # COMPOSITE writes (m, c) = (o1, o2); otherwise h = o1 reading (m, c) = (s1, s2).
-    # Contiguous rows (theta n·R·k/2, b n·k elements per token); never gated here.
+    # Contiguous rows (theta n·R·k/2, b n·k elements per token); never gated or in rotation
+    # mode here (the snap pointer is a dummy).
     if COMPOSITE:
-        givens_recurrence_fwd_kernel(th, b, b, s, g, h0, s1, o1, o2, npair, n, T, seg_len, nseg,
+        givens_recurrence_fwd_kernel(th, b, b, s, g, g, h0, s1, o1, o2, npair, n, T, seg_len, nseg,
                                      n * (R * K2), n * (2 * K2),
                                      K2, R, RP, LP, HAS_SCALE, HAS_GAMMA, COMPOSITE)
     else:
-        givens_recurrence_fwd_kernel(th, b, b, s, g, h0, o1, s1, s2, npair, n, T, seg_len, nseg,
+        givens_recurrence_fwd_kernel(th, b, b, s, g, g, h0, o1, s1, s2, npair, n, T, seg_len, nseg,
                                      n * (R * K2), n * (2 * K2),
                                      K2, R, RP, LP, HAS_SCALE, HAS_GAMMA, COMPOSITE)
 
@@ -75,11 +76,11 @@ def _bwd_adapter(th, s, g, h, h0, dh, s1, s2, npair, n, T, seg_len, nseg,
                  HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, COMPOSITE: tl.constexpr):
     # COMPOSITE writes (m, c) = (o1, o2); otherwise (dθ, db, ds, dγ, dh0) = o1..o5.
     if COMPOSITE:
-        givens_recurrence_bwd_kernel(th, s, g, h, h0, h, h, dh, s1, s1, s1, s1, s1, s1, o1, o2,
+        givens_recurrence_bwd_kernel(th, s, g, h, h0, h, h, h, dh, s1, s1, s1, s1, s1, s1, o1, o2,
                                      npair, n, T, seg_len, nseg, n * (R * K2), n * (2 * K2),
                                      K2, R, RP, LP, HAS_SCALE, HAS_GAMMA, COMPOSITE)
     else:
-        givens_recurrence_bwd_kernel(th, s, g, h, h0, h, h, dh, o1, o2, o2, o3, o4, o5, s1, s2,
+        givens_recurrence_bwd_kernel(th, s, g, h, h0, h, h, h, dh, o1, o2, o2, o3, o4, o5, s1, s2,
                                      npair, n, T, seg_len, nseg, n * (R * K2), n * (2 * K2),
                                      K2, R, RP, LP, HAS_SCALE, HAS_GAMMA, COMPOSITE)
 

@@ -138,17 +138,21 @@ from mingru_kernels import givens_recurrence as kernels
 from mingru_kernels.launch import givens_recurrence as meta
 
 INTS = ("npair", "n", "T", "seg_len", "nseg", "th_row", "in_row")
-cfg = meta.givens_config(8, 3)
+F32 = ("m_ptr", "c_ptr", "g_ptr", "dg_ptr", "snap_ptr")
+# (block size, rounds, mode): the Givens cell's plain and gated forms, the rotation cell's
+FORMS = ((8, 3, "plain"), (8, 3, "gated"), (2, 1, "rotation"))
 for fn in (kernels.givens_recurrence_fwd_kernel, kernels.givens_recurrence_bwd_kernel):
     names = list(inspect.signature(fn.fn).parameters)
     for dtype in ("fp32", "bf16"):
-        for gated in (False, True):
+        for k, R, mode in FORMS:
+            cfg = meta.givens_config(k, R)
             for composite in (False, True):
-                consts = dict(K2=4, R=3, RP=cfg["RP"], LP=cfg["LP"], HAS_SCALE=not gated,
-                              HAS_GAMMA=True, COMPOSITE=composite, GATED=gated)
+                consts = dict(K2=k // 2, R=R, RP=cfg["RP"], LP=cfg["LP"],
+                              HAS_SCALE=mode != "gated", HAS_GAMMA=True, COMPOSITE=composite,
+                              GATED=mode != "plain", ROTATION=mode == "rotation",
+                              SNAP=mode == "rotation")
                 sig = {n: "constexpr" if n in consts else "i32" if n in INTS
-                       else "*fp32" if n in ("m_ptr", "c_ptr", "g_ptr", "dg_ptr")
-                       else f"*{dtype}" for n in names}
+                       else "*fp32" if n in F32 else f"*{dtype}" for n in names}
                 src = ASTSource(fn, signature=sig, constexprs=consts)
                 triton.compile(src, target=GPUTarget("cuda", 90, 32),
                                options={"num_warps": cfg["num_warps"]})
@@ -157,9 +161,9 @@ print("OK")
 
 
 def test_givens_kernels_compile_for_sm90_in_both_forms():
-    """Without a GPU: the forward and backward kernels, plain and gated, walk and composite
-    passes, in float32 and bfloat16, compile for an H100/H200 (sm_90): what the interpreter,
-    looser than the GPU compiler, cannot show."""
+    """Without a GPU: the forward and backward kernels, plain, gated and in rotation mode
+    (the rotation cell's), walk and composite passes, in float32 and bfloat16, compile for an
+    H100/H200 (sm_90): what the interpreter, looser than the GPU compiler, cannot show."""
     from tests.helpers import run_offline_gpu_compile
 
     assert run_offline_gpu_compile(_OFFLINE_COMPILE).strip().endswith("OK")

@@ -45,12 +45,19 @@ def _cases():
         # D = 8 in blocks of 4, 3 rounds: k = [12 angles | k_z | k_h]
         "givens_cell": ((_t(B, T, 8 * 3 // 2 + 2 * 8), _t(B, 8), -_t(B, T, 2, positive=True),
                          4, 3), "givens_cell_fwd"),
+        # n = 3 rotation blocks: k = [3 angles | 3 scale pre-activations | k_z | k_h]
+        "rotation_cell": ((_t(B, T, 6 * 3), _t(B, 6), -_t(B, T, 3, positive=True),
+                           torch.tensor([2.0, 3.0, 6.0], device=DEVICE)), "rotation_cell_fwd"),
     }
 
 
-def _leaves(args):
-    return tuple(a.clone().requires_grad_(True) if isinstance(a, torch.Tensor) else a
-                 for a in args)
+# Tensor arguments that are constants of the op (no gradient): (op, position).
+_CONSTANTS = {("rotation_cell", 3)}  # the snap table K_j
+
+
+def _leaves(args, op=""):
+    return tuple(a.clone().requires_grad_((op, i) not in _CONSTANTS)
+                 if isinstance(a, torch.Tensor) else a for i, a in enumerate(args))
 
 
 def _loss(out):
@@ -71,11 +78,11 @@ def test_eager_function_matches_custom_op(op):
     custom_op = getattr(torch.ops.mingru, op_name)
     results = []
     for fn in (eager_entry, custom_op):
-        xs = _leaves(args)
+        xs = _leaves(args, op)
         out = fn(*xs)
         _loss(out).backward()
         outs = out if isinstance(out, tuple) else (out,)
-        grads = [x.grad for x in xs if isinstance(x, torch.Tensor)]
+        grads = [x.grad for x in xs if isinstance(x, torch.Tensor) and x.requires_grad]
         assert all(g is not None for g in grads), op
         results.append((outs, grads))
     (o1, g1), (o2, g2) = results

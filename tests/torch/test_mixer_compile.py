@@ -22,7 +22,7 @@ B, T, IN = 2, 11, 6
 CASES = {
     "log": (MinGRU, dict(hidden_size=5, decay="learnable"), "mingru.mingru_cell_fwd"),
     "signed": (SignedMinGRU, dict(hidden_size=5, learnable_h0=True, decay="fixed"), "mingru.mingru_cell_fwd"),
-    "rotation": (RotationMinGRU, dict(hidden_size=6, decay="learnable"), "mingru.givens_recurrence_fwd"),
+    "rotation": (RotationMinGRU, dict(hidden_size=6, decay="learnable"), "mingru.rotation_cell_fwd"),
     "givens": (GivensMinGRU, dict(hidden_size=8, block_size=4, rounds=2, decay="fixed"),
                "mingru.givens_cell_fwd"),
     "delta": (DeltaMinGRU, dict(hidden_size=8, n_heads=2, nh=2, decay="learnable"),
