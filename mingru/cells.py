@@ -183,24 +183,26 @@ def givens_cell(
     except ValueError as err:
         raise ValueError(f"givens_cell: k's width {k.shape[-1]} gives D = {D} for rounds={rounds}; "
                          f"{err}") from None
+    _check_block_cell("givens_cell", k, initial_state, D, log_gamma, n)
+    return call("givens_cell", givens_cell_eager, k, initial_state, log_gamma, block_size,
+                rounds)
+
+
+def _check_block_cell(op: str, k: torch.Tensor, initial_state: torch.Tensor | None, D: int,
+                      log_gamma: torch.Tensor | None, n: int) -> None:
+    """The block cells' common checks: at least one step, ``initial_state (B, D)`` and
+    ``log_gamma (B, T, n)`` (one per block) when given, and one dtype and device."""
     _validate.nonempty_time(k, "k")
     B, T = k.shape[:2]
     named = [("k", k)]
-    if initial_state is not None:
-        _validate.floating(initial_state, "initial_state")
-        if tuple(initial_state.shape) != (B, D):
-            raise ValueError(f"givens_cell: initial_state must be ({B}, {D}); got "
-                             f"{tuple(initial_state.shape)}")
-        named.append(("initial_state", initial_state))
-    if log_gamma is not None:
-        _validate.floating(log_gamma, "log_gamma")
-        if tuple(log_gamma.shape) != (B, T, n):
-            raise ValueError(f"givens_cell: log_gamma must be ({B}, {T}, {n}) (one per block); "
-                             f"got {tuple(log_gamma.shape)}")
-        named.append(("log_gamma", log_gamma))
+    for name, x, shape in (("initial_state", initial_state, (B, D)),
+                           ("log_gamma", log_gamma, (B, T, n))):
+        if x is not None:
+            _validate.floating(x, name)
+            if tuple(x.shape) != shape:
+                raise ValueError(f"{op}: {name} must be {shape}; got {tuple(x.shape)}")
+            named.append((name, x))
     _validate.same_kind(named)
-    return call("givens_cell", givens_cell_eager, k, initial_state, log_gamma, block_size,
-                rounds)
 
 
 def rotation_cell(
@@ -238,18 +240,8 @@ def rotation_cell(
     if k.dim() != 3 or k.shape[-1] < 6 or k.shape[-1] % 6:
         raise ValueError(f"rotation_cell: k must be (B, T, 6·n) = [k_θ | k_u | k_z | k_h] with "
                          f"n ≥ 1 blocks; got {tuple(k.shape)}")
-    _validate.nonempty_time(k, "k")
-    B, T, W = k.shape
-    n = W // 6
-    named = [("k", k)]
-    for name, x, shape in (("initial_state", initial_state, (B, 2 * n)),
-                           ("log_gamma", log_gamma, (B, T, n))):
-        if x is not None:
-            _validate.floating(x, name)
-            if tuple(x.shape) != shape:
-                raise ValueError(f"rotation_cell: {name} must be {shape}; got {tuple(x.shape)}")
-            named.append((name, x))
-    _validate.same_kind(named)
+    n = k.shape[-1] // 6
+    _check_block_cell("rotation_cell", k, initial_state, 2 * n, log_gamma, n)
     if snap_k is not None:
         _validate.floating(snap_k, "snap_k")
         if tuple(snap_k.shape) != (n,) or snap_k.device != k.device:

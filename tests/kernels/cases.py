@@ -180,3 +180,24 @@ def assert_long_walk_plan_matches_float64(tiles, fn, inputs, cotangents, tol=1e-
     ref_outs, ref_gs = eager_f64(fn, inputs, cotangents)
     for x, r in zip(outs + gs, ref_outs + ref_gs, strict=True):
         assert torch.isfinite(x).all() and rel_err(x, r) <= tol
+
+
+def assert_mixer_triton_matches_eager(m, x, dt, tol: float = 1e-5) -> None:
+    """``m(x, delta_t=dt, return_state=True)`` on the Triton path equals its eager path:
+    states, the returned last state (the states' last row) and every parameter gradient of a
+    weighted sum of the states."""
+    from tests.helpers import rel_err
+
+    def run(mode):
+        m.zero_grad()
+        with mingru.use_backend(mode):
+            h, last = m(x, delta_t=dt, return_state=True)
+        (h * torch.linspace(-1, 1, h.numel(), device=h.device).view(h.shape)).sum().backward()
+        return h.detach(), last.detach(), [p.grad.clone() for p in m.parameters()]
+
+    h, last, grads = run("triton")
+    he, last_e, grads_e = run("eager")
+    assert rel_err(h, he) < tol and torch.equal(last, h[:, -1:])
+    assert rel_err(last, last_e) < tol
+    for got, want in zip(grads, grads_e, strict=True):
+        assert rel_err(got, want) < tol

@@ -13,7 +13,14 @@ import mingru
 from mingru._eager.givens_cell import givens_cell_eager
 from mingru.cells import givens_cell
 from tests.helpers import rel_err
-from tests.kernels.cases import DEVICE, F64, leaves, segments, weighted_grads
+from tests.kernels.cases import (
+    DEVICE,
+    F64,
+    assert_mixer_triton_matches_eager,
+    leaves,
+    segments,
+    weighted_grads,
+)
 from tests.reference import loop_givens
 
 CASES = [
@@ -76,21 +83,7 @@ def test_givens_mixer_runs_on_the_cell_and_matches_eager():
     torch.manual_seed(3)
     m = mingru.GivensMinGRU(5, 12, block_size=4, rounds=3, decay="learnable").to(DEVICE)
     x = torch.randn(2, 17, 5, device=DEVICE)
-    dt = torch.rand(2, 17, device=DEVICE)
-
-    def run(mode):
-        m.zero_grad()
-        with mingru.use_backend(mode):
-            h, last = m(x, delta_t=dt, return_state=True)
-        (h * torch.linspace(-1, 1, h.numel(), device=DEVICE).view(h.shape)).sum().backward()
-        return h.detach(), last.detach(), [p.grad.clone() for p in m.parameters()]
-
-    h, last, grads = run("triton")
-    he, last_e, grads_e = run("eager")
-    assert rel_err(h, he) < 1e-5 and torch.equal(last, h[:, -1:])
-    assert rel_err(last, last_e) < 1e-5
-    for got, want in zip(grads, grads_e, strict=True):
-        assert rel_err(got, want) < 1e-5
+    assert_mixer_triton_matches_eager(m, x, torch.rand(2, 17, device=DEVICE))
 
 
 @pytest.mark.parametrize(("args", "match"), [

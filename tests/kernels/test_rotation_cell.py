@@ -17,9 +17,16 @@ import triton.language as tl
 import mingru
 from mingru._eager.rotation_cell import rotation_cell_eager
 from mingru.cells import rotation_cell
-from mingru_kernels.givens_recurrence import _round_half_even
+from mingru_kernels._givens_inputs import _round_half_even
 from tests.helpers import rel_err
-from tests.kernels.cases import DEVICE, F64, leaves, segments, weighted_grads
+from tests.kernels.cases import (
+    DEVICE,
+    F64,
+    assert_mixer_triton_matches_eager,
+    leaves,
+    segments,
+    weighted_grads,
+)
 from tests.reference import loop_givens
 
 CASES = [
@@ -96,21 +103,7 @@ def test_rotation_mixer_runs_on_the_cell_and_matches_eager():
     torch.manual_seed(5)
     m = mingru.RotationMinGRU(5, 8, decay="learnable").to(DEVICE)
     x = torch.randn(2, 17, 5, device=DEVICE)
-    dt = torch.rand(2, 17, device=DEVICE)
-
-    def run(mode):
-        m.zero_grad()
-        with mingru.use_backend(mode):
-            h, last = m(x, delta_t=dt, return_state=True)
-        (h * torch.linspace(-1, 1, h.numel(), device=DEVICE).view(h.shape)).sum().backward()
-        return h.detach(), last.detach(), [p.grad.clone() for p in m.parameters()]
-
-    h, last, grads = run("triton")
-    he, last_e, grads_e = run("eager")
-    assert rel_err(h, he) < 1e-5 and torch.equal(last, h[:, -1:])
-    assert rel_err(last, last_e) < 1e-5
-    for got, want in zip(grads, grads_e, strict=True):
-        assert rel_err(got, want) < 1e-5
+    assert_mixer_triton_matches_eager(m, x, torch.rand(2, 17, device=DEVICE))
 
 
 @pytest.mark.parametrize(("args", "match"), [
