@@ -158,6 +158,22 @@ class BlockRotationBase(nn.Module):
         (then :meth:`forward` runs the gates and the recurrence as separate ops)."""
         return None
 
+    def _cell_inputs(self, x: torch.Tensor, h_0: torch.Tensor | None,
+                     delta_t: torch.Tensor | None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """What a fused cell takes: the one projection ``k (B, T, W)`` (the transition's
+        layers, then ``linear_z`` and ``linear_h``, side by side), ``h0 (B, hidden)`` and
+        ``log γ (B, T, n)`` (or ``None``), in ``k``'s dtype."""
+        B, T, _ = x.shape
+        layers = [getattr(self, name) for name in self.transition_layers]
+        k = project(x, *layers, self.linear_z, self.linear_h)
+        if h_0 is None:
+            h0 = self.h0.to(k.dtype).expand(B, self.hidden_size)
+        else:
+            h0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, like=k)
+        return (k, h0.reshape(B, self.hidden_size).contiguous(),
+                self._log_gamma(delta_t, B, T, k))
+
     def step(
         self,
         x_t: torch.Tensor,
@@ -300,15 +316,8 @@ class GivensMinGRU(BlockRotationBase):
                      delta_t: torch.Tensor | None) -> torch.Tensor:
         """One GEMM, then :func:`mingru.cells.givens_cell`: on CUDA one kernel each way reads
         the angles and gates from the projection in place (no per-gate tensor)."""
-        B, T, _ = x.shape
-        k = project(x, self.linear_theta, self.linear_z, self.linear_h)
-        if h_0 is None:
-            h0 = self.h0.to(k.dtype).expand(B, self.hidden_size)
-        else:
-            h0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, like=k)
-        lg = self._log_gamma(delta_t, B, T, k)
-        return givens_cell(k, h0.reshape(B, self.hidden_size).contiguous(), lg,
-                           block_size=self.block_size, rounds=self.rounds)
+        k, h0, log_gamma = self._cell_inputs(x, h_0, delta_t)
+        return givens_cell(k, h0, log_gamma, block_size=self.block_size, rounds=self.rounds)
 
     def transition_from(self, parts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, None]:
         """Angles ``(..., n, rounds, k/2)`` from ``linear_theta``'s output; no scale."""

@@ -16,7 +16,7 @@ from torch import nn
 
 from mingru._eager.rotation_cell import snap_angles
 from mingru.cells import _rotation_cell
-from mingru.mixers._common import TimeDecay, check_state, project
+from mingru.mixers._common import TimeDecay
 from mingru.mixers.givens import BlockRotationBase
 from mingru_kernels._spec import check_rotation_hidden, check_size, check_snap, snap_per_block
 
@@ -93,17 +93,10 @@ class RotationMinGRU(BlockRotationBase):
 
     def _cell_states(self, x: torch.Tensor, h_0: torch.Tensor | None,
                      delta_t: torch.Tensor | None) -> torch.Tensor:
-        """One GEMM, then :func:`mingru.cells.rotation_cell` (its checks hold by construction):
-        on CUDA one kernel each way
-        snaps the angles and forms the scale and the gates from the projection in place."""
-        B, T, _ = x.shape
-        k = project(x, self.linear_theta, self.linear_u, self.linear_z, self.linear_h)
-        if h_0 is None:
-            h0 = self.h0.to(k.dtype).expand(B, self.hidden_size)
-        else:
-            h0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, like=k)
-        lg = self._log_gamma(delta_t, B, T, k)
-        return _rotation_cell(k, h0.reshape(B, self.hidden_size).contiguous(), lg, self.snap_k)
+        """One GEMM, then :func:`mingru.cells.rotation_cell` (its checks hold by
+        construction): on CUDA one kernel each way snaps the angles and forms the scale and
+        the gates from the projection in place."""
+        return _rotation_cell(*self._cell_inputs(x, h_0, delta_t), self.snap_k)
 
     def transition_from(self, parts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Angles ``(..., n, 1, 1)`` and the scale ``[1, tanh(u)]`` ``(..., n, 2)`` from the
