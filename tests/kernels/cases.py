@@ -201,3 +201,27 @@ def assert_mixer_triton_matches_eager(m, x, dt, tol: float = 1e-5) -> None:
     assert rel_err(last, last_e) < tol
     for got, want in zip(grads, grads_e, strict=True):
         assert rel_err(got, want) < tol
+
+
+def assert_cell_matches_loop_and_eager(cell, eager, loop, ins, seg, shape, tol: float = 1e-5):
+    """``cell(*ins)`` on the Triton path (segments forced to ``seg``) against ``eager(*ins)``
+    and the float64 ``loop(*ins64)``: its shape ``shape`` and float32 dtype, the output and
+    the gradients of every present input for one random output cotangent."""
+    from tests.helpers import rel_err
+
+    ins = leaves(*ins)
+    used = [x for x in ins if x is not None]
+    with segments(seg), mingru.use_backend("triton"):
+        h = cell(*ins)
+        assert h.shape == shape and h.dtype == torch.float32
+        w = torch.randn_like(h)
+        grads = weighted_grads((h,), (w,), used)
+    he = eager(*ins)
+    grads_e = weighted_grads((he,), (w,), used)
+    ins64 = leaves(*(None if x is None else x.double() for x in ins))
+    hr = loop(*ins64)
+    grads_r = weighted_grads((hr,), (w.double(),), [x for x in ins64 if x is not None])
+    assert rel_err(h, hr) < tol and rel_err(h, he) < tol
+    for got, want_e, want_r in zip(grads, grads_e, grads_r, strict=True):
+        assert rel_err(got, want_r) < tol
+        assert rel_err(got, want_e) < tol

@@ -16,9 +16,9 @@ from tests.helpers import rel_err
 from tests.kernels.cases import (
     DEVICE,
     F64,
+    assert_cell_matches_loop_and_eager,
     assert_mixer_triton_matches_eager,
     leaves,
-    segments,
     weighted_grads,
 )
 from tests.reference import loop_givens
@@ -58,22 +58,10 @@ def _loop(k, h0, lg, kb, R):
 @pytest.mark.interpreter
 @pytest.mark.parametrize(("B", "T", "D", "kb", "R", "with_h0", "with_gamma", "seg"), CASES)
 def test_givens_cell_matches_loop_and_eager(B, T, D, kb, R, with_h0, with_gamma, seg):
-    ins = leaves(*_inputs(B, T, D, kb, R, with_h0, with_gamma))
-    used = [x for x in ins if x is not None]
-    with segments(seg), mingru.use_backend("triton"):
-        h = givens_cell(*ins, block_size=kb, rounds=R)
-        assert h.shape == (B, T, D) and h.dtype == torch.float32
-        w = torch.randn_like(h)
-        grads = weighted_grads((h,), (w,), used)
-    he = givens_cell_eager(*ins, kb, R)
-    grads_e = weighted_grads((he,), (w,), used)
-    ins64 = leaves(*(None if x is None else x.double() for x in ins))
-    hr = _loop(*ins64, kb, R)
-    grads_r = weighted_grads((hr,), (w.double(),), [x for x in ins64 if x is not None])
-    assert rel_err(h, hr) < 1e-5 and rel_err(h, he) < 1e-5
-    for got, eager, ref in zip(grads, grads_e, grads_r, strict=True):
-        assert rel_err(got, ref) < 1e-5
-        assert rel_err(got, eager) < 1e-5
+    assert_cell_matches_loop_and_eager(
+        lambda *xs: givens_cell(*xs, block_size=kb, rounds=R),
+        lambda *xs: givens_cell_eager(*xs, kb, R), lambda *xs: _loop(*xs, kb, R),
+        _inputs(B, T, D, kb, R, with_h0, with_gamma), seg, (B, T, D))
 
 
 @pytest.mark.interpreter

@@ -22,9 +22,9 @@ from tests.helpers import rel_err
 from tests.kernels.cases import (
     DEVICE,
     F64,
+    assert_cell_matches_loop_and_eager,
     assert_mixer_triton_matches_eager,
     leaves,
-    segments,
     weighted_grads,
 )
 from tests.reference import loop_givens
@@ -77,23 +77,10 @@ def _loop(k, h0, lg, snap):
 @pytest.mark.interpreter
 @pytest.mark.parametrize(("B", "T", "n", "with_h0", "with_gamma", "with_snap", "seg"), CASES)
 def test_rotation_cell_matches_loop_and_eager(B, T, n, with_h0, with_gamma, with_snap, seg):
-    *xs, snap = _inputs(B, T, n, with_h0, with_gamma, with_snap)
-    ins = leaves(*xs)
-    used = [x for x in ins if x is not None]
-    with segments(seg), mingru.use_backend("triton"):
-        h = rotation_cell(*ins, snap_k=snap)
-        assert h.shape == (B, T, 2 * n) and h.dtype == torch.float32
-        w = torch.randn_like(h)
-        grads = weighted_grads((h,), (w,), used)
-    he = rotation_cell_eager(*ins, snap)
-    grads_e = weighted_grads((he,), (w,), used)
-    ins64 = leaves(*(None if x is None else x.double() for x in ins))
-    hr = _loop(*ins64, snap)
-    grads_r = weighted_grads((hr,), (w.double(),), [x for x in ins64 if x is not None])
-    assert rel_err(h, hr) < 1e-5 and rel_err(h, he) < 1e-5
-    for got, eager, ref in zip(grads, grads_e, grads_r, strict=True):
-        assert rel_err(got, ref) < 1e-5
-        assert rel_err(got, eager) < 1e-5
+    *ins, snap = _inputs(B, T, n, with_h0, with_gamma, with_snap)
+    assert_cell_matches_loop_and_eager(
+        lambda *xs: rotation_cell(*xs, snap_k=snap), lambda *xs: rotation_cell_eager(*xs, snap),
+        lambda *xs: _loop(*xs, snap), ins, seg, (B, T, 2 * n))
 
 
 @pytest.mark.interpreter
