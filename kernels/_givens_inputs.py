@@ -13,18 +13,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mingru_kernels.matrix_affine_scan import _ld
+from mingru_kernels.matrix_affine_scan import _ld, _row_base
 from mingru_kernels.mingru_cell import _tanh
-
-
-@triton.jit
-def _row_base(q, n, T, t0, row, ELEMS: tl.constexpr):
-    """Offset of token ``t0`` of pair ``q`` in ``(B, T, ·)`` rows ``row`` elements apart whose
-    block ``q % n`` holds ``ELEMS`` elements (int64); ``row = n·ELEMS`` is the contiguous
-    ``(B, T, n, ELEMS)`` layout."""
-    qq = q.to(tl.int64)
-    b = qq // n
-    return (b * T + t0) * row + (qq - b * n) * ELEMS
 
 
 @triton.jit

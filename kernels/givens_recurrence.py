@@ -46,12 +46,11 @@ import triton.language as tl
 from mingru_kernels._givens_inputs import (
     _coef_loads,
     _input_term,
-    _row_base,
     _scale_offsets,
     _snap_unit,
     _store_input_grad,
 )
-from mingru_kernels.matrix_affine_scan import _both, _fold, _grid, _ld, _pair_base
+from mingru_kernels.matrix_affine_scan import _both, _fold, _grid, _ld, _pair_base, _row_base
 
 __all__ = ["givens_recurrence_bwd_kernel", "givens_recurrence_fwd_kernel"]
 

@@ -45,11 +45,19 @@ __all__ = ["matrix_affine_scan_bwd_kernel", "matrix_affine_scan_fwd_kernel"]
 
 
 @triton.jit
-def _pair_base(q, n, T, t0, ELEMS: tl.constexpr):
-    """Offset of token ``t0`` of pair ``q`` in a ``(B, T, n, ELEMS)`` tensor (int64)."""
+def _row_base(q, n, T, t0, row, ELEMS: tl.constexpr):
+    """Offset of token ``t0`` of pair ``q`` in ``(B, T, ·)`` rows ``row`` elements apart whose
+    block ``q % n`` holds ``ELEMS`` elements (int64): e.g. one block's columns of a
+    projection's output."""
     qq = q.to(tl.int64)
     b = qq // n
-    return ((b * T + t0) * n + (qq - b * n)) * ELEMS
+    return (b * T + t0) * row + (qq - b * n) * ELEMS
+
+
+@triton.jit
+def _pair_base(q, n, T, t0, ELEMS: tl.constexpr):
+    """Offset of token ``t0`` of pair ``q`` in a ``(B, T, n, ELEMS)`` tensor (int64)."""
+    return _row_base(q, n, T, t0, n * ELEMS, ELEMS)
 
 
 @triton.jit
