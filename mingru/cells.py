@@ -22,7 +22,7 @@ from mingru._packed_sharding import packed_call
 from mingru._packing import check_cu_seqlens
 from mingru._sharding import check_group, sequence_parallel
 from mingru.dispatch import call
-from mingru_kernels._spec import check_cell_shapes, check_givens, check_packed_state
+from mingru_kernels._spec import check_cell_shapes, check_givens, check_packed_state, check_size
 from mingru_kernels.launch.delta_inputs import width as delta_inputs_width
 
 __all__ = ["delta_inputs", "givens_cell", "mingru_cell", "rotation_cell", "signed_mingru_cell"]
@@ -173,7 +173,7 @@ def givens_cell(
         torch.Size([2, 5, 8])
     """
     _validate.floating(k, "k")
-    check_givens(2 * (rounds if isinstance(rounds, int) else 1), 2, rounds)  # rounds first
+    check_size(rounds, "rounds")  # before it divides k's width
     D = 2 * k.shape[-1] // (rounds + 4) if k.dim() == 3 else 0
     if k.dim() != 3 or D < 1 or D * rounds // 2 + 2 * D != k.shape[-1] or D * rounds % 2:
         raise ValueError(f"givens_cell: k must be (B, T, D·rounds/2 + 2·D) for rounds={rounds}; "

@@ -7,7 +7,7 @@ import torch
 
 from mingru._eager.givens_recurrence import givens_recurrence_eager
 
-__all__ = ["givens_cell_eager", "split_projection"]
+__all__ = ["block_start", "givens_cell_eager", "split_projection"]
 
 
 def split_projection(k: torch.Tensor, block_size: int, rounds: int
@@ -19,6 +19,15 @@ def split_projection(k: torch.Tensor, block_size: int, rounds: int
     k_theta, k_z, k_h = k.split([D * rounds // 2, D, D], dim=-1)
     return (k_theta.unflatten(-1, (n, rounds, block_size // 2)),
             k_z.unflatten(-1, (n, block_size)), k_h.unflatten(-1, (n, block_size)))
+
+
+def block_start(k: torch.Tensor, h0: torch.Tensor | None, n: int, block_size: int
+                ) -> torch.Tensor:
+    """A block cell's start state ``(B, n, block_size)``: ``h0 (B, D)`` by block, or zeros
+    in ``k``'s dtype and device when ``None``."""
+    if h0 is None:
+        return k.new_zeros(k.shape[0], n, block_size)
+    return h0.reshape(k.shape[0], n, block_size)
 
 
 def givens_cell_eager(k: torch.Tensor, h0: torch.Tensor | None, log_gamma: torch.Tensor | None,
@@ -35,6 +44,5 @@ def givens_cell_eager(k: torch.Tensor, h0: torch.Tensor | None, log_gamma: torch
     theta, k_z, k_h = split_projection(k, block_size, rounds)
     B, T, n, _ = k_z.shape
     b = torch.sigmoid(k_z) * k_h
-    h0 = (k.new_zeros(B, n, block_size) if h0 is None
-          else h0.reshape(B, n, block_size))
-    return givens_recurrence_eager(theta, b, h0, None, log_gamma).reshape(B, T, n * block_size)
+    return givens_recurrence_eager(theta, b, block_start(k, h0, n, block_size), None,
+                                   log_gamma).reshape(B, T, n * block_size)

@@ -7,9 +7,10 @@ import math
 
 import torch
 
+from mingru._eager.givens_cell import block_start
 from mingru._eager.givens_recurrence import givens_recurrence_eager
 
-__all__ = ["rotation_cell_eager", "snap_angles"]
+__all__ = ["rotation_cell_eager", "snap_angles", "split_projection"]
 
 
 def snap_angles(theta: torch.Tensor, snap_k: torch.Tensor | None) -> torch.Tensor:
@@ -22,6 +23,16 @@ def snap_angles(theta: torch.Tensor, snap_k: torch.Tensor | None) -> torch.Tenso
     snapped = torch.round(theta / unit) * unit
     # theta - theta.detach() is exactly 0, so the value stays exactly `snapped`.
     return snapped.detach() + (theta - theta.detach())
+
+
+def split_projection(k: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Views ``k_θ (B, T, n, 1, 1)``, ``k_u (B, T, n)``, ``k_z`` and ``k_h`` ``(B, T, n, 2)``
+    of ``k (B, T, 6n) = [k_θ | k_u | k_z | k_h]``."""
+    n = k.shape[-1] // 6
+    k_theta, k_u, k_z, k_h = k.split([n, n, 2 * n, 2 * n], dim=-1)
+    return (k_theta.unflatten(-1, (n, 1, 1)), k_u, k_z.unflatten(-1, (n, 2)),
+            k_h.unflatten(-1, (n, 2)))
 
 
 def rotation_cell_eager(k: torch.Tensor, h0: torch.Tensor | None, log_gamma: torch.Tensor | None,
@@ -37,12 +48,12 @@ def rotation_cell_eager(k: torch.Tensor, h0: torch.Tensor | None, log_gamma: tor
         >>> rotation_cell_eager(torch.randn(2, 5, 6 * 3), None, None, None).shape
         torch.Size([2, 5, 6])
     """
-    B, T, W = k.shape
-    n = W // 6
-    k_theta, k_u, k_z, k_h = k.split([n, n, 2 * n, 2 * n], dim=-1)
-    theta = snap_angles(k_theta, snap_k)[..., None, None]
+    k_theta, k_u, k_z, k_h = split_projection(k)
+    B, T, n, _ = k_z.shape
+    # snap_angles works on (..., n): the angle view's two trailing unit axes go and come back
+    theta = snap_angles(k_theta[..., 0, 0], snap_k)[..., None, None]
     s = torch.tanh(k_u)
     scale = torch.stack([torch.ones_like(s), s], dim=-1)
-    b = (torch.sigmoid(k_z) * k_h).unflatten(-1, (n, 2))
-    h0 = k.new_zeros(B, n, 2) if h0 is None else h0.reshape(B, n, 2)
-    return givens_recurrence_eager(theta, b, h0, scale, log_gamma).reshape(B, T, 2 * n)
+    b = torch.sigmoid(k_z) * k_h
+    return givens_recurrence_eager(theta, b, block_start(k, h0, n, 2), scale,
+                                   log_gamma).reshape(B, T, 2 * n)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from mingru._eager.givens_cell import split_projection
+from mingru._eager.givens_cell import block_start, split_projection
 from mingru._launch._alloc import new_tensor
 from mingru._launch._op import dual_entry
 from mingru._launch.givens_recurrence import KERNEL_DTYPES, walk_backward, walk_forward
@@ -51,36 +51,27 @@ def run(k: torch.Tensor, h0: torch.Tensor | None, log_gamma: torch.Tensor | None
     return _entry(k, h0, log_gamma, block_size, rounds)
 
 
-def _views(k: torch.Tensor, block_size: int, rounds: int):
-    theta, k_z, k_h = split_projection(k, block_size, rounds)
-    return theta, k_z, k_h, k.shape[-1]  # every view's rows are W = k.shape[-1] apart
-
-
-def _start(k: torch.Tensor, h0: torch.Tensor | None, n: int, block_size: int) -> torch.Tensor:
-    B = k.shape[0]
-    if h0 is None:
-        return torch.zeros(B, n, block_size, dtype=k.dtype, device=k.device)
-    return h0.reshape(B, n, block_size)
-
-
 def _forward(k, h0, log_gamma, block_size, rounds) -> torch.Tensor:
     k = k.contiguous()
-    theta, k_z, k_h, row = _views(k, block_size, rounds)
+    theta, k_z, k_h = split_projection(k, block_size, rounds)
     B, T, n, _ = k_z.shape
-    h = walk_forward(theta, k_h, k_z, _start(k, h0, n, block_size), None, log_gamma, row, row)
+    row = k.shape[-1]  # every view's rows are W apart
+    h = walk_forward(theta, k_h, k_z, block_start(k, h0, n, block_size), None, log_gamma, row,
+                     row)
     return h.reshape(B, T, n * block_size)
 
 
 def _backward(k, h0, log_gamma, h, dh, block_size, rounds):
     k = k.contiguous()
-    theta, k_z, k_h, row = _views(k, block_size, rounds)
+    theta, k_z, k_h = split_projection(k, block_size, rounds)
     B, T, n, _ = k_z.shape
+    row = k.shape[-1]
     dk = new_tensor(k.shape, k.dtype, k.device)
-    d_theta, d_z, d_h, _ = _views(dk, block_size, rounds)
+    d_theta, d_z, d_h = split_projection(dk, block_size, rounds)
     shape = (B, T, n, block_size)
-    dh0, _, dlog_gamma = walk_backward(theta, _start(k, h0, n, block_size), None, log_gamma,
-                                       h.reshape(shape), dh.reshape(shape), k_h, k_z, d_theta,
-                                       d_h, d_z, row, row)
+    dh0, _, dlog_gamma = walk_backward(theta, block_start(k, h0, n, block_size), None,
+                                       log_gamma, h.reshape(shape), dh.reshape(shape), k_h, k_z,
+                                       d_theta, d_h, d_z, row, row)
     return dk, dh0.reshape(B, n * block_size), dlog_gamma
 
 

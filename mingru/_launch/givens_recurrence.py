@@ -77,6 +77,13 @@ def _contig(x: torch.Tensor | None) -> torch.Tensor | None:
     return None if x is None else x.contiguous()
 
 
+def _constexprs(k2, R, cfg, scale, log_gamma, z, rotation, snap) -> dict:
+    """The kernels' mode constexprs for a walk (forward and backward alike)."""
+    return dict(K2=k2, R=R, RP=cfg["RP"], HAS_SCALE=scale is not None,
+                HAS_GAMMA=log_gamma is not None, GATED=z is not None, ROTATION=rotation,
+                SNAP=snap is not None)
+
+
 def _forward(theta, b, h0, scale, log_gamma) -> torch.Tensor:
     theta, b = theta.contiguous(), b.contiguous()
     n, R, k2 = theta.shape[2:]
@@ -101,9 +108,7 @@ def walk_forward(theta, b, z, h0, scale, log_gamma, th_row: int, in_row: int,
         return h
     cfg = meta.givens_config(k, R)
     seg_len, nseg = _segments(T)
-    consts = dict(K2=k2, R=R, RP=cfg["RP"], HAS_SCALE=scale is not None,
-                  HAS_GAMMA=log_gamma is not None, GATED=z is not None, ROTATION=rotation,
-                  SNAP=snap is not None)
+    consts = _constexprs(k2, R, cfg, scale, log_gamma, z, rotation, snap)
     s_arg = h if scale is None else scale  # dummy pointers when absent
     g_arg = h if log_gamma is None else log_gamma
     z_arg = b if z is None else z
@@ -154,9 +159,7 @@ def walk_backward(theta, h0, scale, log_gamma, h, dh, hh, z, dtheta, db, dz, th_
         return dh0, dscale, dlog_gamma
     cfg = meta.givens_config(k, R)
     seg_len, nseg = _segments(T)
-    consts = dict(K2=k2, R=R, RP=cfg["RP"], HAS_SCALE=scale is not None,
-                  HAS_GAMMA=log_gamma is not None, GATED=z is not None, ROTATION=rotation,
-                  SNAP=snap is not None)
+    consts = _constexprs(k2, R, cfg, scale, log_gamma, z, rotation, snap)
     s_arg = h if scale is None else scale  # dummy pointers when absent
     g_arg = h if log_gamma is None else log_gamma
     ds_arg = db if dscale is None else dscale

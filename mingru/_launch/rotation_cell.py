@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from mingru._eager.givens_cell import block_start
+from mingru._eager.rotation_cell import split_projection
 from mingru._launch._alloc import new_tensor
 from mingru._launch._op import dual_entry
 from mingru._launch.givens_recurrence import KERNEL_DTYPES, walk_backward, walk_forward
@@ -48,41 +50,27 @@ def run(k: torch.Tensor, h0: torch.Tensor | None, log_gamma: torch.Tensor | None
     return _entry(k, h0, log_gamma, snap_k)
 
 
-def _views(k: torch.Tensor):
-    """``theta (B, T, n, 1, 1)``, ``u (B, T, n)``, ``k_z``, ``k_h`` ``(B, T, n, 2)`` of
-    ``k``; every view's rows are ``W = k.shape[-1]`` apart."""
-    n = k.shape[-1] // 6
-    k_theta, k_u, k_z, k_h = k.split([n, n, 2 * n, 2 * n], dim=-1)
-    return (k_theta.unflatten(-1, (n, 1, 1)), k_u, k_z.unflatten(-1, (n, 2)),
-            k_h.unflatten(-1, (n, 2)))
-
-
-def _start(k: torch.Tensor, h0: torch.Tensor | None) -> torch.Tensor:
-    B, n = k.shape[0], k.shape[-1] // 6
-    return k.new_zeros(B, n, 2) if h0 is None else h0.reshape(B, n, 2)
-
-
 def _forward(k, h0, log_gamma, snap_k) -> torch.Tensor:
     k = k.contiguous()
-    theta, u, k_z, k_h = _views(k)
+    theta, u, k_z, k_h = split_projection(k)
     B, T, n, _ = k_z.shape
-    row = k.shape[-1]
-    h = walk_forward(theta, k_h, k_z, _start(k, h0), u, log_gamma, row, row, rotation=True,
-                     snap=snap_k)
+    row = k.shape[-1]  # every view's rows are W apart
+    h = walk_forward(theta, k_h, k_z, block_start(k, h0, n, 2), u, log_gamma, row, row,
+                     rotation=True, snap=snap_k)
     return h.reshape(B, T, 2 * n)
 
 
 def _backward(k, h0, log_gamma, snap_k, h, dh):
     k = k.contiguous()
-    theta, u, k_z, k_h = _views(k)
+    theta, u, k_z, k_h = split_projection(k)
     B, T, n, _ = k_z.shape
     row = k.shape[-1]
     dk = new_tensor(k.shape, k.dtype, k.device)
-    d_theta, d_u, d_z, d_h = _views(dk)
+    d_theta, d_u, d_z, d_h = split_projection(dk)
     shape = (B, T, n, 2)
-    dh0, _, dlog_gamma = walk_backward(theta, _start(k, h0), u, log_gamma, h.reshape(shape),
-                                       dh.reshape(shape), k_h, k_z, d_theta, d_h, d_z, row, row,
-                                       rotation=True, snap=snap_k, du=d_u)
+    dh0, _, dlog_gamma = walk_backward(theta, block_start(k, h0, n, 2), u, log_gamma,
+                                       h.reshape(shape), dh.reshape(shape), k_h, k_z, d_theta,
+                                       d_h, d_z, row, row, rotation=True, snap=snap_k, du=d_u)
     return dk, dh0.reshape(B, 2 * n), dlog_gamma
 
 
