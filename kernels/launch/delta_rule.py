@@ -402,7 +402,7 @@ _HALF_WARPS = {
 
 
 def _half_warps(half: bool, width: int) -> dict:
-    return dict(_HALF_WARPS.get(width, {})) if half else {}
+    return _HALF_WARPS.get(width, {}) if half else {}  # read only: spread into the plan
 
 
 def launch_kwargs(cfg: dict, kernel: str, **flags) -> dict:
