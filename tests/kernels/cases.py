@@ -204,7 +204,7 @@ def assert_mixer_triton_matches_eager(m, x, dt, tol: float = 1e-5) -> None:
 
 
 def assert_cell_matches_loop_and_eager(cell, eager, loop, ins, seg, shape, tol: float = 1e-5):
-    """``cell(*ins)`` on the Triton path (segments forced to ``seg``) against ``eager(*ins)``
+    """``cell(*ins)`` (a cell, or the Givens recurrence) on the Triton path (segments forced to ``seg``) against ``eager(*ins)``
     and the float64 ``loop(*ins64)``: its shape ``shape`` and float32 dtype, the output and
     the gradients of every present input for one random output cotangent."""
     from tests.helpers import rel_err

@@ -17,7 +17,12 @@ import mingru
 from mingru._eager.givens_recurrence import givens_recurrence_eager
 from mingru.scans import _givens_recurrence
 from tests.helpers import rel_err
-from tests.kernels.cases import givens_inputs, leaves, segments, weighted_grads
+from tests.kernels.cases import (
+    assert_cell_matches_loop_and_eager,
+    givens_inputs,
+    leaves,
+    weighted_grads,
+)
 from tests.reference import loop_givens
 
 GIVENS_CASES = [
@@ -36,23 +41,9 @@ GIVENS_CASES = [
 @pytest.mark.interpreter
 @pytest.mark.parametrize(("B", "T", "n", "k", "R", "with_scale", "with_gamma", "seg"), GIVENS_CASES)
 def test_givens_matches_eager_and_loop(B, T, n, k, R, with_scale, with_gamma, seg):
-    ins = leaves(*givens_inputs(B, T, n, k, R, with_scale, with_gamma))
-    used = [x for x in ins if x is not None]
-    with segments(seg), mingru.use_backend("triton"):
-        h = _givens_recurrence(*ins)
-        assert h.shape == (B, T, n, k) and h.dtype == torch.float32
-        w = torch.randn_like(h)
-        grads = weighted_grads((h,), (w,), used)
-
-    he = givens_recurrence_eager(*ins)
-    grads_e = weighted_grads((he,), (w,), used)
-    ins64 = leaves(*(None if x is None else x.double() for x in ins))
-    hr = loop_givens(*ins64)
-    grads_r = weighted_grads((hr,), (w.double(),), [x for x in ins64 if x is not None])
-    assert rel_err(h, hr) < 1e-5 and rel_err(h, he) < 1e-5
-    for got, eager, ref in zip(grads, grads_e, grads_r, strict=True):
-        assert rel_err(got, ref) < 1e-5
-        assert rel_err(got, eager) < 1e-5
+    assert_cell_matches_loop_and_eager(
+        _givens_recurrence, givens_recurrence_eager, loop_givens,
+        givens_inputs(B, T, n, k, R, with_scale, with_gamma), seg, (B, T, n, k))
 
 
 # --- GPU: dtypes, long sequences, memory ------------------------------------------------------
