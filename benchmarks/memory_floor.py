@@ -32,9 +32,9 @@ import torch  # noqa: E402
 from mingru_cli.bench import copy_bandwidth, time_call  # noqa: E402
 
 SHAPES = {"long": (16, 1024, 64), "16k": (16, 16384, 128), "big": (8, 65536, 1536)}
-# A size ladder at B16 D128 (0.26 M to 67 M state elements), for where each frontend's ``auto``
-# should switch from its eager path to the kernels (--ladder): T = 2^7 ... 2^15.
-LADDER = {f"T{T}": (16, T, 128) for T in (128, 512, 2048, 8192, 32768)}
+# A size ladder at B16 D128 (65 k to 67 M state elements), for where each frontend's ``auto``
+# should switch from its eager path to the kernels (--ladder): T = 2^5 ... 2^15.
+LADDER = {f"T{T}": (16, T, 128) for T in (32, 128, 512, 2048, 8192, 32768)}
 SHAPES.update(LADDER)
 LADDER_OPS = ("parallel_scan_log", "linear_recurrence", "mingru_cell", "signed_mingru_cell")
 CASES = [  # (op, shape, modes)
@@ -84,17 +84,18 @@ def torch_inputs(op: str, B: int, T: int, D: int, grad: bool):
     return tuple(x.requires_grad_(grad) for x in xs)
 
 
-def torch_runner(op: str, mode: str, xs) -> Callable[[], Any]:
+def torch_runner(op: str, mode: str, xs, backend: str = "triton") -> Callable[[], Any]:
     import mingru
 
     fn = getattr(mingru, op)
 
     def fwd():
-        with torch.no_grad():
+        with torch.no_grad(), mingru.use_backend(backend):
             return fn(*xs)
 
     def fwd_bwd():
-        out = fn(*xs)
+        with mingru.use_backend(backend):
+            out = fn(*xs)
         out = out if isinstance(out, tuple) else (out,)
         sum(o.float().sum() for o in out).backward()
 
@@ -191,6 +192,8 @@ def main() -> int:
         for mode in modes:
             xs = torch_inputs(op, B, T, D, mode != "fwd")
             runs = {"torch-triton": torch_runner(op, mode, xs)}
+            if args.ladder:  # where PyTorch's auto should switch: its eager path beside
+                runs["torch-eager"] = torch_runner(op, mode, xs, "eager")
             acc = acc_runner(op, mode, B, T, D)
             if acc is not None:
                 runs["accelerated-scan"] = acc
@@ -226,7 +229,8 @@ def main() -> int:
 
 
 def to_markdown(result: dict) -> str:
-    cols = ["torch-triton events", "torch-triton wall", "jax-triton wall", "jax-eager wall",
+    cols = ["torch-triton events", "torch-triton wall", "torch-eager events", "torch-eager wall",
+            "jax-triton wall", "jax-eager wall",
             "accelerated-scan events", "accelerated-scan wall", "floor ms", "% of floor"]
     lines = [f"copy bandwidth {result['copy TB/s']:.2f} TB/s; " + ", ".join(
         f"{k} {v}" for k, v in result["versions"].items()), "",
