@@ -127,6 +127,15 @@ def test_log_scan_on_its_narrow_walk_tile():
         _check(fn, args)
 
 
+@pytest.mark.parametrize("op", ["linear_scan", "parallel_scan_log"])
+def test_whole_tiles_match_eager(op):
+    """T and D multiples of the walk's tile: the kernels' unmasked (EVEN) form, forward and
+    backward."""
+    fn, args = _case(op, 13, 16, 8)
+    with switches.forced(op, strategy="walk", block_t=8, block_d=8):
+        _check(fn, args)
+
+
 @pytest.mark.parametrize("op", ["parallel_scan_log", "matrix_affine_scan"])
 def test_under_jit(op):
     fn, args = _case(op, 3, 5, 3)

@@ -409,3 +409,71 @@ def test_narrow_walk_tile_matches_float64():
     ref_outs, ref_gs = eager_f64(mingru.parallel_scan_log, (la, lv), cot)
     for x, r in zip(outs + gs, ref_outs + ref_gs, strict=True):
         assert rel_err(x, r) < 2e-6
+
+
+@pytest.mark.interpreter
+def test_even_is_a_plan_choice():
+    from mingru_kernels.launch._elementwise import launch_kwargs, plan
+
+    for strategy in ("walk", "chunked", "lookback"):
+        whole = plan(2, 64, 32, strategy=strategy, block_t=8, block_d=8, lookback_tile=(8, 8, 1))
+        assert whole["even"] == 1 and launch_kwargs(whole)["EVEN"] is True
+        for B, T, D in ((2, 63, 32), (2, 64, 30), (1, 1, 3)):
+            cut = plan(B, T, D, strategy=strategy, block_t=8, block_d=8,
+                       lookback_tile=(8, 8, 1))
+            assert cut["even"] == 0 and launch_kwargs(cut)["EVEN"] is False
+            with pytest.raises(ValueError, match="even=1 needs whole tiles"):
+                plan(B, T, D, strategy=strategy, block_t=8, block_d=8, lookback_tile=(8, 8, 1),
+                     even=1)
+        assert plan(2, 64, 32, strategy=strategy, block_t=8, block_d=8, lookback_tile=(8, 8, 1),
+                    even=0)["even"] == 0
+    assert plan(8, 65536, 1536)["even"] == 1  # the memory-floor shape
+
+
+def _scan_case(op, B, T, D):
+    """``(fn, inputs, cotangents)`` of an elementwise scan at ``(B, T, D)``."""
+    if op == "linear_scan":
+        inputs = linear_inputs(B, T, D)
+        return mingru.linear_scan, inputs, [torch.randn_like(inputs[0]) for _ in range(2)]
+    if op == "parallel_scan_log":
+        inputs = log_inputs(B, T, D)
+        return mingru.parallel_scan_log, inputs, [torch.randn_like(inputs[0])]
+    g = torch.Generator().manual_seed(B * T + D)
+    if op == "linear_recurrence":
+        a, b = linear_inputs(B, T, D)
+        h0 = torch.randn(B, D, generator=g, dtype=torch.float64).float()
+
+        def fn(a, b, h0):
+            return mingru.linear_recurrence(a, b, initial_state=h0, return_final_state=True)
+
+        return fn, (a, b, h0), [torch.randn(B, T, D), torch.randn(B, D)]
+    k = torch.randn(B, T, 3 * D, generator=g, dtype=torch.float64).float()
+    h0 = torch.rand(B, D, generator=g, dtype=torch.float64).float() + 0.1
+    lg = -torch.rand(B, T, D, generator=g, dtype=torch.float64).float()
+
+    def cell(k, h0, lg):
+        return mingru.signed_mingru_cell(k, h0, lg, coupled=True, return_final_state=True)
+
+    return cell, (k, h0, lg), [torch.randn(B, T, D), torch.randn(B, D)]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("plan", ["walk", "chunked", "lookback"])
+@pytest.mark.parametrize("op", ["linear_scan", "parallel_scan_log", "linear_recurrence",
+                                "mingru_cell"])
+def test_unmasked_tiles_change_nothing(op, plan):
+    """Whole tiles load and store without masks (the plan's ``even``); outputs and gradients
+    are bit-for-bit those of the masked kernels, and match the float64 eager op."""
+    if plan == "lookback" and op in ("linear_scan",):
+        pytest.skip("linear_scan has no look-back mode")
+    forced = dict(PLANS[plan], block_d=8)  # two D-blocks
+    fn, inputs, cot = _scan_case(op, 2, 32, 16)
+    with triton_plan(op, **forced, even=0):
+        want_outs, want_grads = grads(fn, inputs, cot)
+    with triton_plan(op, **forced):
+        got_outs, got_grads = grads(fn, inputs, cot)
+    ref_outs, ref_grads = eager_f64(fn, inputs, cot)
+    for got, want, ref in zip(got_outs + got_grads, want_outs + want_grads,
+                              ref_outs + ref_grads, strict=True):
+        assert torch.equal(got, want)
+        assert rel_err(got, ref) < 1e-5
