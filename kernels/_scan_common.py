@@ -78,28 +78,6 @@ def take_row(x, rows, r):
     return tl.sum(tl.where(rows[:, None] == r, x, 0.0), axis=0)
 
 
-@triton.jit
-def load_tile(ptrs, m, other, EVEN: tl.constexpr):
-    """``tl.load(ptrs, mask=m, other=other)``, or unmasked when ``EVEN`` (the plan's ``even``:
-    every tile of the launch lies wholly in bounds). Offline for sm_90, the predicates of a
-    masked tile were a third of a walk's instructions per element (the log-space scan's fast
-    path: 61 → 43 at its (64, 32, 2) walk tile), and the walks are issue-bound."""
-    if EVEN:
-        x = tl.load(ptrs)
-    else:
-        x = tl.load(ptrs, mask=m, other=other)
-    return x
-
-
-@triton.jit
-def store_tile(ptrs, x, m, EVEN: tl.constexpr):
-    """``tl.store(ptrs, x, mask=m)``, or unmasked when ``EVEN`` (see :func:`load_tile`)."""
-    if EVEN:
-        tl.store(ptrs, x)
-    else:
-        tl.store(ptrs, x, mask=m)
-
-
 # ----------------------------------------------------------------------------- look-back
 
 # Chunk status words of the single-pass (look-back) strategy: nothing yet, the chunk's own map

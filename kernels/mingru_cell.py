@@ -46,12 +46,10 @@ from mingru_kernels._scan_common import (
     K_SUMMARY,
     carried_scan,
     linear_carry_kernel,
-    load_tile,
     mul_add,
     packed_rows,
     program_coords,
     restart_rows,
-    store_tile,
     take_row,
 )
 
@@ -89,21 +87,20 @@ def _tanh(x):
 
 @triton.jit
 def _load_k(kt_ptr, lgt_ptr, k_off, lg_off, m, D,
-            SIGNED: tl.constexpr, HAS_DECAY: tl.constexpr, EVEN: tl.constexpr = False):
+            SIGNED: tl.constexpr, HAS_DECAY: tl.constexpr):
     """The pre-activations of one tile as fp32: ``(k_z, k_s, k_h, log γ)`` (``k_s`` and
     ``log γ`` are zeros when the cell has none). ``kt_ptr``/``lgt_ptr`` point at the tile's
     first row and the offsets are int32 tiles: the 64-bit row offset stays a scalar, so the
-    compiler still sees contiguous columns and vectorises the loads. ``EVEN``: ``m`` is all
-    true (unmasked loads, :func:`~mingru_kernels._scan_common.load_tile`)."""
-    kz = load_tile(kt_ptr + k_off, m, 0.0, EVEN).to(tl.float32)
+    compiler still sees contiguous columns and vectorises the loads."""
+    kz = tl.load(kt_ptr + k_off, mask=m, other=0.0).to(tl.float32)
     if SIGNED:
-        ks = load_tile(kt_ptr + D + k_off, m, 0.0, EVEN).to(tl.float32)
-        kh = load_tile(kt_ptr + 2 * D + k_off, m, 0.0, EVEN).to(tl.float32)
+        ks = tl.load(kt_ptr + D + k_off, mask=m, other=0.0).to(tl.float32)
+        kh = tl.load(kt_ptr + 2 * D + k_off, mask=m, other=0.0).to(tl.float32)
     else:
         ks = kz * 0.0
-        kh = load_tile(kt_ptr + D + k_off, m, 0.0, EVEN).to(tl.float32)
+        kh = tl.load(kt_ptr + D + k_off, mask=m, other=0.0).to(tl.float32)
     if HAS_DECAY:
-        lg = load_tile(lgt_ptr + lg_off, m, 0.0, EVEN).to(tl.float32)
+        lg = tl.load(lgt_ptr + lg_off, mask=m, other=0.0).to(tl.float32)
     else:
         lg = kz * 0.0
     return kz, ks, kh, lg
@@ -140,7 +137,7 @@ def mingru_cell_fwd_kernel(
     T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
     HAS_DECAY: tl.constexpr, PACKED: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
+    BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
     pid_c, pid_b, pid_d, lane = program_coords(sb_ptr, n_chunks, n_dblk, MODE, False)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -174,16 +171,15 @@ def mingru_cell_fwd_kernel(
         m = ((t0 + rows) < t_end)[:, None] & col_ok[None, :]
         row0 = b64 * T + t0
         kz, ks, kh, lg = _load_k(k_ptr + row0 * S, lg_ptr + row0 * lg_row, k_intra, lg_intra,
-                                 m, D, SIGNED, HAS_DECAY, EVEN)
+                                 m, D, SIGNED, HAS_DECAY)
         a, b = _gates(kz, ks, kh, lg, SIGNED, COUPLED, HAS_DECAY)
         if PACKED:
             # Step 0 is a first step too, so the h_0 row loaded above never enters.
             sid, start = packed_rows(seq_ptr, t0 + rows, (t0 + rows) < t_end)
             a, b = restart_rows(a, b, h0_ptr, sid, start, cols, col_ok, D, HAS_H0)
-        if not EVEN:
-            # Padding rows are the identity map (1, 0), so the tile's last row is its total.
-            a = tl.where(m, a, 1.0)
-            b = tl.where(m, b, 0.0)
+        # Padding rows are the identity map (1, 0), so the tile's last row is its total.
+        a = tl.where(m, a, 1.0)
+        b = tl.where(m, b, 0.0)
         if MODE == K_SUMMARY:
             # tl.reduce may reorder operands on GPU and the combine is not commutative:
             # scan, then take the last row.
@@ -193,7 +189,7 @@ def mingru_cell_fwd_kernel(
         else:
             H, _ = carried_scan(a, b, cz, sb_ptr, sa_ptr, pid_c, lane, pid_b, n_chunks, cols,
                                 col_ok, D, MODE, False, BLOCK_T)
-            store_tile(h_ptr + row0 * D + h_intra, H.to(h_ptr.dtype.element_ty), m, EVEN)
+            tl.store(h_ptr + row0 * D + h_intra, H.to(h_ptr.dtype.element_ty), mask=m)
             cz = take_row(H, rows, BLOCK_T - 1)
 
     if MODE == K_SUMMARY:
@@ -214,7 +210,7 @@ def mingru_cell_bwd_kernel(
     T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col, dh_sb, dh_st, dh_sd,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, SIGNED: tl.constexpr,
     COUPLED: tl.constexpr, HAS_DECAY: tl.constexpr, PACKED: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
     pid_c, pid_b, pid_d, lane = program_coords(sg_ptr, n_chunks, n_dblk, MODE, True)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -265,7 +261,8 @@ def mingru_cell_bwd_kernel(
             # back across the boundary.
             _, next_start = packed_rows(seq_ptr, t + 1, ok & (t + 1 < T))
             coef = tl.where(next_start[:, None], 0.0, coef)
-        G = load_tile(dh_ptr + b64 * dh_sb + t_hi * dh_st + dh_rev, m, 0.0, EVEN).to(tl.float32)
+        G = tl.load(dh_ptr + b64 * dh_sb + t_hi * dh_st + dh_rev, mask=m,
+                    other=0.0).to(tl.float32)
         if HAS_DHT:
             G = tl.where((t == T - 1)[:, None], G + dht[None, :], G)
         if MODE == K_SUMMARY:
@@ -289,7 +286,7 @@ def mingru_cell_bwd_kernel(
             elif HAS_H0:
                 h_prev = tl.where((t == 0)[:, None], h0[None, :], h_prev)
             kz, ks, kh, lg = _load_k(k_ptr + row_hi * S, lg_ptr + row_hi * lg_row, k_rev,
-                                     lg_rev, m, D, SIGNED, HAS_DECAY, EVEN)
+                                     lg_rev, m, D, SIGNED, HAS_DECAY)
             z, one_minus_z = _sigmoid_pair(kz)
             zz = z * one_minus_z  # σ'(k_z) = z (1 − z)
             if HAS_DECAY:
@@ -307,19 +304,19 @@ def mingru_cell_bwd_kernel(
                 dkz = G * kh
                 if COUPLED:
                     dkz -= da * gamma * s
-                store_tile(dkz_ptr, (zz * dkz).to(dk_ptr.dtype.element_ty), m, EVEN)
-                store_tile(dkz_ptr + D,
-                           (da * gamma * c * (1.0 - s * s)).to(dk_ptr.dtype.element_ty), m, EVEN)
-                store_tile(dkz_ptr + 2 * D, (G * z).to(dk_ptr.dtype.element_ty), m, EVEN)
+                tl.store(dkz_ptr, (zz * dkz).to(dk_ptr.dtype.element_ty), mask=m)
+                tl.store(dkz_ptr + D, (da * gamma * c * (1.0 - s * s)).to(dk_ptr.dtype.element_ty),
+                         mask=m)
+                tl.store(dkz_ptr + 2 * D, (G * z).to(dk_ptr.dtype.element_ty), mask=m)
             else:
                 a = gamma * one_minus_z
                 gk, dg = _g_and_slope(kh)
-                store_tile(dkz_ptr, (zz * (G * gk - da * gamma)).to(dk_ptr.dtype.element_ty), m,
-                           EVEN)
-                store_tile(dkz_ptr + D, (G * z * dg).to(dk_ptr.dtype.element_ty), m, EVEN)
+                tl.store(dkz_ptr, (zz * (G * gk - da * gamma)).to(dk_ptr.dtype.element_ty),
+                         mask=m)
+                tl.store(dkz_ptr + D, (G * z * dg).to(dk_ptr.dtype.element_ty), mask=m)
             if HAS_DECAY:
-                store_tile(dlg_ptr + row_hi * D + h_rev, (a * da).to(dlg_ptr.dtype.element_ty), m,
-                           EVEN)
+                tl.store(dlg_ptr + row_hi * D + h_rev, (a * da).to(dlg_ptr.dtype.element_ty),
+                         mask=m)
             if PACKED and HAS_H0:
                 # dh_0[n] = a G at sequence n's first step (one step per sequence).
                 tl.store(dh0_ptr + h0_off, (a * G).to(dh0_ptr.dtype.element_ty),

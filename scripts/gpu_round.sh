@@ -9,7 +9,6 @@
 # state kernels' variants at few rows, nh2 decay bf16: 16-bit operands, stages, warps, state_vs)
 # delta-sanitize (the forced micro-chunk-64 few-rows layout once under compute-sanitizer memcheck)
 # rotation-cells (the Givens and rotation mixers' fused cells: GPU tests, then both mixers against the plain form)
-# even (the scans' unmasked whole-tile kernels against the masked ones: GPU tests, shipped plans with even 0 and 1; EVEN_SHAPES, EVEN_OPS, EVEN_BWD=1, EVEN_TILES at the big shape)
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
 # WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
 # cells-train (the cells' plans at the mixer and training-step shapes, bf16; CELL_SHAPES, CELL_DTYPE,
@@ -32,22 +31,6 @@ for s in "$@"; do
     tests-scans) timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu \
         tests/kernels/test_linear_recurrence.py tests/kernels/test_mingru_cell.py \
         tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_scan.py 2>&1 | tail -8 ;;
-    even)
-      # The unmasked whole-tile kernels (the plan's even) against the masked ones: the scans'
-      # GPU tests (the long-walk shape is whole tiles), then each op's shipped plan with even
-      # forced to 0 and 1, then walk tiles unmasked at the big shape (EVEN_TILES).
-      timeout "${EVEN_TESTS_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider -m gpu --tb=line \
-        tests/kernels/test_linear_recurrence.py tests/kernels/test_mingru_cell.py \
-        tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_scan.py 2>&1 | tail -6
-      for dir in "" ${EVEN_BWD:+--bwd}; do
-        timeout 200 python3 scripts/plan_sweep.py --even 0,1 --tiles default --top 4 $dir \
-          --shapes "${EVEN_SHAPES:-big,16k,long}" \
-          --ops "${EVEN_OPS:-parallel_scan_log,mingru_cell,signed_mingru_cell,linear_recurrence}" \
-          2>&1 | tee -a "$OUT/even.log" | grep -v -i warn
-      done
-      [ -n "${EVEN_TILES:-}" ] && timeout 200 python3 scripts/plan_sweep.py --even 1 --top 12 \
-        --strategy walk --shapes big --ops "${EVEN_TILE_OPS:-parallel_scan_log,mingru_cell}" \
-        --tiles "$EVEN_TILES" 2>&1 | tee -a "$OUT/even.log" | grep -v -i warn ;;
     tests-log) timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=line \
         tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_scan.py 2>&1 | tail -6 ;;
     tests-walk) timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=line \

@@ -6,12 +6,10 @@ table sorted by time, so the planner's defaults can be set from measurements.
 
     python scripts/plan_sweep.py [--ops parallel_scan_log,linear_recurrence] [--bwd]
         [--shapes big,16k,train,8x2048x512] [--dtype bfloat16] [--strategy walk,lookback]
-        [--even 0,1]
 
 Shapes are names of :data:`SHAPES` or literal ``BxTxD``. ``--dtype`` is the inputs' dtype (the
 cells' pre-activations under bf16 autocast are bf16). ``--strategy`` takes a comma-separated
-list: each strategy is swept over the tiles. ``--even 0,1`` times each tile with the masked
-kernels and with the unmasked ones the plan picks for whole tiles (the plan's ``even``). Every row also gives the forward's bandwidth
+list: each strategy is swept over the tiles. Every row also gives the forward's bandwidth
 floor (bytes of its inputs and outputs at 4.22 TB/s) as a fraction of its time.
 """
 
@@ -103,16 +101,10 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=6, help="rows printed per op and shape")
     parser.add_argument("--tiles", default=None,
                         help="only these tiles, e.g. '32x64x1,64x32x1x3' (block_t x block_d x "
-                             "num_warps [x loop_stages]) instead of the grid; 'default': the "
-                             "plan's own tiles")
-    parser.add_argument("--even", default=None,
-                        help="force the plan's even, comma-separated 0/1 (0: masked tiles)")
+                             "num_warps [x loop_stages]) instead of the grid")
     args = parser.parse_args()
-    evens = [int(v) for v in args.even.split(",")] if args.even else [None]
     tiles = [(*t, 1) for t in itertools.product(*GRID.values())]
-    if args.tiles == "default":
-        tiles = [(None, None, None, None)]
-    elif args.tiles:
+    if args.tiles:
         tiles = [(*(int(v) for v in t.split("x")), 1)[:4] for t in args.tiles.split(",")]
     dtype = getattr(torch, args.dtype)
     strategies = args.strategy.split(",") if args.strategy else [None]
@@ -121,18 +113,17 @@ def main() -> int:
         xs = inputs(op, B, T, D, args.bwd, dtype)
         fn = getattr(mingru, op)
         rows = []
-        for strategy, (bt, bd, nw, ls), even in itertools.product(strategies, tiles, evens):
+        for strategy, (bt, bd, nw, ls) in itertools.product(strategies, tiles):
             try:
                 with mingru.use_backend("triton"), switches.forced(
                         PLAN_OP.get(op, op), block_t=bt, block_d=bd, num_warps=nw, loop_stages=ls,
-                        **({"strategy": strategy} if strategy else {}),
-                        **({"even": even} if even is not None else {})):
+                        **({"strategy": strategy} if strategy else {})):
                     ms = time_call(fn, xs, args.bwd)
             except Exception as exc:  # an unsupported combination (registers, shared memory)
                 ms = float("nan")
-                print(f"{op} {shape} {strategy} {bt} {bd} {nw} {ls} even={even}: "
+                print(f"{op} {shape} {strategy} {bt} {bd} {nw} {ls}: "
                       f"{type(exc).__name__}: {exc}"[:200])
-            rows.append((ms, strategy or "auto", bt, bd, nw, ls, "auto" if even is None else even))
+            rows.append((ms, strategy or "auto", bt, bd, nw, ls))
         with mingru.use_backend("triton"):
             default = time_call(fn, xs, args.bwd)
         rows.sort(key=lambda r: (r[0] != r[0], r[0]))  # NaN (failed) rows last

@@ -25,6 +25,7 @@ import pytest
 import mingru_jax
 from mingru_jax.dispatch import use_backend
 from mingru_jax.scans import _delta_rule, _givens_recurrence
+from mingru_kernels._seam import interpreter_mode
 from mingru_kernels.launch import switches
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -127,15 +128,6 @@ def test_log_scan_on_its_narrow_walk_tile():
         _check(fn, args)
 
 
-@pytest.mark.parametrize("op", ["linear_scan", "parallel_scan_log"])
-def test_whole_tiles_match_eager(op):
-    """T and D multiples of the walk's tile: the kernels' unmasked (EVEN) form, forward and
-    backward."""
-    fn, args = _case(op, 13, 16, 8)
-    with switches.forced(op, strategy="walk", block_t=8, block_d=8):
-        _check(fn, args)
-
-
 @pytest.mark.parametrize("op", ["parallel_scan_log", "matrix_affine_scan"])
 def test_under_jit(op):
     fn, args = _case(op, 3, 5, 3)
@@ -234,8 +226,9 @@ def test_delta_rule_under_jit_and_vmap():
 
 def test_delta_rule_allow_tf32_reaches_the_kernels(monkeypatch):
     """``allow_tf32`` picks the kernels' TF32 precision for float32 inputs in the forward and
-    the backward (exact float32 by default); the result is unchanged (the interpreter
-    multiplies exactly either way); a non-bool is refused."""
+    the backward (exact float32 by default); the interpreter multiplies exactly either way, so
+    there the result is unchanged, and on a GPU it moves by TF32 rounding only (10-bit
+    mantissas); a non-bool is refused."""
     from mingru_jax._launch import delta_rule as launcher
 
     seen = []
@@ -254,7 +247,8 @@ def test_delta_rule_allow_tf32_reaches_the_kernels(monkeypatch):
         seen.clear()
         _, o_exact = loss(args["q"], False)
     assert set(seen) == {"ieee"}
-    np.testing.assert_allclose(np.asarray(o_tf32), np.asarray(o_exact), rtol=1e-6, atol=1e-6)
+    tol = 1e-6 if interpreter_mode() else 1e-2
+    np.testing.assert_allclose(np.asarray(o_tf32), np.asarray(o_exact), rtol=tol, atol=tol)
     assert np.all(np.isfinite(np.asarray(dq)))
     with pytest.raises(TypeError, match="allow_tf32 must be a bool"):
         _delta_rule(**args, allow_tf32=1)

@@ -86,8 +86,7 @@ def _oracle(a, b, h0, w, w_T):
 
 @pytest.mark.parametrize("backend", ["eager", "triton"])
 @pytest.mark.parametrize("plan", ["walk", "chunked", "lookback"])
-# (2, 64, 16): whole tiles under every plan (the kernels' unmasked EVEN form).
-@pytest.mark.parametrize("shape", [(1, 1, 3), (2, 37, 5), (2, 64, 16)])
+@pytest.mark.parametrize("shape", [(1, 1, 3), (2, 37, 5)])
 def test_matches_the_float64_loop(backend, plan, shape):
     if backend == "eager" and plan != "walk":
         pytest.skip("the plan is a kernel choice")
