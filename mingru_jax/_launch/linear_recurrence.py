@@ -34,9 +34,18 @@ def unsupported_reason(a, b, initial_state=None, return_final_state=False,
     return common.unsupported_dtype_or_device(a)
 
 
-def prefer_over_eager(*args, **kwargs) -> bool:
-    """Whether ``auto`` should pick the kernel (one read, one write: the bandwidth floor)."""
-    return True
+EAGER_MAX_ELEMENTS = 1 << 16
+"""``auto`` keeps XLA's scan for inputs of at most this many elements (``B·T·D``): the size
+ladder of ``benchmarks/memory_floor.py --ladder`` (B16 D128, wall clock with a sync, NVIDIA
+H100) had XLA ahead at T = 32 (65 536 elements; 0.075 vs 0.083 ms forward, 0.091 vs 0.102
+fwd+bwd), where both are bound by dispatch, and the kernel ahead from T = 128 on (0.082 vs
+0.088, 0.098 vs 0.113; at T = 32768 0.74 vs 0.91 and 1.44 vs 2.48)."""
+
+
+def prefer_over_eager(a, *args, **kwargs) -> bool:
+    """Whether ``auto`` should pick the kernel: above :data:`EAGER_MAX_ELEMENTS` (one read,
+    one write: the bandwidth floor); below it XLA's scan measured faster."""
+    return a.size > EAGER_MAX_ELEMENTS
 
 
 def run(

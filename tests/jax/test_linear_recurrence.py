@@ -135,3 +135,15 @@ def test_bad_input_names_the_argument():
         mingru_jax.linear_recurrence(a, jnp.ones((2, 5, 4)))
     with pytest.raises(TypeError, match="initial_state"):
         mingru_jax.linear_recurrence(a, a, initial_state=jnp.ones((2, 3), jnp.float16))
+
+
+def test_auto_keeps_xla_for_the_smallest_inputs():
+    """On a GPU, ``auto`` runs XLA's scan up to ``EAGER_MAX_ELEMENTS`` (measured faster there,
+    both dispatch-bound) and the kernel above it."""
+    from mingru_jax._launch import linear_recurrence as launcher
+
+    limit = launcher.EAGER_MAX_ELEMENTS
+    small = jax.ShapeDtypeStruct((16, limit // (16 * 128), 128), jnp.float32)
+    large = jax.ShapeDtypeStruct((16, 4 * limit // (16 * 128), 128), jnp.float32)
+    assert small.size == limit and not launcher.prefer_over_eager(small, small)
+    assert launcher.prefer_over_eager(large, large, None, True)
