@@ -49,11 +49,14 @@ from mingru_kernels._scan_common import (
     K_SUMMARY,
     carried_scan,
     linear_carry_kernel,
+    load_tile,
     mul_add,
     packed_rows,
     program_coords,
     restart_rows,
+    store_tile,
     take_row,
+    tile_offsets,
 )
 
 __all__ = ["linear_carry_kernel", "linear_recurrence_bwd_kernel", "linear_recurrence_fwd_kernel"]
@@ -69,13 +72,14 @@ def linear_recurrence_fwd_kernel(
     # LOOKBACK: sa = fp32 chunk values, sb = int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
+    SCALAR: tl.constexpr,
 ):
     pid_c, pid_b, pid_d, lane = program_coords(sb_ptr, n_chunks, n_dblk, MODE, False)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
-    intra = rows[:, None] * D + cols[None, :]
+    intra = tile_offsets(rows[:, None] * D + cols[None, :], SCALAR)
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
     seq = pid_b.to(tl.int64) * T * D
@@ -98,8 +102,8 @@ def linear_recurrence_fwd_kernel(
         m = ((t0 + rows) < t_end)[:, None] & col_ok[None, :]
         tile = seq + t0.to(tl.int64) * D
         # Padding rows load the identity map (1, 0), so the tile's last row is its total.
-        a = tl.load(a_ptr + tile + intra, mask=m, other=1.0).to(tl.float32)
-        b = tl.load(b_ptr + tile + intra, mask=m, other=0.0).to(tl.float32)
+        a = load_tile(a_ptr + tile + intra, m, 1.0, EVEN).to(tl.float32)
+        b = load_tile(b_ptr + tile + intra, m, 0.0, EVEN).to(tl.float32)
         if PACKED:
             # Step 0 is a first step too, so the h_0 row loaded above never enters.
             sid, start = packed_rows(seq_ptr, t0 + rows, (t0 + rows) < t_end)
@@ -113,7 +117,7 @@ def linear_recurrence_fwd_kernel(
         else:
             H, _ = carried_scan(a, b, cz, sb_ptr, sa_ptr, pid_c, lane, pid_b, n_chunks, cols,
                                 col_ok, D, MODE, False, BLOCK_T)
-            tl.store(h_ptr + tile + intra, H.to(h_ptr.dtype.element_ty), mask=m)
+            store_tile(h_ptr + tile + intra, H.to(h_ptr.dtype.element_ty), m, EVEN)
             cz = take_row(H, rows, BLOCK_T - 1)
 
     if MODE == K_SUMMARY:
@@ -133,16 +137,17 @@ def linear_recurrence_bwd_kernel(
     # LOOKBACK: sc = fp32 chunk values, sg = int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk, dh_sb, dh_st, dh_sd,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, PACKED: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
+    SCALAR: tl.constexpr,
 ):
     pid_c, pid_b, pid_d, lane = program_coords(sg_ptr, n_chunks, n_dblk, MODE, True)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
     # Row r of a tile is time t_hi - r: the adjoint runs backwards in time.
-    rev = cols[None, :] - rows[:, None] * D
+    rev = tile_offsets(cols[None, :] - rows[:, None] * D, SCALAR)
     # dh is read through its strides: the gradient of a sum arrives expanded (stride 0).
-    dh_rev = cols[None, :] * dh_sd - rows[:, None] * dh_st
+    dh_rev = tile_offsets(cols[None, :] * dh_sd - rows[:, None] * dh_st, SCALAR)
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
     seq = pid_b.to(tl.int64) * T * D
@@ -173,8 +178,8 @@ def linear_recurrence_bwd_kernel(
             # back across the boundary.
             _, next_start = packed_rows(seq_ptr, t + 1, ok & (t + 1 < T))
             coef = tl.where(next_start[:, None], 0.0, coef)
-        g = tl.load(dh_ptr + pid_b.to(tl.int64) * dh_sb + t_hi.to(tl.int64) * dh_st + dh_rev,
-                    mask=m, other=0.0).to(tl.float32)
+        g = load_tile(dh_ptr + pid_b.to(tl.int64) * dh_sb + t_hi.to(tl.int64) * dh_st + dh_rev,
+                      m, 0.0, EVEN).to(tl.float32)
         if HAS_DHT:
             g = tl.where((t == T - 1)[:, None], g + dht[None, :], g)
         if MODE == K_SUMMARY:
@@ -202,8 +207,8 @@ def linear_recurrence_bwd_kernel(
                     tl.store(dh0_ptr + h0_off, (a_t * G).to(dh0_ptr.dtype.element_ty), mask=fm)
             elif HAS_H0:
                 h_prev = tl.where((t == 0)[:, None], h0[None, :], h_prev)
-            tl.store(da_ptr + tile + rev, (G * h_prev).to(da_ptr.dtype.element_ty), mask=m)
-            tl.store(db_ptr + tile + rev, G.to(db_ptr.dtype.element_ty), mask=m)
+            store_tile(da_ptr + tile + rev, (G * h_prev).to(da_ptr.dtype.element_ty), m, EVEN)
+            store_tile(db_ptr + tile + rev, G.to(db_ptr.dtype.element_ty), m, EVEN)
             cg = take_row(G, rows, BLOCK_T - 1)
 
     if MODE == K_SUMMARY:

@@ -34,9 +34,12 @@ from mingru_kernels._scan_common import (
     K_APPLY,
     K_SUMMARY,
     linear_carry_kernel,
+    load_tile,
     mul_add,
     mul_add2,
+    store_tile,
     take_row,
+    tile_offsets,
 )
 
 __all__ = [
@@ -53,6 +56,8 @@ def linear_scan_fwd_kernel(
     sa_ptr, sb_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-ins in (APPLY)
     T, D, chunk_len, n_chunks, n_dblk,
     MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
+    EVEN: tl.constexpr,
+    SCALAR: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pid_d = pid % n_dblk
@@ -62,7 +67,7 @@ def linear_scan_fwd_kernel(
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
-    intra = rows[:, None] * D + cols[None, :]
+    intra = tile_offsets(rows[:, None] * D + cols[None, :], SCALAR)
     first = rows[:, None] == 0
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
@@ -81,8 +86,8 @@ def linear_scan_fwd_kernel(
         m = ((t0 + rows) < t_end)[:, None] & col_ok[None, :]
         tile = seq + t0.to(tl.int64) * D
         # Padding rows load the identity map (1, 0), so the tile's last row is its total.
-        a = tl.load(a_ptr + tile + intra, mask=m, other=1.0).to(tl.float32)
-        b = tl.load(b_ptr + tile + intra, mask=m, other=0.0).to(tl.float32)
+        a = load_tile(a_ptr + tile + intra, m, 1.0, EVEN).to(tl.float32)
+        b = load_tile(b_ptr + tile + intra, m, 0.0, EVEN).to(tl.float32)
         if MODE == K_SUMMARY:
             # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
             # and take the last row (padding rows hold the identity).
@@ -95,8 +100,8 @@ def linear_scan_fwd_kernel(
             b = tl.where(first, a * cz[None, :] + b, b)
             a = tl.where(first, a * cp[None, :], a)
             P, Z = tl.associative_scan((a, b), 0, mul_add)
-            tl.store(p_ptr + tile + intra, P.to(p_ptr.dtype.element_ty), mask=m)
-            tl.store(z_ptr + tile + intra, Z.to(z_ptr.dtype.element_ty), mask=m)
+            store_tile(p_ptr + tile + intra, P.to(p_ptr.dtype.element_ty), m, EVEN)
+            store_tile(z_ptr + tile + intra, Z.to(z_ptr.dtype.element_ty), m, EVEN)
             cp = take_row(P, rows, BLOCK_T - 1)
             cz = take_row(Z, rows, BLOCK_T - 1)
 
@@ -113,7 +118,8 @@ def linear_scan_bwd_kernel(
     sc_ptr, sg_ptr, sgp_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-ins (APPLY)
     T, D, chunk_len, n_chunks, n_dblk, dz_sb, dz_st, dz_sd, dp_sb, dp_st, dp_sd,
     MODE: tl.constexpr, HAS_DP: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
+    SCALAR: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pid_d = pid % n_dblk
@@ -124,11 +130,11 @@ def linear_scan_bwd_kernel(
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
     # Row r of a tile is time t_hi - r: the adjoint runs backwards in time.
-    rev = cols[None, :] - rows[:, None] * D
+    rev = tile_offsets(cols[None, :] - rows[:, None] * D, SCALAR)
     # The output gradients are read through their strides: the gradient of a sum arrives
     # expanded (stride 0) and is not copied.
-    dz_rev = cols[None, :] * dz_sd - rows[:, None] * dz_st
-    dp_rev = cols[None, :] * dp_sd - rows[:, None] * dp_st
+    dz_rev = tile_offsets(cols[None, :] * dz_sd - rows[:, None] * dz_st, SCALAR)
+    dp_rev = tile_offsets(cols[None, :] * dp_sd - rows[:, None] * dp_st, SCALAR)
     first = rows[:, None] == 0
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
@@ -155,11 +161,11 @@ def linear_scan_bwd_kernel(
         # Coefficient of step t is a_{t+1} (0 past the end); padding rows are the identity.
         coef = tl.load(a_ptr + tile + D + rev, mask=m & (t + 1 < T)[:, None], other=0.0)
         coef = tl.where(ok[:, None], coef.to(tl.float32), 1.0)
-        g = tl.load(dz_ptr + pid_b.to(tl.int64) * dz_sb + t_hi.to(tl.int64) * dz_st + dz_rev,
-                    mask=m, other=0.0).to(tl.float32)
+        g = load_tile(dz_ptr + pid_b.to(tl.int64) * dz_sb + t_hi.to(tl.int64) * dz_st + dz_rev,
+                      m, 0.0, EVEN).to(tl.float32)
         if HAS_DP:
-            gp = tl.load(dp_ptr + pid_b.to(tl.int64) * dp_sb + t_hi.to(tl.int64) * dp_st
-                         + dp_rev, mask=m, other=0.0).to(tl.float32)
+            gp = load_tile(dp_ptr + pid_b.to(tl.int64) * dp_sb + t_hi.to(tl.int64) * dp_st
+                           + dp_rev, m, 0.0, EVEN).to(tl.float32)
         if MODE == K_SUMMARY:
             if HAS_DP:
                 # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
@@ -189,8 +195,8 @@ def linear_scan_bwd_kernel(
             else:
                 _, G = tl.associative_scan((coef, g), 0, mul_add)
                 da = G * z_prev
-            tl.store(da_ptr + tile + rev, da.to(da_ptr.dtype.element_ty), mask=m)
-            tl.store(db_ptr + tile + rev, G.to(db_ptr.dtype.element_ty), mask=m)
+            store_tile(da_ptr + tile + rev, da.to(da_ptr.dtype.element_ty), m, EVEN)
+            store_tile(db_ptr + tile + rev, G.to(db_ptr.dtype.element_ty), m, EVEN)
             cg = take_row(G, rows, BLOCK_T - 1)
 
     if MODE == K_SUMMARY:

@@ -46,11 +46,14 @@ from mingru_kernels._scan_common import (
     K_SUMMARY,
     carried_scan,
     linear_carry_kernel,
+    load_tile,
     mul_add,
     packed_rows,
     program_coords,
     restart_rows,
+    store_tile,
     take_row,
+    tile_offsets,
 )
 
 __all__ = ["linear_carry_kernel", "mingru_cell_bwd_kernel", "mingru_cell_fwd_kernel"]
@@ -87,20 +90,21 @@ def _tanh(x):
 
 @triton.jit
 def _load_k(kt_ptr, lgt_ptr, k_off, lg_off, m, D,
-            SIGNED: tl.constexpr, HAS_DECAY: tl.constexpr):
+            SIGNED: tl.constexpr, HAS_DECAY: tl.constexpr, EVEN: tl.constexpr = False):
     """The pre-activations of one tile as fp32: ``(k_z, k_s, k_h, log γ)`` (``k_s`` and
     ``log γ`` are zeros when the cell has none). ``kt_ptr``/``lgt_ptr`` point at the tile's
     first row and the offsets are int32 tiles: the 64-bit row offset stays a scalar, so the
-    compiler still sees contiguous columns and vectorises the loads."""
-    kz = tl.load(kt_ptr + k_off, mask=m, other=0.0).to(tl.float32)
+    compiler still sees contiguous columns and vectorises the loads. ``EVEN``: ``m`` is all
+    true (unmasked loads, :func:`~mingru_kernels._scan_common.load_tile`)."""
+    kz = load_tile(kt_ptr + k_off, m, 0.0, EVEN).to(tl.float32)
     if SIGNED:
-        ks = tl.load(kt_ptr + D + k_off, mask=m, other=0.0).to(tl.float32)
-        kh = tl.load(kt_ptr + 2 * D + k_off, mask=m, other=0.0).to(tl.float32)
+        ks = load_tile(kt_ptr + D + k_off, m, 0.0, EVEN).to(tl.float32)
+        kh = load_tile(kt_ptr + 2 * D + k_off, m, 0.0, EVEN).to(tl.float32)
     else:
         ks = kz * 0.0
-        kh = tl.load(kt_ptr + D + k_off, mask=m, other=0.0).to(tl.float32)
+        kh = load_tile(kt_ptr + D + k_off, m, 0.0, EVEN).to(tl.float32)
     if HAS_DECAY:
-        lg = tl.load(lgt_ptr + lg_off, mask=m, other=0.0).to(tl.float32)
+        lg = load_tile(lgt_ptr + lg_off, m, 0.0, EVEN).to(tl.float32)
     else:
         lg = kz * 0.0
     return kz, ks, kh, lg
@@ -137,7 +141,8 @@ def mingru_cell_fwd_kernel(
     T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
     HAS_DECAY: tl.constexpr, PACKED: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
+    BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
+    SCALAR: tl.constexpr,
 ):
     pid_c, pid_b, pid_d, lane = program_coords(sb_ptr, n_chunks, n_dblk, MODE, False)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -147,9 +152,9 @@ def mingru_cell_fwd_kernel(
         S = 3 * D
     else:
         S = 2 * D
-    k_intra = rows[:, None] * S + cols[None, :]
-    h_intra = rows[:, None] * D + cols[None, :]
-    lg_intra = rows[:, None] * lg_row + cols[None, :] * lg_col
+    k_intra = tile_offsets(rows[:, None] * S + cols[None, :], SCALAR)
+    h_intra = tile_offsets(rows[:, None] * D + cols[None, :], SCALAR)
+    lg_intra = tile_offsets(rows[:, None] * lg_row + cols[None, :] * lg_col, SCALAR)
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
     b64 = pid_b.to(tl.int64)
@@ -171,15 +176,16 @@ def mingru_cell_fwd_kernel(
         m = ((t0 + rows) < t_end)[:, None] & col_ok[None, :]
         row0 = b64 * T + t0
         kz, ks, kh, lg = _load_k(k_ptr + row0 * S, lg_ptr + row0 * lg_row, k_intra, lg_intra,
-                                 m, D, SIGNED, HAS_DECAY)
+                                 m, D, SIGNED, HAS_DECAY, EVEN)
         a, b = _gates(kz, ks, kh, lg, SIGNED, COUPLED, HAS_DECAY)
         if PACKED:
             # Step 0 is a first step too, so the h_0 row loaded above never enters.
             sid, start = packed_rows(seq_ptr, t0 + rows, (t0 + rows) < t_end)
             a, b = restart_rows(a, b, h0_ptr, sid, start, cols, col_ok, D, HAS_H0)
-        # Padding rows are the identity map (1, 0), so the tile's last row is its total.
-        a = tl.where(m, a, 1.0)
-        b = tl.where(m, b, 0.0)
+        if not EVEN:
+            # Padding rows are the identity map (1, 0), so the tile's last row is its total.
+            a = tl.where(m, a, 1.0)
+            b = tl.where(m, b, 0.0)
         if MODE == K_SUMMARY:
             # tl.reduce may reorder operands on GPU and the combine is not commutative:
             # scan, then take the last row.
@@ -189,7 +195,7 @@ def mingru_cell_fwd_kernel(
         else:
             H, _ = carried_scan(a, b, cz, sb_ptr, sa_ptr, pid_c, lane, pid_b, n_chunks, cols,
                                 col_ok, D, MODE, False, BLOCK_T)
-            tl.store(h_ptr + row0 * D + h_intra, H.to(h_ptr.dtype.element_ty), mask=m)
+            store_tile(h_ptr + row0 * D + h_intra, H.to(h_ptr.dtype.element_ty), m, EVEN)
             cz = take_row(H, rows, BLOCK_T - 1)
 
     if MODE == K_SUMMARY:
@@ -210,7 +216,8 @@ def mingru_cell_bwd_kernel(
     T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col, dh_sb, dh_st, dh_sd,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, SIGNED: tl.constexpr,
     COUPLED: tl.constexpr, HAS_DECAY: tl.constexpr, PACKED: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
+    SCALAR: tl.constexpr,
 ):
     pid_c, pid_b, pid_d, lane = program_coords(sg_ptr, n_chunks, n_dblk, MODE, True)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -221,11 +228,11 @@ def mingru_cell_bwd_kernel(
     else:
         S = 2 * D
     # Row r of a tile is time t_hi - r: the adjoint runs backwards in time.
-    k_rev = cols[None, :] - rows[:, None] * S
-    h_rev = cols[None, :] - rows[:, None] * D
-    lg_rev = cols[None, :] * lg_col - rows[:, None] * lg_row
+    k_rev = tile_offsets(cols[None, :] - rows[:, None] * S, SCALAR)
+    h_rev = tile_offsets(cols[None, :] - rows[:, None] * D, SCALAR)
+    lg_rev = tile_offsets(cols[None, :] * lg_col - rows[:, None] * lg_row, SCALAR)
     # dh is read through its strides: the gradient of a sum arrives expanded (stride 0).
-    dh_rev = cols[None, :] * dh_sd - rows[:, None] * dh_st
+    dh_rev = tile_offsets(cols[None, :] * dh_sd - rows[:, None] * dh_st, SCALAR)
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
     b64 = pid_b.to(tl.int64)
@@ -261,8 +268,7 @@ def mingru_cell_bwd_kernel(
             # back across the boundary.
             _, next_start = packed_rows(seq_ptr, t + 1, ok & (t + 1 < T))
             coef = tl.where(next_start[:, None], 0.0, coef)
-        G = tl.load(dh_ptr + b64 * dh_sb + t_hi * dh_st + dh_rev, mask=m,
-                    other=0.0).to(tl.float32)
+        G = load_tile(dh_ptr + b64 * dh_sb + t_hi * dh_st + dh_rev, m, 0.0, EVEN).to(tl.float32)
         if HAS_DHT:
             G = tl.where((t == T - 1)[:, None], G + dht[None, :], G)
         if MODE == K_SUMMARY:
@@ -286,7 +292,7 @@ def mingru_cell_bwd_kernel(
             elif HAS_H0:
                 h_prev = tl.where((t == 0)[:, None], h0[None, :], h_prev)
             kz, ks, kh, lg = _load_k(k_ptr + row_hi * S, lg_ptr + row_hi * lg_row, k_rev,
-                                     lg_rev, m, D, SIGNED, HAS_DECAY)
+                                     lg_rev, m, D, SIGNED, HAS_DECAY, EVEN)
             z, one_minus_z = _sigmoid_pair(kz)
             zz = z * one_minus_z  # σ'(k_z) = z (1 − z)
             if HAS_DECAY:
@@ -304,19 +310,19 @@ def mingru_cell_bwd_kernel(
                 dkz = G * kh
                 if COUPLED:
                     dkz -= da * gamma * s
-                tl.store(dkz_ptr, (zz * dkz).to(dk_ptr.dtype.element_ty), mask=m)
-                tl.store(dkz_ptr + D, (da * gamma * c * (1.0 - s * s)).to(dk_ptr.dtype.element_ty),
-                         mask=m)
-                tl.store(dkz_ptr + 2 * D, (G * z).to(dk_ptr.dtype.element_ty), mask=m)
+                store_tile(dkz_ptr, (zz * dkz).to(dk_ptr.dtype.element_ty), m, EVEN)
+                store_tile(dkz_ptr + D,
+                           (da * gamma * c * (1.0 - s * s)).to(dk_ptr.dtype.element_ty), m, EVEN)
+                store_tile(dkz_ptr + 2 * D, (G * z).to(dk_ptr.dtype.element_ty), m, EVEN)
             else:
                 a = gamma * one_minus_z
                 gk, dg = _g_and_slope(kh)
-                tl.store(dkz_ptr, (zz * (G * gk - da * gamma)).to(dk_ptr.dtype.element_ty),
-                         mask=m)
-                tl.store(dkz_ptr + D, (G * z * dg).to(dk_ptr.dtype.element_ty), mask=m)
+                store_tile(dkz_ptr, (zz * (G * gk - da * gamma)).to(dk_ptr.dtype.element_ty), m,
+                           EVEN)
+                store_tile(dkz_ptr + D, (G * z * dg).to(dk_ptr.dtype.element_ty), m, EVEN)
             if HAS_DECAY:
-                tl.store(dlg_ptr + row_hi * D + h_rev, (a * da).to(dlg_ptr.dtype.element_ty),
-                         mask=m)
+                store_tile(dlg_ptr + row_hi * D + h_rev, (a * da).to(dlg_ptr.dtype.element_ty), m,
+                           EVEN)
             if PACKED and HAS_H0:
                 # dh_0[n] = a G at sequence n's first step (one step per sequence).
                 tl.store(dh0_ptr + h0_off, (a * G).to(dh0_ptr.dtype.element_ty),

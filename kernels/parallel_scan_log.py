@@ -67,13 +67,16 @@ from mingru_kernels._scan_common import (
     K_WALK,
     carried_scan,
     linear_carry_kernel,
+    load_tile,
     log_pair,
     logaddexp2,
     lookback_carry,
     max_plus,
     mul_add,
     program_coords,
+    store_tile,
     take_row,
+    tile_offsets,
 )
 
 __all__ = [
@@ -94,7 +97,7 @@ FAST_TOP = tl.constexpr(120.0)
 
 
 @triton.jit
-def _tile_scale(A, L, c, m, col_ok, FROM_ZERO: tl.constexpr = False):
+def _tile_scale(A, L, c, m, col_ok, FROM_ZERO: tl.constexpr = False, EVEN: tl.constexpr = False):
     """``(S, fast)``: a per-column scale for a whole tile and whether every column may use it.
 
     ``S = ⌈max(c, max_t log₂ b_t)⌉`` (an integer, see :func:`_exp2_minus`). With it, ``h̃_t = h_t / 2^S`` obeys
@@ -105,15 +108,21 @@ def _tile_scale(A, L, c, m, col_ok, FROM_ZERO: tl.constexpr = False):
     ``b = 0``, ranges of more than 90 octaves in a tile, ``NaN``) take the exact
     per-row-scaled path; both give the states to fp32 rounding. ``FROM_ZERO`` (a look-back
     tile, scanned from ``h = 0`` and shifted by its carry afterwards through ``Π a``): the
-    products must stay normal too, ``Σ_t min(log₂ a_t, 0) ≥ −FAST_RANGE``."""
-    Lv = tl.where(m, L, float("-inf"))
-    S = tl.math.ceil(tl.maximum(c, tl.max(Lv, axis=0)))
-    Lmin = tl.min(tl.where(m, L, float("inf")), axis=0)
-    grow = tl.sum(tl.where(m, tl.maximum(A, 0.0), 0.0), axis=0)
+    products must stay normal too, ``Σ_t min(log₂ a_t, 0) ≥ −FAST_RANGE``. ``EVEN``: no
+    padding in the tile (``m`` all true)."""
+    if EVEN:
+        S = tl.math.ceil(tl.maximum(c, tl.max(L, axis=0)))
+        Lmin = tl.min(L, axis=0)
+        grow = tl.sum(tl.maximum(A, 0.0), axis=0)
+    else:
+        S = tl.math.ceil(tl.maximum(c, tl.max(tl.where(m, L, float("-inf")), axis=0)))
+        Lmin = tl.min(tl.where(m, L, float("inf")), axis=0)
+        grow = tl.sum(tl.where(m, tl.maximum(A, 0.0), 0.0), axis=0)
     ok = (Lmin >= S - FAST_RANGE) & (grow <= FAST_GROWTH) & (S <= FAST_TOP)
     ok = ok & (S > float("-inf"))
     if FROM_ZERO:
-        ok = ok & (tl.sum(tl.where(m, tl.minimum(A, 0.0), 0.0), axis=0) >= -FAST_RANGE)
+        # Padding rows hold log a = 0 (masked loads' other): no where needed.
+        ok = ok & (tl.sum(tl.minimum(A, 0.0), axis=0) >= -FAST_RANGE)
     ok = ok | (col_ok == 0)
     return S, tl.min(ok.to(tl.int32), axis=0) == 1
 
@@ -166,12 +175,14 @@ def parallel_scan_log_fwd_kernel(
     # LOOKBACK: sA = fp32 chunk values (base 2), sL = int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk,
     MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
+    EVEN: tl.constexpr,
+    SCALAR: tl.constexpr,
 ):
     pid_c, pid_b, pid_d, lane = program_coords(sL_ptr, n_chunks, n_dblk, MODE, False)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
-    intra = rows[:, None] * D + cols[None, :]
+    intra = tile_offsets(rows[:, None] * D + cols[None, :], SCALAR)
     first = rows[:, None] == 0
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
@@ -197,10 +208,10 @@ def parallel_scan_log_fwd_kernel(
         tile = seq + t0.to(tl.int64) * D
         vtile = vseq + (t0 + 1).to(tl.int64) * D
         # Padding rows load the identity map (log a, log b) = (0, -inf).
-        A = tl.load(la_ptr + tile + intra, mask=m, other=0.0).to(tl.float32) * LOG2E
-        L = tl.load(lv_ptr + vtile + intra, mask=m, other=float("-inf")).to(tl.float32) * LOG2E
+        A = load_tile(la_ptr + tile + intra, m, 0.0, EVEN).to(tl.float32) * LOG2E
+        L = load_tile(lv_ptr + vtile + intra, m, float("-inf"), EVEN).to(tl.float32) * LOG2E
         if MODE == K_WALK or MODE == K_APPLY:
-            S, fast = _tile_scale(A, L, cL, m, col_ok)
+            S, fast = _tile_scale(A, L, cL, m, col_ok, False, EVEN)
             if fast:
                 # One scale per column for the whole tile (see _tile_scale): a single linear
                 # scan, no max-plus scan.
@@ -208,14 +219,14 @@ def parallel_scan_log_fwd_kernel(
                 b_s = _exp2_minus(L, S[None, :])
                 b_s = tl.where(first, a_s * _exp2_minus(cL, S)[None, :] + b_s, b_s)
                 _, H = tl.associative_scan((a_s, b_s), 0, mul_add)
-                tl.store(h_ptr + tile + intra,
-                         (H * fast_exp2(S)[None, :]).to(h_ptr.dtype.element_ty), mask=m)
+                store_tile(h_ptr + tile + intra,
+                           (H * fast_exp2(S)[None, :]).to(h_ptr.dtype.element_ty), m, EVEN)
                 cL = S + fast_log2(take_row(H, rows, BLOCK_T - 1))
             else:
                 _, M, H = _exact_tile(la_ptr, lv_ptr, tile, vtile, intra, A, L, cL, rows, t,
                                       t_end, col_ok, D)
-                tl.store(h_ptr + tile + intra, (H * fast_exp2(M)).to(h_ptr.dtype.element_ty),
-                         mask=m)
+                store_tile(h_ptr + tile + intra, (H * fast_exp2(M)).to(h_ptr.dtype.element_ty),
+                           m, EVEN)
                 cL = _log2_last(M, H, rows, BLOCK_T)
         elif MODE == K_SUMMARY:
             _, M, H = _exact_tile(la_ptr, lv_ptr, tile, vtile, intra, A, L, cL, rows, t,
@@ -227,7 +238,7 @@ def parallel_scan_log_fwd_kernel(
             # (Σ log₂ a, log₂ h_last); the carry looked back for enters as
             # 2^{Σ_{≤t} log₂ a + carry}, added to the zero-start states (each term at most
             # h_t: no spurious overflow). h_t = H_t 2^{Ms_t}; P_t = Σ_{≤t} log₂ a.
-            S, fast = _tile_scale(A, L, cL, m, col_ok, True)
+            S, fast = _tile_scale(A, L, cL, m, col_ok, True, EVEN)
             if fast:
                 a_s = fast_exp2(A)
                 Pprod, H = tl.associative_scan((a_s, _exp2_minus(L, S[None, :])), 0, mul_add)
@@ -241,7 +252,7 @@ def parallel_scan_log_fwd_kernel(
                                 _log2_last(Ms, H, rows, BLOCK_T),
                                 cL0, cols, col_ok, D, False, True)
             h = fast_exp2(P + cL[None, :]) + H * fast_exp2(Ms)
-            tl.store(h_ptr + tile + intra, h.to(h_ptr.dtype.element_ty), mask=m)
+            store_tile(h_ptr + tile + intra, h.to(h_ptr.dtype.element_ty), m, EVEN)
 
     if MODE == K_SUMMARY:
         tl.store(sA_ptr + s_off, cA, mask=col_ok)
@@ -292,15 +303,17 @@ def parallel_scan_log_bwd_kernel(
     # LOOKBACK: sc = fp32 chunk values, sg = int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk, dh_sb, dh_st, dh_sd,
     MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
+    EVEN: tl.constexpr,
+    SCALAR: tl.constexpr,
 ):
     pid_c, pid_b, pid_d, lane = program_coords(sg_ptr, n_chunks, n_dblk, MODE, True)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
     # Row r of a tile is time t_hi - r: the adjoint runs backwards in time.
-    rev = cols[None, :] - rows[:, None] * D
+    rev = tile_offsets(cols[None, :] - rows[:, None] * D, SCALAR)
     # dh is read through its strides: the gradient of a sum arrives expanded (stride 0).
-    dh_rev = cols[None, :] * dh_sd - rows[:, None] * dh_st
+    dh_rev = tile_offsets(cols[None, :] * dh_sd - rows[:, None] * dh_st, SCALAR)
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
     seq = pid_b.to(tl.int64) * T * D
@@ -326,8 +339,8 @@ def parallel_scan_log_bwd_kernel(
         la_next = tl.load(la_ptr + tile + D + rev, mask=m & (t + 1 < T)[:, None],
                           other=float("-inf"))
         coef = tl.where(ok[:, None], fast_exp2(la_next.to(tl.float32) * LOG2E), 1.0)
-        g = tl.load(dh_ptr + pid_b.to(tl.int64) * dh_sb + t_hi.to(tl.int64) * dh_st + dh_rev,
-                    mask=m, other=0.0).to(tl.float32)
+        g = load_tile(dh_ptr + pid_b.to(tl.int64) * dh_sb + t_hi.to(tl.int64) * dh_st + dh_rev,
+                      m, 0.0, EVEN).to(tl.float32)
         if MODE == K_SUMMARY:
             # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
             # and take the last row (padding rows hold the identity).
@@ -338,15 +351,15 @@ def parallel_scan_log_bwd_kernel(
         else:
             G, _ = carried_scan(coef, g, cg, sg_ptr, sc_ptr, pid_c, lane, pid_b, n_chunks, cols,
                                 col_ok, D, MODE, True, BLOCK_T)
-            lb = tl.load(lv_ptr + vtile + rev, mask=m, other=float("-inf")).to(tl.float32)
-            la = tl.load(la_ptr + tile + rev, mask=m, other=0.0).to(tl.float32)
+            lb = load_tile(lv_ptr + vtile + rev, m, float("-inf"), EVEN).to(tl.float32)
+            la = load_tile(la_ptr + tile + rev, m, 0.0, EVEN).to(tl.float32)
             h_prev = tl.load(h_ptr + tile - D + rev, mask=m & (t >= 1)[:, None], other=1.0)
             log2_h_prev = tl.where((t == 0)[:, None], log2_h0[None, :],
                                    fast_log2(h_prev.to(tl.float32)))
             d_la = G * fast_exp2(la * LOG2E + log2_h_prev)
             d_lb = G * fast_exp2(lb * LOG2E)
-            tl.store(dla_ptr + tile + rev, d_la.to(dla_ptr.dtype.element_ty), mask=m)
-            tl.store(dlv_ptr + vtile + rev, d_lb.to(dlv_ptr.dtype.element_ty), mask=m)
+            store_tile(dla_ptr + tile + rev, d_la.to(dla_ptr.dtype.element_ty), m, EVEN)
+            store_tile(dlv_ptr + vtile + rev, d_lb.to(dlv_ptr.dtype.element_ty), m, EVEN)
             if t_hi < BLOCK_T:
                 # This tile may hold t = 0 (the mask checks): d log h_0 = d log a_0 goes to slot 0.
                 tl.store(dlv_ptr + vseq + cols[None, :] + 0 * rows[:, None],

@@ -9,6 +9,7 @@
 # state kernels' variants at few rows, nh2 decay bf16: 16-bit operands, stages, warps, state_vs)
 # delta-sanitize (the forced micro-chunk-64 few-rows layout once under compute-sanitizer memcheck)
 # rotation-cells (the Givens and rotation mixers' fused cells: GPU tests, then both mixers against the plain form)
+# layout (the scans' layout switches, unmasked whole tiles and a column per thread, against the shipped kernels: GPU tests, shipped plans, LAYOUT_TILES at the big shape; LAYOUT_SHAPES, LAYOUT_OPS, LAYOUT_BWD=1)
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
 # WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
 # cells-train (the cells' plans at the mixer and training-step shapes, bf16; CELL_SHAPES, CELL_DTYPE,
@@ -31,6 +32,25 @@ for s in "$@"; do
     tests-scans) timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu \
         tests/kernels/test_linear_recurrence.py tests/kernels/test_mingru_cell.py \
         tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_scan.py 2>&1 | tail -8 ;;
+    layout)
+      # The scans' layout switches (the plan's even: unmasked whole tiles; scalar: a column per
+      # thread) against the shipped kernels: their GPU tests, then each op's shipped plan under
+      # every combination (LAYOUT_SHAPES, LAYOUT_OPS, LAYOUT_BWD=1), then walk tiles at the big
+      # shape under every combination (LAYOUT_TILES, LAYOUT_TILE_OPS).
+      timeout "${LAYOUT_TESTS_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider -m gpu \
+        --tb=line -k "layout or long_walk" tests/kernels/test_linear_scan.py \
+        tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_recurrence.py \
+        tests/kernels/test_mingru_cell.py 2>&1 | tail -6
+      for dir in "" ${LAYOUT_BWD:+--bwd}; do
+        timeout 200 python3 scripts/plan_sweep.py --even 0,1 --scalar 0,1 --tiles default \
+          --top 4 $dir --shapes "${LAYOUT_SHAPES:-big,16k}" \
+          --ops "${LAYOUT_OPS:-parallel_scan_log,mingru_cell,signed_mingru_cell,linear_recurrence}" \
+          2>&1 | tee -a "$OUT/layout.log" | grep -v -i warn
+      done
+      [ -n "${LAYOUT_TILES:-}" ] && timeout 250 python3 scripts/plan_sweep.py --even 0,1 \
+        --scalar 0,1 --top 16 --strategy walk --shapes big \
+        --ops "${LAYOUT_TILE_OPS:-parallel_scan_log,mingru_cell}" --tiles "$LAYOUT_TILES" 2>&1 \
+        | tee -a "$OUT/layout.log" | grep -v -i warn ;;
     tests-log) timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=line \
         tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_scan.py 2>&1 | tail -6 ;;
     tests-walk) timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=line \

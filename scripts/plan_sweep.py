@@ -6,10 +6,12 @@ table sorted by time, so the planner's defaults can be set from measurements.
 
     python scripts/plan_sweep.py [--ops parallel_scan_log,linear_recurrence] [--bwd]
         [--shapes big,16k,train,8x2048x512] [--dtype bfloat16] [--strategy walk,lookback]
+        [--even 0,1] [--scalar 0,1]
 
 Shapes are names of :data:`SHAPES` or literal ``BxTxD``. ``--dtype`` is the inputs' dtype (the
 cells' pre-activations under bf16 autocast are bf16). ``--strategy`` takes a comma-separated
-list: each strategy is swept over the tiles. Every row also gives the forward's bandwidth
+list: each strategy is swept over the tiles. ``--even 0,1`` and ``--scalar 0,1`` time each
+tile under the plan's layout switches (unmasked whole tiles; a column per thread). Every row also gives the forward's bandwidth
 floor (bytes of its inputs and outputs at 4.22 TB/s) as a fraction of its time.
 """
 
@@ -101,10 +103,20 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=6, help="rows printed per op and shape")
     parser.add_argument("--tiles", default=None,
                         help="only these tiles, e.g. '32x64x1,64x32x1x3' (block_t x block_d x "
-                             "num_warps [x loop_stages]) instead of the grid")
+                             "num_warps [x loop_stages]) instead of the grid; 'default': the "
+                             "plan's own tiles")
+    parser.add_argument("--even", default=None,
+                        help="force the plan's even, comma-separated 0/1 (1: unmasked tiles)")
+    parser.add_argument("--scalar", default=None,
+                        help="force the plan's scalar, comma-separated 0/1 (1: a column per "
+                             "thread)")
     args = parser.parse_args()
+    evens = [int(v) for v in args.even.split(",")] if args.even else [None]
+    scalars = [int(v) for v in args.scalar.split(",")] if args.scalar else [None]
     tiles = [(*t, 1) for t in itertools.product(*GRID.values())]
-    if args.tiles:
+    if args.tiles == "default":
+        tiles = [(None, None, None, None)]
+    elif args.tiles:
         tiles = [(*(int(v) for v in t.split("x")), 1)[:4] for t in args.tiles.split(",")]
     dtype = getattr(torch, args.dtype)
     strategies = args.strategy.split(",") if args.strategy else [None]
@@ -113,17 +125,20 @@ def main() -> int:
         xs = inputs(op, B, T, D, args.bwd, dtype)
         fn = getattr(mingru, op)
         rows = []
-        for strategy, (bt, bd, nw, ls) in itertools.product(strategies, tiles):
+        for strategy, (bt, bd, nw, ls), even, scalar in itertools.product(
+                strategies, tiles, evens, scalars):
+            layout = {k: v for k, v in (("even", even), ("scalar", scalar)) if v is not None}
             try:
                 with mingru.use_backend("triton"), switches.forced(
                         PLAN_OP.get(op, op), block_t=bt, block_d=bd, num_warps=nw, loop_stages=ls,
-                        **({"strategy": strategy} if strategy else {})):
+                        **({"strategy": strategy} if strategy else {}), **layout):
                     ms = time_call(fn, xs, args.bwd)
             except Exception as exc:  # an unsupported combination (registers, shared memory)
                 ms = float("nan")
-                print(f"{op} {shape} {strategy} {bt} {bd} {nw} {ls}: "
+                print(f"{op} {shape} {strategy} {bt} {bd} {nw} {ls} {layout}: "
                       f"{type(exc).__name__}: {exc}"[:200])
-            rows.append((ms, strategy or "auto", bt, bd, nw, ls))
+            rows.append((ms, strategy or "auto", bt, bd, nw, ls,
+                         "".join(f"{k[0]}{v}" for k, v in layout.items()) or "shipped"))
         with mingru.use_backend("triton"):
             default = time_call(fn, xs, args.bwd)
         rows.sort(key=lambda r: (r[0] != r[0], r[0]))  # NaN (failed) rows last

@@ -83,7 +83,8 @@ def run(
 def _fwd_adapter(a, b, h0, seq, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, o1, o2, v, st,
                  MODE: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
-                 LOOP_STAGES: tl.constexpr):
+                 LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
+                 SCALAR: tl.constexpr):
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write (h, h_T) = (o1, o2) reading
     # the carry-in maps (s1, s2); LOOKBACK writes (h, h_T) with its values and status (v, st).
@@ -95,14 +96,15 @@ def _fwd_adapter(a, b, h0, seq, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, o1
         h, h_T, x, y = o1, o2, s1, s2
     kernels.linear_recurrence_fwd_kernel(a, b, h0, seq, h, h_T, x, y,
                                          T, D, chunk_len, n_chunks, n_dblk,
-                                         MODE, HAS_H0, PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES)
+                                         MODE, HAS_H0, PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
 def _bwd_adapter(a, h, h0, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk,
                  o1, o2, o3, v, st, MODE: tl.constexpr, HAS_H0: tl.constexpr,
                  PACKED: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
-                 LOOP_STAGES: tl.constexpr):
+                 LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
+                 SCALAR: tl.constexpr):
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (da, db, dh0) = (o1, o2, o3)
     # reading the carries (s1, s2); LOOKBACK writes them with its values and status (v, st).
@@ -115,7 +117,7 @@ def _bwd_adapter(a, h, h0, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks_p1, n
         da, db, dh0, x, y = o1, o2, o3, s1, s2
     kernels.linear_recurrence_bwd_kernel(a, h, h0, seq, dh, dht, da, db, dh0, x, y,
                                          T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1,
-                                         MODE, HAS_H0, True, PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES)
+                                         MODE, HAS_H0, True, PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
 
 
 # ----------------------------------------------------------------------------- launch sequences

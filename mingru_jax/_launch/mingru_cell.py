@@ -81,7 +81,8 @@ def _fwd_adapter(k, lg, h0, seq, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, l
                  MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
                  HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
-                 LOOP_STAGES: tl.constexpr):
+                 LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
+                 SCALAR: tl.constexpr):
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write (h, h_T) = (o1, o2) reading
     # the carry-in maps (s1, s2); LOOKBACK writes (h, h_T) with its values and status (v, st).
@@ -93,7 +94,7 @@ def _fwd_adapter(k, lg, h0, seq, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, l
         h, h_T, x, y = o1, o2, s1, s2
     kernels.mingru_cell_fwd_kernel(k, lg, h0, seq, h, h_T, x, y, T, D, chunk_len, n_chunks,
                                    n_dblk, lg_row, lg_col, MODE, HAS_H0, SIGNED, COUPLED,
-                                   HAS_DECAY, PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES)
+                                   HAS_DECAY, PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
@@ -102,7 +103,8 @@ def _bwd_adapter(k, lg, h0, h, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks_p
                  MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
                  HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
-                 LOOP_STAGES: tl.constexpr):
+                 LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
+                 SCALAR: tl.constexpr):
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (dk, dlog_gamma, dh0) =
     # (o1, o2, o3) reading the carries (s1, s2); LOOKBACK writes them with its values and
@@ -116,7 +118,7 @@ def _bwd_adapter(k, lg, h0, h, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks_p
     kernels.mingru_cell_bwd_kernel(k, lg, h0, h, seq, dh, dht, dk, dlg, dh0, x, y,
                                    T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
                                    T * D, D, 1, MODE, HAS_H0, True, SIGNED, COUPLED, HAS_DECAY,
-                                   PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES)
+                                   PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
 
 
 # ----------------------------------------------------------------------------- launch sequences

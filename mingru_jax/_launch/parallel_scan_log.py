@@ -43,19 +43,20 @@ def run(log_coeffs: jax.Array, log_values: jax.Array) -> jax.Array:
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
 def _fwd_adapter(la, lv, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, o1, o2, v, st,
                  MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
-                 LOOP_STAGES: tl.constexpr):
+                 LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
+                 SCALAR: tl.constexpr):
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes (sA, sL) = (o1, o2); WALK / APPLY write h = o1 reading (sA, cL) = (s1, s2);
     # LOOKBACK writes h = o1 with the look-back's values and status words (v, st).
     if MODE == scan_common.K_SUMMARY:
         kernels.parallel_scan_log_fwd_kernel(la, lv, s1, o1, o2, T, D, chunk_len, n_chunks, n_dblk,
-                              MODE, BLOCK_T, BLOCK_D, LOOP_STAGES)
+                              MODE, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
     elif MODE == scan_common.K_LOOKBACK:
         kernels.parallel_scan_log_fwd_kernel(la, lv, o1, v, st, T, D, chunk_len, n_chunks, n_dblk,
-                              MODE, BLOCK_T, BLOCK_D, LOOP_STAGES)
+                              MODE, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
     else:
         kernels.parallel_scan_log_fwd_kernel(la, lv, o1, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
-                              MODE, BLOCK_T, BLOCK_D, LOOP_STAGES)
+                              MODE, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
 
 
 @triton.jit(do_not_specialize=["T", "n_chunks"])
@@ -67,19 +68,20 @@ def _log_carry_adapter(sA, sL, lv, T, n_chunks, D, n_dblk, cL,
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
 def _bwd_adapter(la, lv, h, dh, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, o1, o2, v, st,
                  MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
-                 LOOP_STAGES: tl.constexpr):
+                 LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
+                 SCALAR: tl.constexpr):
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (dla, dlv) = (o1, o2); LOOKBACK
     # too, with the look-back's values and status words (v, st).
     if MODE == scan_common.K_SUMMARY:
         kernels.parallel_scan_log_bwd_kernel(la, lv, h, dh, s1, s2, o1, o2, T, D, chunk_len, n_chunks, n_dblk,
-                              T * D, D, 1, MODE, BLOCK_T, BLOCK_D, LOOP_STAGES)
+                              T * D, D, 1, MODE, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
     elif MODE == scan_common.K_LOOKBACK:
         kernels.parallel_scan_log_bwd_kernel(la, lv, h, dh, o1, o2, v, st, T, D, chunk_len, n_chunks, n_dblk,
-                              T * D, D, 1, MODE, BLOCK_T, BLOCK_D, LOOP_STAGES)
+                              T * D, D, 1, MODE, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
     else:
         kernels.parallel_scan_log_bwd_kernel(la, lv, h, dh, o1, o2, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
-                              T * D, D, 1, MODE, BLOCK_T, BLOCK_D, LOOP_STAGES)
+                              T * D, D, 1, MODE, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
 
 
 # ----------------------------------------------------------------------------- launch sequences

@@ -121,7 +121,8 @@ _PTX_CHECK = textwrap.dedent(
         sc = [(6, "i32", 65536), (7, "i32", D), (8, "i32", 65536), (9, "i32", 2),
               (10, "i32", n_dblk)]
         r = _compile.compile_offline(L._fwd_adapter, arg, sc, dict(
-            MODE=0, HAS_H0=True, PACKED=False, BLOCK_T=128, BLOCK_D=32, LOOP_STAGES=1),
+            MODE=0, HAS_H0=True, PACKED=False, BLOCK_T=128, BLOCK_D=32, LOOP_STAGES=1, EVEN=False,
+            SCALAR=False),
             num_warps=4,
             int_hints=hints)
         text = r["compiled"].asm["ptx"]
@@ -149,7 +150,8 @@ _PTX_CHECK = textwrap.dedent(
                               f.name + ".cubin"], capture_output=True, text=True).stderr
         return int(re.search(r"Used (\\d+) registers", out).group(1))
 
-    consts = dict(MODE=0, HAS_H0=True, PACKED=False, BLOCK_T=128, BLOCK_D=32, LOOP_STAGES=1)
+    consts = dict(MODE=0, HAS_H0=True, PACKED=False, BLOCK_T=128, BLOCK_D=32, LOOP_STAGES=1, EVEN=False,
+                  SCALAR=False)
     names = list(K.linear_recurrence_fwd_kernel.arg_names)
     sig = {n: ("constexpr" if n in consts else "*fp32" if n.endswith("_ptr") else "i32")
            for n in names}

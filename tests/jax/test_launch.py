@@ -128,6 +128,15 @@ def test_log_scan_on_its_narrow_walk_tile():
         _check(fn, args)
 
 
+@pytest.mark.parametrize("op", ["linear_scan", "parallel_scan_log"])
+def test_layout_switches_match_eager(op):
+    """The plan's layout switches forced through the jax-triton adapters (unmasked whole tiles,
+    a column per thread), forward and backward."""
+    fn, args = _case(op, 13, 16, 8)
+    with switches.forced(op, strategy="walk", block_t=8, block_d=8, even=1, scalar=1):
+        _check(fn, args)
+
+
 @pytest.mark.parametrize("op", ["parallel_scan_log", "matrix_affine_scan"])
 def test_under_jit(op):
     fn, args = _case(op, 3, 5, 3)

@@ -55,8 +55,8 @@ def _value_and_grads(fn, k, h0, lg, w, w_T):
 @pytest.mark.parametrize("decay", [None, "B,T,1", "B,T,D"], ids=["no-decay", "decay1", "decayD"])
 @pytest.mark.parametrize("cell", list(CELLS))
 @pytest.mark.parametrize("plan", list(PLANS))
-def test_triton_and_eager_match_the_loop(plan, cell, decay):
-    B, T, D = 2, 19, 5
+def test_triton_and_eager_match_the_loop(plan, cell, decay, shape=(2, 19, 5)):
+    B, T, D = shape
     k, h0, lg, w, w_T = _inputs(cell, B, T, D, decay)
     f32 = [None if x is None else jnp.asarray(x, jnp.float32) for x in (k, h0, lg, w, w_T)]
     oracle = _oracle_grads(cell, k, h0, lg, w, w_T)
@@ -67,6 +67,17 @@ def test_triton_and_eager_match_the_loop(plan, cell, decay):
         assert outs[0].dtype == jnp.float32 and outs[0].shape == (B, T, D)
         for got, want in zip((*outs, *grads), oracle, strict=True):
             assert got.shape == want.shape and rel_err(np.asarray(got), want) < 5e-6, mode
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("cell", ["log", "coupled"])
+@pytest.mark.parametrize("plan", list(PLANS))
+def test_whole_tiles_match_the_loop(plan, cell):
+    """T and D multiples of every plan's tile, shipped and under the plan's layout switches
+    (unmasked whole tiles, a column per thread) forced through the jax-triton adapters."""
+    test_triton_and_eager_match_the_loop(plan, cell, "B,T,D", shape=(2, 16, 16))
+    with switches.forced("mingru_cell", even=1, scalar=1):
+        test_triton_and_eager_match_the_loop(plan, cell, "B,T,D", shape=(2, 16, 16))
 
 
 def _oracle_grads(cell, k, h0, lg, w, w_T):

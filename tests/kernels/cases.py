@@ -73,9 +73,12 @@ LOOKBACK_PLANS = {
     "lookback-walks": dict(strategy="lookback", block_t=2, block_d=4, lookback_stride=3),
 }
 SHAPES = [(1, 1, 3), (2, 5, 17), (2, 37, 3), (1, 37, 17)]
-CASES = [(p, s) for p in ("walk", "chunked") for s in SHAPES] + [("many-chunks", (1, 37, 3))]
+# Whole tiles (T and D multiples of the plan's block sizes): no padding row or column.
+EVEN_CASES = [("walk", (2, 32, 16)), ("chunked", (1, 24, 32))]
+CASES = ([(p, s) for p in ("walk", "chunked") for s in SHAPES] + [("many-chunks", (1, 37, 3))]
+         + EVEN_CASES)
 LOOKBACK_CASES = [("lookback", (2, 37, 17)), ("lookback", (1, 1, 3)),
-                  ("lookback-walks", (2, 37, 3))]
+                  ("lookback-walks", (2, 37, 3)), ("lookback", (2, 16, 32))]
 PLANS.update(LOOKBACK_PLANS)
 
 

@@ -409,3 +409,97 @@ def test_narrow_walk_tile_matches_float64():
     ref_outs, ref_gs = eager_f64(mingru.parallel_scan_log, (la, lv), cot)
     for x, r in zip(outs + gs, ref_outs + ref_gs, strict=True):
         assert rel_err(x, r) < 2e-6
+
+
+@pytest.mark.interpreter
+def test_layout_switches_are_forced_plan_choices():
+    from mingru_kernels.launch._elementwise import launch_kwargs, plan
+
+    for strategy in ("walk", "chunked", "lookback"):
+        tiles = dict(strategy=strategy, block_t=8, block_d=8, lookback_tile=(8, 8, 1))
+        shipped = plan(2, 64, 32, **tiles)
+        assert shipped["even"] == shipped["scalar"] == 0  # off unless forced
+        kw = launch_kwargs(plan(2, 64, 32, even=1, scalar=1, **tiles))
+        assert kw["EVEN"] is True and kw["SCALAR"] is True
+        assert launch_kwargs(shipped)["EVEN"] is False and launch_kwargs(shipped)["SCALAR"] is False
+        for B, T, D in ((2, 63, 32), (2, 64, 30), (1, 1, 3)):
+            assert plan(B, T, D, scalar=1, **tiles)["scalar"] == 1
+            with pytest.raises(ValueError, match="even=1 needs whole tiles"):
+                plan(B, T, D, even=1, **tiles)
+    with pytest.raises(ValueError, match="must be 0 or 1"):
+        plan(2, 64, 32, scalar=2)
+
+
+def _scan_case(op, B, T, D):
+    """``(fn, inputs, cotangents)`` of an elementwise scan at ``(B, T, D)``."""
+    if op == "linear_scan":
+        inputs = linear_inputs(B, T, D)
+        return mingru.linear_scan, inputs, [torch.randn_like(inputs[0]) for _ in range(2)]
+    if op == "parallel_scan_log":
+        inputs = log_inputs(B, T, D)
+        return mingru.parallel_scan_log, inputs, [torch.randn_like(inputs[0])]
+    g = torch.Generator().manual_seed(B * T + D)
+    if op == "linear_recurrence":
+        a, b = linear_inputs(B, T, D)
+        h0 = torch.randn(B, D, generator=g, dtype=torch.float64).float()
+
+        def fn(a, b, h0):
+            return mingru.linear_recurrence(a, b, initial_state=h0, return_final_state=True)
+
+        return fn, (a, b, h0), [torch.randn(B, T, D), torch.randn(B, D)]
+    k = torch.randn(B, T, 3 * D, generator=g, dtype=torch.float64).float()
+    h0 = torch.rand(B, D, generator=g, dtype=torch.float64).float() + 0.1
+    lg = -torch.rand(B, T, D, generator=g, dtype=torch.float64).float()
+
+    def cell(k, h0, lg):
+        return mingru.signed_mingru_cell(k, h0, lg, coupled=True, return_final_state=True)
+
+    return cell, (k, h0, lg), [torch.randn(B, T, D), torch.randn(B, D)]
+
+
+SWITCHES = [dict(even=1), dict(scalar=1), dict(even=1, scalar=1)]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("plan", ["walk", "chunked", "lookback"])
+@pytest.mark.parametrize("op", ["linear_scan", "parallel_scan_log", "linear_recurrence",
+                                "mingru_cell"])
+def test_layout_switches_change_nothing(op, plan):
+    """Unmasked whole tiles (``even``) and a column per thread (``scalar``), forced: outputs
+    and gradients bit-for-bit those of the shipped kernels here (the interpreter has no
+    layouts; on a GPU the scan's order may change, see the GPU test), and the float64 op's."""
+    if plan == "lookback" and op == "linear_scan":
+        pytest.skip("linear_scan has no look-back mode")
+    forced = dict(PLANS[plan], block_d=8)  # two D-blocks
+    fn, inputs, cot = _scan_case(op, 2, 32, 16)
+    with triton_plan(op, **forced):
+        want_outs, want_grads = grads(fn, inputs, cot)
+    ref_outs, ref_grads = eager_f64(fn, inputs, cot)
+    for switch in SWITCHES:
+        with triton_plan(op, **forced, **switch):
+            got_outs, got_grads = grads(fn, inputs, cot)
+        for got, want, ref in zip(got_outs + got_grads, want_outs + want_grads,
+                                  ref_outs + ref_grads, strict=True):
+            assert torch.equal(got, want), switch
+            assert rel_err(got, ref) < 1e-5, switch
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["linear_scan", "parallel_scan_log", "linear_recurrence",
+                                "mingru_cell"])
+def test_gpu_layout_switches_match_float64(op):
+    """The layout switches compiled for the GPU, at the long walk's tiles and a chunked plan:
+    outputs and gradients against the float64 eager op."""
+    B, T, D = 4, 4096, 256
+    fn, inputs, cot = _scan_case(op, B, T, D)
+    inputs = [x.cuda() for x in inputs]
+    cot = [c.cuda() for c in cot]
+    ref_outs, ref_grads = eager_f64(fn, inputs, cot)
+    for tile in (dict(strategy="walk", block_t=64, block_d=32, num_warps=2, loop_stages=3),
+                 dict(strategy="walk", block_t=32, block_d=64, num_warps=2, loop_stages=3),
+                 dict(strategy="chunked", block_t=32, block_d=32, num_warps=1, chunk_len=256)):
+        for switch in SWITCHES:
+            with triton_plan(op, **tile, **switch):
+                outs, gs = grads(fn, inputs, cot)
+            for x, r in zip(outs + gs, ref_outs + ref_grads, strict=True):
+                assert torch.isfinite(x).all() and rel_err(x, r) < 1e-5, (tile, switch)
