@@ -31,16 +31,15 @@ for s in "$@"; do
         tests/kernels/test_mingru_cell.py 2>&1 | tail -5 ;;
     tests-scans) timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu \
         tests/kernels/test_linear_recurrence.py tests/kernels/test_mingru_cell.py \
-        tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_scan.py 2>&1 | tail -8 ;;
+        tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_scan.py \
+        tests/kernels/test_elementwise_plan.py 2>&1 | tail -8 ;;
     layout)
       # The scans' layout switches (the plan's even: unmasked whole tiles; scalar: a column per
       # thread) against the shipped kernels: their GPU tests, then each op's shipped plan under
       # every combination (LAYOUT_SHAPES, LAYOUT_OPS, LAYOUT_BWD=1), then walk tiles at the big
       # shape under every combination (LAYOUT_TILES, LAYOUT_TILE_OPS).
       timeout "${LAYOUT_TESTS_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider -m gpu \
-        --tb=line -k "layout or long_walk" tests/kernels/test_linear_scan.py \
-        tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_recurrence.py \
-        tests/kernels/test_mingru_cell.py 2>&1 | tail -6
+        --tb=line tests/kernels/test_elementwise_plan.py 2>&1 | tail -6
       for dir in "" ${LAYOUT_BWD:+--bwd}; do
         timeout 200 python3 scripts/plan_sweep.py --even 0,1 --scalar 0,1 --tiles default \
           --top 4 $dir --shapes "${LAYOUT_SHAPES:-big,16k}" \
@@ -52,7 +51,8 @@ for s in "$@"; do
         --ops "${LAYOUT_TILE_OPS:-parallel_scan_log,mingru_cell}" --tiles "$LAYOUT_TILES" 2>&1 \
         | tee -a "$OUT/layout.log" | grep -v -i warn ;;
     tests-log) timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=line \
-        tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_scan.py 2>&1 | tail -6 ;;
+        tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_scan.py \
+        tests/kernels/test_elementwise_plan.py 2>&1 | tail -6 ;;
     tests-walk) timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=line \
         -k "long_walk or pipelined" tests/kernels 2>&1 | grep -v -i warn | tail -6 ;;
     tests-torch) timeout 300 python3 -m pytest -q -p no:cacheprovider tests/torch tests/kernels \

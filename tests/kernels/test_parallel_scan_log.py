@@ -1,5 +1,5 @@
 """Triton kernels of ``parallel_scan_log`` (what it shares with ``linear_scan`` — the planner,
-compile tracing, half precision — is tested in test_linear_scan.py).
+compile tracing, half precision — is tested in test_elementwise_plan.py and test_linear_scan.py).
 
 On CPU the kernels run through Triton's interpreter; on a CUDA machine the same tests run on
 the GPU. Every case compares forward AND backward against the eager op and against the float64
