@@ -9,7 +9,7 @@
 # state kernels' variants at few rows, nh2 decay bf16: 16-bit operands, stages, warps, state_vs)
 # delta-sanitize (the forced micro-chunk-64 few-rows layout once under compute-sanitizer memcheck)
 # rotation-cells (the Givens and rotation mixers' fused cells: GPU tests, then both mixers against the plain form)
-# layout (the scans' layout switches, unmasked whole tiles and a column per thread, against the shipped kernels: GPU tests, shipped plans, LAYOUT_TILES at the big shape; LAYOUT_SHAPES, LAYOUT_OPS, LAYOUT_BWD=1)
+# layout (the scans' layout switches, unmasked whole tiles and a column per thread, against the shipped kernels: GPU tests, shipped plans, walk tiles at the big shape; LAYOUT_SHAPES, LAYOUT_OPS, LAYOUT_BWD=1, LAYOUT_TILES, LAYOUT_TILE_OPS)
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
 # WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
 # cells-train (the cells' plans at the mixer and training-step shapes, bf16; CELL_SHAPES, CELL_DTYPE,
@@ -46,9 +46,14 @@ for s in "$@"; do
           --ops "${LAYOUT_OPS:-parallel_scan_log,mingru_cell,signed_mingru_cell,linear_recurrence}" \
           2>&1 | tee -a "$OUT/layout.log" | grep -v -i warn
       done
-      [ -n "${LAYOUT_TILES:-}" ] && timeout 250 python3 scripts/plan_sweep.py --even 0,1 \
-        --scalar 0,1 --top 16 --strategy walk --shapes big \
-        --ops "${LAYOUT_TILE_OPS:-parallel_scan_log,mingru_cell}" --tiles "$LAYOUT_TILES" 2>&1 \
+      # Walk tiles with their offline sm_90 instructions per element (shipped -> even+scalar;
+      # log scan fast path / MinGRU cell): 64x32x2 47.8 -> 36.4 / 50.4 -> 41.9 (768 warps at the
+      # big shape), 64x32x4 61.1 -> 48.6 / 60.4 -> 49.6 (1536), 32x32x1 36.6 -> 25.5 /
+      # 40.4 -> 31.4, 32x64x2 41.6 -> 25.5 / 45.1 -> 31.3, 32x128x4 42.6 -> 25.5 / 45.9 -> 31.3
+      # (384 warps each).
+      timeout 250 python3 scripts/plan_sweep.py --even 0,1 --scalar 0,1 --top 20 \
+        --strategy walk --shapes big --ops "${LAYOUT_TILE_OPS:-parallel_scan_log,mingru_cell}" \
+        --tiles "${LAYOUT_TILES:-64x32x2x3,64x32x4x3,32x32x1x4,32x64x2x3,32x128x4x3}" 2>&1 \
         | tee -a "$OUT/layout.log" | grep -v -i warn ;;
     tests-log) timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=line \
         tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_scan.py \
