@@ -10,6 +10,7 @@
 # delta-sanitize (the forced micro-chunk-64 few-rows layout once under compute-sanitizer memcheck)
 # rotation-cells (the Givens and rotation mixers' fused cells: GPU tests, then both mixers against the plain form)
 # layout (the scans' layout switches, unmasked whole tiles and a column per thread, against the shipped kernels: GPU tests, shipped plans, walk tiles at the big shape; LAYOUT_SHAPES, LAYOUT_OPS, LAYOUT_BWD=1, LAYOUT_TILES, LAYOUT_TILE_OPS)
+# walk-bwd (the backward walks' tiles at the big shape, the backward's own time; WALK_OPS, WALK_TILES, WALK_SHAPES)
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
 # WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
 # cells-train (the cells' plans at the mixer and training-step shapes, bf16; CELL_SHAPES, CELL_DTYPE,
@@ -178,6 +179,16 @@ for s in "$@"; do
         --ops "${WALK_OPS:-mingru_cell,signed_mingru_cell,linear_recurrence,parallel_scan_log}" \
         --tiles "${WALK_TILES:-64x32x8x1,64x32x8x2,64x32x8x3,32x32x4x1,32x32x4x2,32x32x4x3,64x32x4x1,64x32x4x2,64x32x4x3,32x64x2x1,32x64x2x2,32x64x2x3,32x64x4x1,32x64x4x2,64x64x4x2,16x64x2x3,16x64x2x4,32x32x2x3,16x32x2x3,128x32x4x1,128x32x4x2,16x128x4x2,32x128x4x2,64x16x4x2}" \
         2>&1 | tee -a "$OUT/walk-sweep.log" | grep -v -i warn ;;
+    walk-bwd)
+      # The backward walks' tiles at the big shape (their plan has no measured walk tile: the
+      # default 64x32, 4 warps, unpipelined). Offline sm_90 instructions per element, log scan /
+      # linear_recurrence / MinGRU cell, * = spills: 64x32x4x1 62.0 / 50.0 / 90.7, 32x32x2x3
+      # 67.1 / 46.5 / 88.2, 64x32x4x2 69.2 / 53.0 / 93.7, 32x32x1x4 59.0* / 36.2 / 80.1*.
+      timeout "${WALK_TIMEOUT:-420}" python3 scripts/plan_sweep.py --strategy walk --bwd \
+        --shapes "${WALK_SHAPES:-big}" --top 12 \
+        --ops "${WALK_OPS:-parallel_scan_log,linear_recurrence,mingru_cell}" \
+        --tiles "${WALK_TILES:-64x32x4x1,32x32x2x3,64x32x4x2,32x32x1x4,32x64x2x3,64x32x2x2}" 2>&1 \
+        | tee -a "$OUT/walk-bwd.log" | grep -v -i warn ;;
     walk-only) timeout "${WALK_TIMEOUT:-420}" python3 scripts/plan_sweep.py --strategy walk \
         --shapes "${WALK_SHAPES:-big}" ${WALK_BWD:+--bwd} --top 40 --ops "${WALK_OPS}" \
         --tiles "${WALK_TILES}" 2>&1 | tee -a "$OUT/walk-sweep.log" | grep -v -i warn ;;

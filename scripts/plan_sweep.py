@@ -10,9 +10,11 @@ table sorted by time, so the planner's defaults can be set from measurements.
 
 Shapes are names of :data:`SHAPES` or literal ``BxTxD``. ``--dtype`` is the inputs' dtype (the
 cells' pre-activations under bf16 autocast are bf16). ``--strategy`` takes a comma-separated
-list: each strategy is swept over the tiles. ``--even 0,1`` and ``--scalar 0,1`` time each
-tile under the plan's layout switches (unmasked whole tiles; a column per thread). Every row also gives the forward's bandwidth
-floor (bytes of its inputs and outputs at 4.22 TB/s) as a fraction of its time.
+list: each strategy is swept over the tiles. With ``--bwd`` each row gives fwd+bwd, then the
+forward alone and their difference, the backward's own time (rows sorted by it). ``--even
+0,1`` and ``--scalar 0,1`` time each tile under the plan's layout switches (unmasked whole
+tiles; a column per thread). Forward rows also give the bandwidth floor (bytes of the inputs
+and outputs at 4.22 TB/s) as a fraction of the shipped plan's time.
 """
 
 from __future__ import annotations
@@ -133,17 +135,26 @@ def main() -> int:
                         PLAN_OP.get(op, op), block_t=bt, block_d=bd, num_warps=nw, loop_stages=ls,
                         **({"strategy": strategy} if strategy else {}), **layout):
                     ms = time_call(fn, xs, args.bwd)
+                    # With --bwd the forward too, under the same forced plan: the backward's
+                    # own time is the difference (a forced tile applies to both directions).
+                    fwd_ms = time_call(fn, xs, False) if args.bwd else None
             except Exception as exc:  # an unsupported combination (registers, shared memory)
-                ms = float("nan")
+                ms = fwd_ms = float("nan")
                 print(f"{op} {shape} {strategy} {bt} {bd} {nw} {ls} {layout}: "
                       f"{type(exc).__name__}: {exc}"[:200])
             rows.append((ms, strategy or "auto", bt, bd, nw, ls,
-                         "".join(f"{k[0]}{v}" for k, v in layout.items()) or "shipped"))
+                         "".join(f"{k[0]}{v}" for k, v in layout.items()) or "shipped",
+                         *(() if fwd_ms is None else (fwd_ms, ms - fwd_ms))))
         with mingru.use_backend("triton"):
             default = time_call(fn, xs, args.bwd)
-        rows.sort(key=lambda r: (r[0] != r[0], r[0]))  # NaN (failed) rows last
+            default_fwd = time_call(fn, xs, False) if args.bwd else None
+        key = -1 if args.bwd else 0  # the backward's own time with --bwd
+        rows.sort(key=lambda r: (r[key] != r[key], r[key]))  # NaN (failed) rows last
         out = {"op": op, "shape": shape, "BTD": [B, T, D], "dtype": args.dtype, "bwd": args.bwd,
                "default_ms": default, "best": rows[:args.top]}
+        if args.bwd:
+            out["default_fwd_ms"] = default_fwd
+            out["default_bwd_ms"] = default - default_fwd
         if not args.bwd:
             out["floor_ms"] = floor_ms(op, B, T, D, dtype)
             out["default_pct_of_floor"] = round(100 * out["floor_ms"] / default, 1)
