@@ -10,6 +10,7 @@
 # delta-sanitize (the forced micro-chunk-64 few-rows layout once under compute-sanitizer memcheck)
 # rotation-cells (the Givens and rotation mixers' fused cells: GPU tests, then both mixers against the plain form)
 # layout (the scans' layout switches, unmasked whole tiles and a column per thread, against the shipped kernels: GPU tests, shipped plans, walk tiles at the big shape; LAYOUT_SHAPES, LAYOUT_OPS, LAYOUT_BWD=1, LAYOUT_TILES, LAYOUT_TILE_OPS)
+# jax-lookback (linear_recurrence forward through jax-triton and PyTorch on the look-back and the chunked strategy, forced; JAX_LB_SHAPES)
 # walk-bwd (the backward walks' tiles at the big shape, the backward's own time; WALK_OPS, WALK_TILES, WALK_SHAPES)
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
 # WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
@@ -179,6 +180,17 @@ for s in "$@"; do
         --ops "${WALK_OPS:-mingru_cell,signed_mingru_cell,linear_recurrence,parallel_scan_log}" \
         --tiles "${WALK_TILES:-64x32x8x1,64x32x8x2,64x32x8x3,32x32x4x1,32x32x4x2,32x32x4x3,64x32x4x1,64x32x4x2,64x32x4x3,32x64x2x1,32x64x2x2,32x64x2x3,32x64x4x1,32x64x4x2,64x64x4x2,16x64x2x3,16x64x2x4,32x32x2x3,16x32x2x3,128x32x4x1,128x32x4x2,16x128x4x2,32x128x4x2,64x16x4x2}" \
         2>&1 | tee -a "$OUT/walk-sweep.log" | grep -v -i warn ;;
+    jax-lookback)
+      # linear_recurrence's forward through jax-triton keeps the chunked strategy (the look-back
+      # measured slower there in the sixth round, before the one-warp look-back tiles); PyTorch
+      # takes the look-back, and the ladder's jax/torch forward ratio was 1.31-1.64 at T >= 8192.
+      # Both frontends on each strategy, forced, wall clock with a sync.
+      for plan in strategy=lookback strategy=chunked ""; do
+        timeout 150 python3 scripts/jax_triton_vs_torch.py --ops linear_recurrence --no-eager \
+          --shapes "${JAX_LB_SHAPES:-16x16384x128,16x32768x128,16x8192x128}" ${plan:+--plan $plan} \
+          --json "$OUT/jax-lookback-${plan#strategy=}.json" 2>&1 | grep -v -i warn \
+          | tee -a "$OUT/jax-lookback.log" | tail -9
+      done ;;
     walk-bwd)
       # The backward walks' tiles at the big shape (their plan has no measured walk tile: the
       # default 64x32, 4 warps, unpipelined). Offline sm_90 instructions per element, log scan /

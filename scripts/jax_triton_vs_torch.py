@@ -43,6 +43,7 @@ Offline::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -498,6 +499,17 @@ def _fmt(v: Any, width: int = 8, digits: int = 3) -> str:
     return f"{v:>{width}.{digits}f}"
 
 
+
+def parse_plan(text: str) -> dict[str, int | str]:
+    """``'strategy=lookback,block_t=16'`` → ``{'strategy': 'lookback', 'block_t': 16}``."""
+    plan: dict[str, int | str] = {}
+    for item in filter(None, text.split(",")):
+        key, _, value = item.partition("=")
+        if not value:
+            raise argparse.ArgumentTypeError(f"--plan: expected key=value, got {item!r}")
+        plan[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
+    return plan
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -512,6 +524,9 @@ def main() -> int:
                    help="also time jax-triton's own compile (the hook off)")
     p.add_argument("--no-eager", action="store_true", help="skip the XLA eager twin")
     p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--plan", default="", type=parse_plan,
+                   help="force launch-plan choices on both sides, e.g. 'strategy=lookback' or "
+                        "'block_t=16,block_d=128,num_warps=1' (mingru_kernels.launch.switches)")
     p.add_argument("--json", default=None, help="write the rows here (default: $OUT or .)")
     p.add_argument("--dump", default=None, help="folder for the compiled kernels of both sides")
     p.add_argument("--ptx", action="store_true",
@@ -528,6 +543,8 @@ def main() -> int:
     if args.json is None:
         args.json = str(Path(os.environ.get("OUT", ".")) / "jax_triton_vs_torch.json")
     dump = Path(args.dump) if args.dump else None
+
+    from mingru_kernels.launch import switches  # after --smoke has chosen the interpreter
 
     torch_side = jax_side = None
     errors: dict[str, str] = {}
@@ -574,13 +591,19 @@ def main() -> int:
     for B, T, D, modes in parse_shapes(args.shapes):
         for op in args.ops:
             host = make_inputs(op, B, T, D, args.dtype)
+            # Forced choices are read when a launch is planned: while torch calls and while
+            # jax traces, both inside this block.
+            def forced(op=op):
+                return (switches.forced(op, **args.plan) if args.plan
+                        else contextlib.nullcontext())
             for mode in modes:
                 cts = cotangents(out_shapes(op, B, T, D)) if mode != "fwd" else []
                 row: dict[str, Any] = dict(op=op, shape=[B, T, D], mode=mode, dtype=args.dtype)
                 ref = None
                 if torch_side is not None:
                     try:
-                        r = torch_side.run(op, mode, host, cts, args.dtype, args)
+                        with forced():
+                            r = torch_side.run(op, mode, host, cts, args.dtype, args)
                         ref = r.pop("sample")
                         row["torch"] = r
                     except Exception as exc:
@@ -589,7 +612,9 @@ def main() -> int:
                 if jax_side is not None:
                     for label, backend, stock in variants:
                         try:
-                            r = jax_side.run(op, mode, host, cts, args.dtype, args, backend, stock)
+                            with forced():
+                                r = jax_side.run(op, mode, host, cts, args.dtype, args, backend,
+                                                 stock)
                             r["max_rel_vs_torch"] = rel(r.pop("sample"), ref)
                             row[label] = r
                         except Exception as exc:
