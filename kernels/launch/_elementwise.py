@@ -123,7 +123,8 @@ def plan(
     columns of the tile (scalar loads, the scan along T within each thread, no shuffles)
     instead of 128-bit rows with the scan across lanes.
 
-    Returns a dict with ``strategy`` (``"walk"``, ``"chunked"`` or ``"lookback"``), ``even``, ``block_t``, ``block_d``,
+    Returns a dict with ``strategy`` (``"walk"``, ``"chunked"`` or ``"lookback"``), ``even``,
+    ``scalar``, ``block_t``, ``block_d``,
     ``num_warps``, ``num_stages`` (0: Triton's default), ``loop_stages`` (the software
     pipelining depth of the kernels' tile loop: tile ``i + 1``'s loads are in flight while
     tile ``i`` is scanned; 1: none), ``n_dblk`` (D-blocks), ``chunk_len``
