@@ -62,8 +62,11 @@ for s in "$@"; do
         tests/kernels/test_elementwise_plan.py 2>&1 | tail -6 ;;
     tests-walk) timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=line \
         -k "long_walk or pipelined" tests/kernels 2>&1 | grep -v -i warn | tail -6 ;;
-    tests-torch) timeout 300 python3 -m pytest -q -p no:cacheprovider tests/torch tests/kernels \
-        -m gpu 2>&1 | tail -8 ;;
+    tests-torch)
+      # Compiles dominate (over 300 s in one process on an H100): spread them over workers.
+      workers=""; python3 -c "import xdist" 2>/dev/null && workers="-n ${TORCH_WORKERS:-6}"
+      ( time timeout "${TORCH_TESTS_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider \
+        tests/torch tests/kernels -m gpu $workers --durations=10 ) 2>&1 | tail -22 ;;
     tests-jax)
       # The suite's time is Triton / XLA compiles, CPU-bound: spread them over workers when
       # pytest-xdist is there (put its wheel and execnet's in .whl/: pip download --no-deps).
