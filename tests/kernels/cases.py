@@ -74,9 +74,9 @@ LOOKBACK_PLANS = {
 }
 SHAPES = [(1, 1, 3), (2, 5, 17), (2, 37, 3), (1, 37, 17)]
 # Whole tiles (T and D multiples of the plan's block sizes): no padding row or column.
-EVEN_CASES = [("walk", (2, 32, 16)), ("chunked", (1, 24, 32))]
+WHOLE_TILE_CASES = [("walk", (2, 32, 16)), ("chunked", (1, 24, 32))]
 CASES = ([(p, s) for p in ("walk", "chunked") for s in SHAPES] + [("many-chunks", (1, 37, 3))]
-         + EVEN_CASES)
+         + WHOLE_TILE_CASES)
 LOOKBACK_CASES = [("lookback", (2, 37, 17)), ("lookback", (1, 1, 3)),
                   ("lookback-walks", (2, 37, 3)), ("lookback", (2, 16, 32))]
 PLANS.update(LOOKBACK_PLANS)
