@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import mingru
+from mingru.cells import mingru_cell, signed_mingru_cell
 from mingru_kernels.launch import switches
 
 F64 = torch.float64
@@ -104,6 +105,30 @@ def log_inputs(B, T, D, h0="finite", hard=False, dtype=torch.float32, device=DEV
 
 
 # --- the block scans (matrix_affine_scan, givens_recurrence) -----------------------------------
+
+
+# --- the fused minGRU cells -----------------------------------------------------------------------
+
+CELLS = {"log": (False, False), "signed": (True, False), "coupled": (True, True)}
+"""Cell name → ``(signed, coupled)``."""
+
+
+def cell_inputs(cell, B, T, D, decay, scale=2.0, dtype=torch.float32):
+    """``(k, h_0, log γ)`` of a cell: ``decay`` None, ``"B,T,1"`` or ``"B,T,D"``."""
+    signed, _ = CELLS[cell]
+    k = torch.randn(B, T, (3 if signed else 2) * D, dtype=F64) * scale
+    h0 = torch.rand(B, D, dtype=F64) + 0.1  # the MinGRU cell's states are positive
+    lg = None if decay is None else -torch.rand(B, T, 1 if decay == "B,T,1" else D, dtype=F64)
+    cast = lambda x: None if x is None else x.to(dtype).to(DEVICE)  # noqa: E731
+    return cast(k), cast(h0), cast(lg)
+
+
+def call_cell(cell, k, h0, lg):
+    """``(h, h_T)`` of the public cell ``cell``."""
+    signed, coupled = CELLS[cell]
+    if signed:
+        return signed_mingru_cell(k, h0, lg, coupled=coupled, return_final_state=True)
+    return mingru_cell(k, h0, lg, return_final_state=True)
 
 
 def affine_inputs(B, T, n, k, v, dtype=torch.float32, contraction=0.9):

@@ -9,6 +9,8 @@ On CPU the kernels run through Triton's interpreter; GPU cases run the same plan
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -23,6 +25,8 @@ from tests.kernels.cases import (
     PLANS,
     assert_long_walk_plan_matches_float64,
     assert_pipelining_changes_nothing,
+    call_cell,
+    cell_inputs,
     eager_f64,
     grads,
     linear_inputs,
@@ -264,30 +268,23 @@ def test_layout_switches_are_forced_plan_choices():
 
 
 def _scan_case(op, B, T, D):
-    """``(fn, inputs, cotangents)`` of an elementwise scan at ``(B, T, D)``."""
+    """``(fn, inputs, cotangents)`` of an elementwise scan at ``(B, T, D)``, on ``DEVICE``."""
     if op == "linear_scan":
         inputs = linear_inputs(B, T, D)
         return mingru.linear_scan, inputs, [torch.randn_like(inputs[0]) for _ in range(2)]
     if op == "parallel_scan_log":
         inputs = log_inputs(B, T, D)
         return mingru.parallel_scan_log, inputs, [torch.randn_like(inputs[0])]
-    g = torch.Generator().manual_seed(B * T + D)
     if op == "linear_recurrence":
         a, b = linear_inputs(B, T, D)
-        h0 = torch.randn(B, D, generator=g, dtype=torch.float64).float()
+        h0 = torch.randn(B, D, device=DEVICE)
 
         def fn(a, b, h0):
             return mingru.linear_recurrence(a, b, initial_state=h0, return_final_state=True)
 
-        return fn, (a, b, h0), [torch.randn(B, T, D), torch.randn(B, D)]
-    k = torch.randn(B, T, 3 * D, generator=g, dtype=torch.float64).float()
-    h0 = torch.rand(B, D, generator=g, dtype=torch.float64).float() + 0.1
-    lg = -torch.rand(B, T, D, generator=g, dtype=torch.float64).float()
-
-    def cell(k, h0, lg):
-        return mingru.signed_mingru_cell(k, h0, lg, coupled=True, return_final_state=True)
-
-    return cell, (k, h0, lg), [torch.randn(B, T, D), torch.randn(B, D)]
+        return fn, (a, b, h0), [torch.randn(B, T, D, device=DEVICE), torch.randn(B, D, device=DEVICE)]
+    return (functools.partial(call_cell, "coupled"), cell_inputs("coupled", B, T, D, "B,T,D"),
+            [torch.randn(B, T, D, device=DEVICE), torch.randn(B, D, device=DEVICE)])
 
 
 SWITCHES = [dict(even=1), dict(scalar=1), dict(even=1, scalar=1)]
@@ -325,8 +322,6 @@ def test_gpu_layout_switches_match_float64(op):
     outputs and gradients against the float64 eager op."""
     B, T, D = 4, 4096, 256
     fn, inputs, cot = _scan_case(op, B, T, D)
-    inputs = [x.cuda() for x in inputs]
-    cot = [c.cuda() for c in cot]
     ref_outs, ref_grads = eager_f64(fn, inputs, cot)
     for tile in (dict(strategy="walk", block_t=64, block_d=32, num_warps=2, loop_stages=3),
                  dict(strategy="walk", block_t=32, block_d=64, num_warps=2, loop_stages=3),

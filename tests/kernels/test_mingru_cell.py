@@ -11,9 +11,10 @@ import pytest
 import torch
 
 import mingru
-from mingru.cells import mingru_cell, signed_mingru_cell
+from mingru.cells import mingru_cell
 from tests.helpers import rel_err
 from tests.kernels.cases import (
+    CELLS,
     DEVICE,
     F64,
     LONG_WALK_SHAPE,
@@ -21,30 +22,13 @@ from tests.kernels.cases import (
     PLANS,
     assert_long_walk_plan_matches_float64,
     assert_pipelining_changes_nothing,
+    call_cell,
+    cell_inputs,
     triton_plan,
 )
 from tests.reference import loop_cell
 
 pytestmark = pytest.mark.usefixtures("fast_interpreter")
-
-CELLS = {"log": (False, False), "signed": (True, False), "coupled": (True, True)}
-
-
-def _inputs(cell, B, T, D, decay, scale=2.0, dtype=torch.float32):
-    signed, _ = CELLS[cell]
-    k = torch.randn(B, T, (3 if signed else 2) * D, dtype=F64) * scale
-    h0 = torch.rand(B, D, dtype=F64) + 0.1  # the MinGRU cell's states are positive
-    lg = None if decay is None else -torch.rand(B, T, 1 if decay == "B,T,1" else D, dtype=F64)
-    cast = lambda x: None if x is None else x.to(dtype).to(DEVICE)  # noqa: E731
-    return cast(k), cast(h0), cast(lg)
-
-
-def _call(cell, k, h0, lg):
-    signed, coupled = CELLS[cell]
-    if signed:
-        return signed_mingru_cell(k, h0, lg, coupled=coupled, return_final_state=True)
-    return mingru_cell(k, h0, lg, return_final_state=True)
-
 
 def _oracle(cell, k, h0, lg):
     signed, coupled = CELLS[cell]
@@ -68,14 +52,14 @@ def _grads(fn, inputs, w, w_T):
 ], ids=lambda v: v if isinstance(v, str) else "B{}T{}D{}".format(*v))
 def test_forward_and_every_gradient(plan, shape, cell, decay):
     B, T, D = shape
-    k, h0, lg = _inputs(cell, B, T, D, decay)
+    k, h0, lg = cell_inputs(cell, B, T, D, decay)
     w = torch.randn(B, T, D, dtype=F64).to(DEVICE)
     w_T = torch.randn(B, D, dtype=F64).to(DEVICE)
     inputs = (k, h0, lg)
     with triton_plan("mingru_cell", **PLANS[plan]):
-        h, h_T, grads = _grads(lambda *x: _call(cell, *x), inputs, w, w_T)
+        h, h_T, grads = _grads(lambda *x: call_cell(cell, *x), inputs, w, w_T)
     with mingru.use_backend("eager"):
-        he, hTe, grads_e = _grads(lambda *x: _call(cell, *x), inputs, w, w_T)
+        he, hTe, grads_e = _grads(lambda *x: call_cell(cell, *x), inputs, w, w_T)
     ho, hTo, grads_o = _grads(lambda *x: _oracle(cell, *x),
                               [None if x is None else x.to(F64) for x in inputs], w, w_T)
     assert h.dtype == torch.float32 and h.shape == (B, T, D) and h_T.shape == (B, D)
@@ -91,9 +75,9 @@ def test_forward_and_every_gradient(plan, shape, cell, decay):
 @pytest.mark.interpreter
 @pytest.mark.parametrize("cell", ["log", "coupled"])
 def test_t1000_without_initial_state(cell):
-    k, _, lg = _inputs(cell, 1, 1000, 3, "B,T,D")
+    k, _, lg = cell_inputs(cell, 1, 1000, 3, "B,T,D")
     with triton_plan("mingru_cell", **PLANS["chunked"]):
-        h, h_T = _call(cell, k, None, lg)
+        h, h_T = call_cell(cell, k, None, lg)
     ho, hTo = _oracle(cell, k.to(F64), None, lg.to(F64))
     assert rel_err(h, ho) < 5e-6 and rel_err(h_T, hTo) < 5e-6
 
@@ -104,11 +88,11 @@ def test_long_sequence_with_extreme_pre_activations(cell):
     """T = 65536 with pre-activations up to ±80 (saturated gates, products that underflow to
     0 within a tile): finite, and equal to the float64 loop; gradients on a shorter piece."""
     B, T, D = 1, 65536, 3
-    k, h0, _ = _inputs(cell, B, T, D, None, scale=30.0)
+    k, h0, _ = cell_inputs(cell, B, T, D, None, scale=30.0)
     k = k.clamp(-80, 80)
     # Long tiles keep the interpreter's per-tile cost down; the GPU test runs the real plan.
     with triton_plan("mingru_cell", strategy="walk", block_t=2048, block_d=4):
-        h, h_T = _call(cell, k, h0, None)
+        h, h_T = call_cell(cell, k, h0, None)
     # The loop in NumPy: the same float64 steps, a tenth of torch's per-op cost.
     ho, hTo = (torch.from_numpy(x) for x in _oracle(cell, k.cpu().double().numpy(),
                                                      h0.cpu().double().numpy(), None))
@@ -118,7 +102,7 @@ def test_long_sequence_with_extreme_pre_activations(cell):
     piece = (k[:, :2000], h0, None)
     w, w_T = torch.randn(B, 2000, D, dtype=F64).to(DEVICE), torch.randn(B, D, dtype=F64).to(DEVICE)
     with triton_plan("mingru_cell", strategy="walk", block_t=256, block_d=4):
-        *_, grads = _grads(lambda *x: _call(cell, *x), piece, w, w_T)
+        *_, grads = _grads(lambda *x: call_cell(cell, *x), piece, w, w_T)
     *_, grads_o = _grads(lambda *x: _oracle(cell, *x), [piece[0].to(F64), h0.to(F64), None],
                          w.to(DEVICE), w_T.to(DEVICE))
     for got, want in zip(grads, grads_o, strict=True):
@@ -129,13 +113,13 @@ def test_long_sequence_with_extreme_pre_activations(cell):
 def test_expanded_gradient_and_chaining_through_the_final_state():
     """The gradient of ``h.sum()`` arrives expanded (stride 0) and is read in place; two calls
     chained through ``h_T`` equal one call."""
-    k, h0, lg = _inputs("signed", 2, 29, 4, "B,T,1")
+    k, h0, lg = cell_inputs("signed", 2, 29, 4, "B,T,1")
     with triton_plan("mingru_cell", **PLANS["chunked"]):
-        whole, whole_T = _call("signed", k, h0, lg)
-        first, mid = _call("signed", k[:, :11], h0, lg[:, :11])
-        second, end = _call("signed", k[:, 11:], mid, lg[:, 11:])
+        whole, whole_T = call_cell("signed", k, h0, lg)
+        first, mid = call_cell("signed", k[:, :11], h0, lg[:, :11])
+        second, end = call_cell("signed", k[:, 11:], mid, lg[:, 11:])
         leaf = k.clone().requires_grad_()
-        _call("signed", leaf, h0, lg)[0].sum().backward()
+        call_cell("signed", leaf, h0, lg)[0].sum().backward()
     assert rel_err(torch.cat([first, second], 1), whole) < 1e-6 and rel_err(end, whole_T) < 1e-6
     ref = k.to(F64).requires_grad_()
     _oracle("signed", ref, h0.to(F64), lg.to(F64))[0].sum().backward()
@@ -143,7 +127,7 @@ def test_expanded_gradient_and_chaining_through_the_final_state():
 
 
 def test_compile_traces_without_graph_breaks():
-    k, h0, lg = _inputs("log", 2, 9, 4, "B,T,D")
+    k, h0, lg = cell_inputs("log", 2, 9, 4, "B,T,D")
     backend = "inductor" if DEVICE == "cuda" else "aot_eager"
 
     def fn(k, h0, lg):
@@ -179,10 +163,10 @@ def test_gpu_dtypes_and_shapes(shape, cell, dtype):
     """Compiled kernels with the production plans; gradients up to T = 1000, the forward at
     T = 65536 against the loop in NumPy (a float64 loop on the GPU is too slow to run)."""
     B, T, D = shape
-    k, h0, lg = _inputs(cell, B, T, D, "B,T,D", dtype=dtype)
+    k, h0, lg = cell_inputs(cell, B, T, D, "B,T,D", dtype=dtype)
     if T > 1000:
         with mingru.use_backend("triton"):
-            h, h_T = _call(cell, k, h0, lg)
+            h, h_T = call_cell(cell, k, h0, lg)
         ho, hTo = (torch.from_numpy(x) for x in _oracle(
             cell, *(x.cpu().double().numpy() for x in (k, h0, lg))))
         tol = 2e-5 if dtype == torch.float32 else 3e-2
@@ -191,7 +175,7 @@ def test_gpu_dtypes_and_shapes(shape, cell, dtype):
     w, w_T = torch.randn(B, T, D, dtype=F64, device=DEVICE), torch.randn(B, D, dtype=F64,
                                                                          device=DEVICE)
     with mingru.use_backend("triton"):
-        h, h_T, grads = _grads(lambda *x: _call(cell, *x), (k, h0, lg), w, w_T)
+        h, h_T, grads = _grads(lambda *x: call_cell(cell, *x), (k, h0, lg), w, w_T)
     ho, hTo, grads_o = _grads(lambda *x: _oracle(cell, *x),
                               [x.to(F64) for x in (k, h0, lg)], w, w_T)
     tol = 2e-5 if dtype == torch.float32 else 3e-2
@@ -208,14 +192,14 @@ def test_gpu_lookback_equals_the_walk(cell, tile):
     wait on each other (thousands of chunks, many lanes), equals the walk: outputs and every
     gradient, fp32, with an expanded state gradient and a final-state gradient."""
     B, T, D = 3, 20000, 300
-    k, h0, lg = _inputs(cell, B, T, D, "B,T,D")
+    k, h0, lg = cell_inputs(cell, B, T, D, "B,T,D")
     w_T = torch.randn(B, D, dtype=F64, device=DEVICE)
     w = torch.randn(B, T, D, dtype=F64, device=DEVICE)
     bt, bd, nw = tile
     with triton_plan("mingru_cell", strategy="lookback", block_t=bt, block_d=bd, num_warps=nw):
-        h, h_T, grads = _grads(lambda *x: _call(cell, *x), (k, h0, lg), w, w_T)
+        h, h_T, grads = _grads(lambda *x: call_cell(cell, *x), (k, h0, lg), w, w_T)
     with triton_plan("mingru_cell", strategy="walk"):
-        hw, hTw, grads_w = _grads(lambda *x: _call(cell, *x), (k, h0, lg), w, w_T)
+        hw, hTw, grads_w = _grads(lambda *x: call_cell(cell, *x), (k, h0, lg), w, w_T)
     for got, want in zip((h, h_T, *grads), (hw, hTw, *grads_w), strict=True):
         assert torch.isfinite(got).all() and rel_err(got, want) < 1e-5
 
@@ -225,9 +209,9 @@ def test_gpu_lookback_equals_the_walk(cell, tile):
 @pytest.mark.parametrize("cell", list(CELLS))
 def test_gpu_pipelined_tile_loop(cell, dtype):
     B, T, D = PIPELINE_SHAPE
-    k, h0, lg = _inputs(cell, B, T, D, "B,T,D", dtype=dtype)
+    k, h0, lg = cell_inputs(cell, B, T, D, "B,T,D", dtype=dtype)
     cot = (torch.randn(B, T, D, device=DEVICE).to(dtype), torch.randn(B, D, device=DEVICE).to(dtype))
-    assert_pipelining_changes_nothing("mingru_cell", lambda *x: _call(cell, *x), (k, h0, lg), cot)
+    assert_pipelining_changes_nothing("mingru_cell", lambda *x: call_cell(cell, *x), (k, h0, lg), cot)
 
 
 @pytest.mark.gpu
@@ -236,7 +220,7 @@ def test_gpu_long_walk_plan(cell):
     from mingru_kernels.launch import mingru_cell as meta
 
     B, T, D = LONG_WALK_SHAPE
-    k, h0, lg = _inputs(cell, B, T, D, "B,T,1")
+    k, h0, lg = cell_inputs(cell, B, T, D, "B,T,1")
     cot = (torch.randn(B, T, D, device=DEVICE), torch.randn(B, D, device=DEVICE))
-    assert_long_walk_plan_matches_float64(meta.TILES[CELLS[cell][0]], lambda *x: _call(cell, *x),
+    assert_long_walk_plan_matches_float64(meta.TILES[CELLS[cell][0]], lambda *x: call_cell(cell, *x),
                                           (k, h0, lg), cot, tol=1e-4)
