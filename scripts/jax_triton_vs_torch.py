@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -593,9 +594,8 @@ def main() -> int:
             host = make_inputs(op, B, T, D, args.dtype)
             # Forced choices are read when a launch is planned: while torch calls and while
             # jax traces, both inside this block.
-            def forced(op=op):
-                return (switches.forced(op, **args.plan) if args.plan
-                        else contextlib.nullcontext())
+            forced = (functools.partial(switches.forced, op, **args.plan) if args.plan
+                      else contextlib.nullcontext)
             for mode in modes:
                 cts = cotangents(out_shapes(op, B, T, D)) if mode != "fwd" else []
                 row: dict[str, Any] = dict(op=op, shape=[B, T, D], mode=mode, dtype=args.dtype)
