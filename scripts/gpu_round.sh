@@ -184,9 +184,8 @@ for s in "$@"; do
         --tiles "${WALK_TILES:-64x32x8x1,64x32x8x2,64x32x8x3,32x32x4x1,32x32x4x2,32x32x4x3,64x32x4x1,64x32x4x2,64x32x4x3,32x64x2x1,32x64x2x2,32x64x2x3,32x64x4x1,32x64x4x2,64x64x4x2,16x64x2x3,16x64x2x4,32x32x2x3,16x32x2x3,128x32x4x1,128x32x4x2,16x128x4x2,32x128x4x2,64x16x4x2}" \
         2>&1 | tee -a "$OUT/walk-sweep.log" | grep -v -i warn ;;
     jax-lookback)
-      # linear_recurrence's forward through jax-triton keeps the chunked strategy (the look-back
-      # measured slower there in the sixth round, before the one-warp look-back tiles); PyTorch
-      # takes the look-back, and the ladder's jax/torch forward ratio was 1.31-1.64 at T >= 8192.
+      # linear_recurrence's forward through jax-triton kept the chunked strategy until the
+      # twenty-fourth round (the look-back measured slower before the one-warp look-back tiles).
       # Both frontends on each strategy, forced, wall clock with a sync.
       for plan in strategy=lookback strategy=chunked ""; do
         timeout 150 python3 scripts/jax_triton_vs_torch.py --ops linear_recurrence --no-eager \

@@ -85,8 +85,9 @@ def floor_ms(op: str, B: int, T: int, D: int, dtype: torch.dtype) -> float:
 
 def time_call(fn, xs, bwd: bool) -> float:
     def run():
-        if bwd:
-            fn(*xs).sum().backward()
+        if bwd:  # every output in the loss (linear_scan returns (P, Z))
+            out = fn(*xs)
+            sum(o.sum() for o in (out if isinstance(out, tuple) else (out,))).backward()
         else:
             with torch.no_grad():
                 fn(*xs)

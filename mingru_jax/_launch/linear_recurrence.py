@@ -123,16 +123,15 @@ def _bwd_adapter(a, h, h0, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks_p1, n
 # ----------------------------------------------------------------------------- launch sequences
 
 
-# The forward keeps the chunked strategy through jax-triton: on an NVIDIA H200 at B16 T16384
-# D128 the look-back measured 0.439 ms against the chunked 0.380 (wall clock, jitted; the
-# backward's look-back gained: fwd+bwd 1.059 vs 1.095).
-_FWD_TILES = {**meta.TILES, "auto_lookback": False}
-
-
+# The forward takes the look-back where T must be split, as in PyTorch. It kept the chunked
+# strategy until the one-warp look-back tiles (an NVIDIA H200: 0.439 against 0.380 ms at B16
+# T16384 D128); with them, on an NVIDIA H100 (wall clock, jitted, forced) the look-back took
+# 0.212 / 0.341 / 0.545 ms at B16 D128 T8192 / 16384 / 32768 against the chunked 0.307 /
+# 0.426 / 0.849 (docs/results/gpu-h200.md, twenty-fourth round).
 def _launch_forward(a, b, h0, seq_id=None, has_h0=True):
     """``(h, h_T)``; packed (``seq_id`` given, ``B = 1``): ``h_T`` is the row's last state."""
     B, T, D = a.shape
-    cfg = elementwise.plan("linear_recurrence", a, _FWD_TILES)
+    cfg = elementwise.plan("linear_recurrence", a, meta.TILES)
     seq = a if seq_id is None else seq_id  # a placeholder unless packed
     return elementwise.run_scan(_fwd_adapter, cfg, B, D, (a, b, h0, seq),
                                 (common.like(a), jax.ShapeDtypeStruct((B, D), a.dtype)),
