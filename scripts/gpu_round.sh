@@ -81,7 +81,7 @@ for s in "$@"; do
           --tiles "${LOOKBACK_TILES:-32x32x4,64x32x4,32x64x4,64x64x4,128x32x4,16x64x2,32x32x2,64x16x2,32x128x4,64x128x8,16x128x4}" \
           2>&1 | tee -a "$OUT/lookback-sweep.log" | grep -v Warn
       done ;;
-    tests-delta) workers=""; python3 -c "import xdist" 2>/dev/null && workers="-n 4"
+    tests-delta) workers=""; python3 -c "import xdist" 2>/dev/null && workers="-n ${DELTA_WORKERS:-4}"
       timeout "${DELTA_TESTS_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider -m gpu $workers \
         ${DELTA_TESTS_K:+-k "$DELTA_TESTS_K"} tests/kernels/test_delta_rule.py \
         tests/torch/test_delta_packing.py 2>&1 | tail -5
