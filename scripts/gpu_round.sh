@@ -11,7 +11,7 @@
 # rotation-cells (the Givens and rotation mixers' fused cells: GPU tests, then both mixers against the plain form)
 # layout (the scans' layout switches, unmasked whole tiles and a column per thread, against the shipped kernels: GPU tests, shipped plans, walk tiles at the big shape; LAYOUT_SHAPES, LAYOUT_OPS, LAYOUT_BWD=1, LAYOUT_TILES, LAYOUT_TILE_OPS)
 # jax-lookback (linear_recurrence forward through jax-triton and PyTorch on the look-back and the chunked strategy, forced; JAX_LB_SHAPES)
-# walk-bwd (the backward walks' tiles at the big shape, the backward's own time; WALK_OPS, WALK_TILES, WALK_SHAPES)
+# walk-bwd (the backward walks' tiles at the big shape, the backward's own time; WALK_OPS, WALK_TILES, WALK_SHAPES, WALK_DENSE=1)
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
 # WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
 # cells-train (the cells' plans at the mixer and training-step shapes, bf16; CELL_SHAPES, CELL_DTYPE,
@@ -198,8 +198,9 @@ for s in "$@"; do
       # default 64x32, 4 warps, unpipelined). Offline sm_90 instructions per element, log scan /
       # linear_recurrence / MinGRU cell, * = spills: 64x32x4x1 62.0 / 50.0 / 90.7, 32x32x2x3
       # 67.1 / 46.5 / 88.2, 64x32x4x2 69.2 / 53.0 / 93.7, 32x32x1x4 59.0* / 36.2 / 80.1*.
+      # WALK_DENSE=1: a dense output gradient instead of a sum's expanded (stride-0) one.
       timeout "${WALK_TIMEOUT:-420}" python3 scripts/plan_sweep.py --strategy walk --bwd \
-        --shapes "${WALK_SHAPES:-big}" --top 12 \
+        ${WALK_DENSE:+--dense-grad} --shapes "${WALK_SHAPES:-big}" --top 12 \
         --ops "${WALK_OPS:-parallel_scan_log,linear_recurrence,mingru_cell}" \
         --tiles "${WALK_TILES:-64x32x4x1,32x32x2x3,64x32x4x2,32x32x1x4,32x64x2x3,64x32x2x2}" 2>&1 \
         | tee -a "$OUT/walk-bwd.log" | grep -v -i warn ;;

@@ -4,14 +4,15 @@ For each op and shape, time the forward (and forward+backward) under forced plan
 (:func:`mingru_kernels.launch.switches.forced`) with ``triton.testing.do_bench``, and print a
 table sorted by time, so the planner's defaults can be set from measurements.
 
-    python scripts/plan_sweep.py [--ops parallel_scan_log,linear_recurrence] [--bwd]
+    python scripts/plan_sweep.py [--ops parallel_scan_log,linear_recurrence] [--bwd [--dense-grad]]
         [--shapes big,16k,train,8x2048x512] [--dtype bfloat16] [--strategy walk,lookback]
         [--even 0,1] [--scalar 0,1]
 
 Shapes are names of :data:`SHAPES` or literal ``BxTxD``. ``--dtype`` is the inputs' dtype (the
 cells' pre-activations under bf16 autocast are bf16). ``--strategy`` takes a comma-separated
 list: each strategy is swept over the tiles. With ``--bwd`` each row gives fwd+bwd, then the
-forward alone and their difference, the backward's own time (rows sorted by it). ``--even
+forward alone and their difference, the backward's own time (rows sorted by it); the output
+gradient is a sum's (expanded, stride 0), or with ``--dense-grad`` a dense random one. ``--even
 0,1`` and ``--scalar 0,1`` time each tile under the plan's layout switches (unmasked whole
 tiles; a column per thread). Forward rows also give the bandwidth floor (bytes of the inputs
 and outputs at 4.22 TB/s) as a fraction of the shipped plan's time.
@@ -83,11 +84,23 @@ def floor_ms(op: str, B: int, T: int, D: int, dtype: torch.dtype) -> float:
     return (n_in + n_out) * B * T * D * dtype.itemsize / COPY_BANDWIDTH * 1e3
 
 
-def time_call(fn, xs, bwd: bool) -> float:
+def time_call(fn, xs, bwd: bool, dense: bool = False) -> float:
+    """do_bench median ms of ``fn(*xs)``, or of forward and backward with ``bwd``: the gradient
+    of a sum (each output's gradient arrives expanded, stride 0, as in the benchmarks), or with
+    ``dense`` a fixed random gradient per output, passed straight to autograd (a dense read, as
+    in a model, with no extra kernel)."""
+    cotangents: list[torch.Tensor] = []
+
     def run():
-        if bwd:  # every output in the loss (linear_scan returns (P, Z))
+        if bwd:  # every output enters (linear_scan returns (P, Z))
             out = fn(*xs)
-            sum(o.sum() for o in (out if isinstance(out, tuple) else (out,))).backward()
+            outs = out if isinstance(out, tuple) else (out,)
+            if not dense:
+                sum(o.sum() for o in outs).backward()
+                return
+            if not cotangents:
+                cotangents.extend(torch.randn_like(o) for o in outs)
+            torch.autograd.backward(outs, cotangents)
         else:
             with torch.no_grad():
                 fn(*xs)
@@ -103,6 +116,9 @@ def main() -> int:
                         help="force these strategies, comma-separated (walk, chunked, lookback)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--bwd", action="store_true")
+    parser.add_argument("--dense-grad", action="store_true",
+                        help="with --bwd: a dense random output gradient instead of a sum's "
+                             "expanded one (stride 0)")
     parser.add_argument("--top", type=int, default=6, help="rows printed per op and shape")
     parser.add_argument("--tiles", default=None,
                         help="only these tiles, e.g. '32x64x1,64x32x1x3' (block_t x block_d x "
@@ -135,7 +151,7 @@ def main() -> int:
                 with mingru.use_backend("triton"), switches.forced(
                         PLAN_OP.get(op, op), block_t=bt, block_d=bd, num_warps=nw, loop_stages=ls,
                         **({"strategy": strategy} if strategy else {}), **layout):
-                    ms = time_call(fn, xs, args.bwd)
+                    ms = time_call(fn, xs, args.bwd, args.dense_grad)
                     # With --bwd the forward too, under the same forced plan: the backward's
                     # own time is the difference (a forced tile applies to both directions).
                     fwd_ms = time_call(fn, xs, False) if args.bwd else None
@@ -147,11 +163,12 @@ def main() -> int:
                          "".join(f"{k[0]}{v}" for k, v in layout.items()) or "shipped",
                          *(() if fwd_ms is None else (fwd_ms, ms - fwd_ms))))
         with mingru.use_backend("triton"):
-            default = time_call(fn, xs, args.bwd)
+            default = time_call(fn, xs, args.bwd, args.dense_grad)
             default_fwd = time_call(fn, xs, False) if args.bwd else None
         key = -1 if args.bwd else 0  # the backward's own time with --bwd
         rows.sort(key=lambda r: (r[key] != r[key], r[key]))  # NaN (failed) rows last
         out = {"op": op, "shape": shape, "BTD": [B, T, D], "dtype": args.dtype, "bwd": args.bwd,
+               "grad": "dense" if args.dense_grad else "expanded",
                "default_ms": default, "best": rows[:args.top]}
         if args.bwd:
             out["default_fwd_ms"] = default_fwd
