@@ -46,7 +46,7 @@ for s in "$@"; do
         timeout 200 python3 scripts/plan_sweep.py --even 0,1 --scalar 0,1 --tiles default \
           --top 4 $dir --shapes "${LAYOUT_SHAPES:-big,16k}" \
           --ops "${LAYOUT_OPS:-parallel_scan_log,mingru_cell,signed_mingru_cell,linear_recurrence}" \
-          2>&1 | tee -a "$OUT/layout.log" | grep -v -i warn
+          2>&1 | tee -a "$OUT/layout.log" | grep --line-buffered -v -i warn
       done
       # Walk tiles with their offline sm_90 instructions per element (shipped -> even+scalar;
       # log scan fast path / MinGRU cell): 64x32x2 47.8 -> 36.4 / 50.4 -> 41.9 (768 warps at the
@@ -56,12 +56,12 @@ for s in "$@"; do
       timeout 250 python3 scripts/plan_sweep.py --even 0,1 --scalar 0,1 --top 20 \
         --strategy walk --shapes big --ops "${LAYOUT_TILE_OPS:-parallel_scan_log,mingru_cell}" \
         --tiles "${LAYOUT_TILES:-64x32x2x3,64x32x4x3,32x32x1x4,32x64x2x3,32x128x4x3}" 2>&1 \
-        | tee -a "$OUT/layout.log" | grep -v -i warn ;;
+        | tee -a "$OUT/layout.log" | grep --line-buffered -v -i warn ;;
     tests-log) timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=line \
         tests/kernels/test_parallel_scan_log.py tests/kernels/test_linear_scan.py \
         tests/kernels/test_elementwise_plan.py 2>&1 | tail -6 ;;
     tests-walk) timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=line \
-        -k "long_walk or pipelined" tests/kernels 2>&1 | grep -v -i warn | tail -6 ;;
+        -k "long_walk or pipelined" tests/kernels 2>&1 | grep --line-buffered -v -i warn | tail -6 ;;
     tests-torch)
       # Compiles dominate (over 300 s in one process on an H100): spread them over workers.
       workers=""; python3 -c "import xdist" 2>/dev/null && workers="-n ${TORCH_WORKERS:-6}"
@@ -91,7 +91,7 @@ for s in "$@"; do
     delta-profile) timeout "${DELTA_TIMEOUT:-200}" python3 scripts/profile_delta.py --repeats 5 \
         --shapes ${DELTA_SHAPES:-128,1024,4,64 128,256,4,64 128,1024,4,16} --nh "${DELTA_NH:-1}" --dtype "${DELTA_DTYPE:-bfloat16}" \
         ${DELTA_DECAY:+--decay} ${DELTA_CHECK:+--check} ${DELTA_CHECK_GRADS:+--check-grads} ${DELTA_NO_FLA:+--no-fla} ${DELTA_VARIANTS:+--variants $DELTA_VARIANTS} \
-        2>&1 | grep -v -i warn | tee -a "$OUT/delta-profile.txt" | grep -E "GPU-busy|check:" ;;
+        2>&1 | grep --line-buffered -v -i warn | tee -a "$OUT/delta-profile.txt" | grep -E "GPU-busy|check:" ;;
     rotation-cells)
       # GivensMinGRU's and RotationMinGRU's fused cells: their GPU tests (and the Givens
       # recurrence's, whose kernels they share), then both mixers on their cells against the
@@ -99,7 +99,7 @@ for s in "$@"; do
       timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_givens_cell.py \
         tests/kernels/test_rotation_cell.py tests/kernels/test_givens_recurrence.py 2>&1 | tail -4
       timeout 300 python3 benchmarks/rotation_cells.py --shapes "${CELLS_SHAPES:-16x4096x256,8x2048x1024}" \
-        --json "$OUT/rotation-cells.jsonl" 2>&1 | grep -v -i warn ;;
+        --json "$OUT/rotation-cells.jsonl" 2>&1 | grep --line-buffered -v -i warn ;;
     delta-sanitize)
       # The forced micro-chunk-64 few-rows layout whose backward died with an illegal memory
       # access (twenty-first round), once under compute-sanitizer's memcheck: the first bad
@@ -108,22 +108,22 @@ for s in "$@"; do
         python3 scripts/profile_delta.py --once --nh 2 --decay --dtype bfloat16 \
         --shapes ${DELTA_SANITIZE_SHAPES:-32,512,4,16 32,4096,4,16} --variants \
         ${DELTA_SANITIZE_VARIANTS:-"lp=64;wu_in_state=0;out_pass=1;wu_half=1;saved_tm=1;fused_bwd=1"} \
-        2>&1 | grep -v -i warn | tee -a "$OUT/delta-sanitize.txt" | tail -40 ;;
+        2>&1 | grep --line-buffered -v -i warn | tee -a "$OUT/delta-sanitize.txt" | tail -40 ;;
     delta-fp32) timeout 500 python3 -m mingru bench --device cuda --groups gpu-delta --ops float32 \
-        --backends triton,compile --out "$OUT/delta-fp32" 2>&1 | grep -v -i warn | tail -15 ;;
+        --backends triton,compile --out "$OUT/delta-fp32" 2>&1 | grep --line-buffered -v -i warn | tail -15 ;;
     delta-mixer) timeout 500 python3 -m mingru bench --device cuda --groups mixers --ops delta \
         --shapes long --backends triton,compile-eager --out "$OUT/delta-mixer" 2>&1 \
-        | grep -v -i warn | tail -15 ;;
+        | grep --line-buffered -v -i warn | tail -15 ;;
     delta-bench) timeout "${DELTA_BENCH_TIMEOUT:-500}" python3 -m mingru bench --device cuda --groups gpu-delta \
         --backends "${DELTA_BACKENDS:-eager,compile,triton,fla}" ${DELTA_OPS:+--ops "$DELTA_OPS"} \
         ${DELTA_BENCH_SHAPES:+--shapes $DELTA_BENCH_SHAPES} ${DELTA_TIMER:+--timer $DELTA_TIMER} \
-        --out "$OUT/${DELTA_BENCH_OUT:-delta}" 2>&1 | grep -v -i warn | tee -a "$OUT/delta-bench.log" | tail -40 ;;
+        --out "$OUT/${DELTA_BENCH_OUT:-delta}" 2>&1 | grep --line-buffered -v -i warn | tee -a "$OUT/delta-bench.log" | tail -40 ;;
     jax-delta-profile)
       # The jax-triton delta rule's wall time against its GPU events and PyTorch's launcher.
       timeout "${JAX_DELTA_TIMEOUT:-200}" python3 scripts/profile_jax_delta.py --torch --repeats 50 \
         --dtype "${JAX_DELTA_DTYPE:-bfloat16}" \
         --shapes ${JAX_DELTA_SHAPES:-128,256,4,16 128,1024,4,16 128,256,4,64} 2>&1 \
-        | grep -v -i warn | tee -a "$OUT/jax-delta-profile.txt" | grep -E "wall|HLO" ;;
+        | grep --line-buffered -v -i warn | tee -a "$OUT/jax-delta-profile.txt" | grep -E "wall|HLO" ;;
     tests-inputs)
       # The delta mixer's fused inputs, then the float32 delta-rule tests (split products, the
       # output pass at few rows) on the GPU.
@@ -137,7 +137,7 @@ for s in "$@"; do
       # MIXER_BACKENDS, MIXER_SHAPE).
       timeout "${MIXER_TIMEOUT:-300}" python3 scripts/profile_mixer.py --mixer "${MIXER:-delta}" \
         --precision "${MIXER_PRECISION:-fp32}" --backends "${MIXER_BACKENDS:-triton,compile(eager)}" \
-        --shape "${MIXER_SHAPE:-16,4096,256}" 2>&1 | grep -v -i warn | tee -a "$OUT/mixer-profile.txt" ;;
+        --shape "${MIXER_SHAPE:-16,4096,256}" 2>&1 | grep --line-buffered -v -i warn | tee -a "$OUT/mixer-profile.txt" ;;
     delta-few-rows)
       # The W-free output pass (STORE_W off) on the GPU: its bf16 tests, then its time, error
       # and peak against the default and fla where B·H is at most the SM count (B32 H4) and
@@ -146,7 +146,7 @@ for s in "$@"; do
         -k "reg_state_bf16_head64 or (gradients_vs_float64 and bf16 and 64)" 2>&1 | tail -4
       timeout 200 python3 scripts/profile_delta.py --repeats 5 --dtype bfloat16 --nh 2 --decay \
         --check --shapes 32,4096,4,64 32,4096,4,16 128,1024,4,64 --variants default \
-        "wu_in_state=0;out_pass=1;wu_half=1;saved_tm=0" 2>&1 | grep -v -i warn \
+        "wu_in_state=0;out_pass=1;wu_half=1;saved_tm=0" 2>&1 | grep --line-buffered -v -i warn \
         | tee -a "$OUT/delta-few-rows.txt" | grep -E "GPU-busy|check:|refused" ;;
     delta-fused)
       # The backward and the forward in one launch each (fused_bwd, fused_fwd; forced): their
@@ -164,7 +164,7 @@ for s in "$@"; do
         timeout "${DELTA_TIMEOUT:-200}" python3 scripts/profile_delta.py --repeats 5 --dtype bfloat16 \
           --nh $nh $([ $nh = 2 ] && echo --decay) --check --check-grads \
           --shapes ${DELTA_SHAPES:-32,4096,4,64 32,4096,4,16} --variants $v \
-          2>&1 | grep -v -i warn | tee -a "$OUT/delta-fused.txt" | grep -E "GPU-busy|check:|refused"
+          2>&1 | grep --line-buffered -v -i warn | tee -a "$OUT/delta-fused.txt" | grep -E "GPU-busy|check:|refused"
       done ;;
     delta-state-sweep)
       # The few-rows gap (nh2 decay, B32 T4096: B·H = 128 serial state programs): the state
@@ -173,16 +173,16 @@ for s in "$@"; do
         --nh 2 --decay --check --check-grads --shapes ${DELTA_SHAPES:-32,4096,4,64 32,4096,4,16} \
         --variants ${DELTA_VARIANTS:-default state_half_ops=1 "state_half_ops=1;half_ops=1" stages.fwd_state=1 \
         stages.fwd_state=3 stages.bwd_state=3 warps.fwd_state=8 warps.bwd_state=8 state_vs=32} \
-        2>&1 | grep -v -i warn | tee -a "$OUT/delta-state-sweep.txt" | grep -E "GPU-busy|check:|refused" ;;
+        2>&1 | grep --line-buffered -v -i warn | tee -a "$OUT/delta-state-sweep.txt" | grep -E "GPU-busy|check:|refused" ;;
     floor) timeout 300 python3 benchmarks/memory_floor.py --out "$OUT" --repeats 20 \
         ${FLOOR_OPS:+--ops $FLOOR_OPS} 2>&1 | tail -30 ;;
     walk) timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu -k pipelined --tb=line \
-        tests/kernels 2>&1 | grep -v -i warn | tail -6
+        tests/kernels 2>&1 | grep --line-buffered -v -i warn | tail -6
       timeout "${WALK_TIMEOUT:-420}" python3 scripts/plan_sweep.py --strategy walk \
         --shapes "${WALK_SHAPES:-big}" ${WALK_BWD:+--bwd} --top 40 \
         --ops "${WALK_OPS:-mingru_cell,signed_mingru_cell,linear_recurrence,parallel_scan_log}" \
         --tiles "${WALK_TILES:-64x32x8x1,64x32x8x2,64x32x8x3,32x32x4x1,32x32x4x2,32x32x4x3,64x32x4x1,64x32x4x2,64x32x4x3,32x64x2x1,32x64x2x2,32x64x2x3,32x64x4x1,32x64x4x2,64x64x4x2,16x64x2x3,16x64x2x4,32x32x2x3,16x32x2x3,128x32x4x1,128x32x4x2,16x128x4x2,32x128x4x2,64x16x4x2}" \
-        2>&1 | tee -a "$OUT/walk-sweep.log" | grep -v -i warn ;;
+        2>&1 | tee -a "$OUT/walk-sweep.log" | grep --line-buffered -v -i warn ;;
     jax-lookback)
       # linear_recurrence's forward through jax-triton kept the chunked strategy until the
       # twenty-fourth round (the look-back measured slower before the one-warp look-back tiles).
@@ -190,7 +190,7 @@ for s in "$@"; do
       for plan in strategy=lookback strategy=chunked ""; do
         timeout 150 python3 scripts/jax_triton_vs_torch.py --ops linear_recurrence --no-eager \
           --shapes "${JAX_LB_SHAPES:-16x16384x128,16x32768x128,16x8192x128}" ${plan:+--plan $plan} \
-          --json "$OUT/jax-lookback-${plan#strategy=}.json" 2>&1 | grep -v -i warn \
+          --json "$OUT/jax-lookback-${plan#strategy=}.json" 2>&1 | grep --line-buffered -v -i warn \
           | tee -a "$OUT/jax-lookback.log" | tail -9
       done ;;
     walk-bwd)
@@ -203,10 +203,10 @@ for s in "$@"; do
         ${WALK_DENSE:+--dense-grad} --shapes "${WALK_SHAPES:-big}" --top 12 \
         --ops "${WALK_OPS:-parallel_scan_log,linear_recurrence,mingru_cell}" \
         --tiles "${WALK_TILES:-64x32x4x1,32x32x2x3,64x32x4x2,32x32x1x4,32x64x2x3,64x32x2x2}" 2>&1 \
-        | tee -a "$OUT/walk-bwd.log" | grep -v -i warn ;;
+        | tee -a "$OUT/walk-bwd.log" | grep --line-buffered -v -i warn ;;
     walk-only) timeout "${WALK_TIMEOUT:-420}" python3 scripts/plan_sweep.py --strategy walk \
         --shapes "${WALK_SHAPES:-big}" ${WALK_BWD:+--bwd} --top 40 --ops "${WALK_OPS}" \
-        --tiles "${WALK_TILES}" 2>&1 | tee -a "$OUT/walk-sweep.log" | grep -v -i warn ;;
+        --tiles "${WALK_TILES}" 2>&1 | tee -a "$OUT/walk-sweep.log" | grep --line-buffered -v -i warn ;;
     cells-train)
       # The fused cells at the mixers' and the training step's shapes (bf16, as under autocast):
       # every strategy over a few tiles, forward then fwd+bwd.
@@ -215,17 +215,17 @@ for s in "$@"; do
           --shapes "${CELL_SHAPES:-train,mixer,mixer-wide}" --dtype "${CELL_DTYPE:-bfloat16}" $dir \
           --strategy "${CELL_STRATEGIES:-lookback,chunked,walk}" --top 8 \
           --tiles "${CELL_TILES:-16x32x1,16x128x1,32x32x2,32x64x4,64x32x4,64x64x4,128x32x4}" \
-          2>&1 | grep -v -i warn | tee -a "$OUT/cell-sweep.log"
+          2>&1 | grep --line-buffered -v -i warn | tee -a "$OUT/cell-sweep.log"
       done ;;
     tests-new) timeout 420 python3 -m pytest -q -p no:cacheprovider -m gpu --tb=line \
         tests/kernels/test_layer_norm.py tests/torch/test_mixer_compile.py \
         tests/kernels/test_delta_rule.py -k "layer_norm or reduce_overhead or head_sizes or gpu_matches" \
-        2>&1 | grep -v -i warn | tail -12 ;;
+        2>&1 | grep --line-buffered -v -i warn | tail -12 ;;
     layer-norm) timeout 200 python3 benchmarks/layer_norm.py --json "$OUT/layer-norm.jsonl" 2>&1 \
-        | grep -v -i warn | tail -14 ;;
+        | grep --line-buffered -v -i warn | tail -14 ;;
     train-triton) timeout 400 python3 -m mingru bench --device cuda --groups train-step \
         --ops "${TRAIN_OPS:-log,signed}" --shapes small --backends auto,triton,compile-eager \
-        --profile-steps 0 --out "$OUT/train-triton" 2>&1 | grep -v -i warn | tail -20 ;;
+        --profile-steps 0 --out "$OUT/train-triton" 2>&1 | grep --line-buffered -v -i warn | tail -20 ;;
     ladder) timeout 400 python3 benchmarks/memory_floor.py --ladder --repeats 20 \
         --out "$OUT/ladder" ${FLOOR_OPS:+--ops $FLOOR_OPS} 2>&1 | tail -45 ;;
     triton-new)
