@@ -19,15 +19,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mingru_kernels import _constants as constants
 from mingru_kernels._seam import interpreter_mode
 
-__all__ = ["INTERPRETING", "LOG2E", "fast_exp", "fast_exp2", "fast_log2", "fast_rcp"]
+__all__ = ["INTERPRETING", "fast_exp", "fast_exp2", "fast_log2", "fast_rcp"]
 
 INTERPRETING = interpreter_mode()
 """Whether the kernels were imported for Triton's interpreter (no inline PTX there)."""
 
-LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
-"""``log₂ e``: ``e^x = 2^{x log₂ e}`` (the log-space kernels work in base 2)."""
 
 if INTERPRETING:
 
@@ -73,4 +72,4 @@ else:
 @triton.jit
 def fast_exp(x):
     """``e^x`` (fp32): one multiply and one ``MUFU.EX2``."""
-    return fast_exp2(x * LOG2E)
+    return fast_exp2(x * constants.LOG2E)

@@ -22,14 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mingru_kernels.launch._elementwise import APPLY, LOOKBACK, SUMMARY, WALK
-
-# The kernel MODE values as constexpr globals, the only globals a kernel body may read.
-K_WALK = tl.constexpr(WALK)
-K_SUMMARY = tl.constexpr(SUMMARY)
-K_APPLY = tl.constexpr(APPLY)
-K_LOOKBACK = tl.constexpr(LOOKBACK)
-
+from mingru_kernels import _constants as constants
 
 # ----------------------------------------------------------------------------- combines
 
@@ -115,11 +108,8 @@ def store_tile(ptrs, x, m, EVEN: tl.constexpr):
 
 # ----------------------------------------------------------------------------- look-back
 
-# Chunk status words of the single-pass (look-back) strategy: nothing yet, the chunk's own map
-# (its aggregate), or the state after it (its inclusive prefix).
-_NOTHING = tl.constexpr(0)
-_AGGREGATE = tl.constexpr(1)
-_INCLUSIVE = tl.constexpr(2)
+# Chunk status words: constants.NOTHING, AGGREGATE (the chunk's own map), INCLUSIVE (the state
+# after it).
 
 
 @triton.jit
@@ -146,7 +136,7 @@ def program_coords(status_ptr, n_chunks, n_dblk, MODE: tl.constexpr, REVERSE: tl
     """``(chunk, batch row, D-block, lane)`` of this program in a scan kernel's grid
     ``B × chunks × D-blocks``: from ``program_id`` (walk, SUMMARY, APPLY), or from the lane's
     ticket counter in the look-back strategy (:func:`lookback_ticket`)."""
-    if MODE == K_LOOKBACK:
+    if MODE == constants.LOOKBACK:
         pid_c, lane = lookback_ticket(status_ptr, n_chunks, REVERSE)
         pid_d = lane % n_dblk
         pid_b = lane // n_dblk
@@ -165,7 +155,7 @@ def _publish(status_ptr, word, slot, x, y, cols, col_ok, D, WHICH: tl.constexpr)
     """Write a chunk's aggregate map ``(x, y)`` or its inclusive state ``x``, then its status
     word: the barrier orders every thread's stores before the one release that makes them
     visible to the programs looking back."""
-    if WHICH == _AGGREGATE:
+    if WHICH == constants.AGGREGATE:
         tl.store(slot + cols, x, mask=col_ok)
         tl.store(slot + D + cols, y, mask=col_ok)
     else:
@@ -238,7 +228,7 @@ def lookback_carry(status_ptr, vals_ptr, c, lane, row, n_chunks, A, Z, init, col
     word = c * n_lanes + lane
     carry = init
     if not is_first:
-        _publish(words, word, base + c * 3 * D, A, Z, cols, col_ok, D, _AGGREGATE)
+        _publish(words, word, base + c * 3 * D, A, Z, cols, col_ok, D, constants.AGGREGATE)
         # acc: the map from the state after chunk j to the state entering c.
         acc_a = tl.full(A.shape, one, tl.float32)
         acc_z = tl.full(A.shape, zero, tl.float32)
@@ -247,10 +237,10 @@ def lookback_carry(status_ptr, vals_ptr, c, lane, row, n_chunks, A, Z, init, col
         while searching:
             w = words + j * n_lanes + lane
             status = tl.atomic_add(w, 0, sem="acquire", scope="gpu")
-            while status == _NOTHING:
+            while status == constants.NOTHING:
                 status = tl.atomic_add(w, 0, sem="acquire", scope="gpu")
             prev = base + j * 3 * D
-            if status == _INCLUSIVE:
+            if status == constants.INCLUSIVE:
                 s = tl.load(prev + 2 * D + cols, mask=col_ok, other=zero, cache_modifier=".cg")
                 carry = _apply(acc_a, acc_z, s, LOG)
                 searching = False
@@ -262,7 +252,7 @@ def lookback_carry(status_ptr, vals_ptr, c, lane, row, n_chunks, A, Z, init, col
     every = tl.maximum(tl.load(status_ptr), 1)
     if order % every == 0:
         _publish(words, word, base + c * 3 * D, _apply(A, Z, carry, LOG), Z, cols, col_ok, D,
-                 _INCLUSIVE)
+                 constants.INCLUSIVE)
     return carry
 
 
@@ -276,7 +266,7 @@ def carried_scan(a, b, carry, status_ptr, vals_ptr, c, lane, row, n_chunks, cols
     then the state before the first chunk) and enters through the running product,
     ``H = P·carry + H``."""
     rows = tl.arange(0, BLOCK_T)
-    if MODE == K_LOOKBACK:
+    if MODE == constants.LOOKBACK:
         P, H = tl.associative_scan((a, b), 0, mul_add)
         carry = lookback_carry(status_ptr, vals_ptr, c, lane, row, n_chunks,
                                take_row(P, rows, BLOCK_T - 1), take_row(H, rows, BLOCK_T - 1),

@@ -44,9 +44,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mingru_kernels import _constants as constants
 from mingru_kernels._scan_common import (
-    K_APPLY,
-    K_SUMMARY,
     carried_scan,
     linear_carry_kernel,
     load_tile,
@@ -88,10 +87,10 @@ def linear_recurrence_fwd_kernel(
 
     cp = tl.full([BLOCK_D], 1.0, tl.float32)
     cz = tl.zeros([BLOCK_D], tl.float32)
-    if MODE != K_SUMMARY:
+    if MODE != constants.SUMMARY:
         if HAS_H0:
             cz = tl.load(h0_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
-        if MODE == K_APPLY:
+        if MODE == constants.APPLY:
             # The carry-in map of this chunk (everything before it) applied to h_0.
             ca = tl.load(sa_ptr + s_off, mask=col_ok, other=1.0)
             cb = tl.load(sb_ptr + s_off, mask=col_ok, other=0.0)
@@ -108,7 +107,7 @@ def linear_recurrence_fwd_kernel(
             # Step 0 is a first step too, so the h_0 row loaded above never enters.
             sid, start = packed_rows(seq_ptr, t0 + rows, (t0 + rows) < t_end)
             a, b = restart_rows(a, b, h0_ptr, sid, start, cols, col_ok, D, HAS_H0)
-        if MODE == K_SUMMARY:
+        if MODE == constants.SUMMARY:
             # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
             # and take the last row (padding rows hold the identity).
             _sa, _sb = tl.associative_scan((a, b), 0, mul_add)
@@ -120,7 +119,7 @@ def linear_recurrence_fwd_kernel(
             store_tile(h_ptr + tile + intra, H.to(h_ptr.dtype.element_ty), m, EVEN)
             cz = take_row(H, rows, BLOCK_T - 1)
 
-    if MODE == K_SUMMARY:
+    if MODE == constants.SUMMARY:
         tl.store(sa_ptr + s_off, cp, mask=col_ok)
         tl.store(sb_ptr + s_off, cz, mask=col_ok)
     elif pid_c == n_chunks - 1:
@@ -155,7 +154,7 @@ def linear_recurrence_bwd_kernel(
     state_off = pid_b.to(tl.int64) * D + cols
 
     cc = tl.full([BLOCK_D], 1.0, tl.float32)
-    if MODE == K_APPLY:
+    if MODE == constants.APPLY:
         cg = tl.load(sg_ptr + s_off, mask=col_ok, other=0.0)
     else:
         cg = tl.zeros([BLOCK_D], tl.float32)
@@ -182,7 +181,7 @@ def linear_recurrence_bwd_kernel(
                       m, 0.0, EVEN).to(tl.float32)
         if HAS_DHT:
             g = tl.where((t == T - 1)[:, None], g + dht[None, :], g)
-        if MODE == K_SUMMARY:
+        if MODE == constants.SUMMARY:
             # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
             # and take the last row (padding rows hold the identity).
             _sc, _sg = tl.associative_scan((coef, g), 0, mul_add)
@@ -211,7 +210,7 @@ def linear_recurrence_bwd_kernel(
             store_tile(db_ptr + tile + rev, G.to(db_ptr.dtype.element_ty), m, EVEN)
             cg = take_row(G, rows, BLOCK_T - 1)
 
-    if MODE == K_SUMMARY:
+    if MODE == constants.SUMMARY:
         tl.store(sc_ptr + s_off, cc, mask=col_ok)
         tl.store(sg_ptr + s_off, cg, mask=col_ok)
     elif HAS_H0 and not PACKED:

@@ -30,9 +30,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mingru_kernels import _constants as constants
 from mingru_kernels._scan_common import (
-    K_APPLY,
-    K_SUMMARY,
     linear_carry_kernel,
     load_tile,
     mul_add,
@@ -74,7 +73,7 @@ def linear_scan_fwd_kernel(
     seq = pid_b.to(tl.int64) * T * D
     s_off = (pid_b.to(tl.int64) * n_chunks + pid_c) * D + cols
 
-    if MODE == K_APPLY:
+    if MODE == constants.APPLY:
         cp = tl.load(sa_ptr + s_off, mask=col_ok, other=1.0)
         cz = tl.load(sb_ptr + s_off, mask=col_ok, other=0.0)
     else:
@@ -88,7 +87,7 @@ def linear_scan_fwd_kernel(
         # Padding rows load the identity map (1, 0), so the tile's last row is its total.
         a = load_tile(a_ptr + tile + intra, m, 1.0, EVEN).to(tl.float32)
         b = load_tile(b_ptr + tile + intra, m, 0.0, EVEN).to(tl.float32)
-        if MODE == K_SUMMARY:
+        if MODE == constants.SUMMARY:
             # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
             # and take the last row (padding rows hold the identity).
             _sta, _stb = tl.associative_scan((a, b), 0, mul_add)
@@ -105,7 +104,7 @@ def linear_scan_fwd_kernel(
             cp = take_row(P, rows, BLOCK_T - 1)
             cz = take_row(Z, rows, BLOCK_T - 1)
 
-    if MODE == K_SUMMARY:
+    if MODE == constants.SUMMARY:
         tl.store(sa_ptr + s_off, cp, mask=col_ok)
         tl.store(sb_ptr + s_off, cz, mask=col_ok)
 
@@ -142,7 +141,7 @@ def linear_scan_bwd_kernel(
     s_off = (pid_b.to(tl.int64) * n_chunks + pid_c) * D + cols
 
     cc = tl.full([BLOCK_D], 1.0, tl.float32)
-    if MODE == K_APPLY:
+    if MODE == constants.APPLY:
         cg = tl.load(sg_ptr + s_off, mask=col_ok, other=0.0)
         if HAS_DP:
             cgp = tl.load(sgp_ptr + s_off, mask=col_ok, other=0.0)
@@ -166,7 +165,7 @@ def linear_scan_bwd_kernel(
         if HAS_DP:
             gp = load_tile(dp_ptr + pid_b.to(tl.int64) * dp_sb + t_hi.to(tl.int64) * dp_st
                            + dp_rev, m, 0.0, EVEN).to(tl.float32)
-        if MODE == K_SUMMARY:
+        if MODE == constants.SUMMARY:
             if HAS_DP:
                 # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
                 # and take the last row (padding rows hold the identity).
@@ -199,7 +198,7 @@ def linear_scan_bwd_kernel(
             store_tile(db_ptr + tile + rev, G.to(db_ptr.dtype.element_ty), m, EVEN)
             cg = take_row(G, rows, BLOCK_T - 1)
 
-    if MODE == K_SUMMARY:
+    if MODE == constants.SUMMARY:
         tl.store(sc_ptr + s_off, cc, mask=col_ok)
         tl.store(sg_ptr + s_off, cg, mask=col_ok)
         if HAS_DP:

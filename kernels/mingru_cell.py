@@ -40,10 +40,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mingru_kernels import _constants as constants
 from mingru_kernels._fast_math import fast_exp, fast_rcp
 from mingru_kernels._scan_common import (
-    K_APPLY,
-    K_SUMMARY,
     carried_scan,
     linear_carry_kernel,
     load_tile,
@@ -163,10 +162,10 @@ def mingru_cell_fwd_kernel(
 
     cp = tl.full([BLOCK_D], 1.0, tl.float32)
     cz = tl.zeros([BLOCK_D], tl.float32)
-    if MODE != K_SUMMARY:
+    if MODE != constants.SUMMARY:
         if HAS_H0:
             cz = tl.load(h0_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
-        if MODE == K_APPLY:
+        if MODE == constants.APPLY:
             ca = tl.load(sa_ptr + s_off, mask=col_ok, other=1.0)
             cb = tl.load(sb_ptr + s_off, mask=col_ok, other=0.0)
             cz = ca * cz + cb
@@ -186,7 +185,7 @@ def mingru_cell_fwd_kernel(
             # Padding rows are the identity map (1, 0), so the tile's last row is its total.
             a = tl.where(m, a, 1.0)
             b = tl.where(m, b, 0.0)
-        if MODE == K_SUMMARY:
+        if MODE == constants.SUMMARY:
             # tl.reduce may reorder operands on GPU and the combine is not commutative:
             # scan, then take the last row.
             _sa, _sb = tl.associative_scan((a, b), 0, mul_add)
@@ -198,7 +197,7 @@ def mingru_cell_fwd_kernel(
             store_tile(h_ptr + row0 * D + h_intra, H.to(h_ptr.dtype.element_ty), m, EVEN)
             cz = take_row(H, rows, BLOCK_T - 1)
 
-    if MODE == K_SUMMARY:
+    if MODE == constants.SUMMARY:
         tl.store(sa_ptr + s_off, cp, mask=col_ok)
         tl.store(sb_ptr + s_off, cz, mask=col_ok)
     elif pid_c == n_chunks - 1:
@@ -240,7 +239,7 @@ def mingru_cell_bwd_kernel(
     state_off = b64 * D + cols
 
     cc = tl.full([BLOCK_D], 1.0, tl.float32)
-    if MODE == K_APPLY:
+    if MODE == constants.APPLY:
         cg = tl.load(sg_ptr + s_off, mask=col_ok, other=0.0)
     else:
         cg = tl.zeros([BLOCK_D], tl.float32)
@@ -271,7 +270,7 @@ def mingru_cell_bwd_kernel(
         G = load_tile(dh_ptr + b64 * dh_sb + t_hi * dh_st + dh_rev, m, 0.0, EVEN).to(tl.float32)
         if HAS_DHT:
             G = tl.where((t == T - 1)[:, None], G + dht[None, :], G)
-        if MODE == K_SUMMARY:
+        if MODE == constants.SUMMARY:
             _sc, _sg = tl.associative_scan((coef, G), 0, mul_add)
             cc, cg = mul_add(cc, cg, take_row(_sc, rows, BLOCK_T - 1),
                              take_row(_sg, rows, BLOCK_T - 1))
@@ -328,7 +327,7 @@ def mingru_cell_bwd_kernel(
                 tl.store(dh0_ptr + h0_off, (a * G).to(dh0_ptr.dtype.element_ty),
                          mask=opens & m)
 
-    if MODE == K_SUMMARY:
+    if MODE == constants.SUMMARY:
         tl.store(sc_ptr + s_off, cc, mask=col_ok)
         tl.store(sg_ptr + s_off, cg, mask=col_ok)
     elif HAS_H0 and not PACKED:

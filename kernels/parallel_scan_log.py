@@ -59,12 +59,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mingru_kernels._fast_math import LOG2E, fast_exp2, fast_log2
+from mingru_kernels import _constants as constants
+from mingru_kernels._fast_math import fast_exp2, fast_log2
 from mingru_kernels._scan_common import (
-    K_APPLY,
-    K_LOOKBACK,
-    K_SUMMARY,
-    K_WALK,
     carried_scan,
     linear_carry_kernel,
     load_tile,
@@ -86,14 +83,8 @@ __all__ = [
     "parallel_scan_log_fwd_kernel",
 ]
 
-# A tile may take one scale per column (the fast path of the forward) when its states stay
-# within these many octaves below the scale (the fp32 exponent reaches 2^-126; 2^-90 leaves
-# every flushed term < 2^-36 of a state, summed over at most 2^7 rows < fp32 rounding) and its
-# coefficients grow the states by at most 2^FAST_GROWTH (no overflow); the scale itself stays
-# below 2^FAST_TOP so 2^S is finite.
-FAST_RANGE = tl.constexpr(90.0)
-FAST_GROWTH = tl.constexpr(60.0)
-FAST_TOP = tl.constexpr(120.0)
+# The one-scale fast path's bounds FAST_RANGE, FAST_GROWTH and FAST_TOP are in
+# mingru_kernels._constants, with their derivation.
 
 
 @triton.jit
@@ -118,11 +109,12 @@ def _tile_scale(A, L, c, m, col_ok, FROM_ZERO: tl.constexpr = False, EVEN: tl.co
         S = tl.math.ceil(tl.maximum(c, tl.max(tl.where(m, L, float("-inf")), axis=0)))
         Lmin = tl.min(tl.where(m, L, float("inf")), axis=0)
         grow = tl.sum(tl.where(m, tl.maximum(A, 0.0), 0.0), axis=0)
-    ok = (Lmin >= S - FAST_RANGE) & (grow <= FAST_GROWTH) & (S <= FAST_TOP)
+    ok = ((Lmin >= S - constants.FAST_RANGE) & (grow <= constants.FAST_GROWTH)
+          & (S <= constants.FAST_TOP))
     ok = ok & (S > float("-inf"))
     if FROM_ZERO:
         # Padding rows hold log a = 0 (masked loads' other): no where needed.
-        ok = ok & (tl.sum(tl.minimum(A, 0.0), axis=0) >= -FAST_RANGE)
+        ok = ok & (tl.sum(tl.minimum(A, 0.0), axis=0) >= -constants.FAST_RANGE)
     ok = ok | (col_ok == 0)
     return S, tl.min(ok.to(tl.int32), axis=0) == 1
 
@@ -152,9 +144,9 @@ def _exact_tile(la_ptr, lv_ptr, tile, vtile, intra, A, L, c, rows, t, t_end, col
     # holds the carry instead, so the inclusive max-plus scan of this tile is exclusive
     # in the rows above.
     prev = (rows >= 1)[:, None] & ((t - 1) < t_end)[:, None] & col_ok[None, :]
-    Ap = tl.load(la_ptr + tile - D + intra, mask=prev, other=0.0).to(tl.float32) * LOG2E
+    Ap = tl.load(la_ptr + tile - D + intra, mask=prev, other=0.0).to(tl.float32) * constants.LOG2E
     Lp = tl.load(lv_ptr + vtile - D + intra, mask=prev, other=float("-inf"))
-    Lp = tl.where(first, c[None, :], Lp.to(tl.float32) * LOG2E)
+    Lp = tl.where(first, c[None, :], Lp.to(tl.float32) * constants.LOG2E)
     Aex, N = tl.associative_scan((Ap, Lp), 0, max_plus)
     M = tl.maximum(N + A, L)
     Ms = tl.where(M == float("-inf"), 0.0, M)  # h_t = 0 so far: any finite scale
@@ -191,15 +183,15 @@ def parallel_scan_log_fwd_kernel(
     s_off = (pid_b.to(tl.int64) * n_chunks + pid_c) * D + cols
 
     cA = tl.zeros([BLOCK_D], tl.float32)
-    if MODE == K_WALK:
-        cL = tl.load(lv_ptr + vseq + cols, mask=col_ok, other=0.0).to(tl.float32) * LOG2E
-    elif MODE == K_APPLY:
+    if MODE == constants.WALK:
+        cL = tl.load(lv_ptr + vseq + cols, mask=col_ok, other=0.0).to(tl.float32) * constants.LOG2E
+    elif MODE == constants.APPLY:
         cL = tl.load(sL_ptr + s_off, mask=col_ok, other=0.0)
     else:
         cL = tl.full([BLOCK_D], float("-inf"), tl.float32)
-    if MODE == K_LOOKBACK:
+    if MODE == constants.LOOKBACK:
         # log₂ h_0: the state before the first chunk (the tile itself starts from h = 0).
-        cL0 = tl.load(lv_ptr + vseq + cols, mask=col_ok, other=0.0).to(tl.float32) * LOG2E
+        cL0 = tl.load(lv_ptr + vseq + cols, mask=col_ok, other=0.0).to(tl.float32) * constants.LOG2E
 
     for k in tl.range(0, tl.cdiv(t_end - t_start, BLOCK_T), num_stages=LOOP_STAGES):
         t0 = t_start + k * BLOCK_T
@@ -208,9 +200,9 @@ def parallel_scan_log_fwd_kernel(
         tile = seq + t0.to(tl.int64) * D
         vtile = vseq + (t0 + 1).to(tl.int64) * D
         # Padding rows load the identity map (log a, log b) = (0, -inf).
-        A = load_tile(la_ptr + tile + intra, m, 0.0, EVEN).to(tl.float32) * LOG2E
-        L = load_tile(lv_ptr + vtile + intra, m, float("-inf"), EVEN).to(tl.float32) * LOG2E
-        if MODE == K_WALK or MODE == K_APPLY:
+        A = load_tile(la_ptr + tile + intra, m, 0.0, EVEN).to(tl.float32) * constants.LOG2E
+        L = load_tile(lv_ptr + vtile + intra, m, float("-inf"), EVEN).to(tl.float32) * constants.LOG2E
+        if MODE == constants.WALK or MODE == constants.APPLY:
             S, fast = _tile_scale(A, L, cL, m, col_ok, False, EVEN)
             if fast:
                 # One scale per column for the whole tile (see _tile_scale): a single linear
@@ -228,7 +220,7 @@ def parallel_scan_log_fwd_kernel(
                 store_tile(h_ptr + tile + intra, (H * fast_exp2(M)).to(h_ptr.dtype.element_ty),
                            m, EVEN)
                 cL = _log2_last(M, H, rows, BLOCK_T)
-        elif MODE == K_SUMMARY:
+        elif MODE == constants.SUMMARY:
             _, M, H = _exact_tile(la_ptr, lv_ptr, tile, vtile, intra, A, L, cL, rows, t,
                                   t_end, col_ok, D)
             cA += tl.sum(A, axis=0)  # sums commute: any reduction order is exact enough
@@ -254,7 +246,7 @@ def parallel_scan_log_fwd_kernel(
             h = fast_exp2(P + cL[None, :]) + H * fast_exp2(Ms)
             store_tile(h_ptr + tile + intra, h.to(h_ptr.dtype.element_ty), m, EVEN)
 
-    if MODE == K_SUMMARY:
+    if MODE == constants.SUMMARY:
         tl.store(sA_ptr + s_off, cA, mask=col_ok)
         tl.store(sL_ptr + s_off, cL, mask=col_ok)
 
@@ -277,7 +269,7 @@ def parallel_scan_log_carry_kernel(
     first = rows[:, None] == 0
     base = pid_b.to(tl.int64) * n_chunks * D
     cL = tl.load(lv_ptr + pid_b.to(tl.int64) * (T + 1) * D + cols, mask=col_ok, other=0.0)
-    cL = cL.to(tl.float32) * LOG2E
+    cL = cL.to(tl.float32) * constants.LOG2E
     tl.store(cL_ptr + base + cols, cL, mask=col_ok)
     for k in range(0, tl.cdiv(n_chunks, BLOCK_N)):
         c = k * BLOCK_N + rows
@@ -321,12 +313,12 @@ def parallel_scan_log_bwd_kernel(
     s_off = (pid_b.to(tl.int64) * n_chunks + pid_c) * D + cols
 
     cc = tl.full([BLOCK_D], 1.0, tl.float32)
-    if MODE == K_APPLY:
+    if MODE == constants.APPLY:
         cg = tl.load(sg_ptr + s_off, mask=col_ok, other=0.0)
     else:
         cg = tl.zeros([BLOCK_D], tl.float32)
-    if MODE != K_SUMMARY:
-        log2_h0 = tl.load(lv_ptr + vseq + cols, mask=col_ok, other=0.0).to(tl.float32) * LOG2E
+    if MODE != constants.SUMMARY:
+        log2_h0 = tl.load(lv_ptr + vseq + cols, mask=col_ok, other=0.0).to(tl.float32) * constants.LOG2E
 
     for k in tl.range(0, tl.cdiv(t_end - t_start, BLOCK_T), num_stages=LOOP_STAGES):
         t_hi = t_end - 1 - k * BLOCK_T
@@ -338,10 +330,10 @@ def parallel_scan_log_bwd_kernel(
         # Coefficient of step t is a_{t+1} (0 past the end); padding rows are the identity.
         la_next = tl.load(la_ptr + tile + D + rev, mask=m & (t + 1 < T)[:, None],
                           other=float("-inf"))
-        coef = tl.where(ok[:, None], fast_exp2(la_next.to(tl.float32) * LOG2E), 1.0)
+        coef = tl.where(ok[:, None], fast_exp2(la_next.to(tl.float32) * constants.LOG2E), 1.0)
         g = load_tile(dh_ptr + pid_b.to(tl.int64) * dh_sb + t_hi.to(tl.int64) * dh_st + dh_rev,
                       m, 0.0, EVEN).to(tl.float32)
-        if MODE == K_SUMMARY:
+        if MODE == constants.SUMMARY:
             # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
             # and take the last row (padding rows hold the identity).
             _stc, _stg = tl.associative_scan((coef, g), 0, mul_add)
@@ -356,8 +348,8 @@ def parallel_scan_log_bwd_kernel(
             h_prev = tl.load(h_ptr + tile - D + rev, mask=m & (t >= 1)[:, None], other=1.0)
             log2_h_prev = tl.where((t == 0)[:, None], log2_h0[None, :],
                                    fast_log2(h_prev.to(tl.float32)))
-            d_la = G * fast_exp2(la * LOG2E + log2_h_prev)
-            d_lb = G * fast_exp2(lb * LOG2E)
+            d_la = G * fast_exp2(la * constants.LOG2E + log2_h_prev)
+            d_lb = G * fast_exp2(lb * constants.LOG2E)
             store_tile(dla_ptr + tile + rev, d_la.to(dla_ptr.dtype.element_ty), m, EVEN)
             store_tile(dlv_ptr + vtile + rev, d_lb.to(dlv_ptr.dtype.element_ty), m, EVEN)
             if t_hi < BLOCK_T:
@@ -366,6 +358,6 @@ def parallel_scan_log_bwd_kernel(
                          d_la.to(dlv_ptr.dtype.element_ty), mask=m & (t == 0)[:, None])
             cg = take_row(G, rows, BLOCK_T - 1)
 
-    if MODE == K_SUMMARY:
+    if MODE == constants.SUMMARY:
         tl.store(sc_ptr + s_off, cc, mask=col_ok)
         tl.store(sg_ptr + s_off, cg, mask=col_ok)

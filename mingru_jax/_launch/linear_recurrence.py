@@ -21,7 +21,7 @@ import triton.language as tl
 
 from mingru_jax._launch import _common as common
 from mingru_jax._launch import _elementwise as elementwise
-from mingru_kernels import _scan_common as scan_common
+from mingru_kernels import _constants as constants
 from mingru_kernels import linear_recurrence as kernels
 from mingru_kernels.launch import linear_recurrence as meta
 
@@ -88,9 +88,9 @@ def _fwd_adapter(a, b, h0, seq, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, o1
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write (h, h_T) = (o1, o2) reading
     # the carry-in maps (s1, s2); LOOKBACK writes (h, h_T) with its values and status (v, st).
-    if MODE == scan_common.K_SUMMARY:
+    if MODE == constants.SUMMARY:
         h, h_T, x, y = s1, s1, o1, o2
-    elif MODE == scan_common.K_LOOKBACK:
+    elif MODE == constants.LOOKBACK:
         h, h_T, x, y = o1, o2, v, st
     else:
         h, h_T, x, y = o1, o2, s1, s2
@@ -109,9 +109,9 @@ def _bwd_adapter(a, h, h0, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks_p1, n
     # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (da, db, dh0) = (o1, o2, o3)
     # reading the carries (s1, s2); LOOKBACK writes them with its values and status (v, st).
     # dh is dense: strides (T·D, D, 1).
-    if MODE == scan_common.K_SUMMARY:
+    if MODE == constants.SUMMARY:
         da, db, dh0, x, y = o3, o3, o3, o1, o2
-    elif MODE == scan_common.K_LOOKBACK:
+    elif MODE == constants.LOOKBACK:
         da, db, dh0, x, y = o1, o2, o3, v, st
     else:
         da, db, dh0, x, y = o1, o2, o3, s1, s2

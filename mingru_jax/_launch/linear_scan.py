@@ -14,7 +14,7 @@ import triton.language as tl
 
 from mingru_jax._launch import _common as common
 from mingru_jax._launch import _elementwise as elementwise
-from mingru_kernels import _scan_common as scan_common
+from mingru_kernels import _constants as constants
 from mingru_kernels import linear_scan as kernels
 from mingru_kernels.launch import linear_scan as meta
 
@@ -48,7 +48,7 @@ def _fwd_adapter(a, b, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, o1, o2,
                  SCALAR: tl.constexpr):
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write P, Z (o1, o2) reading s1, s2.
-    if MODE == scan_common.K_SUMMARY:
+    if MODE == constants.SUMMARY:
         kernels.linear_scan_fwd_kernel(a, b, s1, s2, o1, o2, T, D, chunk_len, n_chunks, n_dblk,
                                  MODE, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
     else:
@@ -66,7 +66,7 @@ def _bwd_adapter(a, P, Z, dP, dZ, s1, s2, s3, T, D, chunk_len, n_chunks_p1, n_db
     # SUMMARY writes (sc, sg, sgp) = (o1, o2, o3); WALK / APPLY write (da, db) = (o1, o2)
     # reading the carries (s1, s2, s3) (o3 is an unused 1-element buffer then). The output
     # gradients are dense: strides (T·D, D, 1).
-    if MODE == scan_common.K_SUMMARY:
+    if MODE == constants.SUMMARY:
         kernels.linear_scan_bwd_kernel(a, P, Z, dP, dZ, s1, s2, o1, o2, o3,
                                  T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1, T * D, D, 1,
                                  MODE, HAS_DP, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from mingru_jax._launch import _common as common
 from mingru_jax._launch import _elementwise as elementwise
-from mingru_kernels import _scan_common as scan_common
+from mingru_kernels import _constants as constants
 from mingru_kernels import mingru_cell as kernels
 from mingru_kernels.launch import mingru_cell as meta
 
@@ -86,9 +86,9 @@ def _fwd_adapter(k, lg, h0, seq, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, l
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write (h, h_T) = (o1, o2) reading
     # the carry-in maps (s1, s2); LOOKBACK writes (h, h_T) with its values and status (v, st).
-    if MODE == scan_common.K_SUMMARY:
+    if MODE == constants.SUMMARY:
         h, h_T, x, y = s1, s1, o1, o2
-    elif MODE == scan_common.K_LOOKBACK:
+    elif MODE == constants.LOOKBACK:
         h, h_T, x, y = o1, o2, v, st
     else:
         h, h_T, x, y = o1, o2, s1, s2
@@ -109,9 +109,9 @@ def _bwd_adapter(k, lg, h0, h, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks_p
     # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (dk, dlog_gamma, dh0) =
     # (o1, o2, o3) reading the carries (s1, s2); LOOKBACK writes them with its values and
     # status (v, st). dh is dense: strides (T·D, D, 1).
-    if MODE == scan_common.K_SUMMARY:
+    if MODE == constants.SUMMARY:
         dk, dlg, dh0, x, y = o3, o4, o4, o1, o2
-    elif MODE == scan_common.K_LOOKBACK:
+    elif MODE == constants.LOOKBACK:
         dk, dlg, dh0, x, y = o1, o2, o3, v, st
     else:
         dk, dlg, dh0, x, y = o1, o2, o3, s1, s2

@@ -14,7 +14,7 @@ import triton.language as tl
 
 from mingru_jax._launch import _common as common
 from mingru_jax._launch import _elementwise as elementwise
-from mingru_kernels import _scan_common as scan_common
+from mingru_kernels import _constants as constants
 from mingru_kernels import parallel_scan_log as kernels
 from mingru_kernels.launch import parallel_scan_log as meta
 
@@ -48,10 +48,10 @@ def _fwd_adapter(la, lv, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, o1, o2, v
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes (sA, sL) = (o1, o2); WALK / APPLY write h = o1 reading (sA, cL) = (s1, s2);
     # LOOKBACK writes h = o1 with the look-back's values and status words (v, st).
-    if MODE == scan_common.K_SUMMARY:
+    if MODE == constants.SUMMARY:
         kernels.parallel_scan_log_fwd_kernel(la, lv, s1, o1, o2, T, D, chunk_len, n_chunks, n_dblk,
                               MODE, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
-    elif MODE == scan_common.K_LOOKBACK:
+    elif MODE == constants.LOOKBACK:
         kernels.parallel_scan_log_fwd_kernel(la, lv, o1, v, st, T, D, chunk_len, n_chunks, n_dblk,
                               MODE, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
     else:
@@ -73,10 +73,10 @@ def _bwd_adapter(la, lv, h, dh, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, o1
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (dla, dlv) = (o1, o2); LOOKBACK
     # too, with the look-back's values and status words (v, st).
-    if MODE == scan_common.K_SUMMARY:
+    if MODE == constants.SUMMARY:
         kernels.parallel_scan_log_bwd_kernel(la, lv, h, dh, s1, s2, o1, o2, T, D, chunk_len, n_chunks, n_dblk,
                               T * D, D, 1, MODE, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
-    elif MODE == scan_common.K_LOOKBACK:
+    elif MODE == constants.LOOKBACK:
         kernels.parallel_scan_log_bwd_kernel(la, lv, h, dh, o1, o2, v, st, T, D, chunk_len, n_chunks, n_dblk,
                               T * D, D, 1, MODE, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
     else:
