@@ -25,11 +25,12 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 def unsupported_reason(x: torch.Tensor) -> str | None:
     """Why the elementwise kernels cannot take ``x`` (the first input), or ``None``."""
-    if x.dtype == torch.float64:
-        return "float64 runs eager (the kernels take float16, bfloat16 and float32)"
-    if x.dtype not in SUPPORTED_DTYPES:
-        return f"dtype {x.dtype} is not supported (the kernels take float16, bfloat16, float32)"
-    if x.device.type == "cuda":
+    dtype = x.dtype
+    if dtype not in SUPPORTED_DTYPES:
+        if dtype == torch.float64:
+            return "float64 runs eager (the kernels take float16, bfloat16 and float32)"
+        return f"dtype {dtype} is not supported (the kernels take float16, bfloat16, float32)"
+    if x.is_cuda:  # the hot path: no torch.device object built
         return None
     if x.device.type == "cpu" and interpreter_mode():
         return None
