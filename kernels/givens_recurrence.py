@@ -29,8 +29,9 @@ products) and ``U_t = scale_t ⊙ ā``; ``dh0 = U_0``.
 
 Strided inputs and the gated cell (``GATED``). ``theta`` and ``b`` (and, gated, ``z``) are read
 ``th_row`` / ``in_row`` elements apart per token (``(B, T, ·)`` rows: the columns of one
-projection ``k``, never copied out), while ``h``, ``scale`` and ``dh`` are contiguous
-``(B, T, n, k)``. ``GATED`` forms the input term in the kernel, ``b_t = σ(z_t) ⊙ h̃_t`` from the
+projection ``k``, never copied out), while ``h`` and ``scale`` are contiguous
+``(B, T, n, k)``; ``dh`` is read through its ``(B, T, n·k)`` strides (the gradient of a sum
+arrives expanded, stride 0, and is not copied). ``GATED`` forms the input term in the kernel, ``b_t = σ(z_t) ⊙ h̃_t`` from the
 pre-activations ``z`` (``z_ptr``) and ``h̃`` (``b_ptr``); its backward writes ``dh̃ = g σ(z)``
 (``db_ptr``) and ``dz = g h̃ σ(z)(1 − σ(z))`` (``dz_ptr``), and ``dθ`` with ``theta``'s strides,
 so the whole gradient of ``k`` is written in place by one kernel.
@@ -255,14 +256,16 @@ def givens_recurrence_fwd_kernel(
 
 @triton.jit
 def _grad_loads(th_ptr, s_ptr, g_ptr, h_ptr, h0_ptr, dh_ptr, th_off, v_off, s_off, g_off,
-                h0_off, v_step, t, live, thmask, unit, LP: tl.constexpr, K2: tl.constexpr,
-                HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, NEED_PREV: tl.constexpr,
-                ROTATION: tl.constexpr, SNAP: tl.constexpr):
-    """What backward step ``t`` reads: coefficients, ``dh_t`` and (``NEED_PREV``) ``h_{t-1}``."""
+                h0_off, dh_off, dh_sd, v_step, t, live, thmask, unit, LP: tl.constexpr,
+                K2: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr,
+                NEED_PREV: tl.constexpr, ROTATION: tl.constexpr, SNAP: tl.constexpr):
+    """What backward step ``t`` reads: coefficients, ``dh_t`` (through its strides: the
+    ``x`` halves at ``dh_off``, the ``y`` halves one channel, ``dh_sd``, on) and
+    (``NEED_PREV``) ``h_{t-1}``."""
     th, sx, sy, gam = _coef_loads(th_ptr, s_ptr, g_ptr, th_off, s_off, g_off, live, thmask,
                                   unit, LP, K2, HAS_SCALE, HAS_GAMMA, ROTATION, SNAP)
-    dx = _ld(dh_ptr, v_off, live)
-    dy = _ld(dh_ptr, v_off + 1, live)
+    dx = _ld(dh_ptr, dh_off, live)
+    dy = _ld(dh_ptr, dh_off + dh_sd, live)
     if NEED_PREV:
         in_seq = _both(live, t > 0)
         at_start = _both(live, t == 0)
@@ -279,10 +282,11 @@ def givens_recurrence_bwd_kernel(
     th_ptr, s_ptr, g_ptr, h_ptr, h0_ptr,  # saved inputs (scale, log_gamma may be dummies) and h
     hh_ptr, z_ptr,  # gated: the saved pre-activations h̃ and z (else dummies)
     snap_ptr,  # ROTATION with SNAP: K_j per block (else a dummy)
-    dh_ptr,  # incoming gradient (B, T, n, k)
+    dh_ptr,  # incoming gradient (B, T, n·k), any strides (dh_sb, dh_st, dh_sd): a sum's arrives
+    # expanded (stride 0) and is read as it is
     dth_ptr, db_ptr, dz_ptr, ds_ptr, dg_ptr, dh0_ptr,  # outputs (dz, ds, dg dummies when absent)
     m_ptr, c_ptr,  # fp32 segment composites (npair, nseg, k, k) and (npair, nseg, k)
-    npair, n, T, seg_len, nseg, th_row, in_row,
+    npair, n, T, seg_len, nseg, th_row, in_row, dh_sb, dh_st, dh_sd,
     K2: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, LP: tl.constexpr,
     HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, COMPOSITE: tl.constexpr,
     GATED: tl.constexpr = False, ROTATION: tl.constexpr = False, SNAP: tl.constexpr = False,
@@ -313,6 +317,10 @@ def givens_recurrence_bwd_kernel(
     v_off = _pair_base(q, n, T, t_last, K)[:, None, None] + m2
     g_off = _pair_base(q, n, T, t_last, 1)[:, None, None]
     h0_off = qq * K + m2
+    # dh through its strides: pair q = b·n + block, channel block·K + m.
+    b_idx = qq // n
+    dh_off = (b_idx * dh_sb + t_last.to(tl.int64) * dh_st
+              + ((qq - b_idx * n) * K + m2) * dh_sd)
     th_step = th_row
     in_step = in_row
     v_step = n * K
@@ -331,15 +339,15 @@ def givens_recurrence_bwd_kernel(
 
     th, sx, sy, gam, dx, dy, px, py = _grad_loads(
         th_ptr, s_ptr, g_ptr, h_ptr, h0_ptr, dh_ptr, th_off, v_off, s_off, g_off, h0_off,
-        v_step, t_last, live, thmask, unit, LP, K2, HAS_SCALE, HAS_GAMMA, NEED_PREV, ROTATION,
-        SNAP)
+        dh_off, dh_sd, v_step, t_last, live, thmask, unit, LP, K2, HAS_SCALE, HAS_GAMMA,
+        NEED_PREV, ROTATION, SNAP)
     for i in range(steps):
         t = t_last - i
         more = _both(live, i + 1 < steps)
         th_n, sx_n, sy_n, gam_n, dx_n, dy_n, px_n, py_n = _grad_loads(
             th_ptr, s_ptr, g_ptr, h_ptr, h0_ptr, dh_ptr, th_off - th_step, v_off - v_step,
-            s_off - s_step, g_off - n, h0_off, v_step, t - 1, more, thmask, unit, LP, K2,
-            HAS_SCALE, HAS_GAMMA, NEED_PREV, ROTATION, SNAP)
+            s_off - s_step, g_off - n, h0_off, dh_off - dh_st, dh_sd, v_step, t - 1, more,
+            thmask, unit, LP, K2, HAS_SCALE, HAS_GAMMA, NEED_PREV, ROTATION, SNAP)
         cs = tl.cos(th)
         sn = tl.sin(th)
         gx = dx + Ux
@@ -393,6 +401,7 @@ def givens_recurrence_bwd_kernel(
         th_off -= th_step
         in_off -= in_step
         v_off -= v_step
+        dh_off -= dh_st
         s_off -= s_step
         g_off -= n
         th = th_n

@@ -147,10 +147,13 @@ def walk_backward(theta, h0, scale, log_gamma, h, dh, hh, z, dtheta, db, dz, th_
     apart); return ``(dh0, dscale, dlog_gamma)`` (``None`` for an absent input). With
     ``rotation`` (see :func:`walk_forward`) ``du``, laid out like ``scale`` (the view of
     ``u``), takes the gradient of ``u`` and is returned as ``dscale``."""
-    h0, h, dh = h0.contiguous(), h.contiguous(), dh.contiguous()
+    h0, h = h0.contiguous(), h.contiguous()
     scale, log_gamma = (scale if rotation else _contig(scale)), _contig(log_gamma)
     B, T, n, R, k2 = theta.shape
     k = 2 * k2
+    # dh is read through its (B, T, n·k) strides: a sum's gradient arrives expanded (stride 0)
+    # and is not copied (reshape keeps a view wherever the strides allow one).
+    dh = dh.reshape(B, T, n * k)
     dh0 = _empty(h0.shape, h0)
     dscale = du if rotation else None if scale is None else _empty(scale.shape, scale)
     dlog_gamma = None if log_gamma is None else _empty(log_gamma.shape, log_gamma)
@@ -174,11 +177,11 @@ def walk_backward(theta, h0, scale, log_gamma, h, dh, hh, z, dtheta, db, dz, th_
             m = _empty((npair, nseg, k, k), h, torch.float32)
             c = _empty((npair, nseg, k), h, torch.float32)
             kernels.givens_recurrence_bwd_kernel[(cdiv(npair, cfg["LP_COMP"]), nseg)](
-                *args, m, c, npair, n, T, seg_len, nseg, th_row, in_row,
+                *args, m, c, npair, n, T, seg_len, nseg, th_row, in_row, *dh.stride(),
                 LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **consts,
             )
         kernels.givens_recurrence_bwd_kernel[(cdiv(npair, cfg["LP"]), nseg)](
-            *args, m, c, npair, n, T, seg_len, nseg, th_row, in_row,
+            *args, m, c, npair, n, T, seg_len, nseg, th_row, in_row, *dh.stride(),
             LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
         )
     return dh0, dscale, dlog_gamma

@@ -74,15 +74,17 @@ def _bwd_adapter(th, s, g, h, h0, dh, s1, s2, npair, n, T, seg_len, nseg,
                  o1, o2, o3, o4, o5,
                  K2: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, LP: tl.constexpr,
                  HAS_SCALE: tl.constexpr, HAS_GAMMA: tl.constexpr, COMPOSITE: tl.constexpr):
-    # COMPOSITE writes (m, c) = (o1, o2); otherwise (dθ, db, ds, dγ, dh0) = o1..o5.
+    # COMPOSITE writes (m, c) = (o1, o2); otherwise (dθ, db, ds, dγ, dh0) = o1..o5. JAX's dh is
+    # a contiguous (B, T, n·k) buffer: strides (T·n·k, n·k, 1).
+    row = n * (2 * K2)
     if COMPOSITE:
         givens_recurrence_bwd_kernel(th, s, g, h, h0, h, h, h, dh, s1, s1, s1, s1, s1, s1, o1, o2,
-                                     npair, n, T, seg_len, nseg, n * (R * K2), n * (2 * K2),
-                                     K2, R, RP, LP, HAS_SCALE, HAS_GAMMA, COMPOSITE)
+                                     npair, n, T, seg_len, nseg, n * (R * K2), row, T * row, row,
+                                     1, K2, R, RP, LP, HAS_SCALE, HAS_GAMMA, COMPOSITE)
     else:
         givens_recurrence_bwd_kernel(th, s, g, h, h0, h, h, h, dh, o1, o2, o2, o3, o4, o5, s1, s2,
-                                     npair, n, T, seg_len, nseg, n * (R * K2), n * (2 * K2),
-                                     K2, R, RP, LP, HAS_SCALE, HAS_GAMMA, COMPOSITE)
+                                     npair, n, T, seg_len, nseg, n * (R * K2), row, T * row, row,
+                                     1, K2, R, RP, LP, HAS_SCALE, HAS_GAMMA, COMPOSITE)
 
 
 # ----------------------------------------------------------------------------- launch sequences

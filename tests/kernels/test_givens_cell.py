@@ -118,7 +118,7 @@ from triton.compiler import ASTSource
 from mingru_kernels import givens_recurrence as kernels
 from mingru_kernels.launch import givens_recurrence as meta
 
-INTS = ("npair", "n", "T", "seg_len", "nseg", "th_row", "in_row")
+INTS = ("npair", "n", "T", "seg_len", "nseg", "th_row", "in_row", "dh_sb", "dh_st", "dh_sd")
 F32 = ("m_ptr", "c_ptr", "g_ptr", "dg_ptr", "snap_ptr")
 # (block size, rounds, mode): the Givens cell's plain and gated forms, the rotation cell's
 FORMS = ((8, 3, "plain"), (8, 3, "gated"), (2, 1, "rotation"))

@@ -21,6 +21,7 @@ from tests.kernels.cases import (
     assert_cell_matches_loop_and_eager,
     givens_inputs,
     leaves,
+    segments,
     weighted_grads,
 )
 from tests.reference import loop_givens
@@ -44,6 +45,30 @@ def test_givens_matches_eager_and_loop(B, T, n, k, R, with_scale, with_gamma, se
     assert_cell_matches_loop_and_eager(
         _givens_recurrence, givens_recurrence_eager, loop_givens,
         givens_inputs(B, T, n, k, R, with_scale, with_gamma), seg, (B, T, n, k))
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("seg", [None, 4])
+def test_output_gradient_is_read_through_its_strides(seg):
+    """``dh`` arriving expanded (a sum's gradient, stride 0) or strided (every other channel of
+    a wider tensor) gives bit for bit the gradients of its contiguous copy: the backward reads
+    it through its strides instead of copying it."""
+    B, T, n, k = 2, 13, 3, 4
+    ins = givens_inputs(B, T, n, k, 2, True, True)
+    wide = torch.randn(B, T, n, 2 * k, device=ins[0].device)
+    cotangents = {"expanded": torch.full((), 0.7, device=wide.device).expand(B, T, n, k),
+                  "strided": wide[..., ::2]}
+
+    def input_grads(cot):
+        xs = leaves(*ins)
+        with segments(seg), mingru.use_backend("triton"):
+            h = _givens_recurrence(*xs)
+        return torch.autograd.grad(h, [x for x in xs if x is not None], cot)
+
+    for name, cot in cotangents.items():
+        assert not cot.is_contiguous(), name
+        for got, want in zip(input_grads(cot), input_grads(cot.contiguous()), strict=True):
+            assert torch.equal(got, want), name
 
 
 # --- GPU: dtypes, long sequences, memory ------------------------------------------------------
