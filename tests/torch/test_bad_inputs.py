@@ -41,6 +41,25 @@ def test_block_and_stack_apply_the_same_rule():
         mingru.MinGRUStack(4, 8, n_layers=1)(torch.randn(2, 3, 4, dtype=torch.float64))
 
 
+def test_the_dtype_rule_reads_the_first_parameter_that_parameters_yields():
+    """The rule's reference (``first_parameter``, the fast twin of ``next(m.parameters())``)
+    is the very parameter ``parameters()`` yields first, for every mixer, the block, the
+    stack, a module without parameters and a parametrised one."""
+    from torch.nn.utils import parametrize
+
+    from mingru.mixers._common import first_parameter
+
+    modules = [getattr(mingru, name)(4, 8) for name in MIXERS]
+    modules += [mingru.MinGRU(4, 6, learnable_h0=True, decay="learnable"),
+                mingru.MinGRUBlock(8), mingru.MinGRUStack(4, 8, n_layers=2, mixer="delta"),
+                torch.nn.Sequential(torch.nn.ReLU())]
+    wrapped = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 3))
+    parametrize.register_parametrization(wrapped[0], "weight", torch.nn.Identity())
+    modules.append(wrapped)
+    for m in modules:
+        assert first_parameter(m) is next(m.parameters(), None), type(m).__name__
+
+
 def test_autocast_sets_the_compute_dtype():
     m = mingru.MinGRUStack(4, 8, n_layers=1, mixer="signed")
     with torch.autocast("cpu", dtype=torch.bfloat16):
