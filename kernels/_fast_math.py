@@ -27,7 +27,6 @@ __all__ = ["INTERPRETING", "fast_exp", "fast_exp2", "fast_log2", "fast_rcp"]
 INTERPRETING = interpreter_mode()
 """Whether the kernels were imported for Triton's interpreter (no inline PTX there)."""
 
-
 if INTERPRETING:
 
     @triton.jit

@@ -108,9 +108,6 @@ def store_tile(ptrs, x, m, EVEN: tl.constexpr):
 
 # ----------------------------------------------------------------------------- look-back
 
-# Chunk status words: constants.NOTHING, AGGREGATE (the chunk's own map), INCLUSIVE (the state
-# after it).
-
 
 @triton.jit
 def lookback_ticket(status_ptr, n_chunks, REVERSE: tl.constexpr):

@@ -31,10 +31,11 @@ Strided inputs and the gated cell (``GATED``). ``theta`` and ``b`` (and, gated, 
 ``th_row`` / ``in_row`` elements apart per token (``(B, T, ·)`` rows: the columns of one
 projection ``k``, never copied out), while ``h`` and ``scale`` are contiguous
 ``(B, T, n, k)``; ``dh`` is read through its ``(B, T, n·k)`` strides (the gradient of a sum
-arrives expanded, stride 0, and is not copied). ``GATED`` forms the input term in the kernel, ``b_t = σ(z_t) ⊙ h̃_t`` from the
-pre-activations ``z`` (``z_ptr``) and ``h̃`` (``b_ptr``); its backward writes ``dh̃ = g σ(z)``
-(``db_ptr``) and ``dz = g h̃ σ(z)(1 − σ(z))`` (``dz_ptr``), and ``dθ`` with ``theta``'s strides,
-so the whole gradient of ``k`` is written in place by one kernel.
+arrives expanded, stride 0, and is not copied). ``GATED`` forms the input term in the kernel,
+``b_t = σ(z_t) ⊙ h̃_t`` from the pre-activations ``z`` (``z_ptr``) and ``h̃`` (``b_ptr``); its
+backward writes ``dh̃ = g σ(z)`` (``db_ptr``) and ``dz = g h̃ σ(z)(1 − σ(z))`` (``dz_ptr``),
+and ``dθ`` with ``theta``'s strides, so the whole gradient of ``k`` is written in place by one
+kernel.
 
 Framework-free: imports triton only.
 """

@@ -24,10 +24,11 @@ def new_tensor(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
     :func:`poison`)."""
     if poison() if poisoned is None else poisoned:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    if not shape:
+        return torch.empty((), dtype=dtype, device=device)
     # The sizes unpacked: torch parses a ``torch.Size`` or tuple argument at about twice the
     # host cost of separate ints (2.1 against 1.1 µs per call on a CPU host).
-    return torch.empty(*shape, dtype=dtype, device=device) if len(shape) else torch.empty(
-        (), dtype=dtype, device=device)
+    return torch.empty(*shape, dtype=dtype, device=device)
 
 
 _NO_GUARD = contextlib.nullcontext()
