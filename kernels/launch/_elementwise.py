@@ -95,7 +95,6 @@ def plan(
     lookback_tile: tuple[int, int, int] | None = None,
     narrow_walk_tile: tuple[int, ...] | None = None,
     lookback_stride: int | None = None,
-    auto_lookback: bool = True,
     even: int | None = None,
     scalar: int | None = None,
 ) -> dict[str, int | str]:
@@ -109,8 +108,7 @@ def plan(
     itself is chosen with the default tile, and forced choices win over both.
     ``lookback_tile`` is the tile of the single-pass ``lookback`` strategy, given only by ops
     whose kernels have that mode (the strategy is refused without it), which then replaces
-    ``chunked`` unless ``auto_lookback`` is False (a frontend where it measured slower; it can
-    still be forced);
+    ``chunked``;
     ``narrow_walk_tile`` is an op's measured walk tile over few channels: where the default
     tile's walk has too few programs and T is long, it walks anyway if this tile alone gives
     ``NARROW_WALK_MIN_PROGRAMS_PER_SM`` programs per SM (chosen automatically only);
@@ -150,15 +148,14 @@ def plan(
     n_dblk = cdiv(D, bd)
     walk_programs = B * n_dblk
     if strategy is None:
-        split_from = LOOKBACK_MIN_TILES if lookback_tile is not None and auto_lookback else (
-            WALK_MAX_TILES)
+        split_from = LOOKBACK_MIN_TILES if lookback_tile is not None else WALK_MAX_TILES
         long_enough = T > split_from * bt
         strategy = (
             "chunked"
             if long_enough and walk_programs < WALK_MIN_PROGRAMS_PER_SM * n_sm
             else "walk"
         )
-        if strategy == "chunked" and lookback_tile is not None and auto_lookback:
+        if strategy == "chunked" and lookback_tile is not None:
             # Where T must be split, the single pass reads the inputs once instead of twice
             # (measured faster on an NVIDIA H200 for every op that has it; the long walk
             # stays ahead where it alone fills the GPU).

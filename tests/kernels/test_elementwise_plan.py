@@ -85,12 +85,9 @@ def test_lookback_replaces_chunked_only_for_ops_that_have_it():
     assert plan(16, 1024, 64, **tiles)["strategy"] == "lookback"
     assert plan(16, 256, 64, **tiles)["strategy"] == "walk"  # short: nothing to split
     assert plan(16, 1024, 64)["strategy"] == "walk"
-    assert plan(16, 1024, 64, auto_lookback=False, **tiles)["strategy"] == "walk"
     assert plan(16, 16384, 128, **mingru_cell.TILES[False])["strategy"] == "lookback"
     assert plan(16, 16384, 128)["strategy"] == "chunked"  # an op without look-back kernels
-    assert plan(16, 16384, 128, auto_lookback=False, **tiles)["strategy"] == "chunked"
-    assert plan(16, 16384, 128, strategy="lookback", auto_lookback=False,
-                **tiles)["strategy"] == "lookback"
+    assert plan(16, 16384, 128, strategy="chunked", **tiles)["strategy"] == "chunked"
     with pytest.raises(ValueError, match="LOOKBACK"):
         plan(1, 100, 8, strategy="lookback")
     with pytest.raises(ValueError, match="chunk_len"):
