@@ -90,12 +90,70 @@ def profile(fn, n: int = 200, top: int = 25) -> str:
     return s.getvalue()
 
 
+class _Glue(torch.autograd.Function):
+    """Two inputs, two outputs, the launcher's saves, no kernels: autograd's own cost."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        P, Z = torch.empty_like(a), torch.empty_like(b)
+        ctx.save_for_backward(a, P, Z)
+        ctx.set_materialize_grads(False)
+        return P, Z
+
+    @staticmethod
+    def backward(ctx, dP, dZ):
+        a, _, _ = ctx.saved_tensors
+        return torch.empty_like(a), torch.empty_like(a)
+
+
+def _breakdown_rows(a, b, launcher) -> dict:
+    """Rows that split ``launcher.run`` fwd+bwd into its parts (see ``--breakdown``)."""
+
+    def harness_one():
+        a.grad = None
+        a.sum().backward()
+
+    def glue():
+        a.grad = b.grad = None
+        P, Z = _Glue.apply(a, b)
+        (P.sum() + Z.sum()).backward()
+
+    def run_fwd_grad():  # the forward as autograd records it, no backward
+        launcher.run(a, b)
+
+    def in_thread(fn):
+        def call():
+            with torch.autograd.set_multithreading_enabled(False):
+                fn()
+        return call
+
+    def run_fwd_bwd():
+        a.grad = b.grad = None
+        P, Z = launcher.run(a, b)
+        (P.sum() + Z.sum()).backward()
+
+    P0, Z0 = launcher._fwd_impl(a.detach(), b.detach())
+    ones = torch.ones((), device=a.device)
+    dP0, dZ0 = ones.expand(P0.shape), ones.expand(Z0.shape)
+    return {"harness, one sum": harness_one,
+            "Function glue (empty_like body)": glue,
+            "Function glue, backward in-thread": in_thread(glue),
+            "harness, backward in-thread": in_thread(harness_one),
+            "run() forward, grad recorded": run_fwd_grad,
+            "run() fwd+bwd, backward in-thread": in_thread(run_fwd_bwd),
+            "_bwd_impl, expanded grads": lambda: launcher._bwd_impl(
+                a.detach(), P0, Z0, dP0, dZ0)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--shape", default="16,1024,64")
     p.add_argument("--profile", action="store_true", help="cProfile forward and fwd+bwd")
     p.add_argument("--torch-profile", action="store_true",
                    help="torch.profiler table (CPU and CUDA time per op) of fwd+bwd")
+    p.add_argument("--breakdown", action="store_true",
+                   help="split fwd+bwd into harness, autograd glue, kernels and the backward "
+                        "thread (single-threaded engine), and cProfile the backward in-thread")
     p.add_argument("--stub-kernels", action="store_true",
                    help="on the host, every kernel launch a no-op (see the module docstring)")
     args = p.parse_args()
@@ -178,6 +236,8 @@ def main() -> None:
                  "launcher run() fwd+bwd": run_fwd_bwd,
                  "_fwd_impl alone": lambda: launcher._fwd_impl(a.detach(), b.detach()),
                  "_bwd_impl alone": lambda: launcher._bwd_impl(a.detach(), P0, Z0, dP0, dZ0)})
+    if args.breakdown:
+        rows.update(_breakdown_rows(a, b, launcher))
     try:
         if args.stub_kernels:
             raise RuntimeError("not with --stub-kernels")
@@ -220,8 +280,11 @@ def main() -> None:
         print("\n==== torch.profiler: linear_scan fwd+bwd (P,Z), 50 calls")
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
         print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=12))
-    if args.profile:
-        for name in ("linear_scan fwd", "linear_scan fwd+bwd (P,Z)"):
+    names = ["linear_scan fwd", "linear_scan fwd+bwd (P,Z)"]
+    if args.breakdown:
+        names.append("run() fwd+bwd, backward in-thread")
+    if args.profile or args.breakdown:
+        for name in names:
             print(f"\n==== cProfile: {name} (200 calls, by own time)")
             print(profile(rows[name]))
 
