@@ -36,11 +36,14 @@ from torch import Tensor
 
 from mingru._eager.delta_rule import gather_packed, packed_layout, scatter_packed
 from mingru._launch._alloc import new_tensor
+from mingru._launch._cached_launch import CachedKernels
 from mingru._launch._elementwise import sm_count
 from mingru._launch._op import dual_entry
-from mingru_kernels import delta_rule as kernels
+from mingru_kernels import delta_rule as delta_rule_kernels
 from mingru_kernels.launch import delta_rule as meta
 from mingru_kernels.launch import switches
+
+kernels = CachedKernels(delta_rule_kernels)
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 import torch
 
 from mingru._launch._alloc import device_guard, new_tensor
+from mingru._launch._cached_launch import CachedKernels
 from mingru._launch._op import dual_entry
-from mingru_kernels import givens_recurrence as kernels
+from mingru_kernels import givens_recurrence as givens_recurrence_kernels
 from mingru_kernels._seam import interpreter_mode
 from mingru_kernels.launch import givens_recurrence as meta
 from mingru_kernels.launch import switches
 from mingru_kernels.launch._elementwise import cdiv
+
+kernels = CachedKernels(givens_recurrence_kernels)
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 

@@ -12,9 +12,12 @@ import torch
 
 from mingru._launch import _elementwise as elementwise
 from mingru._launch._alloc import device_guard, new_tensor
+from mingru._launch._cached_launch import CachedKernels
 from mingru._launch._op import dual_entry
-from mingru_kernels import layer_norm as kernels
+from mingru_kernels import layer_norm as layer_norm_kernels
 from mingru_kernels.launch import layer_norm as meta
+
+kernels = CachedKernels(layer_norm_kernels)
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 import torch
 
 from mingru._launch._alloc import device_guard, new_tensor, poison
+from mingru._launch._cached_launch import CachedKernels
 from mingru._launch._op import dual_entry
-from mingru_kernels import matrix_affine_scan as kernels
+from mingru_kernels import matrix_affine_scan as matrix_affine_scan_kernels
 from mingru_kernels._seam import interpreter_mode
 from mingru_kernels.launch import matrix_affine_scan as meta
 from mingru_kernels.launch import switches
 from mingru_kernels.launch._elementwise import cdiv
+
+kernels = CachedKernels(matrix_affine_scan_kernels)
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 

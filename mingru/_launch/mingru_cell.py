@@ -14,9 +14,12 @@ import torch
 
 from mingru._launch import _elementwise as elementwise
 from mingru._launch._alloc import device_guard, new_tensor, poison
+from mingru._launch._cached_launch import CachedKernels
 from mingru._launch._op import dual_entry
-from mingru_kernels import mingru_cell as kernels
+from mingru_kernels import mingru_cell as mingru_cell_kernels
 from mingru_kernels.launch import mingru_cell as meta
+
+kernels = CachedKernels(mingru_cell_kernels)
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 

@@ -13,9 +13,12 @@ import torch
 
 from mingru._launch import _elementwise as elementwise
 from mingru._launch._alloc import device_guard, new_tensor, poison
+from mingru._launch._cached_launch import CachedKernels
 from mingru._launch._op import dual_entry
-from mingru_kernels import parallel_scan_log as kernels
+from mingru_kernels import parallel_scan_log as parallel_scan_log_kernels
 from mingru_kernels.launch import parallel_scan_log as meta
+
+kernels = CachedKernels(parallel_scan_log_kernels)
 
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
