@@ -42,7 +42,7 @@ class _FakeKernel:
 
     def __init__(self):
         self.params = [types.SimpleNamespace(name=n, default=d, has_default=d is not None)
-                       for n, d in zip(self.arg_names, [None] * 5 + [False])]
+                       for n, d in zip(self.arg_names, [None] * 5 + [False], strict=True)]
         self.jit_calls, self.runs = [], []
         self.compiled = types.SimpleNamespace(
             run=lambda *a: self.runs.append(a), function="fn", packed_metadata="meta",
