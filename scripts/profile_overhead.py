@@ -145,6 +145,63 @@ def _breakdown_rows(a, b, launcher) -> dict:
                 a.detach(), P0, Z0, dP0, dZ0)}
 
 
+def _ab_cache(a, b, rounds: int = 21, n: int = 100) -> None:
+    """Each op's fwd and fwd+bwd, alternating Triton's own launch path and the cached one
+    round by round (the host's speed drifts between processes and over seconds; a paired
+    ratio per round does not)."""
+    import importlib
+
+    launchers = [importlib.import_module(f"mingru._launch.{name}") for name in
+                 ("linear_scan", "parallel_scan_log", "linear_recurrence")]
+    cached = [launcher.kernels for launcher in launchers]
+
+    def use(variant: str) -> None:
+        for launcher, kernels in zip(launchers, cached, strict=True):
+            launcher.kernels = kernels if variant == "cached" else kernels._module
+
+    la = torch.log(a.detach()).requires_grad_()
+    lv = torch.cat([b.detach()[:, :1], b.detach()], 1).requires_grad_()  # log h_0, log values
+
+    def ops():
+        yield "linear_scan", lambda: mingru.linear_scan(a, b)
+        yield "parallel_scan_log", lambda: mingru.parallel_scan_log(la, lv)
+        yield "linear_recurrence", lambda: mingru.linear_recurrence(a, b)
+
+    def fwd(op):
+        def call():
+            with torch.no_grad(), mingru.use_backend("triton"):
+                op()
+        return call
+
+    def fwd_bwd(op):
+        def call():
+            a.grad = b.grad = la.grad = lv.grad = None
+            with mingru.use_backend("triton"):
+                out = op()
+            out = out if isinstance(out, tuple) else (out,)
+            sum(o.sum() for o in out).backward()
+        return call
+
+    print(f"interleaved A/B, {rounds} rounds of {n} calls; us per call, medians; "
+          "ratio = cached / Triton's path, median of per-round ratios")
+    for name, op in ops():
+        for mode, fn in (("fwd", fwd(op)), ("fwd+bwd", fwd_bwd(op))):
+            times = {"triton": [], "cached": []}
+            for variant in ("triton", "cached"):
+                use(variant)
+                wall_us(fn, n=20, rounds=1)  # warm-up (first launches compile or bind)
+            for r in range(rounds):
+                order = ("triton", "cached") if r % 2 == 0 else ("cached", "triton")
+                for variant in order:
+                    use(variant)
+                    times[variant].append(wall_us(fn, n=n, rounds=1))
+            ratio = statistics.median(c / t for t, c in zip(times["triton"], times["cached"],
+                                                            strict=True))
+            print(f"  {name:18s} {mode:8s} triton path {statistics.median(times['triton']):7.1f}"
+                  f"  cached {statistics.median(times['cached']):7.1f}  ratio {ratio:.3f}")
+    use("cached")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--shape", default="16,1024,64")
@@ -154,6 +211,9 @@ def main() -> None:
     p.add_argument("--breakdown", action="store_true",
                    help="split fwd+bwd into harness, autograd glue, kernels and the backward "
                         "thread (single-threaded engine), and cProfile the backward in-thread")
+    p.add_argument("--ab-cache", action="store_true",
+                   help="interleaved A/B of Triton's own launch path against the cached "
+                        "launches (mingru._launch._cached_launch) for three public ops")
     p.add_argument("--stub-kernels", action="store_true",
                    help="on the host, every kernel launch a no-op (see the module docstring)")
     args = p.parse_args()
@@ -238,6 +298,9 @@ def main() -> None:
                  "_bwd_impl alone": lambda: launcher._bwd_impl(a.detach(), P0, Z0, dP0, dZ0)})
     if args.breakdown:
         rows.update(_breakdown_rows(a, b, launcher))
+    if args.ab_cache:
+        _ab_cache(a, b)
+        return
     try:
         if args.stub_kernels:
             raise RuntimeError("not with --stub-kernels")
