@@ -43,6 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-steps", type=int, default=2,
                    help="train-step group: steps run under torch.profiler for each row's "
                         "time breakdown (default 2; 0 = no profile)")
+    p.add_argument("--backward-in-thread", action="store_true",
+                   help="train-step group: run each step's backward on the calling thread "
+                        "(torch.autograd.set_multithreading_enabled(False)) instead of the "
+                        "autograd engine's device thread, which costs host time per backward")
     p.add_argument("--timer", choices=("events", "wall", "loop"), default="events",
                    help="on CUDA: 'events' times PyTorch with triton.testing.do_bench (JAX is "
                         "always timed by wall clock); 'wall' times every backend by wall clock "

@@ -77,6 +77,10 @@ def _run_and_write(args: argparse.Namespace, device: str) -> int:
         profile_steps=getattr(args, "profile_steps", 2),
     )
     plan.timer = args.timer
+    plan.backward_in_thread = bool(getattr(args, "backward_in_thread", False))
+    if plan.backward_in_thread and "train-step" in plan.notes:
+        plan.notes["train-step"] += (" Every step's backward ran on the calling thread "
+                                     "(`--backward-in-thread`).")
     result = run(plan, command=getattr(args, "command_line", None))
     md = to_markdown(result)
     print(md)
@@ -297,6 +301,7 @@ def run(plan: Plan, command: str | None = None) -> dict[str, Any]:
                      "groups": plan.groups, "backends": plan.backends,
                      "ops": plan.ops, "shapes": plan.shapes,
                      "precisions": list(plan.precisions), "profile_steps": plan.profile_steps,
+                     "backward_in_thread": plan.backward_in_thread,
                      "timer": _timer_name(plan)},
         "copy_bandwidth_GBps": bandwidth / 1e9 if bandwidth else None,
         "seconds": round(time.perf_counter() - started, 1),

@@ -205,6 +205,7 @@ class Plan:
     shapes: list[str] | None = None  # model-level groups, gpu-delta: keep the matching sizes
     precisions: tuple[str, ...] = PRECISIONS  # mixers group
     profile_steps: int = 2  # train-step: steps under torch.profiler per row (0: none)
+    backward_in_thread: bool = False  # train-step: backward on the calling thread
 
     @property
     def bandwidth(self) -> bool:

@@ -88,11 +88,14 @@ def parse_backend(backend: str) -> tuple[str, str | None]:
 
 
 def make_step(model: torch.nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor,
-              device: str, mode: str, cudagraphs: bool = False) -> Callable[[], torch.Tensor]:
+              device: str, mode: str, cudagraphs: bool = False,
+              backward_in_thread: bool = False) -> Callable[[], torch.Tensor]:
     """One training step under ``use_backend(mode)``; returns the (detached) loss. With
     ``cudagraphs`` (blocks compiled with ``mode="reduce-overhead"``) each step starts with
     ``torch.compiler.cudagraph_mark_step_begin()``, so a replay never overwrites outputs the
-    step still needs."""
+    step still needs. With ``backward_in_thread`` the backward runs on the calling thread
+    (``torch.autograd.set_multithreading_enabled(False)``), not the autograd engine's device
+    thread."""
     import mingru
 
     inp, tgt = tokens[:, :-1], tokens[:, 1:].reshape(-1)
@@ -104,7 +107,8 @@ def make_step(model: torch.nn.Module, opt: torch.optim.Optimizer, tokens: torch.
             with torch.autocast(device_type=device, dtype=torch.bfloat16):
                 logits = model(inp)
                 loss = F.cross_entropy(logits.reshape(-1, VOCAB).float(), tgt)
-            loss.backward()
+            with torch.autograd.set_multithreading_enabled(not backward_in_thread):
+                loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
         return loss.detach()
@@ -154,7 +158,8 @@ def _measure(plan: Any, name: str, backend: str, B: int, T: int, d: int,
     g = torch.Generator().manual_seed(3)
     tokens = torch.randint(0, VOCAB, (B, T + 1), generator=g).to(plan.device)
     step = make_step(model, opt, tokens, plan.device, mode,
-                     cudagraphs=compile_mode == "reduce-overhead" and plan.device == "cuda")
+                     cudagraphs=compile_mode == "reduce-overhead" and plan.device == "cuda",
+                     backward_in_thread=plan.backward_in_thread)
     t0 = time.perf_counter()
     out["loss_first"] = float(step())  # compiles, creates the optimizer state
     out["warmup_s"] = round(time.perf_counter() - t0, 2)

@@ -91,6 +91,26 @@ def test_train_step_group_quick(tmp_path):
     assert "### train-step" in md and "Time by op family" in md and "tokens/s" in md
 
 
+def test_train_step_backward_in_thread(tmp_path, monkeypatch):
+    real, modes = torch.autograd.set_multithreading_enabled, []
+
+    def recording(mode):
+        modes.append(mode)
+        return real(mode)
+
+    monkeypatch.setattr(torch.autograd, "set_multithreading_enabled", recording)
+    res, md = _bench(tmp_path, "--groups", "train-step", "--shapes", "small", "--ops", "signed",
+                     "--backends", "eager", "--profile-steps", "0", "--backward-in-thread")
+    assert [r for r in res["rows"] if "ms" in r] and not [r for r in res["rows"] if "error" in r]
+    assert modes and not any(modes)  # every step's backward asked for the calling thread
+    assert res["settings"]["backward_in_thread"] is True
+    assert "`--backward-in-thread`" in md
+    modes.clear()
+    res, _ = _bench(tmp_path, "--groups", "train-step", "--shapes", "small", "--ops", "signed",
+                    "--backends", "eager", "--profile-steps", "0")
+    assert modes and all(modes) and res["settings"]["backward_in_thread"] is False
+
+
 def test_host_group_quick(tmp_path):
     res, md = _bench(tmp_path, "--groups", "host", "--ops", "linear_recurrence,reference,signed")
     rows = res["rows"]
