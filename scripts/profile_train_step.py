@@ -80,6 +80,8 @@ def main() -> int:
               f"{profiled['busy_ms_per_step']:.2f} ms/step (under the profiler); "
               f"{kernels / 5:.0f} kernels/step; by family {profiled['families_ms_per_step']}")
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top))
+        # The GPU side: which kernels own the busy time (the elementwise share above all).
+        print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=args.top))
         pr = cProfile.Profile()
         pr.enable()
         for _ in range(10):
