@@ -124,7 +124,11 @@ def fit_torch(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
         logits = model(tok)
         loss = loss_fn(logits.reshape(-1, logits.shape[-1]), lab.reshape(-1))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        # On this thread, not the autograd engine's device thread: a small model's step is
+        # bound by host time, and the hand-off cost up to 12 % of a training step on an H100
+        # host (docs/results/gpu-h200.md, twenty-fifth round). No effect on the CPU.
+        with torch.autograd.set_multithreading_enabled(False):
+            loss.backward()
         if cfg.grad_clip:
             nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()

@@ -29,8 +29,10 @@ def unsupported_reason(x: torch.Tensor, weight: torch.Tensor | None, bias: torch
 
 
 def prefer_over_eager(*args, **kwargs) -> bool:
-    """Whether ``auto`` should pick the kernels: not until they are timed on a GPU against
-    PyTorch's LayerNorm and the cast after it (``MINGRU_SCAN=triton`` runs them)."""
+    """Whether ``auto`` should pick the kernels: not yet. On an H100 their GPU time is 1.2–3.1×
+    below PyTorch's LayerNorm and its cast, but their host time per fwd+bwd is 0.4–0.5 ms
+    above it, and a training step that took them ran slower (B8 T2048 d512: 11.2 → 17.5 ms;
+    docs/results/gpu-h200.md, twenty-fifth round). ``MINGRU_SCAN=triton`` runs them."""
     return False
 
 

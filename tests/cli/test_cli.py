@@ -240,6 +240,20 @@ def test_train_writes_json_and_plot_and_is_reproducible(tmp_path, capsys):
     assert other["curve"] != model["curve"]
 
 
+def test_train_runs_its_backward_on_the_calling_thread(tmp_path, monkeypatch):
+    import torch
+
+    real, modes = torch.autograd.set_multithreading_enabled, []
+
+    def recording(mode):
+        modes.append(mode)
+        return real(mode)
+
+    monkeypatch.setattr(torch.autograd, "set_multithreading_enabled", recording)
+    assert main(_tiny_args(tmp_path)) == 0
+    assert len(modes) == 6 and not any(modes)  # one backward per step, each in-thread
+
+
 def test_train_heterogeneous_stack_and_mqar(monkeypatch):
     import mingru
     from mingru_cli import train as train_mod
