@@ -91,14 +91,8 @@ def test_train_step_group_quick(tmp_path):
     assert "### train-step" in md and "Time by op family" in md and "tokens/s" in md
 
 
-def test_train_step_backward_in_thread(tmp_path, monkeypatch):
-    real, modes = torch.autograd.set_multithreading_enabled, []
-
-    def recording(mode):
-        modes.append(mode)
-        return real(mode)
-
-    monkeypatch.setattr(torch.autograd, "set_multithreading_enabled", recording)
+def test_train_step_backward_in_thread(tmp_path, backward_thread_modes):
+    modes = backward_thread_modes
     res, md = _bench(tmp_path, "--groups", "train-step", "--shapes", "small", "--ops", "signed",
                      "--backends", "eager", "--profile-steps", "0", "--backward-in-thread")
     assert [r for r in res["rows"] if "ms" in r] and not [r for r in res["rows"] if "error" in r]

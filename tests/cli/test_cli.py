@@ -240,18 +240,10 @@ def test_train_writes_json_and_plot_and_is_reproducible(tmp_path, capsys):
     assert other["curve"] != model["curve"]
 
 
-def test_train_runs_its_backward_on_the_calling_thread(tmp_path, monkeypatch):
-    import torch
-
-    real, modes = torch.autograd.set_multithreading_enabled, []
-
-    def recording(mode):
-        modes.append(mode)
-        return real(mode)
-
-    monkeypatch.setattr(torch.autograd, "set_multithreading_enabled", recording)
+def test_train_runs_its_backward_on_the_calling_thread(tmp_path, backward_thread_modes):
     assert main(_tiny_args(tmp_path)) == 0
-    assert len(modes) == 6 and not any(modes)  # one backward per step, each in-thread
+    # One backward per step, each on the calling thread.
+    assert len(backward_thread_modes) == 6 and not any(backward_thread_modes)
 
 
 def test_train_heterogeneous_stack_and_mqar(monkeypatch):
