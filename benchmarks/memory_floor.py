@@ -175,19 +175,22 @@ def main() -> int:
     parser.add_argument("--out", default="out")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--ops", default="", help="comma-separated ops (default: all)")
+    parser.add_argument("--shapes", default="",
+                        help="comma-separated shape names of the fixed cases (default: all)")
     parser.add_argument("--no-jax", action="store_true")
     parser.add_argument("--ladder", action="store_true",
                         help="instead of the fixed cases: every op at every LADDER shape, fwd "
                              "and fwd+bwd")
     args = parser.parse_args()
     ops = {o for o in args.ops.split(",") if o}
+    shapes = {s for s in args.shapes.split(",") if s}
     cases = CASES
     if args.ladder:
         cases = [(op, shape, ("fwd", "fwd+bwd")) for op in LADDER_OPS for shape in LADDER]
     bw = copy_bandwidth("cuda") / 1e3  # bytes per ms
     rows = []
     for op, shape, modes in cases:
-        if ops and op not in ops:
+        if (ops and op not in ops) or (shapes and shape not in shapes):
             continue
         B, T, D = SHAPES[shape]
         for mode in modes:

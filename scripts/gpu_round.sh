@@ -11,6 +11,8 @@
 # rotation-cells (the Givens and rotation mixers' fused cells: GPU tests, then both mixers against the plain form)
 # layout (the scans' layout switches, unmasked whole tiles and a column per thread, against the shipped kernels: GPU tests, shipped plans, walk tiles at the big shape; LAYOUT_SHAPES, LAYOUT_OPS, LAYOUT_BWD=1, LAYOUT_TILES, LAYOUT_TILE_OPS)
 # jax-lookback (linear_recurrence forward through jax-triton and PyTorch on the look-back and the chunked strategy, forced; JAX_LB_SHAPES)
+# jax-16k (memory_floor.py and jax_triton_vs_torch.py on the same 16k rows, to reconcile them)
+# host-round (host time paired in one process: cached launches A/B, the fwd+bwd breakdown, optionally under taskset HOST_CPUS, the training step's backward thread)
 # walk-bwd (the backward walks' tiles at the big shape, the backward's own time; WALK_OPS, WALK_TILES, WALK_SHAPES, WALK_DENSE=1)
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
 # WALK_BWD=1 for fwd+bwd; walk-only: the sweep without the pipelining tests),
@@ -221,6 +223,30 @@ for s in "$@"; do
         tests/kernels/test_layer_norm.py tests/torch/test_mixer_compile.py \
         tests/kernels/test_delta_rule.py -k "layer_norm or reduce_overhead or head_sizes or gpu_matches" \
         2>&1 | grep --line-buffered -v -i warn | tail -12 ;;
+    host-round)
+      # Host time, each comparison paired inside one process (hosts drift between processes):
+      # cached launches against Triton's own path, the fwd+bwd breakdown (with HOST_CPUS, e.g.
+      # 0-1, once more pinned by taskset: is the device thread's cost core migration?), and the
+      # training step's backward on the device thread against the calling thread.
+      timeout 200 python3 scripts/profile_overhead.py --shape 16,1024,64 --ab-cache 2>&1 \
+        | grep --line-buffered -v -i warn | tee -a "$OUT/host-round.log"
+      for cpus in "" ${HOST_CPUS:-}; do
+        echo "--- breakdown${cpus:+, taskset -c $cpus}" | tee -a "$OUT/host-round.log"
+        timeout 150 ${cpus:+taskset -c $cpus} python3 scripts/profile_overhead.py \
+          --shape 16,1024,64 --breakdown 2>&1 | head -24 | tee -a "$OUT/host-round.log"
+      done
+      timeout 200 python3 scripts/train_step_threads.py --rounds 9 2>&1 \
+        | grep --line-buffered -v -i warn | tee -a "$OUT/host-round.log" ;;
+    jax-16k)
+      # memory_floor.py and jax_triton_vs_torch.py disagreed on jax-triton's forward at
+      # B16 T16384 D128 (2.2x against 0.92x PyTorch's wall time, twenty-fifth and twenty-fourth
+      # rounds): both harnesses on the same shape in one call.
+      timeout 200 python3 benchmarks/memory_floor.py --ops linear_recurrence,parallel_scan_log \
+        --shapes 16k --repeats 50 --out "$OUT/jax-16k-floor" 2>&1 | grep --line-buffered '^{' \
+        | tee -a "$OUT/jax-16k.log"
+      timeout 200 python3 scripts/jax_triton_vs_torch.py --ops linear_recurrence,parallel_scan_log \
+        --shapes 16x16384x128 --json "$OUT/jax-16k-vs-torch.json" 2>&1 \
+        | grep --line-buffered -v -i warn | tail -12 | tee -a "$OUT/jax-16k.log" ;;
     layer-norm) timeout 200 python3 benchmarks/layer_norm.py --json "$OUT/layer-norm.jsonl" 2>&1 \
         | grep --line-buffered -v -i warn | tail -14 ;;
     train-triton) timeout 400 python3 -m mingru bench --device cuda --groups train-step \
