@@ -73,6 +73,14 @@ def test_a_repeat_launch_goes_to_the_compiled_kernel_with_the_bound_arguments():
     assert len(kernel.jit_calls) == 3 and len(kernel.runs) == 1
 
 
+def test_an_unhashable_argument_takes_tritons_path():
+    kernel = _FakeKernel()
+    launch = CachedLaunch(kernel, device=lambda: 0, stream=lambda device: 0)
+    for _ in range(2):
+        launch[(1,)](torch.randn(8), [8, 9], 0.5, BLOCK=16, MODE=0)
+    assert len(kernel.jit_calls) == 2 and not kernel.runs and not launch._cache
+
+
 def test_an_unknown_compiled_kernel_is_never_cached():
     kernel = _FakeKernel()
     kernel.compiled = types.SimpleNamespace(run=lambda *a: None)  # no launch metadata
