@@ -46,7 +46,7 @@ from mingru_cli.bench_common import (
 from mingru_cli.bench_plans import TRAIN_MIXERS, group_shapes
 from mingru_cli.bench_profile import FAMILIES, profile_steps
 
-__all__ = ["BACKENDS", "VOCAB", "build_model", "make_step", "mixer_kwargs", "parse_backend", "run",
+__all__ = ["BACKENDS", "VOCAB", "build_model", "build_training", "make_step", "mixer_kwargs", "parse_backend", "run",
            "speedups", "table",
            "time_steps"]
 
@@ -143,20 +143,29 @@ def time_steps(step: Callable[[], Any], device: str, repeats: int,
     return times, (time.perf_counter() - t0) * 1e3 / max(1, repeats)
 
 
+def build_training(name: str, backend: str, B: int, T: int, d: int, L: int,
+                   device: str) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.Tensor]:
+    """What a row's steps run on: the model (its blocks compiled for a ``compile(...)``
+    backend), AdamW over it and the fixed token batch ``(B, T + 1)``."""
+    model = build_model(name, d, L, device)
+    if backend.startswith("compile("):
+        _compile_blocks(model, parse_backend(backend)[1])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randint(0, VOCAB, (B, T + 1), generator=g).to(device)
+    return model, opt, tokens
+
+
 def _measure(plan: Any, name: str, backend: str, B: int, T: int, d: int,
              L: int) -> dict[str, Any]:
     import torch._dynamo
 
     out: dict[str, Any] = {}
-    model = build_model(name, d, L, plan.device)
-    out["parameters"] = sum(p.numel() for p in model.parameters())
     mode, compile_mode = parse_backend(backend)
     if backend.startswith("compile("):
         torch._dynamo.utils.counters.clear()
-        _compile_blocks(model, compile_mode)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(3)
-    tokens = torch.randint(0, VOCAB, (B, T + 1), generator=g).to(plan.device)
+    model, opt, tokens = build_training(name, backend, B, T, d, L, plan.device)
+    out["parameters"] = sum(p.numel() for p in model.parameters())
     step = make_step(model, opt, tokens, plan.device, mode,
                      cudagraphs=compile_mode == "reduce-overhead" and plan.device == "cuda",
                      backward_in_thread=plan.backward_in_thread)

@@ -60,9 +60,10 @@ class _Twice(torch.autograd.Function):
         return g * 2
 
 
-def wall_us(fn, n: int = 300, rounds: int = 5) -> float:
-    """Median over rounds of host wall time per call (sync only at the round's end)."""
-    for _ in range(20):
+def wall_us(fn, n: int = 300, rounds: int = 5, warmup: int = 20) -> float:
+    """Median over rounds of host wall time per call (sync only at the round's end), after
+    ``warmup`` untimed calls."""
+    for _ in range(warmup):
         fn()
     _sync()
     out = []
@@ -106,8 +107,9 @@ class _Glue(torch.autograd.Function):
         return torch.empty_like(a), torch.empty_like(a)
 
 
-def _breakdown_rows(a, b, launcher) -> dict:
-    """Rows that split ``launcher.run`` fwd+bwd into its parts (see ``--breakdown``)."""
+def _breakdown_rows(a, b, launcher, run_fwd_bwd) -> dict:
+    """Rows that split ``run_fwd_bwd`` (``launcher.run`` fwd+bwd) into its parts (see
+    ``--breakdown``)."""
 
     def harness_one():
         a.grad = None
@@ -126,11 +128,6 @@ def _breakdown_rows(a, b, launcher) -> dict:
             with torch.autograd.set_multithreading_enabled(False):
                 fn()
         return call
-
-    def run_fwd_bwd():
-        a.grad = b.grad = None
-        P, Z = launcher.run(a, b)
-        (P.sum() + Z.sum()).backward()
 
     P0, Z0 = launcher._fwd_impl(a.detach(), b.detach())
     ones = torch.ones((), device=a.device)
@@ -194,7 +191,7 @@ def _ab_cache(a, b, rounds: int = 21, n: int = 100) -> None:
                 order = ("triton", "cached") if r % 2 == 0 else ("cached", "triton")
                 for variant in order:
                     use(variant)
-                    times[variant].append(wall_us(fn, n=n, rounds=1))
+                    times[variant].append(wall_us(fn, n=n, rounds=1, warmup=0))
             ratio = statistics.median(c / t for t, c in zip(times["triton"], times["cached"],
                                                             strict=True))
             print(f"  {name:18s} {mode:8s} triton path {statistics.median(times['triton']):7.1f}"
@@ -297,7 +294,7 @@ def main() -> None:
                  "_fwd_impl alone": lambda: launcher._fwd_impl(a.detach(), b.detach()),
                  "_bwd_impl alone": lambda: launcher._bwd_impl(a.detach(), P0, Z0, dP0, dZ0)})
     if args.breakdown:
-        rows.update(_breakdown_rows(a, b, launcher))
+        rows.update(_breakdown_rows(a, b, launcher, run_fwd_bwd))
     if args.ab_cache:
         _ab_cache(a, b)
         return

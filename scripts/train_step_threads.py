@@ -34,13 +34,8 @@ def main() -> None:
           "device thread, median of per-round ratios")
     for name in args.mixers.split(","):
         for backend in args.backends.split(","):
-            model = bench_train.build_model(name, d, L, "cuda")
-            mode, compile_mode = bench_train.parse_backend(backend)
-            if backend.startswith("compile("):
-                bench_train._compile_blocks(model, compile_mode)
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-            g = torch.Generator().manual_seed(3)
-            tokens = torch.randint(0, bench_train.VOCAB, (B, T + 1), generator=g).cuda()
+            model, opt, tokens = bench_train.build_training(name, backend, B, T, d, L, "cuda")
+            mode = bench_train.parse_backend(backend)[0]
             steps = {thread: bench_train.make_step(model, opt, tokens, "cuda", mode,
                                                    backward_in_thread=thread == "calling")
                      for thread in ("device", "calling")}

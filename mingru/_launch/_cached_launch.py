@@ -61,7 +61,7 @@ class CachedLaunch:
             knobs = None
         self._hooks = None if knobs is None else knobs.runtime
         self.kernel = kernel
-        self._cache: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
+        self._cache: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._names = tuple(kernel.arg_names)
         self._defaults = {p.name: p.default for p in kernel.params if p.has_default}
         if device is None or stream is None:
@@ -86,7 +86,7 @@ class CachedLaunch:
         except TypeError:  # an unhashable argument: every such launch takes Triton's path
             self.kernel[grid](*args, **kwargs)
             return
-        if entry is None or self._hooks is None:
+        if entry is None:  # (never stored without Triton's hooks: see _first_launch)
             self._first_launch(key, grid, args, kwargs)
             return
         run, function, metadata, launch_metadata, tail = entry
