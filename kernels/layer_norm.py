@@ -15,8 +15,10 @@ stored in ``y``'s dtype; ``mean`` and ``rstd`` (float32, ``(N,)``) are kept for 
 
 Backward, one program per group of rows: with ``x̂ = (x − mean)·rstd`` and ``g = dy·w``,
 ``dx = rstd·(g − x̂·mean(g·x̂) − mean(g))`` in ``x``'s dtype; the group's partial sums of
-``dy·x̂`` and ``dy`` (the weight and bias gradients) go to one float32 row per group, which the
-launcher sums (a few hundred rows instead of ``N``).
+``dy·x̂`` and ``dy`` (the weight and bias gradients) go to one float32 row per group. A second,
+small kernel sums those rows (a few hundred instead of ``N``) column by column and stores the
+weight and bias gradients in their parameters' dtypes: one launch where two ``sum``s and two
+casts on the host would cost four calls on the backward's host path.
 """
 
 from __future__ import annotations
@@ -74,3 +76,26 @@ def layer_norm_bwd_kernel(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_p
             db += dy
     tl.store(dw_ptr + group.to(tl.int64) * D + cols, dw, mask=ok)
     tl.store(db_ptr + group.to(tl.int64) * D + cols, db, mask=ok)
+
+
+@triton.jit
+def layer_norm_bwd_sum_kernel(dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, groups, D,
+                              HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                              BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr):
+    # One program per BLOCK_D columns walks the ``groups`` partial rows in float32.
+    cols = tl.program_id(0) * BLOCK_D + tl.arange(0, BLOCK_D)
+    ok = cols < D
+    dw = tl.zeros([BLOCK_D], tl.float32)
+    db = tl.zeros([BLOCK_D], tl.float32)
+    for start in range(0, groups, BLOCK_G):
+        rows = start + tl.arange(0, BLOCK_G)
+        at = rows.to(tl.int64)[:, None] * D + cols[None, :]
+        mask = (rows < groups)[:, None] & ok[None, :]
+        if HAS_W:
+            dw += tl.sum(tl.load(dw_part_ptr + at, mask=mask, other=0.0), axis=0)
+        if HAS_B:
+            db += tl.sum(tl.load(db_part_ptr + at, mask=mask, other=0.0), axis=0)
+    if HAS_W:
+        tl.store(dw_ptr + cols, dw.to(dw_ptr.dtype.element_ty), mask=ok)
+    if HAS_B:
+        tl.store(db_ptr + cols, db.to(db_ptr.dtype.element_ty), mask=ok)

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from mingru_kernels.launch._elementwise import next_pow2
 
-__all__ = ["GROUPS_PER_SM", "MAX_D", "PLAN_KEYS", "bwd_groups", "config", "unsupported_size"]
+__all__ = ["GROUPS_PER_SM", "MAX_D", "PLAN_KEYS", "SUM_BLOCK_D", "SUM_BLOCK_G", "bwd_groups",
+           "config", "sum_grid", "unsupported_size"]
 
 MAX_D = 16384
 """Widest row served: one row lives in registers (see :func:`config` for what spills)."""
@@ -28,6 +29,13 @@ groups mean a smaller final reduction, more mean more loads in flight. At 16384 
 sums of 4.2 MB against the 84 MB the rows move (not timed yet). The row loop keeps its bounds
 check: without it the compiler prefetches the next row, and the backward took 230 registers at
 D = 512 on one warp (166 with it)."""
+
+SUM_BLOCK_D = 32
+"""Columns per program of the partial-gradient sum: D = 512 gives 16 programs, each reading
+its columns of the 1024 partial rows (128 KB per gradient) in float32."""
+
+SUM_BLOCK_G = 64
+"""Partial rows per step of the sum: a 64×32 float32 tile is 16 values per thread at 4 warps."""
 
 PLAN_KEYS: tuple[str, ...] = ()
 """No forced plan choices (the layout has nothing to choose between)."""
@@ -54,6 +62,11 @@ def config(D: int) -> dict[str, int]:
     block = max(16, next_pow2(D))
     return {"BLOCK": block, "num_warps": min(16, max(1, block // 512)),
             "bwd_warps": min(32, max(2, block // 256))}
+
+
+def sum_grid(D: int) -> int:
+    """Programs of the partial-gradient sum for rows of ``D`` features."""
+    return max(1, -(-D // SUM_BLOCK_D))
 
 
 def bwd_groups(N: int, n_sm: int) -> tuple[int, int]:

@@ -26,11 +26,10 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import Any
 
-from mingru_kernels._seam import interpreter_mode
+from mingru_kernels._seam import env_reader, interpreter_mode
 from mingru_kernels.launch import (
     delta_inputs,
     delta_rule,
@@ -55,6 +54,8 @@ PLAN_KEYS: dict[str, tuple[str, ...]] = {
     "delta_inputs": delta_inputs.PLAN_KEYS,
 }
 """The plan choices each op's launcher accepts (``PLAN_KEYS`` of its launch module)."""
+
+_read_poison = env_reader("MINGRU_POISON_OUTPUTS")
 
 # Stack of (op or None, choices, poison or None); the innermost entry wins per key.
 _stack: list[tuple[str | None, dict[str, Any], bool | None]] = []
@@ -92,4 +93,4 @@ def poison_outputs() -> bool:
     for _, _, poison in reversed(_stack):
         if poison is not None:
             return poison
-    return interpreter_mode() or os.environ.get("MINGRU_POISON_OUTPUTS", "") == "1"
+    return interpreter_mode() or _read_poison() == "1"

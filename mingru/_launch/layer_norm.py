@@ -19,7 +19,11 @@ from mingru_kernels.launch import layer_norm as meta
 
 kernels = CachedKernels(layer_norm_kernels)
 
-__all__ = ["prefer_over_eager", "run", "unsupported_reason"]
+__all__ = ["INTERPRETER_SMS", "prefer_over_eager", "run", "unsupported_reason"]
+
+INTERPRETER_SMS = 4
+"""The SM count the backward plans its groups for on the host (Triton's interpreter): a few
+groups, so tests cover the group loop and the partial sums."""
 
 
 def unsupported_reason(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
@@ -59,26 +63,30 @@ def _fwd_impl(x, weight, bias, eps, out_dtype):
     return y, stats
 
 
-def _bwd_impl(x, weight, stats, dy, has_bias):
+def _bwd_impl(x, weight, stats, dy, bias_dtype):
     D = x.shape[-1]
     x2 = x.contiguous().view(-1, D)
     N = x2.shape[0]
     dx = new_tensor(x.shape, x.dtype, x.device)
-    # On the host (the interpreter) a few groups, so tests cover the group loop and the sum.
-    n_sm = elementwise.sm_count(x) if x.is_cuda else 4
-    groups, rows = meta.bwd_groups(max(N, 1), n_sm)
+    dw = x.new_empty(0) if weight is None else new_tensor((D,), weight.dtype, x.device)
+    db = x.new_empty(0) if bias_dtype is None else new_tensor((D,), bias_dtype, x.device)
+    if not N:
+        return dx, dw.zero_(), db.zero_()
+    n_sm = elementwise.sm_count(x) if x.is_cuda else INTERPRETER_SMS
+    groups, rows = meta.bwd_groups(N, n_sm)
     partial = new_tensor((2, groups, D), torch.float32, x.device)
-    if N:
-        cfg = meta.config(D)
-        with device_guard(x):
-            kernels.layer_norm_bwd_kernel[(groups,)](
-                x2, x2 if weight is None else weight, dy.contiguous().view(-1, D), stats[0], stats[1],
-                dx, partial[0], partial[1], N, D, rows, HAS_W=weight is not None,
-                BLOCK=cfg["BLOCK"], num_warps=cfg["bwd_warps"])
-    else:
-        partial.zero_()
-    dw = x.new_empty(0) if weight is None else partial[0].sum(0).to(weight.dtype)
-    db = partial[1].sum(0) if has_bias else x.new_empty(0)
+    cfg = meta.config(D)
+    has_w, has_b = weight is not None, bias_dtype is not None
+    with device_guard(x):
+        kernels.layer_norm_bwd_kernel[(groups,)](
+            x2, x2 if weight is None else weight, dy.contiguous().view(-1, D), stats[0], stats[1],
+            dx, partial[0], partial[1], N, D, rows, HAS_W=has_w,
+            BLOCK=cfg["BLOCK"], num_warps=cfg["bwd_warps"])
+        if has_w or has_b:
+            kernels.layer_norm_bwd_sum_kernel[(meta.sum_grid(D),)](
+                partial[0], partial[1], dw if has_w else partial, db if has_b else partial,
+                groups, D, HAS_W=has_w, HAS_B=has_b,
+                BLOCK_G=meta.SUM_BLOCK_G, BLOCK_D=meta.SUM_BLOCK_D, num_warps=4)
     return dx, dw, db
 
 
@@ -98,18 +106,19 @@ def _(x, weight, bias, eps, out_dtype):
 
 @torch.library.custom_op("mingru::layer_norm_bwd", mutates_args=())
 def layer_norm_bwd(x: torch.Tensor, weight: torch.Tensor | None, stats: torch.Tensor,
-                   dy: torch.Tensor, has_bias: bool
+                   dy: torch.Tensor, bias_dtype: torch.dtype | None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Backward op: ``(dx, dweight, dbias)`` (empty where there is no weight or bias)."""
-    return _bwd_impl(x, weight, stats, dy, has_bias)
+    """Backward op: ``(dx, dweight, dbias)``, the parameter gradients in the weight's and
+    ``bias_dtype`` (empty where there is no weight, or ``bias_dtype`` is ``None``)."""
+    return _bwd_impl(x, weight, stats, dy, bias_dtype)
 
 
 @layer_norm_bwd.register_fake
-def _(x, weight, stats, dy, has_bias):
+def _(x, weight, stats, dy, bias_dtype):
     D = x.shape[-1]
     return (torch.empty_like(x, memory_format=torch.contiguous_format),
             x.new_empty(0) if weight is None else weight.new_empty((D,)),
-            x.new_empty((D,), dtype=torch.float32) if has_bias else x.new_empty(0))
+            x.new_empty(0) if bias_dtype is None else x.new_empty((D,), dtype=bias_dtype))
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -126,9 +135,8 @@ def _backward_formula(ctx, dy, dstats, bwd=layer_norm_bwd):
     if dy is None:
         return None, None, None, None, None
     x, weight, stats = ctx.saved_tensors
-    dx, dw, db = bwd(x, weight, stats, dy, ctx.bias_dtype is not None)
-    return (dx, dw if ctx.has_weight else None,
-            None if ctx.bias_dtype is None else db.to(ctx.bias_dtype), None, None)
+    dx, dw, db = bwd(x, weight, stats, dy, ctx.bias_dtype)
+    return (dx, dw if ctx.has_weight else None, None if ctx.bias_dtype is None else db, None, None)
 
 
 _entry = dual_entry("layer_norm", layer_norm_fwd, _fwd_impl, _setup_context,

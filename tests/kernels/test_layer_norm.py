@@ -60,6 +60,19 @@ def test_matches_float64(D, N, weight, bias):
 
 
 @pytest.mark.interpreter
+def test_many_groups_sum_in_several_steps(monkeypatch):
+    """More partial rows than one step of the gradient sum takes (150 groups of 2 rows against
+    steps of 64), in the parameters' own dtype."""
+    from mingru._launch import layer_norm as launcher
+    from mingru_kernels.launch import layer_norm as meta
+
+    monkeypatch.setattr(launcher, "INTERPRETER_SMS", 20)
+    groups, _ = meta.bwd_groups(300, 20)
+    assert groups > 2 * meta.SUM_BLOCK_G and groups % meta.SUM_BLOCK_G
+    _check(24, 150, True, True)
+
+
+@pytest.mark.interpreter
 def test_autocast_output_dtype_and_values():
     """Under autocast the norm comes out in the autocast dtype: the float32 norm, rounded."""
     norm = _norm(48)
