@@ -29,7 +29,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from mingru_kernels._seam import env_reader, interpreter_mode
+from mingru_kernels._seam import env_reader
 from mingru_kernels.launch import (
     delta_inputs,
     delta_rule,
@@ -55,7 +55,9 @@ PLAN_KEYS: dict[str, tuple[str, ...]] = {
 }
 """The plan choices each op's launcher accepts (``PLAN_KEYS`` of its launch module)."""
 
+# Read for every output a launcher allocates, never while torch.compile traces: the fast reader.
 _read_poison = env_reader("MINGRU_POISON_OUTPUTS")
+_read_interpret = env_reader("TRITON_INTERPRET")
 
 # Stack of (op or None, choices, poison or None); the innermost entry wins per key.
 _stack: list[tuple[str | None, dict[str, Any], bool | None]] = []
@@ -93,4 +95,4 @@ def poison_outputs() -> bool:
     for _, _, poison in reversed(_stack):
         if poison is not None:
             return poison
-    return interpreter_mode() or _read_poison() == "1"
+    return _read_interpret() == "1" or _read_poison() == "1"

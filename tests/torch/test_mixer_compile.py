@@ -83,6 +83,26 @@ def test_mixer_compiles_fullgraph_onto_its_kernels(name):
     _assert_close(got, want, 1e-4)
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize("mode", ["", "triton"], ids=["unset", "triton"])
+def test_mode_from_the_environment_traces_without_a_break(mode, monkeypatch, name="log"):
+    """The seam reads ``MINGRU_SCAN`` and ``TRITON_INTERPRET`` while dynamo traces (no
+    ``use_backend`` override here): those reads must trace, not break the graph."""
+    m = _mixer(name)
+    x, dt = _inputs(2)
+    monkeypatch.setenv("MINGRU_SCAN", mode)
+    graphs: list[str] = []
+
+    def recording_backend(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm.forward
+
+    torch.compile(m, fullgraph=True, backend=recording_backend)(x, delta_t=dt).sum().backward()
+    assert len(graphs) == 1, f"{len(graphs)} graphs: a graph break"
+    if mode == "triton":
+        assert CASES[name][2] in graphs[0]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(CASES))
 def test_mixer_reduce_overhead_captures_and_replays(name):
