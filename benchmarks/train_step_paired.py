@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from mingru_cli import bench_train
+from mingru_cli import bench_profile, bench_train
 
 BACKENDS = ("compile(eager)", "compile(floor)", "compile(triton)")
 FLOOR = "compile(floor)"
@@ -109,6 +109,9 @@ def main() -> None:
                    help=f"train-step backends and {FLOOR}; ratios are to the first")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--steps", type=int, default=10, help="timed steps per round and backend")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="then profile this many steps per backend: GPU-busy ms/step and its "
+                        "split by op family (torch.profiler), and the loop's own ms/step")
     p.add_argument("--json", default=None, help="append one JSON line per mixer")
     p.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run (wall clock)")
     args = p.parse_args()
@@ -140,6 +143,18 @@ def main() -> None:
             row[f"{backend} ms"] = statistics.median(times[backend])
             row[f"{backend} / {first}"] = statistics.median(
                 t / b for t, b in zip(times[backend], base, strict=True))
+        if args.profile_steps:
+            for backend in backends:
+                # One sync at each end: max(host, GPU) per step, against GPU-busy below.
+                _, loop_ms = bench_train.time_steps(steps[backend], args.device,
+                                                    args.profile_steps, wall=False)
+                prof = bench_profile.profile_steps(steps[backend], args.device,
+                                                   args.profile_steps)
+                row[f"{backend} profile"] = {
+                    "loop_ms_per_step": loop_ms,
+                    **{key: prof.get(key) for key in ("busy_ms_per_step", "wall_ms_per_step",
+                                                      "families_ms_per_step", "error")
+                       if key in prof}}
         print(json.dumps(row), flush=True)
         if args.json:
             with open(args.json, "a") as f:
