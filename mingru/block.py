@@ -42,7 +42,8 @@ def mixer_class(name: str) -> type[nn.Module]:
 
 def layer_norm(norm: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
     """``norm(x)`` for a LayerNorm over the last axis of ``x (..., D)``; on the Triton path
-    (``MINGRU_SCAN=triton``; ``auto`` once it is timed faster) one fused kernel per direction
+    (``MINGRU_SCAN=triton``; ``auto`` from 2^24 elements, where it was measured faster: see
+    :func:`mingru._launch.layer_norm.prefer_over_eager`) one fused kernel per direction
     that normalises in float32 and returns the autocast dtype directly when autocast is on
     for ``x``'s device (the dtype the projection after it would cast to), else ``x``'s.
     Under ``torch.compile`` always ``norm(x)``: inductor fuses the norm and its cast.

@@ -8,7 +8,8 @@ cross-entropy on a fixed random batch, ``torch.optim.AdamW``, bf16 autocast::
     loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
 
 Backends: ``eager``, ``auto`` and ``triton`` (``use_backend``, no compile; ``triton`` also
-takes the kernels ``auto`` does not pick yet, such as the blocks' fused LayerNorm), ``compile(eager)`` and
+takes the kernels ``auto`` does not pick at that size, such as the blocks' fused LayerNorm
+below 2^24 elements), ``compile(eager)`` and
 ``compile(triton)`` (every block ``torch.compile``d in place — regional compilation, the
 blocks share one compiled graph — run under ``use_backend(X)``), and, only when named,
 ``compile(eager, reduce-overhead)`` / ``compile(triton, reduce-overhead)`` (the same with CUDA

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from mingru_kernels.launch._elementwise import next_pow2
 
-__all__ = ["GROUPS_PER_SM", "MAX_D", "PLAN_KEYS", "SUM_BLOCK_D", "SUM_BLOCK_G", "bwd_groups",
-           "config", "sum_grid", "unsupported_size"]
+__all__ = ["AUTO_MIN_ELEMENTS", "GROUPS_PER_SM", "MAX_D", "PLAN_KEYS", "SUM_BLOCK_D",
+           "SUM_BLOCK_G", "bwd_groups", "config", "prefer_fused", "sum_grid", "unsupported_size"]
 
 MAX_D = 16384
 """Widest row served: one row lives in registers (see :func:`config` for what spills)."""
@@ -29,6 +29,16 @@ groups mean a smaller final reduction, more mean more loads in flight. At 16384 
 sums of 4.2 MB against the 84 MB the rows move (not timed yet). The row loop keeps its bounds
 check: without it the compiler prefetches the next row, and the backward took 230 registers at
 D = 512 on one warp (166 with it)."""
+
+AUTO_MIN_ELEMENTS = 1 << 24
+"""The smallest input (rows × features) for which ``auto`` takes the fused LayerNorm over
+PyTorch's. Its GPU time is 1.6–3.1× below PyTorch's norm and cast, but its forward and
+backward are Python (an ``autograd.Function``, the backward on the autograd engine's device
+thread) where PyTorch's are C++: about 0.3 ms more host time per norm, fwd+bwd. Measured on an
+NVIDIA H100, paired in one process (``benchmarks/train_step_paired.py --backends auto,triton``,
+twenty-sixth round): the training step B8 T2048 d512 L4 (norms of 2^23 elements, the step
+bound by host time) ran 1.17× slower with it; B4 T4096 d1024 L8 (2^24 elements, bound by the
+GPU) ran 0.91× the time, for both the log and the signed mixer."""
 
 SUM_BLOCK_D = 32
 """Columns per program of the partial-gradient sum: D = 512 gives 16 programs, each reading
@@ -62,6 +72,12 @@ def config(D: int) -> dict[str, int]:
     block = max(16, next_pow2(D))
     return {"BLOCK": block, "num_warps": min(16, max(1, block // 512)),
             "bwd_warps": min(32, max(2, block // 256))}
+
+
+def prefer_fused(n_elements: int) -> bool:
+    """Whether ``auto`` takes the fused norm for an input of ``n_elements`` (see
+    :data:`AUTO_MIN_ELEMENTS`)."""
+    return n_elements >= AUTO_MIN_ELEMENTS
 
 
 def sum_grid(D: int) -> int:

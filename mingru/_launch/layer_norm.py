@@ -32,12 +32,14 @@ def unsupported_reason(x: torch.Tensor, weight: torch.Tensor | None, bias: torch
     return elementwise.unsupported_reason(x) or meta.unsupported_size(x.shape[-1])
 
 
-def prefer_over_eager(*args, **kwargs) -> bool:
-    """Whether ``auto`` should pick the kernels: not yet. On an H100 their GPU time is 1.2–3.1×
-    below PyTorch's LayerNorm and its cast, but their host time per fwd+bwd is 0.4–0.5 ms
-    above it, and a training step that took them ran slower (B8 T2048 d512: 11.2 → 17.5 ms;
-    docs/results/gpu-h200.md, twenty-fifth round). ``MINGRU_SCAN=triton`` runs them."""
-    return False
+def prefer_over_eager(x: torch.Tensor, *args, **kwargs) -> bool:
+    """Whether ``auto`` should pick the kernels: for inputs of at least
+    :data:`mingru_kernels.launch.layer_norm.AUTO_MIN_ELEMENTS` elements (``2^24``). Below
+    that their extra host time (a Python forward and backward against PyTorch's C++ ones)
+    outweighs their GPU time saved: a training step at B8 T2048 d512 ran 1.17× slower with
+    them, one at B4 T4096 d1024 0.91× the time (NVIDIA H100; docs/results/gpu-h200.md,
+    twenty-sixth round). ``MINGRU_SCAN=triton`` runs them at every size."""
+    return meta.prefer_fused(x.numel())
 
 
 def run(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,

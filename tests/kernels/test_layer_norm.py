@@ -124,7 +124,13 @@ def test_custom_op_registration():
                     "test_aot_dispatch_dynamic"),
     )
     assert set(result.values()) == {"SUCCESS"}, result
-    assert launcher.prefer_over_eager(x) is False  # auto keeps PyTorch's norm until timed
+    # auto takes the fused norm from 2^24 elements (measured faster there), not below
+    from mingru_kernels.launch import layer_norm as meta
+
+    assert launcher.prefer_over_eager(x) is False
+    assert launcher.prefer_over_eager(x.new_empty(()).expand(16384, 1024)) is True
+    assert launcher.prefer_over_eager(x.new_empty(()).expand(8192, 1024)) is False
+    assert meta.AUTO_MIN_ELEMENTS == 16384 * 1024
 
 
 @pytest.mark.interpreter
