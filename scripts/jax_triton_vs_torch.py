@@ -18,6 +18,10 @@ overlapped). Every row checks that the jax outputs match torch's (a strided samp
 the jitted HLO holds ``triton_kernel_call`` custom calls. The table is printed and written as
 JSON (``ratio`` = jax / torch per row).
 
+``--call-floor`` adds, per shape, a jitted ``x * 2`` on a ``(B, T, D)`` array against PyTorch's,
+timed the same way: what a synced call of that size costs each framework with no kernel of
+ours in it. Its jax − torch difference is the part of an op's ratio no launcher can change.
+
 ``--dump DIR`` writes what both sides compiled: per kernel variant the constexprs, which
 runtime ints were specialised as divisible by 16, ``num_warps`` / ``num_stages``, shared
 memory, and the PTX (files plus a count of 128-bit ``ld/st.global.v4`` against 32-bit
@@ -213,6 +217,14 @@ class TorchSide:
             if self.device == "cuda":
                 torch.cuda.empty_cache()
 
+    def trivial(self, host: np.ndarray, args) -> dict[str, Any]:
+        """``x * 2`` on ``host``'s size (one elementwise kernel), timed like an op: the
+        framework's own cost of a synced call of that size."""
+        x = self.torch.from_numpy(host).to(self.device)
+        res = timed(lambda: x * 2, self.sync, args.iters, args.warmup, args.loop, args.budget)
+        res.pop("out")
+        return res
+
     def compiled(self) -> list[dict[str, Any]]:
         """Every CompiledKernel in the device caches of the kernels these ops launch."""
         import importlib
@@ -254,6 +266,18 @@ class JaxSide:
 
     def sync(self, out) -> None:
         self.jax.block_until_ready(out)
+
+    def trivial(self, host: np.ndarray, args) -> dict[str, Any]:
+        """The jitted ``x * 2`` on ``host``'s size, timed like an op (see ``TorchSide``)."""
+        x = self.jax.device_put(host)
+        double = self.jax.jit(lambda v: v * 2)
+        try:
+            res = timed(lambda: double(x), self.sync, args.iters, args.warmup, args.loop,
+                        args.budget)
+            res.pop("out")
+            return res
+        finally:
+            x.delete()
 
     def function(self, op: str, mode: str, backend: str):
         jax, mingru_jax = self.jax, self.mingru_jax
@@ -366,6 +390,10 @@ def main() -> int:
     p.add_argument("--stock", action="store_true",
                    help="also time jax-triton's own compile (the hook off)")
     p.add_argument("--no-eager", action="store_true", help="skip the XLA eager twin")
+    p.add_argument("--call-floor", action="store_true",
+                   help="per shape, also time x * 2 on a (B, T, D) array in both frameworks, "
+                        "synced per call: each framework's own cost of such a call, the part "
+                        "of a jax / torch ratio no kernel or launcher can change")
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--plan", default="", type=parse_plan,
                    help="force launch-plan choices on both sides, e.g. 'strategy=lookback' or "
@@ -432,6 +460,17 @@ def main() -> int:
               + f"{'loop t/j':>15} {'max rel':>8} {'tk':>3}")
     print(header)
     for B, T, D, modes in parse_shapes(args.shapes):
+        if args.call_floor and torch_side is not None and jax_side is not None:
+            host = np.random.default_rng(0).standard_normal((B, T, D), dtype=np.float32)
+            row = dict(op="x * 2", shape=[B, T, D], mode="fwd", dtype=str(host.dtype),
+                       torch=torch_side.trivial(host, args), jax=jax_side.trivial(host, args))
+            row["jax"]["ratio_vs_torch"] = row["jax"]["ms"] / row["torch"]["ms"]
+            row["jax"]["extra_ms_per_synced_call"] = row["jax"]["ms"] - row["torch"]["ms"]
+            rows.append(row)
+            t, j = row["torch"], row["jax"]
+            print(f"{'x * 2':<18} {f'{B}x{T}x{D}':<14} {'fwd':<8} {_fmt(t['ms'], 9)} "
+                  f"{_fmt(j['ms'], 9)} {_fmt(j['ratio_vs_torch'], 6, 2)}   loop "
+                  f"{_fmt(t['loop_ms'], 7)}/{_fmt(j['loop_ms'], 7)}", flush=True)
         for op in args.ops:
             host = make_inputs(op, B, T, D, args.dtype)
             # Forced choices are read when a launch is planned: while torch calls and while
@@ -508,7 +547,8 @@ def main() -> int:
             kernels = write_dump(dump, "torch", torch_side.compiled())
             print_kernels("torch", kernels)
             result["torch_compiled"] = kernels
-    ratios = [r["jax"]["ratio_vs_torch"] for r in rows if "ratio_vs_torch" in r.get("jax", {})]
+    ratios = [r["jax"]["ratio_vs_torch"] for r in rows
+              if "ratio_vs_torch" in r.get("jax", {}) and r["op"] in args.ops]
     if ratios:
         result["worst_ratio"] = max(ratios)
         print(f"\nworst jax/torch ratio {max(ratios):.2f} (target <= 1.15)")
