@@ -22,13 +22,12 @@ ratios are medians of per-round ratios.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from train_step_paired import cell_replaced
+from train_step_paired import cell_replaced, emit, paired_ratio
 
 from mingru_cli import bench_mixers
 from mingru_cli.bench_common import fwd_bwd, time_call
@@ -101,15 +100,9 @@ def main() -> None:
                     if base not in times:
                         continue
                     for backend in (FLOOR, "triton"):
-                        row[f"{backend} / {base}"] = statistics.median(
-                            t / b for t, b in zip(times[backend], times[base], strict=True))
-                print(json.dumps(row), flush=True)
-                if args.json:
-                    with open(args.json, "a") as f:
-                        f.write(json.dumps(row) + "\n")
+                        row[f"{backend} / {base}"] = paired_ratio(times[backend], times[base])
                 del calls
-                if args.device == "cuda":
-                    torch.cuda.empty_cache()
+                emit(row, args.json, args.device)
             del module, x
 
 

@@ -101,6 +101,22 @@ def make_steps(mixer: str, shape: tuple[int, int, int, int], device: str,
     return steps
 
 
+def paired_ratio(times: list[float], base: list[float]) -> float:
+    """The median of per-round ratios ``times[r] / base[r]``."""
+    return statistics.median(t / b for t, b in zip(times, base, strict=True))
+
+
+def emit(row: dict[str, Any], json_path: str | None, device: str) -> None:
+    """Print ``row`` as JSON, append it to ``json_path`` (if given), and hand the finished
+    case's memory back to the GPU before the next."""
+    print(json.dumps(row), flush=True)
+    if json_path:
+        with open(json_path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mixers", default="log,signed")
@@ -141,8 +157,7 @@ def main() -> None:
                                "gpu": gpu, "torch": torch.__version__}
         for backend in backends:
             row[f"{backend} ms"] = statistics.median(times[backend])
-            row[f"{backend} / {first}"] = statistics.median(
-                t / b for t, b in zip(times[backend], base, strict=True))
+            row[f"{backend} / {first}"] = paired_ratio(times[backend], base)
         if args.profile_steps:
             for backend in backends:
                 # One sync at each end: max(host, GPU) per step, against GPU-busy below.
@@ -155,13 +170,8 @@ def main() -> None:
                     **{key: prof.get(key) for key in ("busy_ms_per_step", "wall_ms_per_step",
                                                       "families_ms_per_step", "error")
                        if key in prof}}
-        print(json.dumps(row), flush=True)
-        if args.json:
-            with open(args.json, "a") as f:
-                f.write(json.dumps(row) + "\n")
         del steps
-        if args.device == "cuda":
-            torch.cuda.empty_cache()
+        emit(row, args.json, args.device)
 
 
 if __name__ == "__main__":
