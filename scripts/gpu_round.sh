@@ -11,7 +11,7 @@
 # rotation-cells (the Givens and rotation mixers' fused cells: GPU tests, then both mixers against the plain form)
 # layout (the scans' layout switches, unmasked whole tiles and a column per thread, against the shipped kernels: GPU tests, shipped plans, walk tiles at the big shape; LAYOUT_SHAPES, LAYOUT_OPS, LAYOUT_BWD=1, LAYOUT_TILES, LAYOUT_TILE_OPS)
 # jax-lookback (linear_recurrence forward through jax-triton and PyTorch on the look-back and the chunked strategy, forced; JAX_LB_SHAPES)
-# jax-16k (memory_floor.py and jax_triton_vs_torch.py on the same 16k rows, to reconcile them)
+# jax-16k (memory_floor.py and jax_triton_vs_torch.py on the same 16k rows, to reconcile them, and each framework's own cost of a synced call there: --call-floor)
 # host-round (host time paired in one process: cached launches A/B, the fwd+bwd breakdown, optionally under taskset HOST_CPUS, the training step's backward thread)
 # walk-bwd (the backward walks' tiles at the big shape, the backward's own time; WALK_OPS, WALK_TILES, WALK_SHAPES, WALK_DENSE=1)
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
@@ -240,12 +240,13 @@ for s in "$@"; do
     jax-16k)
       # memory_floor.py and jax_triton_vs_torch.py disagreed on jax-triton's forward at
       # B16 T16384 D128 (2.2x against 0.92x PyTorch's wall time, twenty-fifth and twenty-fourth
-      # rounds): both harnesses on the same shape in one call.
+      # rounds): both harnesses on the same shape in one call (they agreed in the twenty-sixth;
+      # --call-floor adds each framework's own cost of a synced call of that size).
       timeout 200 python3 benchmarks/memory_floor.py --ops linear_recurrence,parallel_scan_log \
         --shapes 16k --repeats 50 --out "$OUT/jax-16k-floor" 2>&1 | grep --line-buffered '^{' \
         | tee -a "$OUT/jax-16k.log"
       timeout 200 python3 scripts/jax_triton_vs_torch.py --ops linear_recurrence,parallel_scan_log \
-        --shapes 16x16384x128 --json "$OUT/jax-16k-vs-torch.json" 2>&1 \
+        --shapes 16x16384x128 --call-floor --json "$OUT/jax-16k-vs-torch.json" 2>&1 \
         | grep --line-buffered -v -i warn | tail -12 | tee -a "$OUT/jax-16k.log" ;;
     layer-norm) timeout 200 python3 benchmarks/layer_norm.py --json "$OUT/layer-norm.jsonl" 2>&1 \
         | grep --line-buffered -v -i warn | tail -14 ;;
