@@ -15,7 +15,9 @@ step and GPU; if it is above the target, the target needs the rest of the step (
 optimizer, norms) to get faster than inductor makes it, not a faster mixer.
 
 Any backend of the ``train-step`` group can be listed too (e.g. ``auto,triton``: the library's
-default against it plus the kernels ``auto`` does not pick yet, such as the fused LayerNorm).
+default against it plus the kernels ``auto`` does not pick at that size, such as the fused
+LayerNorm), and any backend with ``+fused-adamw`` (e.g. ``auto,auto+fused-adamw``): the same
+step with ``torch.optim.AdamW(..., fused=True)`` instead of PyTorch's default AdamW.
 Hosts drift by a third between processes, so the backends are built side by side (each with
 its own AdamW, the same initial weights and tokens), warmed up, then timed round by round in
 alternating order; each round gives the median of ``--steps`` steps (CUDA events), and the
@@ -43,6 +45,7 @@ from mingru_cli import bench_profile, bench_train
 
 BACKENDS = ("compile(eager)", "compile(floor)", "compile(triton)")
 FLOOR = "compile(floor)"
+FUSED_ADAMW = "+fused-adamw"
 CELLS = {"log": ("mingru.mixers.log", "mingru_cell", 2),
          "signed": ("mingru.mixers.signed", "signed_mingru_cell", 3)}
 
@@ -87,11 +90,13 @@ def make_steps(mixer: str, shape: tuple[int, int, int, int], device: str,
     B, T, d, L = shape
     steps = {}
     for backend in backends:
-        compiled = "compile(eager)" if backend == FLOOR else backend
-        model, opt, tokens = bench_train.build_training(mixer, compiled, B, T, d, L, device)
+        base, fused = backend.removesuffix(FUSED_ADAMW), backend.endswith(FUSED_ADAMW)
+        compiled = "compile(eager)" if base == FLOOR else base
+        model, opt, tokens = bench_train.build_training(mixer, compiled, B, T, d, L, device,
+                                                        fused_adamw=fused)
         inner = bench_train.make_step(model, opt, tokens, device,
                                       bench_train.parse_backend(compiled)[0])
-        replace = backend == FLOOR
+        replace = base == FLOOR
 
         def step(inner=inner, replace=replace) -> Any:
             with cell_replaced(mixer, replace):

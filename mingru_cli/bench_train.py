@@ -144,14 +144,16 @@ def time_steps(step: Callable[[], Any], device: str, repeats: int,
     return times, (time.perf_counter() - t0) * 1e3 / max(1, repeats)
 
 
-def build_training(name: str, backend: str, B: int, T: int, d: int, L: int,
-                   device: str) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.Tensor]:
+def build_training(name: str, backend: str, B: int, T: int, d: int, L: int, device: str,
+                   fused_adamw: bool = False,
+                   ) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.Tensor]:
     """What a row's steps run on: the model (its blocks compiled for a ``compile(...)``
-    backend), AdamW over it and the fixed token batch ``(B, T + 1)``."""
+    backend), AdamW over it (PyTorch's default implementation, or ``fused=True``) and the
+    fixed token batch ``(B, T + 1)``."""
     model = build_model(name, d, L, device)
     if backend.startswith("compile("):
         _compile_blocks(model, parse_backend(backend)[1])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **({"fused": True} if fused_adamw else {}))
     g = torch.Generator().manual_seed(3)
     tokens = torch.randint(0, VOCAB, (B, T + 1), generator=g).to(device)
     return model, opt, tokens

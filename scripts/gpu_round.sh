@@ -12,6 +12,7 @@
 # layout (the scans' layout switches, unmasked whole tiles and a column per thread, against the shipped kernels: GPU tests, shipped plans, walk tiles at the big shape; LAYOUT_SHAPES, LAYOUT_OPS, LAYOUT_BWD=1, LAYOUT_TILES, LAYOUT_TILE_OPS)
 # jax-lookback (linear_recurrence forward through jax-triton and PyTorch on the look-back and the chunked strategy, forced; JAX_LB_SHAPES)
 # jax-16k (memory_floor.py and jax_triton_vs_torch.py on the same 16k rows, to reconcile them, and each framework's own cost of a synced call there: --call-floor)
+# adamw (the training step with PyTorch's default AdamW against fused=True, paired)
 # host-round (host time paired in one process: cached launches A/B, the fwd+bwd breakdown, optionally under taskset HOST_CPUS, the training step's backward thread)
 # walk-bwd (the backward walks' tiles at the big shape, the backward's own time; WALK_OPS, WALK_TILES, WALK_SHAPES, WALK_DENSE=1)
 # walk (the long walk's tiles x loop_stages at the big shape; WALK_OPS, WALK_TILES, WALK_SHAPES,
@@ -248,6 +249,14 @@ for s in "$@"; do
       timeout 200 python3 scripts/jax_triton_vs_torch.py --ops linear_recurrence,parallel_scan_log \
         --shapes 16x16384x128 --call-floor --json "$OUT/jax-16k-vs-torch.json" 2>&1 \
         | grep --line-buffered -v -i warn | tail -12 | tee -a "$OUT/jax-16k.log" ;;
+    adamw)
+      # PyTorch's default AdamW against fused=True in the training step, paired in one process
+      # (the optimizer took 1.1 ms of the small step's GPU time in the twenty-sixth round):
+      # whether mingru train should pass fused=True on CUDA.
+      timeout "${ADAMW_TIMEOUT:-400}" python3 benchmarks/train_step_paired.py \
+        --backends "auto,auto+fused-adamw,compile(eager),compile(eager)+fused-adamw" \
+        --rounds 7 --json "$OUT/adamw.jsonl" 2>&1 | grep --line-buffered '^{' \
+        | tee -a "$OUT/adamw.log" ;;
     layer-norm) timeout 200 python3 benchmarks/layer_norm.py --json "$OUT/layer-norm.jsonl" 2>&1 \
         | grep --line-buffered -v -i warn | tail -14 ;;
     train-triton) timeout 400 python3 -m mingru bench --device cuda --groups train-step \
