@@ -12,6 +12,8 @@
 # layout (the scans' layout switches, unmasked whole tiles and a column per thread, against the shipped kernels: GPU tests, shipped plans, walk tiles at the big shape; LAYOUT_SHAPES, LAYOUT_OPS, LAYOUT_BWD=1, LAYOUT_TILES, LAYOUT_TILE_OPS)
 # jax-lookback (linear_recurrence forward through jax-triton and PyTorch on the look-back and the chunked strategy, forced; JAX_LB_SHAPES)
 # jax-16k (memory_floor.py and jax_triton_vs_torch.py on the same 16k rows, to reconcile them, and each framework's own cost of a synced call there: --call-floor)
+# bounds (the training step, small and medium: compile(eager), compile(floor), compile(triton), auto, paired)
+# mixer-floor (MinGRU and SignedMinGRU fwd+bwd against compile(eager), the peers and the cell floor)
 # adamw (the training step with PyTorch's default AdamW against fused=True, paired)
 # host-round (host time paired in one process: cached launches A/B, the fwd+bwd breakdown, optionally under taskset HOST_CPUS, the training step's backward thread)
 # walk-bwd (the backward walks' tiles at the big shape, the backward's own time; WALK_OPS, WALK_TILES, WALK_SHAPES, WALK_DENSE=1)
@@ -249,6 +251,20 @@ for s in "$@"; do
       timeout 200 python3 scripts/jax_triton_vs_torch.py --ops linear_recurrence,parallel_scan_log \
         --shapes 16x16384x128 --call-floor --json "$OUT/jax-16k-vs-torch.json" 2>&1 \
         | grep --line-buffered -v -i warn | tail -12 | tee -a "$OUT/jax-16k.log" ;;
+    bounds)
+      # The fused-cell issue's training-step rows with the cell-floor bound beside them, paired
+      # in one process per shape (about 2 minutes each on an H100, compile warm-ups included).
+      for shape in 8,2048,512,4 4,4096,1024,8; do
+        timeout "${BOUNDS_TIMEOUT:-280}" python3 benchmarks/train_step_paired.py --shape "$shape" \
+          --backends "compile(eager),compile(floor),compile(triton),auto" --rounds 7 --steps 5 \
+          --json "$OUT/bounds.jsonl" 2>&1 | grep --line-buffered '^{' | tee -a "$OUT/bounds.log"
+      done ;;
+    mixer-floor)
+      # The fused-cell issue's mixer rows (MinGRU, SignedMinGRU; both shapes, fp32 and bf16)
+      # beside the peers and the cell-floor bound (about 5 minutes on an H100).
+      timeout "${MIXER_FLOOR_TIMEOUT:-540}" python3 benchmarks/mixer_floor.py --rounds 3 \
+        --json "$OUT/mixer-floor.jsonl" 2>&1 | grep --line-buffered '^{' \
+        | tee -a "$OUT/mixer-floor.log" ;;
     adamw)
       # PyTorch's default AdamW against fused=True in the training step, paired in one process
       # (the optimizer took 1.1 ms of the small step's GPU time in the twenty-sixth round):
