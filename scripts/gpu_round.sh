@@ -255,7 +255,7 @@ for s in "$@"; do
       # The fused-cell issue's training-step rows with the cell-floor bound beside them, paired
       # in one process per shape (about 2 minutes each on an H100, compile warm-ups included).
       for shape in 8,2048,512,4 4,4096,1024,8; do
-        timeout "${BOUNDS_TIMEOUT:-280}" python3 benchmarks/train_step_paired.py --shape "$shape" \
+        timeout "${BOUNDS_TIMEOUT:-260}" python3 benchmarks/train_step_paired.py --shape "$shape" \
           --backends "compile(eager),compile(floor),compile(triton),auto" --rounds 7 --steps 5 \
           --json "$OUT/bounds.jsonl" 2>&1 | grep --line-buffered '^{' | tee -a "$OUT/bounds.log"
       done ;;
