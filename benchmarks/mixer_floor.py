@@ -27,22 +27,14 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from train_step_paired import cell_replaced, emit, paired_ratio
+from train_step_paired import emit, with_floor_cell
 
 from mingru_cli import bench_mixers
-from mingru_cli.bench_common import fwd_bwd, time_call
+from mingru_cli.bench_common import fwd_bwd, paired_ratio, paired_rounds, time_call
 
 FLOOR = "compile(floor)"
 PEERS = {"log": ("fla", bench_mixers.FlaMinGRU), "signed": ("accelerated_scan",
                                                            bench_mixers.AccelSignedMinGRU)}
-
-
-def _with_floor(mixer: str, call: Callable[[], None]) -> Callable[[], None]:
-    def run() -> None:
-        with cell_replaced(mixer, True):
-            call()
-
-    return run
 
 
 def runners(mixer: str, module: torch.nn.Module, x: torch.Tensor, precision: str,
@@ -52,7 +44,7 @@ def runners(mixer: str, module: torch.nn.Module, x: torch.Tensor, precision: str
     for backend in ("compile(eager)", FLOOR, "triton"):
         compiled = "compile(eager)" if backend == FLOOR else backend
         call = fwd_bwd(bench_mixers._runner(compiled, module, precision, device), (x,), module)
-        calls[backend] = _with_floor(mixer, call) if backend == FLOOR else call
+        calls[backend] = with_floor_cell(mixer, call) if backend == FLOOR else call
     name, peer_cls = PEERS[mixer]
     try:
         peer = peer_cls(module)
@@ -86,11 +78,8 @@ def main() -> None:
                 calls = runners(mixer, module, x, precision, args.device)
                 for call in calls.values():  # compiles
                     call()
-                times: dict[str, list[float]] = {b: [] for b in calls}
-                order = list(calls)
-                for r in range(args.rounds):
-                    for backend in order if r % 2 == 0 else order[::-1]:
-                        times[backend].append(time_call(calls[backend], args.device, 3, 20))
+                times = paired_rounds(calls, args.rounds,
+                                      lambda call: time_call(call, args.device, 3, 20))
                 row: dict[str, Any] = {"mixer": mixer, "shape": shape, "precision": precision,
                                        "gpu": gpu,
                                        "torch": torch.__version__}

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 from mingru_cli import bench_profile, bench_train
+from mingru_cli.bench_common import free_memory, paired_ratio, paired_rounds
 
 BACKENDS = ("compile(eager)", "compile(floor)", "compile(triton)")
 FLOOR = "compile(floor)"
@@ -65,11 +66,8 @@ _STAND_INS: dict[str, Callable[..., Any]] = {}
 
 
 @contextlib.contextmanager
-def cell_replaced(mixer: str, replace: bool) -> Iterator[None]:
-    """The mixer module's cell replaced by :func:`floor_cell` inside the block (if ``replace``)."""
-    if not replace:
-        yield
-        return
+def cell_replaced(mixer: str) -> Iterator[None]:
+    """The mixer module's cell replaced by :func:`floor_cell` inside the block."""
     module_name, attr, parts = CELLS[mixer]
     module = importlib.import_module(module_name)
     real = getattr(module, attr)
@@ -83,10 +81,19 @@ def cell_replaced(mixer: str, replace: bool) -> Iterator[None]:
         setattr(module, attr, real)
 
 
+def with_floor_cell(mixer: str, call: Callable[[], Any]) -> Callable[[], Any]:
+    """``call`` run with the mixer's cell replaced (also while it compiles, so its compiled
+    graph holds the stand-in)."""
+    def run() -> Any:
+        with cell_replaced(mixer):
+            return call()
+
+    return run
+
+
 def make_steps(mixer: str, shape: tuple[int, int, int, int], device: str,
                backends: tuple[str, ...] = BACKENDS) -> dict[str, Callable[[], Any]]:
-    """One step function per backend; the floor's step runs with the cell replaced (also
-    while it compiles, so its graph holds the floor)."""
+    """One step function per backend; the floor's runs with the cell replaced."""
     B, T, d, L = shape
     steps = {}
     for backend in backends:
@@ -94,21 +101,10 @@ def make_steps(mixer: str, shape: tuple[int, int, int, int], device: str,
         compiled = "compile(eager)" if base == FLOOR else base
         model, opt, tokens = bench_train.build_training(mixer, compiled, B, T, d, L, device,
                                                         fused_adamw=fused)
-        inner = bench_train.make_step(model, opt, tokens, device,
-                                      bench_train.parse_backend(compiled)[0])
-        replace = base == FLOOR
-
-        def step(inner=inner, replace=replace) -> Any:
-            with cell_replaced(mixer, replace):
-                return inner()
-
-        steps[backend] = step
+        step = bench_train.make_step(model, opt, tokens, device,
+                                     bench_train.parse_backend(compiled)[0])
+        steps[backend] = with_floor_cell(mixer, step) if base == FLOOR else step
     return steps
-
-
-def paired_ratio(times: list[float], base: list[float]) -> float:
-    """The median of per-round ratios ``times[r] / base[r]``."""
-    return statistics.median(t / b for t, b in zip(times, base, strict=True))
 
 
 def emit(row: dict[str, Any], json_path: str | None, device: str) -> None:
@@ -118,8 +114,7 @@ def emit(row: dict[str, Any], json_path: str | None, device: str) -> None:
     if json_path:
         with open(json_path, "a") as f:
             f.write(json.dumps(row) + "\n")
-    if device == "cuda":
-        torch.cuda.empty_cache()
+    free_memory(device)
 
 
 def main() -> None:
@@ -150,13 +145,9 @@ def main() -> None:
         for step in steps.values():  # compiles, optimizer state
             for _ in range(3):
                 step()
-        times: dict[str, list[float]] = {b: [] for b in backends}
-        for r in range(args.rounds):
-            order = backends if r % 2 == 0 else backends[::-1]
-            for backend in order:
-                ms, _ = bench_train.time_steps(steps[backend], args.device, args.steps,
-                                               wall=args.device != "cuda")
-                times[backend].append(statistics.median(ms))
+        times = paired_rounds(steps, args.rounds, lambda step: statistics.median(
+            bench_train.time_steps(step, args.device, args.steps,
+                                   wall=args.device != "cuda")[0]))
         base = times[first]
         row: dict[str, Any] = {"mixer": mixer, "shape": list(shape),
                                "gpu": gpu, "torch": torch.__version__}

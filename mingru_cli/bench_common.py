@@ -12,15 +12,15 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import torch
 
 __all__ = [
     "add_speedups", "backend_status", "error_text", "fmt_ms", "fmt_ratio", "fmt_s",
-    "free_memory", "fwd", "fwd_bwd", "log", "max_abs_diff", "notes_lines", "peak_mb",
-    "pivot_table", "select_shapes", "sync", "time_call", "time_loop",
+    "free_memory", "fwd", "fwd_bwd", "log", "max_abs_diff", "notes_lines", "paired_ratio",
+    "paired_rounds", "peak_mb", "pivot_table", "select_shapes", "sync", "time_call", "time_loop",
 ]
 
 
@@ -35,6 +35,9 @@ def sync(device: str) -> None:
 
 LOOP_CALLS = 20
 """Calls per round of the ``loop`` timer (issued back to back, then one sync)."""
+
+
+T = TypeVar("T")
 
 
 def time_loop(fn: Callable[[], Any], finish: Callable[[Any], None], warmup: int,
@@ -94,6 +97,29 @@ def time_call(fn: Callable[[], Any], device: str, warmup: int, repeats: int,
         sync(device)
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+def paired_rounds(cases: Mapping[str, T], rounds: int,
+                  measure: Callable[[T], float]) -> dict[str, list[float]]:
+    """``measure(case)`` of every case, ``rounds`` times, the order reversed every other
+    round, so that drift inside one process falls on all of them alike: ``{name: one value
+    per round}``. Hosts drift by a third between processes; A/B comparisons pair within one.
+
+    Example:
+        >>> paired_rounds({"a": 1, "b": 2}, 2, lambda case: 10 * case)
+        {'a': [10, 10], 'b': [20, 20]}
+    """
+    order = list(cases)
+    times: dict[str, list[float]] = {name: [] for name in order}
+    for r in range(rounds):
+        for name in order if r % 2 == 0 else order[::-1]:
+            times[name].append(measure(cases[name]))
+    return times
+
+
+def paired_ratio(times: Sequence[float], base: Sequence[float]) -> float:
+    """The median of per-round ratios ``times[r] / base[r]`` (rounds of :func:`paired_rounds`)."""
+    return statistics.median(t / b for t, b in zip(times, base, strict=True))
 
 
 def peak_mb(call: Callable[[], Any]) -> float | None:

@@ -36,6 +36,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 import mingru  # noqa: E402
+from mingru_cli.bench_common import paired_ratio, paired_rounds  # noqa: E402
 
 _SYNC = [torch.cuda.synchronize]
 
@@ -183,17 +184,16 @@ def _ab_cache(a, b, rounds: int = 21, n: int = 100) -> None:
           "ratio = cached / Triton's path, median of per-round ratios")
     for name, op in ops():
         for mode, fn in (("fwd", fwd(op)), ("fwd+bwd", fwd_bwd(op))):
-            times = {"triton": [], "cached": []}
             for variant in ("triton", "cached"):
                 use(variant)
                 wall_us(fn, n=20, rounds=1)  # warm-up (first launches compile or bind)
-            for r in range(rounds):
-                order = ("triton", "cached") if r % 2 == 0 else ("cached", "triton")
-                for variant in order:
-                    use(variant)
-                    times[variant].append(wall_us(fn, n=n, rounds=1, warmup=0))
-            ratio = statistics.median(c / t for t, c in zip(times["triton"], times["cached"],
-                                                            strict=True))
+
+            def measure(variant, fn=fn):
+                use(variant)
+                return wall_us(fn, n=n, rounds=1, warmup=0)
+
+            times = paired_rounds({"triton": "triton", "cached": "cached"}, rounds, measure)
+            ratio = paired_ratio(times["cached"], times["triton"])
             print(f"  {name:18s} {mode:8s} triton path {statistics.median(times['triton']):7.1f}"
                   f"  cached {statistics.median(times['cached']):7.1f}  ratio {ratio:.3f}")
     use("cached")

@@ -18,6 +18,7 @@ import statistics
 import torch
 
 from mingru_cli import bench_train
+from mingru_cli.bench_common import paired_ratio, paired_rounds
 
 
 def main() -> None:
@@ -42,17 +43,12 @@ def main() -> None:
             for step in steps.values():  # compiles, optimizer state, both paths warm
                 for _ in range(3):
                     step()
-            times: dict[str, list[float]] = {"device": [], "calling": []}
-            for r in range(args.rounds):
-                order = ("device", "calling") if r % 2 == 0 else ("calling", "device")
-                for thread in order:
-                    ms, _ = bench_train.time_steps(steps[thread], "cuda", args.steps, wall=False)
-                    times[thread].append(statistics.median(ms))
-            ratio = statistics.median(c / dv for dv, c in zip(times["device"], times["calling"],
-                                                              strict=True))
+            times = paired_rounds(steps, args.rounds, lambda step: statistics.median(
+                bench_train.time_steps(step, "cuda", args.steps, wall=False)[0]))
             row = {"mixer": name, "backend": backend,
                    "device_thread_ms": statistics.median(times["device"]),
-                   "calling_thread_ms": statistics.median(times["calling"]), "ratio": ratio}
+                   "calling_thread_ms": statistics.median(times["calling"]),
+                   "ratio": paired_ratio(times["calling"], times["device"])}
             print(json.dumps(row), flush=True)
             del model, opt, steps
             torch.cuda.empty_cache()
