@@ -108,9 +108,9 @@ class _Glue(torch.autograd.Function):
         return torch.empty_like(a), torch.empty_like(a)
 
 
-def _breakdown_rows(a, b, launcher, run_fwd_bwd) -> dict:
+def _breakdown_rows(a, b, launcher, run_fwd_bwd, P0, Z0) -> dict:
     """Rows that split ``run_fwd_bwd`` (``launcher.run`` fwd+bwd) into its parts (see
-    ``--breakdown``)."""
+    ``--breakdown``); ``(P0, Z0)`` is the launcher's forward of ``(a, b)``."""
 
     def harness_one():
         a.grad = None
@@ -130,7 +130,6 @@ def _breakdown_rows(a, b, launcher, run_fwd_bwd) -> dict:
                 fn()
         return call
 
-    P0, Z0 = launcher._fwd_impl(a.detach(), b.detach())
     ones = torch.ones((), device=a.device)
     dP0, dZ0 = ones.expand(P0.shape), ones.expand(Z0.shape)
     return {"harness, one sum": harness_one,
@@ -294,7 +293,7 @@ def main() -> None:
                  "_fwd_impl alone": lambda: launcher._fwd_impl(a.detach(), b.detach()),
                  "_bwd_impl alone": lambda: launcher._bwd_impl(a.detach(), P0, Z0, dP0, dZ0)})
     if args.breakdown:
-        rows.update(_breakdown_rows(a, b, launcher, run_fwd_bwd))
+        rows.update(_breakdown_rows(a, b, launcher, run_fwd_bwd, P0, Z0))
     if args.ab_cache:
         _ab_cache(a, b)
         return
