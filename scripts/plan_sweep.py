@@ -4,7 +4,7 @@ For each op and shape, time the forward (and forward+backward) under forced plan
 (:func:`mingru_kernels.launch.switches.forced`) with ``triton.testing.do_bench``, and print a
 table sorted by time, so the planner's defaults can be set from measurements.
 
-    python scripts/plan_sweep.py [--ops parallel_scan_log,linear_recurrence] [--bwd [--dense-grad]]
+    python scripts/plan_sweep.py [--ops parallel_scan_log,linear_recurrence] [--bwd | --bwd-kernel [--dense-grad]]
         [--shapes big,16k,train,8x2048x512] [--dtype bfloat16] [--strategy walk,lookback]
         [--even 0,1] [--scalar 0,1]
 
@@ -108,6 +108,39 @@ def time_call(fn, xs, bwd: bool, dense: bool = False) -> float:
     return do_bench(run, warmup=10, rep=40, return_mode="median")
 
 
+def backward_call(op: str, xs: tuple[torch.Tensor, ...], dense: bool):
+    """The op's backward implementation alone (its launcher's ``_bwd_impl``: the backward
+    kernels and their allocations, no autograd), for ``--bwd-kernel``: the output gradient is
+    a sum's (ones, expanded) or with ``dense`` a random one. The states it reads come from one
+    forward on the shipped plan."""
+    import importlib
+
+    xs = tuple(x.detach() for x in xs)
+    name = "mingru_cell" if op in CELL_GATES else op
+    launcher = importlib.import_module(f"mingru._launch.{name}")
+
+    def grad(like: torch.Tensor) -> torch.Tensor:
+        return torch.randn_like(like) if dense else like.new_ones(()).expand(like.shape)
+
+    if op in CELL_GATES:
+        signed = op == "signed_mingru_cell"
+        k, h0 = xs
+        h, _ = launcher._fwd_impl(k, h0, None, signed, False)
+        dh = grad(h)
+        return lambda: launcher._bwd_impl(k, h, h0, None, dh, None, signed, False)
+    if op == "linear_recurrence":
+        a, b = xs
+        h, _ = launcher._fwd_impl(a, b, None)
+        dh = grad(h)
+        return lambda: launcher._bwd_impl(a, h, None, None, dh, None)
+    if op == "parallel_scan_log":
+        la, lv = xs
+        h = launcher._fwd_impl(la, lv)
+        dh = grad(h)
+        return lambda: launcher._bwd_impl(la, lv, h, dh)
+    raise SystemExit(f"--bwd-kernel: no backward entry for {op!r}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ops", default="parallel_scan_log,linear_recurrence")
@@ -116,6 +149,9 @@ def main() -> int:
                         help="force these strategies, comma-separated (walk, chunked, lookback)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--bwd", action="store_true")
+    parser.add_argument("--bwd-kernel", action="store_true",
+                        help="time the backward implementation alone (its kernels, no autograd "
+                             "and no forward): GPU-bound where --bwd rows are host-bound")
     parser.add_argument("--dense-grad", action="store_true",
                         help="with --bwd: a dense random output gradient instead of a sum's "
                              "expanded one (stride 0)")
@@ -151,7 +187,9 @@ def main() -> int:
                 with mingru.use_backend("triton"), switches.forced(
                         PLAN_OP.get(op, op), block_t=bt, block_d=bd, num_warps=nw, loop_stages=ls,
                         **({"strategy": strategy} if strategy else {}), **layout):
-                    ms = time_call(fn, xs, args.bwd, args.dense_grad)
+                    ms = (do_bench(backward_call(op, xs, args.dense_grad), warmup=10, rep=40,
+                                   return_mode="median") if args.bwd_kernel
+                          else time_call(fn, xs, args.bwd, args.dense_grad))
                     # With --bwd the forward too, under the same forced plan: the backward's
                     # own time is the difference (a forced tile applies to both directions).
                     fwd_ms = time_call(fn, xs, False) if args.bwd else None
@@ -163,17 +201,20 @@ def main() -> int:
                          "".join(f"{k[0]}{v}" for k, v in layout.items()) or "shipped",
                          *(() if fwd_ms is None else (fwd_ms, ms - fwd_ms))))
         with mingru.use_backend("triton"):
-            default = time_call(fn, xs, args.bwd, args.dense_grad)
+            default = (do_bench(backward_call(op, xs, args.dense_grad), warmup=10, rep=40,
+                                return_mode="median") if args.bwd_kernel
+                       else time_call(fn, xs, args.bwd, args.dense_grad))
             default_fwd = time_call(fn, xs, False) if args.bwd else None
         key = -1 if args.bwd else 0  # the backward's own time with --bwd
         rows.sort(key=lambda r: (r[key] != r[key], r[key]))  # NaN (failed) rows last
-        out = {"op": op, "shape": shape, "BTD": [B, T, D], "dtype": args.dtype, "bwd": args.bwd,
+        out = {"op": op, "shape": shape, "BTD": [B, T, D], "dtype": args.dtype,
+               "bwd": "kernel" if args.bwd_kernel else args.bwd,
                "grad": "dense" if args.dense_grad else "expanded",
                "default_ms": default, "best": rows[:args.top]}
         if args.bwd:
             out["default_fwd_ms"] = default_fwd
             out["default_bwd_ms"] = default - default_fwd
-        if not args.bwd:
+        if not (args.bwd or args.bwd_kernel):
             out["floor_ms"] = floor_ms(op, B, T, D, dtype)
             out["default_pct_of_floor"] = round(100 * out["floor_ms"] / default, 1)
         print(json.dumps(out), flush=True)
