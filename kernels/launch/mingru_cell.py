@@ -24,9 +24,9 @@ from mingru_kernels.launch._elementwise import (
 )
 
 __all__ = [
-    "BWD_TILES", "TILES",
-    "APPLY", "BWD_SCRATCH", "FWD_SCRATCH", "PLAN_KEYS", "SUMMARY", "WALK", "carry_grid",
-    "carry_kwargs", "dims", "gate_count", "grid", "launch_kwargs", "plan",
+    "BWD_TILES", "BWD_TILES_16BIT", "TILES",
+    "APPLY", "BWD_SCRATCH", "FWD_SCRATCH", "PLAN_KEYS", "SUMMARY", "WALK", "bwd_tiles",
+    "carry_grid", "carry_kwargs", "dims", "gate_count", "grid", "launch_kwargs", "plan",
 ]
 
 FWD_SCRATCH = 4
@@ -58,6 +58,30 @@ look-back forward and backward 1.05 ms, the signed cell's 1.41 → 1.17 ms). The
 (32 × 32, 2 warps, the tile loop pipelined 3 deep) from ``plan_sweep.py --strategy walk --bwd``
 at B8 T65536 D1536 on an NVIDIA H100, the backward's own time against (32, 16, 4) unpipelined:
 MinGRU cell 16.90 → 15.82 ms, signed cell 22.19 → 19.62 ms (twenty-fourth round)."""
+
+BWD_TILES_16BIT: dict = {
+    False: dict(BWD_TILES, lookback_tile=(16, 64, 1)),
+    True: dict(BWD_TILES, lookback_tile=(16, 32, 1)),
+}
+"""The backward's tiles per cell (key: ``signed``) for 16-bit pre-activations (bf16 under
+autocast, fp16): one warp per look-back tile. The backward kernels alone (``plan_sweep.py
+--bwd-kernel``, bf16, NVIDIA H100, twenty-seventh round) at B8 T2048 D512, B16 T4096 D256 and
+B8 T2048 D1024, a sum's gradient / a dense one, ms: MinGRU cell (32, 32, 4) 0.126 / 0.240 / 0.235
+and 0.117 / 0.222 / 0.214 → (16, 64, 1) 0.102 / 0.186 / 0.178 and 0.106 / 0.193 / 0.186; signed
+cell 0.131 / 0.249 / 0.245 and 0.123 / 0.233 / 0.226 → (16, 32, 1) 0.092 / 0.169 / 0.161 and
+0.098 / 0.181 / 0.172. In float32 the four-warp tile stays the fastest (the one-warp tiles took
+1.2–2.2× its time there)."""
+
+
+def bwd_tiles(signed: bool, itemsize: int) -> dict:
+    """The backward's measured tiles for a cell (``signed``) whose pre-activations have
+    ``itemsize`` bytes per element.
+
+    Example:
+        >>> bwd_tiles(True, 2)["lookback_tile"], bwd_tiles(True, 4)["lookback_tile"]
+        ((16, 32, 1), (32, 32, 4))
+    """
+    return BWD_TILES_16BIT[bool(signed)] if itemsize == 2 else BWD_TILES
 
 
 def gate_count(signed: bool) -> int:

@@ -93,7 +93,8 @@ def _bwd_impl(k, h, h0, lg, dh, dh_T, signed, coupled, seq_id=None):
     h0 = None if h0 is None else h0.contiguous()
     lg = None if lg is None else lg.contiguous()
     B, T, D = _state_shape(k, signed)
-    cfg = elementwise.make_plan("mingru_cell", k, meta.BWD_TILES, shape=(B, T, D))
+    cfg = elementwise.make_plan("mingru_cell", k, meta.bwd_tiles(signed, k.element_size()),
+                              shape=(B, T, D))
     if dh is None:
         dh = k.new_zeros(()).expand(B, T, D)
     dh_T = None if dh_T is None else dh_T.contiguous()

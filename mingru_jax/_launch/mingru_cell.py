@@ -128,7 +128,7 @@ def _plan(k, h0, signed: bool, forward: bool):
     B, T, _ = k.shape
     D = h0.shape[1]
     state = jax.ShapeDtypeStruct((B, T, D), k.dtype)
-    tiles = meta.TILES[signed] if forward else meta.BWD_TILES
+    tiles = meta.TILES[signed] if forward else meta.bwd_tiles(signed, k.dtype.itemsize)
     return elementwise.plan("mingru_cell", state, tiles), B, T, D
 
 

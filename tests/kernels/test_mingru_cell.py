@@ -186,7 +186,8 @@ def test_gpu_dtypes_and_shapes(shape, cell, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("cell", ["log", "coupled"])
-@pytest.mark.parametrize("tile", [(32, 32, 4), (64, 16, 2), (16, 64, 4)], ids=str)
+@pytest.mark.parametrize("tile", [(32, 32, 4), (64, 16, 2), (16, 64, 4), (16, 64, 1), (16, 32, 1)],
+                         ids=str)
 def test_gpu_lookback_equals_the_walk(cell, tile):
     """The single-pass look-back plan on the GPU, where programs really run concurrently and
     wait on each other (thousands of chunks, many lanes), equals the walk: outputs and every
