@@ -149,3 +149,19 @@ def test_vmap_of_the_triton_cell():
 def test_bad_inputs_name_the_argument(kwargs, match):
     with pytest.raises((TypeError, ValueError), match=match):
         mingru_jax.mingru_cell(**kwargs)
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_backward_plans_its_tile_by_element_size(signed):
+    """The jax-triton cell plans its backward's look-back tile from the pre-activations'
+    element size, as the PyTorch launcher does (``bwd_tiles``): one warp for 16-bit inputs."""
+    from mingru_jax._launch import mingru_cell as launcher
+    from mingru_kernels.launch import mingru_cell as meta
+
+    gates = 3 if signed else 2
+    for dtype, itemsize in ((jnp.bfloat16, 2), (jnp.float16, 2), (jnp.float32, 4)):
+        k = jnp.zeros((16, 4096, gates * 256), dtype)
+        cfg, *_ = launcher._plan(k, jnp.zeros((16, 256), dtype), signed, False)
+        want = meta.bwd_tiles(signed, itemsize)["lookback_tile"]
+        assert cfg["strategy"] == "lookback"
+        assert (cfg["block_t"], cfg["block_d"], cfg["num_warps"]) == want

@@ -328,3 +328,23 @@ def test_gpu_layout_switches_match_float64(op):
                 outs, gs = grads(fn, inputs, cot)
             for x, r in zip(outs + gs, ref_outs + ref_grads, strict=True):
                 assert torch.isfinite(x).all() and rel_err(x, r) < 1e-5, (tile, switch)
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_cell_backward_tiles_by_element_size(signed):
+    """The cells' backward plans its look-back on one-warp tiles for 16-bit pre-activations
+    and on the four-warp tile in float32 (measured: ``kernels/launch/mingru_cell.py``), in
+    both frontends' launchers, which ask ``bwd_tiles`` with the pre-activations' element size."""
+    from mingru_kernels.launch import mingru_cell
+    from mingru_kernels.launch._elementwise import plan
+
+    for itemsize, want in ((2, mingru_cell.BWD_TILES_16BIT[signed]["lookback_tile"]),
+                           (4, mingru_cell.BWD_TILES["lookback_tile"])):
+        cfg = plan(16, 4096, 256, n_sm=132, **mingru_cell.bwd_tiles(signed, itemsize))
+        assert cfg["strategy"] == "lookback"
+        assert (cfg["block_t"], cfg["block_d"], cfg["num_warps"]) == want
+    assert mingru_cell.BWD_TILES_16BIT[signed]["lookback_tile"][2] == 1
+    assert mingru_cell.BWD_TILES["lookback_tile"] == (32, 32, 4)
+    # Everything but the look-back tile is the float32 plan's.
+    assert {k: v for k, v in mingru_cell.BWD_TILES_16BIT[signed].items() if k != "lookback_tile"} \
+        == {k: v for k, v in mingru_cell.BWD_TILES.items() if k != "lookback_tile"}

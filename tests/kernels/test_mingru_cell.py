@@ -225,3 +225,30 @@ def test_gpu_long_walk_plan(cell):
     cot = (torch.randn(B, T, D, device=DEVICE), torch.randn(B, D, device=DEVICE))
     assert_long_walk_plan_matches_float64(meta.TILES[CELLS[cell][0]], lambda *x: call_cell(cell, *x),
                                           (k, h0, lg), cot, tol=1e-4)
+
+
+@pytest.mark.parametrize("cell", ["log", "signed"])
+def test_backward_plans_its_tile_by_element_size(cell, monkeypatch):
+    """The PyTorch launcher plans the cell's backward with the tiles measured for its
+    pre-activations' element size (``bwd_tiles``): one warp per look-back tile in bf16."""
+    from mingru._launch import _elementwise
+    from mingru_kernels.launch import mingru_cell as meta
+
+    asked = []
+    make_plan = _elementwise.make_plan
+
+    def spy(op, x, tiles=None, shape=None):
+        asked.append((x.dtype, dict(tiles or {})))
+        return make_plan(op, x, tiles, shape)
+
+    monkeypatch.setattr(_elementwise, "make_plan", spy)
+    signed, _ = CELLS[cell]
+    for dtype in (torch.bfloat16, torch.float32):
+        asked.clear()
+        k, h0, _ = cell_inputs(cell, 1, 80, 8, None, dtype=dtype)
+        k.requires_grad_(True)
+        with mingru.use_backend("triton"):
+            h, _ = call_cell(cell, k, h0, None)
+        h.float().sum().backward()
+        want = meta.bwd_tiles(signed, torch.empty((), dtype=dtype).element_size())
+        assert (dtype, want) in asked, asked
