@@ -23,7 +23,7 @@ from mingru_kernels.launch._elementwise import (
 )
 
 __all__ = [
-    "BWD_TILES", "TILES",
+    "BWD_TILES", "BWD_TILES_16BIT", "TILES", "bwd_tiles",
     "APPLY", "BWD_SCRATCH", "FWD_SCRATCH", "PLAN_KEYS", "SUMMARY", "WALK", "carry_grid",
     "carry_kwargs", "dims", "grid", "launch_kwargs", "plan",
 ]
@@ -47,3 +47,21 @@ warp scans its tile without Triton's cross-warp exchange)."""
 BWD_TILES: dict = dict(lookback_tile=(32, 32, 2))
 """The backward's tiles: the look-back tile measured with fwd+bwd above (the one-warp tiles were
 no faster there: 0.72–1.56 ms against 0.75 in the ninth round's sweep)."""
+
+BWD_TILES_16BIT: dict = dict(lookback_tile=(16, 128, 1))
+"""The backward's tiles for 16-bit inputs (bf16, fp16): one warp per 16 × 128 tile. Measured with
+``linear_recurrence``'s backward kernels alone (``plan_sweep.py --bwd-kernel``, bf16, an
+NVIDIA H100, twenty-seventh round), at B8 T2048 D512, B16 T4096 D256 and B16 T16384 D128:
+0.069 / 0.124 / 0.258 ms with (32, 32, 2) → 0.058 / 0.100 / 0.190 with (16, 128, 1). In float32
+the same tile took 0.075 / 0.138 / 0.240 against 0.076 / 0.139 / 0.278, but on the H200 (ninth
+round) it measured slower in fwd+bwd at 16k, so float32 keeps (32, 32, 2) until an H200 sweep."""
+
+
+def bwd_tiles(itemsize: int) -> dict:
+    """The backward's measured tiles for inputs of ``itemsize`` bytes per element.
+
+    Example:
+        >>> bwd_tiles(2)["lookback_tile"], bwd_tiles(4)["lookback_tile"]
+        ((16, 128, 1), (32, 32, 2))
+    """
+    return BWD_TILES_16BIT if itemsize == 2 else BWD_TILES

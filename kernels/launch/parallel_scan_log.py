@@ -24,7 +24,7 @@ from mingru_kernels.launch._elementwise import (
 )
 
 __all__ = [
-    "BWD_TILES", "TILES",
+    "BWD_TILES", "BWD_TILES_16BIT", "TILES", "bwd_tiles",
     "APPLY", "BWD_SCRATCH", "LOOKBACK", "FWD_SCRATCH", "PLAN_KEYS", "SUMMARY", "WALK", "carry_grid",
     "carry_kwargs", "dims", "grid", "launch_kwargs", "plan",
 ]
@@ -52,3 +52,20 @@ keeps its look-back, which measured faster)."""
 
 BWD_TILES: dict = dict(lookback_tile=(32, 32, 2))
 """The backward's tiles: its adjoint is the linear recurrence's, so its look-back tile."""
+
+BWD_TILES_16BIT: dict = dict(lookback_tile=(16, 128, 1))
+"""The backward's tiles for 16-bit inputs (bf16, fp16): one warp per 16 × 128 tile. Measured with
+the log scan's backward kernels alone (``plan_sweep.py --bwd-kernel``, bf16, an NVIDIA
+H100, twenty-seventh round), at B8 T2048 D512, B16 T4096 D256 and B16 T16384 D128: 0.078 /
+0.142 / 0.287 ms with (32, 32, 2) → 0.075 / 0.132 / 0.242 with (16, 128, 1). In float32 that
+tile was slower at the two shorter shapes (0.113 / 0.212 / 0.369), so float32 keeps (32, 32, 2)."""
+
+
+def bwd_tiles(itemsize: int) -> dict:
+    """The backward's measured tiles for inputs of ``itemsize`` bytes per element.
+
+    Example:
+        >>> bwd_tiles(2)["lookback_tile"], bwd_tiles(4)["lookback_tile"]
+        ((16, 128, 1), (32, 32, 2))
+    """
+    return BWD_TILES_16BIT if itemsize == 2 else BWD_TILES

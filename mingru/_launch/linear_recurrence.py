@@ -96,7 +96,7 @@ def _fwd_impl(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None,
 def _bwd_impl(a, h, h0, seq_id, dh, dh_T) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     a, h = a.contiguous(), h.contiguous()
     h0 = None if h0 is None else h0.contiguous()
-    cfg = elementwise.make_plan("linear_recurrence", a, meta.BWD_TILES)
+    cfg = elementwise.make_plan("linear_recurrence", a, meta.bwd_tiles(a.element_size()))
     # dh is read through its strides (an expanded gradient of a sum is not copied).
     dh = h.new_zeros(()).expand(h.shape) if dh is None else dh
     dh_T = None if dh_T is None else dh_T.contiguous()

@@ -78,7 +78,7 @@ def _fwd_impl(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tenso
 
 def _bwd_impl(log_coeffs, log_values, h, dh) -> tuple[torch.Tensor, torch.Tensor]:
     la, lv = log_coeffs.contiguous(), log_values.contiguous()
-    cfg = elementwise.make_plan("parallel_scan_log", la, meta.BWD_TILES)
+    cfg = elementwise.make_plan("parallel_scan_log", la, meta.bwd_tiles(la.element_size()))
     poisoned = poison()
     dla = new_tensor(la.shape, la.dtype, la.device, poisoned)
     dlv = new_tensor(lv.shape, lv.dtype, lv.device, poisoned)

@@ -142,7 +142,7 @@ def _launch_forward(a, b, h0, seq_id=None, has_h0=True):
 
 def _launch_backward(a, h, h0, dh, dh_T, seq_id=None, has_h0=True):
     B, T, D = a.shape
-    cfg = elementwise.plan("linear_recurrence", a, meta.BWD_TILES)
+    cfg = elementwise.plan("linear_recurrence", a, meta.bwd_tiles(a.dtype.itemsize))
     seq = a if seq_id is None else seq_id
     return elementwise.run_scan(_bwd_adapter, cfg, B, D, (a, h, h0, seq, dh, dh_T),
                                 (common.like(a), common.like(a), common.like(h0)),

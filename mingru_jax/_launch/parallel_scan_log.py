@@ -111,7 +111,7 @@ def _launch_forward(la, lv):
 
 def _launch_backward(la, lv, h, dh):
     B, T, D = la.shape
-    cfg = elementwise.plan("parallel_scan_log", la, meta.BWD_TILES)
+    cfg = elementwise.plan("parallel_scan_log", la, meta.bwd_tiles(la.dtype.itemsize))
     dims = elementwise.dims(cfg, T, D)
     # The adjoint is a single-state linear scan: the shared launch sequences.
     return elementwise.run_scan(_bwd_adapter, cfg, B, D, (la, lv, h, dh),

@@ -166,3 +166,36 @@ def test_auto_keeps_xla_for_the_smallest_inputs():
     large = jax.ShapeDtypeStruct((16, 4 * limit // (16 * 128), 128), jnp.float32)
     assert small.size == limit and not launcher.prefer_over_eager(small, small)
     assert launcher.prefer_over_eager(large, large, None, True)
+
+
+@pytest.mark.parametrize("op", ["linear_recurrence", "parallel_scan_log"])
+def test_backward_plans_its_tile_by_element_size(op, monkeypatch):
+    """The jax-triton launchers plan the backward's look-back tile from the inputs' element
+    size, as the PyTorch ones do (``bwd_tiles``: one warp per 16 × 128 tile in 16 bits)."""
+    import importlib
+
+    from mingru_jax._launch import _elementwise
+
+    meta = importlib.import_module(f"mingru_kernels.launch.{op}")
+    asked = []
+    plan = _elementwise.plan
+
+    def spy(name, x, tiles=None, *args, **kwargs):
+        asked.append((str(x.dtype), dict(tiles or {})))
+        return plan(name, x, tiles, *args, **kwargs)
+
+    monkeypatch.setattr(_elementwise, "plan", spy)
+    key_a, key_b = jax.random.split(jax.random.PRNGKey(5))
+    for dtype, itemsize in ((jnp.bfloat16, 2), (jnp.float32, 4)):
+        asked.clear()
+        a = jax.random.uniform(key_a, (1, 80, 8))
+        b = jax.random.normal(key_b, (1, 81 if op == "parallel_scan_log" else 80, 8))
+        a = (-a if op == "parallel_scan_log" else a).astype(dtype)
+        fn = getattr(mingru_jax, op)
+
+        def loss(a, b, fn=fn):
+            return fn(a, b).astype(jnp.float32).sum()
+
+        with mingru_jax.use_backend("triton"):
+            jax.grad(loss, argnums=(0, 1))(a, b.astype(dtype))
+        assert (jnp.dtype(dtype).name, meta.bwd_tiles(itemsize)) in asked, asked

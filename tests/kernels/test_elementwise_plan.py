@@ -348,3 +348,47 @@ def test_cell_backward_tiles_by_element_size(signed):
     # Everything but the look-back tile is the float32 plan's.
     assert {k: v for k, v in mingru_cell.BWD_TILES_16BIT[signed].items() if k != "lookback_tile"} \
         == {k: v for k, v in mingru_cell.BWD_TILES.items() if k != "lookback_tile"}
+
+
+def _scan_args(op, dtype):
+    g = torch.Generator().manual_seed(3)
+    if op == "parallel_scan_log":
+        xs = (-torch.rand(1, 80, 8, generator=g), torch.randn(1, 81, 8, generator=g))
+    else:
+        xs = (torch.rand(1, 80, 8, generator=g), torch.randn(1, 80, 8, generator=g))
+    return tuple(x.to(dtype).requires_grad_(True) for x in xs)
+
+
+@pytest.mark.parametrize("op", ["linear_recurrence", "parallel_scan_log"])
+def test_scan_backward_tiles_by_element_size(op, monkeypatch):
+    """The single-state scans' backward plans its look-back on the one-warp 16 × 128 tile for
+    16-bit inputs and on the float32 tile otherwise: in the planner and in the PyTorch
+    launcher (a spy on its plan), which asks ``bwd_tiles`` with the inputs' element size."""
+    import importlib
+
+    from mingru._launch import _elementwise
+    from mingru_kernels.launch._elementwise import plan
+
+    meta = importlib.import_module(f"mingru_kernels.launch.{op}")
+    assert meta.bwd_tiles(2)["lookback_tile"] == (16, 128, 1)
+    assert meta.bwd_tiles(4) is meta.BWD_TILES
+    cfg = plan(16, 16384, 128, n_sm=132, **meta.bwd_tiles(2))
+    assert (cfg["strategy"], cfg["block_t"], cfg["block_d"], cfg["num_warps"]) == (
+        "lookback", 16, 128, 1)
+
+    asked = []
+    make_plan = _elementwise.make_plan
+
+    def spy(name, x, tiles=None, shape=None):
+        asked.append((x.dtype, dict(tiles or {})))
+        return make_plan(name, x, tiles, shape)
+
+    monkeypatch.setattr(_elementwise, "make_plan", spy)
+    for dtype in (torch.bfloat16, torch.float32):
+        asked.clear()
+        xs = _scan_args(op, dtype)
+        with mingru.use_backend("triton"):
+            out = getattr(mingru, op)(*xs)
+        out.float().sum().backward()
+        want = meta.bwd_tiles(torch.empty((), dtype=dtype).element_size())
+        assert (dtype, want) in asked, asked
