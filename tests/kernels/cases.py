@@ -253,3 +253,25 @@ def assert_cell_matches_loop_and_eager(cell, eager, loop, ins, seg, shape, tol: 
     for got, want_e, want_r in zip(grads, grads_e, grads_r, strict=True):
         assert rel_err(got, want_r) < tol
         assert rel_err(got, want_e) < tol
+
+
+def assert_backward_tiles(monkeypatch, fwd_bwd, tiles_for):
+    """``fwd_bwd(dtype)`` (a forward on the Triton path, then its backward) plans the backward
+    with ``tiles_for(element size)``, for bf16 and float32 inputs: a spy on the PyTorch
+    launchers' ``make_plan`` records the tiles each plan was asked for."""
+    from mingru._launch import _elementwise
+
+    asked = []
+    make_plan = _elementwise.make_plan
+
+    def spy(op, x, tiles=None, shape=None):
+        asked.append((x.dtype, dict(tiles or {})))
+        return make_plan(op, x, tiles, shape)
+
+    monkeypatch.setattr(_elementwise, "make_plan", spy)
+    for dtype in (torch.bfloat16, torch.float32):
+        asked.clear()
+        with mingru.use_backend("triton"):
+            fwd_bwd(dtype)
+        want = tiles_for(torch.empty((), dtype=dtype).element_size())
+        assert (dtype, want) in asked, asked

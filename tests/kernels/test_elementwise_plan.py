@@ -23,6 +23,7 @@ from tests.kernels.cases import (
     LONG_WALK_SHAPE,
     PIPELINE_SHAPE,
     PLANS,
+    assert_backward_tiles,
     assert_long_walk_plan_matches_float64,
     assert_pipelining_changes_nothing,
     call_cell,
@@ -366,7 +367,6 @@ def test_scan_backward_tiles_by_element_size(op, monkeypatch):
     launcher (a spy on its plan), which asks ``bwd_tiles`` with the inputs' element size."""
     import importlib
 
-    from mingru._launch import _elementwise
     from mingru_kernels.launch._elementwise import plan
 
     meta = importlib.import_module(f"mingru_kernels.launch.{op}")
@@ -376,19 +376,7 @@ def test_scan_backward_tiles_by_element_size(op, monkeypatch):
     assert (cfg["strategy"], cfg["block_t"], cfg["block_d"], cfg["num_warps"]) == (
         "lookback", 16, 128, 1)
 
-    asked = []
-    make_plan = _elementwise.make_plan
+    def fwd_bwd(dtype):
+        getattr(mingru, op)(*_scan_args(op, dtype)).float().sum().backward()
 
-    def spy(name, x, tiles=None, shape=None):
-        asked.append((x.dtype, dict(tiles or {})))
-        return make_plan(name, x, tiles, shape)
-
-    monkeypatch.setattr(_elementwise, "make_plan", spy)
-    for dtype in (torch.bfloat16, torch.float32):
-        asked.clear()
-        xs = _scan_args(op, dtype)
-        with mingru.use_backend("triton"):
-            out = getattr(mingru, op)(*xs)
-        out.float().sum().backward()
-        want = meta.bwd_tiles(torch.empty((), dtype=dtype).element_size())
-        assert (dtype, want) in asked, asked
+    assert_backward_tiles(monkeypatch, fwd_bwd, meta.bwd_tiles)

@@ -20,6 +20,7 @@ from tests.kernels.cases import (
     LONG_WALK_SHAPE,
     PIPELINE_SHAPE,
     PLANS,
+    assert_backward_tiles,
     assert_long_walk_plan_matches_float64,
     assert_pipelining_changes_nothing,
     call_cell,
@@ -231,24 +232,12 @@ def test_gpu_long_walk_plan(cell):
 def test_backward_plans_its_tile_by_element_size(cell, monkeypatch):
     """The PyTorch launcher plans the cell's backward with the tiles measured for its
     pre-activations' element size (``bwd_tiles``): one warp per look-back tile in bf16."""
-    from mingru._launch import _elementwise
     from mingru_kernels.launch import mingru_cell as meta
 
-    asked = []
-    make_plan = _elementwise.make_plan
-
-    def spy(op, x, tiles=None, shape=None):
-        asked.append((x.dtype, dict(tiles or {})))
-        return make_plan(op, x, tiles, shape)
-
-    monkeypatch.setattr(_elementwise, "make_plan", spy)
-    signed, _ = CELLS[cell]
-    for dtype in (torch.bfloat16, torch.float32):
-        asked.clear()
+    def fwd_bwd(dtype):
         k, h0, _ = cell_inputs(cell, 1, 80, 8, None, dtype=dtype)
-        k.requires_grad_(True)
-        with mingru.use_backend("triton"):
-            h, _ = call_cell(cell, k, h0, None)
+        h, _ = call_cell(cell, k.requires_grad_(True), h0, None)
         h.float().sum().backward()
-        want = meta.bwd_tiles(signed, torch.empty((), dtype=dtype).element_size())
-        assert (dtype, want) in asked, asked
+
+    assert_backward_tiles(monkeypatch, fwd_bwd,
+                          lambda itemsize: meta.bwd_tiles(CELLS[cell][0], itemsize))
