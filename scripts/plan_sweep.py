@@ -179,6 +179,15 @@ def main() -> int:
         B, T, D = parse_shape(shape)
         xs = inputs(op, B, T, D, args.bwd, dtype)
         fn = getattr(mingru, op)
+
+        def measure(fn=fn, xs=xs, op=op) -> float:
+            """The row's time under the plan in force: the backward alone (``--bwd-kernel``),
+            fwd+bwd (``--bwd``) or the forward."""
+            if args.bwd_kernel:
+                return do_bench(backward_call(op, xs, args.dense_grad), warmup=10, rep=40,
+                                return_mode="median")
+            return time_call(fn, xs, args.bwd, args.dense_grad)
+
         rows = []
         for strategy, (bt, bd, nw, ls), even, scalar in itertools.product(
                 strategies, tiles, evens, scalars):
@@ -187,9 +196,7 @@ def main() -> int:
                 with mingru.use_backend("triton"), switches.forced(
                         PLAN_OP.get(op, op), block_t=bt, block_d=bd, num_warps=nw, loop_stages=ls,
                         **({"strategy": strategy} if strategy else {}), **layout):
-                    ms = (do_bench(backward_call(op, xs, args.dense_grad), warmup=10, rep=40,
-                                   return_mode="median") if args.bwd_kernel
-                          else time_call(fn, xs, args.bwd, args.dense_grad))
+                    ms = measure()
                     # With --bwd the forward too, under the same forced plan: the backward's
                     # own time is the difference (a forced tile applies to both directions).
                     fwd_ms = time_call(fn, xs, False) if args.bwd else None
@@ -201,9 +208,7 @@ def main() -> int:
                          "".join(f"{k[0]}{v}" for k, v in layout.items()) or "shipped",
                          *(() if fwd_ms is None else (fwd_ms, ms - fwd_ms))))
         with mingru.use_backend("triton"):
-            default = (do_bench(backward_call(op, xs, args.dense_grad), warmup=10, rep=40,
-                                return_mode="median") if args.bwd_kernel
-                       else time_call(fn, xs, args.bwd, args.dense_grad))
+            default = measure()
             default_fwd = time_call(fn, xs, False) if args.bwd else None
         key = -1 if args.bwd else 0  # the backward's own time with --bwd
         rows.sort(key=lambda r: (r[key] != r[key], r[key]))  # NaN (failed) rows last
