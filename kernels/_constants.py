@@ -4,9 +4,9 @@
 Why a module of their own. Triton records every global a ``@triton.jit`` function (or any jit
 function it calls) reads by name, and on every launch through ``JITFunction.run`` compares each
 recorded value with the global's current value — one ``tl.constexpr`` comparison per global
-per launch, about 1 µs each on a CPU host. The log-space scan's forward read twelve such
-globals, the fused cells seven. Attributes of a module are not recorded (Triton treats modules
-as namespaces), so these constants cost nothing per launch. They never change at run time.
+per launch, host time on every launch of a kernel that reads several. Attributes of a module
+are not recorded (Triton treats modules as namespaces), so these constants cost nothing per
+launch. They never change at run time.
 
 Framework-free: imports ``triton`` only (the plain-int modes come from
 :mod:`mingru_kernels.launch._elementwise`, the launchers' side).

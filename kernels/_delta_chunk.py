@@ -220,20 +220,6 @@ def _gram(k_ptr, q_ptr, micro, ok_l, token, ok_r, DK, LP: tl.constexpr, CP: tl.c
 
 
 @triton.jit
-def _inv_unit_lower(A, N: tl.constexpr):
-    """``(I + A)⁻¹`` for a strictly lower ``N×N`` ``A``, by forward substitution on rows:
-    ``T[i] = e_i − Σ_{c<i} A[i, c] T[c]`` (rows ``c < i`` are final when row ``i`` is made)."""
-    idx = tl.arange(0, N)
-    At = tl.trans(A)  # column i of Aᵀ is row i of A, already indexed like T's rows
-    Tm = tl.where(idx[:, None] == idx[None, :], 1.0, 0.0)
-    for i in range(1, N):
-        a = tl.reduce(tl.where(idx[None, :] == i, At, 0.0), 1, _sum_combine)
-        row = tl.reduce(a[:, None] * Tm, 0, _sum_combine)
-        Tm = tl.where(idx[:, None] == i, Tm - row[None, :], Tm)
-    return Tm
-
-
-@triton.jit
 def _inv_unit_lower_blocked(A, LP: tl.constexpr, SUB: tl.constexpr, PREC: tl.constexpr):
     """``(I + A)⁻¹`` by blocks of ``SUB`` rows, with matrix products only (tensor cores for
     half inputs, no serial row loop): all diagonal blocks at once as ``T_d = (I + A_d)⁻¹ =
@@ -264,15 +250,10 @@ def _inv_unit_lower_blocked(A, LP: tl.constexpr, SUB: tl.constexpr, PREC: tl.con
 
 
 @triton.jit
-def _wy_inverse(KK, beta, D, il, LP: tl.constexpr, SUB: tl.constexpr,
-                BLOCKED: tl.constexpr, PREC: tl.constexpr):
+def _wy_inverse(KK, beta, D, il, LP: tl.constexpr, SUB: tl.constexpr, PREC: tl.constexpr):
     """``T = (I + A)⁻¹`` with ``A = strict_lower(diag(β) (D ⊙ K Kᵀ))``."""
     A = tl.where(il[:, None] > il[None, :], beta[:, None] * D * KK, 0.0)
-    if BLOCKED:
-        Tm = _inv_unit_lower_blocked(A, LP, SUB, PREC)
-    else:
-        Tm = _inv_unit_lower(A, LP)
-    return Tm
+    return _inv_unit_lower_blocked(A, LP, SUB, PREC)
 
 
 @triton.jit
@@ -298,8 +279,7 @@ def _seq_tile(ptr, n, bh64, H, DK, DV, ik, iv):
 def _chunk_slice_program(c, bh, col, lg_ptr, T, H, NC, NH: tl.constexpr, C: tl.constexpr,
                          LP: tl.constexpr, CP: tl.constexpr, VS: tl.constexpr,
                          HAS_DECAY: tl.constexpr):
-    """Where the program ``(c, bh, col)`` of the grid ``(NC, B·H, BV/VS)`` (``fwd_out``,
-    ``bwd_prep``) works: its first value column ``v0`` and columns ``iv``, its chunk's scratch
+    """Where the program ``(c, bh, col)`` of the grid ``(NC, B·H, BV/VS)`` (``fwd_out``) works: its first value column ``v0`` and columns ``iv``, its chunk's scratch
     index ``chunk`` (``bh·NC + c``) and the chunk's
     :func:`~mingru_kernels._delta_chunk._state_step_tables`."""
     v0 = col * VS
@@ -371,9 +351,9 @@ def _walk_program(bh, col, H, DK, DV, BK: tl.constexpr, BV: tl.constexpr, VS: tl
 
 
 # ----------------------------------------------------------------------------- one-launch walks
-# A walk and the per-chunk programs that read what it stores, in one grid (FUSED_BWD,
-# FUSED_FWD). ``sync`` (int32, zeroed before the launch): one ticket counter per lane
-# (``(b, h)``), then one flag per lane and chunk, counting the column slices published.
+# A walk and the per-chunk programs that read what it stores, in one grid (FUSED_BWD).
+# ``sync`` (int32, zeroed before the launch): one ticket counter per lane (``(b, h)``), then
+# one flag per lane and chunk, counting the column slices published.
 
 
 @triton.jit

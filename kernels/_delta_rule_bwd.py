@@ -1,9 +1,8 @@
 """The delta rule's backward kernels, re-exported by :mod:`mingru_kernels.delta_rule` (whose
 docstring gives the op, the chunk algebra, the layout of the work and the numerics):
-``delta_rule_bwd_prep_kernel`` (optional, parallel over chunks: the adjoint step's terms that
-do not depend on the carried adjoint), ``delta_rule_bwd_state_kernel`` (serial over chunks:
-the state adjoint, stored per chunk) and ``delta_rule_bwd_grads_kernel`` (parallel over
-chunks: the gradients of every input).
+``delta_rule_bwd_state_kernel`` (serial over chunks: the state adjoint, stored per chunk),
+``delta_rule_bwd_grads_kernel`` (parallel over chunks: the gradients of every input) and
+``delta_rule_bwd_kernel`` (both in one launch).
 
 Imports only ``triton`` and the shared chunk algebra of :mod:`mingru_kernels._delta_chunk`.
 """
@@ -19,7 +18,6 @@ from triton.language.standard import _sum_combine
 
 from mingru_kernels._delta_chunk import (
     _chunk_rows,
-    _chunk_slice_program,
     _decay_tables,
     _dot_t,
     _gram,
@@ -58,58 +56,14 @@ def _chunk_keys(k_ptr, beta_ptr, wk_ptr, tm_ptr, chunk, il, micro, ok_l, gam, DK
 
 
 @triton.jit
-def delta_rule_bwd_prep_kernel(
-    q_ptr, k_ptr, beta_ptr, lg_ptr, do_ptr, wk_ptr, tm_ptr, n_ptr, b_ptr, gl_ptr,
-    T, H, DK, DV, NC,
-    NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-    HAS_DECAY: tl.constexpr, PREC: tl.constexpr, WU_IN_STATE: tl.constexpr = False,
-    STATE_HALF_OPS: tl.constexpr = False,
-):
-    """Grid ``(NC, B·H, BV/VS)``: everything of the backward state step that does not depend
-    on the carried adjoint, parallel over chunks (``PREP_N`` of
-    :func:`delta_rule_bwd_state_kernel`), which makes that step ``∂L/∂S_c = Γ_L dS' − B_c dS'
-    + N_c`` with::
-
-        N_c = (diag(Γo) Q)ᵀ dO − Wkᵀ (Poᵀ dO)    B_c = Wkᵀ diag(d) K    Po = Do ⊙ Q Kᵀ
-
-    ``N_c`` is stored in float32 into ``n (B·H, NC, BK, BV)`` (the layout of ``dstates``),
-    ``B_c`` into ``b (B·H, NC, BK, BK)`` (16-bit with ``STATE_HALF_OPS``, where the state
-    kernel's product rounds it so anyway) and ``Γ_L`` into ``gl (B·H, NC)`` float32 (by the
-    first column slice). The products take the state kernels' operands
-    (``STATE_HALF_OPS``). ``Γ_L dS'`` stays outside the product: the carried adjoint is
-    never rounded, only the correction is."""
-    v0, iv, chunk, il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = \
-        _chunk_slice_program(tl.program_id(0), tl.program_id(1), tl.program_id(2), lg_ptr, T, H,
-                             NC, NH, C, LP, CP, VS, HAS_DECAY)
-    dO = _ld(do_ptr, token, ok_r, v0, DV, VS)
-    Po = Do * _dot_t(q_ptr, token, ok_r, k_ptr, micro, ok_l, DK, CP, LP, BK, KS, PREC)
-    X = _mm(tl.trans(Po), dO, None, PREC, STATE_HALF_OPS, k_ptr)
-    Qo = gam_o[:, None] * _ld(q_ptr, token, ok_r, 0, DK, BK)
-    Wk = _chunk_keys(k_ptr, beta_ptr, wk_ptr, tm_ptr, chunk, il, micro, ok_l, gam, DK, LP, BK,
-                     PREC, WU_IN_STATE, STATE_HALF_OPS)
-    N = (_mm(tl.trans(Qo), dO, None, PREC, STATE_HALF_OPS, k_ptr)
-         - _mm(tl.trans(Wk), X, None, PREC, STATE_HALF_OPS, k_ptr))
-    ik = tl.arange(0, BK)
-    tl.store(n_ptr + chunk * (BK * BV) + ik[:, None] * BV + iv[None, :], N)
-    if tl.program_id(2) == 0:  # B_c and Γ_L are per chunk: formed by one column slice
-        Bc = _mm(tl.trans(Wk), d[:, None] * _ld(k_ptr, micro, ok_l, 0, DK, BK), None, PREC,
-                 STATE_HALF_OPS, k_ptr)
-        tl.store(b_ptr + chunk * (BK * BK) + ik[:, None] * BK + ik[None, :],
-                 Bc.to(b_ptr.dtype.element_ty))
-        if HAS_DECAY:
-            tl.store(gl_ptr + chunk, gam_last)
-
-
-@triton.jit
 def _bwd_state_step(q_ptr, k_ptr, beta_ptr, lg_ptr, do_ptr, wk_ptr, tm_ptr, dstates_ptr, dS,
                     c, b64, h, chunk, dbase, iv, v0, T, H, DK, DV,
                     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
                     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
                     HAS_DECAY: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr,
                     WU_IN_STATE: tl.constexpr, STATE_HALF_OPS: tl.constexpr):
-    """One chunk of :func:`delta_rule_bwd_state_kernel` without ``PREP_N``: ``∂L/∂S_c`` from
-    ``dS' = dS`` (just stored at ``dstates[c]``), every term formed here."""
+    """One chunk of :func:`delta_rule_bwd_state_kernel`: ``∂L/∂S_c`` from ``dS' = dS`` (just
+    stored at ``dstates[c]``)."""
     il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = _state_step_tables(
         c, b64, h, lg_ptr, T, H, NH, C, LP, CP, HAS_DECAY)
     if REG_STATE:
@@ -138,7 +92,7 @@ def _bwd_state_step(q_ptr, k_ptr, beta_ptr, lg_ptr, do_ptr, wk_ptr, tm_ptr, dsta
 @triton.jit
 def _bwd_state_program(
     bh, col, flags_ptr,
-    q_ptr, k_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr, tm_ptr, n_ptr, b_ptr, gl_ptr,
+    q_ptr, k_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr, tm_ptr,
     dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr,
     T, H, DK, DV, NC, NSEQ,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
@@ -146,7 +100,6 @@ def _bwd_state_program(
     HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr,
     PACKED: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr = False,
     WU_IN_STATE: tl.constexpr = False, STATE_HALF_OPS: tl.constexpr = False,
-    PREP_N: tl.constexpr = False,
     FUSED: tl.constexpr = False,
 ):
     """The program ``(bh, col)`` of :func:`delta_rule_bwd_state_kernel` (its docstring
@@ -166,29 +119,10 @@ def _bwd_state_program(
         tl.store(dstates_ptr + dbase + kv, dS.to(dstates_ptr.dtype.element_ty))
         if FUSED:  # publish dS' of chunk c to the gradient programs of the same launch
             _publish_chunk(flags_ptr, chunk)
-        if PREP_N:
-            acc = tl.load(n_ptr + dbase + kv)
-            if HAS_DECAY:
-                acc += tl.load(gl_ptr + chunk) * dS
-            else:
-                acc += dS
-            b_rows = b_ptr + chunk * (BK * BK) + ik[:, None] * BK
-            if REG_STATE:
-                dS = acc - _mm(tl.load(b_rows + ik[None, :]).to(tl.float32), dS, None, PREC,
-                               STATE_HALF_OPS, k_ptr)
-            else:
-                tl.debug_barrier()
-                for j in tl.static_range(BK // KS):
-                    jj = j * KS + tl.arange(0, KS)
-                    acc -= tl.dot(tl.load(b_rows + jj[None, :]).to(tl.float32),
-                                  tl.load(dstates_ptr + dbase + jj[:, None] * BV + iv[None, :]
-                                          ).to(tl.float32), input_precision=PREC)
-                dS = acc
-        else:
-            dS = _bwd_state_step(q_ptr, k_ptr, beta_ptr, lg_ptr, do_ptr, wk_ptr, tm_ptr,
-                                 dstates_ptr, dS, c, b64, h, chunk, dbase, iv, v0, T, H, DK, DV,
-                                 NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, PREC, REG_STATE,
-                                 WU_IN_STATE, STATE_HALF_OPS)
+        dS = _bwd_state_step(q_ptr, k_ptr, beta_ptr, lg_ptr, do_ptr, wk_ptr, tm_ptr,
+                             dstates_ptr, dS, c, b64, h, chunk, dbase, iv, v0, T, H, DK, DV,
+                             NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, PREC, REG_STATE,
+                             WU_IN_STATE, STATE_HALF_OPS)
         if PACKED:
             s = tl.load(cseq_ptr + c)
             starts = s >= 0
@@ -203,7 +137,7 @@ def _bwd_state_program(
 
 @triton.jit
 def delta_rule_bwd_state_kernel(
-    q_ptr, k_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr, tm_ptr, n_ptr, b_ptr, gl_ptr,
+    q_ptr, k_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr, tm_ptr,
     dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr,
     T, H, DK, DV, NC, NSEQ,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
@@ -211,7 +145,6 @@ def delta_rule_bwd_state_kernel(
     HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr,
     PACKED: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr = False,
     WU_IN_STATE: tl.constexpr = False, STATE_HALF_OPS: tl.constexpr = False,
-    PREP_N: tl.constexpr = False,
 ):
     """Grid ``(B·H, BV/VS)``. Backwards over chunks: ``dstates[c] = ∂L/∂S_{c+1} = dS'`` and,
     the adjoint of the forward state kernel's chunk step::
@@ -221,12 +154,7 @@ def delta_rule_bwd_state_kernel(
     ``dh0 = ∂L/∂S_0``. ``num_stages=1`` (``K dS'`` re-reads the slice just stored, as the
     forward state kernel does, or with ``REG_STATE`` takes it from registers).
     ``WU_IN_STATE``: ``Wk`` is formed here from ``T`` (``tm``), ``k`` and ``β``, as the
-    forward state kernel does, instead of read from ``wk``. ``PREP_N``: the step is
-    ``∂L/∂S_c = Γ_L dS' − B_c dS' + N_c`` with ``N_c``, ``B_c`` and ``Γ_L`` stored by
-    :func:`delta_rule_bwd_prep_kernel` (``n``, ``b``, ``gl``): one product per chunk and no
-    decay tables on the serial chain, where B·H gives this kernel few programs and the
-    chain is the time (its warps run each chunk's ops in order, dependent or not); ``q``,
-    ``k``, ``dO``, ``Wk`` and ``log γ`` are then not read.
+    forward state kernel does, instead of read from ``wk``.
 
     ``PACKED`` (tables as in :func:`delta_rule_fwd_state_kernel`): the adjoint is cut at
     every sequence boundary — the last chunk of sequence ``n`` starts from ``dh_T[n]``
@@ -235,9 +163,9 @@ def delta_rule_bwd_state_kernel(
     ``dh0[n]`` is its ``dh_T[n]``. ``STATE_HALF_OPS``: as in the forward state kernel."""
     _bwd_state_program(
         tl.program_id(0), tl.program_id(1), dstates_ptr, q_ptr, k_ptr, beta_ptr, lg_ptr, dht_ptr,
-        do_ptr, wk_ptr, tm_ptr, n_ptr, b_ptr, gl_ptr, dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr,
-        cu_ptr, T, H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, HAS_DHT, HAS_H0,
-        PACKED, PREC, REG_STATE, WU_IN_STATE, STATE_HALF_OPS, PREP_N)
+        do_ptr, wk_ptr, tm_ptr, dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr, T, H, DK, DV,
+        NC, NSEQ, NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, HAS_DHT, HAS_H0, PACKED, PREC,
+        REG_STATE, WU_IN_STATE, STATE_HALF_OPS)
 
 
 @triton.jit
@@ -248,7 +176,7 @@ def _bwd_grads_program(
     T, H, DK, DV, NC,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-    SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
+    SUB: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
     SAVED_TM: tl.constexpr = True, HALF_OPS: tl.constexpr = False,
     CG: tl.constexpr = False,
 ):
@@ -268,7 +196,7 @@ def _bwd_grads_program(
     if SAVED_TM:
         Tm = tl.load(_tm_tile(tm_ptr, chunk, il, LP)).to(tl.float32)
     else:
-        Tm = _wy_inverse(KK, beta, D, il, LP, SUB, BLOCKED, PREC)
+        Tm = _wy_inverse(KK, beta, D, il, LP, SUB, PREC)
     sbase = chunk * (BK * BV)  # states and dstates share one layout
     dbase = sbase
 
@@ -363,7 +291,7 @@ def delta_rule_bwd_grads_kernel(
     T, H, DK, DV, NC,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-    SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
+    SUB: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
     SAVED_TM: tl.constexpr = True, HALF_OPS: tl.constexpr = False,
 ):
     """Grid ``(NC, B·H)``. Recomputes the chunk from its start state ``S = states[c]`` and
@@ -382,21 +310,21 @@ def delta_rule_bwd_grads_kernel(
     _bwd_grads_program(
         tl.program_id(0), tl.program_id(1), q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, states_ptr,
         dstates_ptr, tm_ptr, do_ptr, dq_ptr, dk_ptr, dv_ptr, dbeta_ptr, dlg_ptr, T, H, DK, DV, NC,
-        NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY, PREC, SAVED_TM, HALF_OPS)
+        NH, C, LP, CP, BK, BV, KS, VS, SUB, HAS_DECAY, PREC, SAVED_TM, HALF_OPS)
 
 
 @triton.jit
 def delta_rule_bwd_kernel(
-    q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr, tm_ptr, n_ptr, b_ptr,
-    gl_ptr, states_ptr, dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr,
+    q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr, tm_ptr,
+    states_ptr, dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr,
     dq_ptr, dk_ptr, dv_ptr, dbeta_ptr, dlg_ptr, sync_ptr,
     T, H, DK, DV, NC, NSEQ,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-    SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr,
+    SUB: tl.constexpr, HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr,
     HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
     REG_STATE: tl.constexpr = False, WU_IN_STATE: tl.constexpr = False,
-    STATE_HALF_OPS: tl.constexpr = False, PREP_N: tl.constexpr = False,
+    STATE_HALF_OPS: tl.constexpr = False,
     SAVED_TM: tl.constexpr = True, HALF_OPS: tl.constexpr = False,
 ):
     """The backward's state kernel and per-chunk kernel in one launch (``FUSED_BWD``), so
@@ -420,13 +348,13 @@ def delta_rule_bwd_kernel(
     if ticket < NCOL:
         _bwd_state_program(
             lane, ticket, flags_ptr, q_ptr, k_ptr, beta_ptr, lg_ptr, dht_ptr, do_ptr, wk_ptr,
-            tm_ptr, n_ptr, b_ptr, gl_ptr, dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr, T,
-            H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, HAS_DHT, HAS_H0,
-            PACKED, PREC, REG_STATE, WU_IN_STATE, STATE_HALF_OPS, PREP_N, True)
+            tm_ptr, dstates_ptr, dh0_ptr, cseq_ptr, cend_ptr, cu_ptr, T, H, DK, DV, NC, NSEQ,
+            NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, HAS_DHT, HAS_H0, PACKED, PREC,
+            REG_STATE, WU_IN_STATE, STATE_HALF_OPS, True)
     else:
         c = NC - 1 - (ticket - NCOL)
         _wait_chunk(flags_ptr, lane, NC, c, NCOL)
         _bwd_grads_program(
             c, lane, q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, states_ptr, dstates_ptr, tm_ptr,
             do_ptr, dq_ptr, dk_ptr, dv_ptr, dbeta_ptr, dlg_ptr, T, H, DK, DV, NC, NH, C, LP,
-            CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY, PREC, SAVED_TM, HALF_OPS, True)
+            CP, BK, BV, KS, VS, SUB, HAS_DECAY, PREC, SAVED_TM, HALF_OPS, True)

@@ -1,7 +1,8 @@
 """Kernel pieces the elementwise scans share: combine functions, tile helpers, the carry pass.
 
-Framework-free: imports ``triton`` only. Used by :mod:`mingru_kernels.linear_scan` and
-:mod:`mingru_kernels.parallel_scan_log`.
+Framework-free: imports ``triton`` only. Used by :mod:`mingru_kernels.linear_scan`,
+:mod:`mingru_kernels.linear_recurrence`, :mod:`mingru_kernels.parallel_scan_log` and
+:mod:`mingru_kernels.mingru_cell`.
 
 Scan algebra. Step t of a recurrence ``h_t = a_t h_{t-1} + b_t`` is the map
 ``h ↦ a_t h + b_t``; ``combine(first, second)`` is "apply ``first``, then ``second``". An
@@ -13,7 +14,7 @@ Tiles are ``[BLOCK_T, BLOCK_D]`` with D innermost (coalesced loads), scanned alo
 Backward (adjoint) scans run in reverse time; the kernels load their tiles with reversed row
 indices and scan forward, so ``associative_scan(reverse=True)`` is never needed.
 
-The launch strategies (walk, chunked) and the planner are pure Python in
+The launch strategies (walk, look-back, chunked) and the planner are pure Python in
 :mod:`mingru_kernels.launch._elementwise`.
 """
 
@@ -71,41 +72,6 @@ def take_row(x, rows, r):
     return tl.sum(tl.where(rows[:, None] == r, x, 0.0), axis=0)
 
 
-@triton.jit
-def tile_offsets(offs, SCALAR: tl.constexpr):
-    """A tile's element offsets, declared non-contiguous when ``SCALAR`` (the plan's
-    ``scalar``): the compiler then gives each thread whole columns of the tile (scalar loads,
-    the scan along T within the thread) instead of 128-bit pieces of rows with the scan
-    across lanes. Offline for sm_90, with ``EVEN``: the log scan's fast path 47.8 → 36.4
-    instructions per element at (64, 32, 2 warps), 41.6 → 25.5 at (32, 64, 2); untimed on an
-    H200, where the long walks are latency-bound."""
-    if SCALAR:
-        offs = tl.max_contiguous(offs, [1, 1])
-    return offs
-
-
-@triton.jit
-def load_tile(ptrs, m, other, EVEN: tl.constexpr):
-    """``tl.load(ptrs, mask=m, other=other)``, or unmasked when ``EVEN`` (the plan's ``even``:
-    every tile of the launch lies wholly in bounds). Offline for sm_90 the predicates of a
-    masked tile cost instructions (the log scan's fast path at (64, 32, 2 warps): 47.8 → 42.8
-    per element); on an NVIDIA H100 no row moved beyond noise."""
-    if EVEN:
-        x = tl.load(ptrs)
-    else:
-        x = tl.load(ptrs, mask=m, other=other)
-    return x
-
-
-@triton.jit
-def store_tile(ptrs, x, m, EVEN: tl.constexpr):
-    """``tl.store(ptrs, x, mask=m)``, or unmasked when ``EVEN`` (see :func:`load_tile`)."""
-    if EVEN:
-        tl.store(ptrs, x)
-    else:
-        tl.store(ptrs, x, mask=m)
-
-
 # ----------------------------------------------------------------------------- look-back
 
 
@@ -117,9 +83,8 @@ def lookback_ticket(status_ptr, n_chunks, REVERSE: tl.constexpr):
     ``program_id``: tickets go out in the order programs start, so every chunk a program waits
     for belongs to a program that has already started — the look-back cannot deadlock whatever
     order the hardware runs the grid in. One counter per lane, not one for the grid: a single
-    counter serialises every program on one address (about 6 ns each on an NVIDIA H200, which
-    bounded the whole kernel). ``REVERSE``: the first chunk in scan order is the last in time
-    (adjoint scans)."""
+    counter would serialise every program on one address and bound the whole kernel.
+    ``REVERSE``: the first chunk in scan order is the last in time (adjoint scans)."""
     n_lanes = tl.num_programs(0) // n_chunks
     lane = tl.program_id(0) % n_lanes
     c = tl.atomic_add(status_ptr + 1 + lane, 1, sem="relaxed")
@@ -131,8 +96,8 @@ def lookback_ticket(status_ptr, n_chunks, REVERSE: tl.constexpr):
 @triton.jit
 def program_coords(status_ptr, n_chunks, n_dblk, MODE: tl.constexpr, REVERSE: tl.constexpr):
     """``(chunk, batch row, D-block, lane)`` of this program in a scan kernel's grid
-    ``B × chunks × D-blocks``: from ``program_id`` (walk, SUMMARY, APPLY), or from the lane's
-    ticket counter in the look-back strategy (:func:`lookback_ticket`)."""
+    ``B × chunks × D-blocks``: from ``program_id`` (the walk), or from the lane's ticket
+    counter in the look-back strategy (:func:`lookback_ticket`)."""
     if MODE == constants.LOOKBACK:
         pid_c, lane = lookback_ticket(status_ptr, n_chunks, REVERSE)
         pid_d = lane % n_dblk
@@ -202,9 +167,8 @@ def lookback_carry(status_ptr, vals_ptr, c, lane, row, n_chunks, A, Z, init, col
     state (the first chunk in scan order does so at once, from ``init``); then it publishes
     its own. No program waits on a chunk after it, so the ticket order of
     :func:`lookback_ticket` is all it needs to progress; most look-backs stop at the nearest
-    predecessor, whose inclusive state is usually there already. (Looking back over a window
-    of 16 predecessors per round trip measured slower on an NVIDIA H200: more registers, fewer
-    resident programs.)"""
+    predecessor, whose inclusive state is usually there already, so it reads one predecessor
+    at a time (a window of several would cost registers and resident programs)."""
     n_lanes = tl.num_programs(0) // n_chunks
     if REVERSE:
         step = -1
@@ -257,8 +221,8 @@ def lookback_carry(status_ptr, vals_ptr, c, lane, row, n_chunks, A, Z, init, col
 def carried_scan(a, b, carry, status_ptr, vals_ptr, c, lane, row, n_chunks, cols, col_ok, D,
                  MODE: tl.constexpr, REVERSE: tl.constexpr, BLOCK_T: tl.constexpr):
     """``(H, carry-in)``: the tile scan of ``h ↦ a h + b`` (``[BLOCK_T, BLOCK_D]``, along
-    rows) from the state carried into the tile. Walk and APPLY: ``carry`` enters the first
-    row's input, so the scan yields the states directly. LOOKBACK (one tile per chunk): the
+    rows) from the state carried into the tile. Walk: ``carry`` enters the first row's
+    input, so the scan yields the states directly. LOOKBACK (one tile per chunk): the
     tile is scanned from zero, its carry-in comes from :func:`lookback_carry` (``carry`` is
     then the state before the first chunk) and enters through the running product,
     ``H = P·carry + H``."""
@@ -311,7 +275,7 @@ def linear_carry_kernel(
     HAS_Y: tl.constexpr,  # a second state shares the coefficient
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """Phase 2 of the chunked linear scans: exclusive scan of the chunk maps.
+    """Phase 2 of the chunked linear scan: exclusive scan of the chunk maps.
 
     Chunk c's carry-in is the composition of all chunks before it in scan order (identity for
     the first). One program per (batch, D-block) walks the chunk axis in tiles of

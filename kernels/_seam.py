@@ -29,43 +29,6 @@ def check_mode(value: str, source: str) -> str:
     return value
 
 
-def env_reader(name: str) -> Callable[[], str]:
-    """A function returning the environment variable ``name`` now (``""`` when unset).
-
-    For reads on the launchers' hot path that no tracer sees (the poison switch, read for every
-    output a launcher allocates): ``os.environ.get`` encodes the key and wraps the lookup in
-    two Python frames, about 0.9 µs per read on a CPU host, against 0.08 µs here. Where
-    ``os.environ`` keeps its mapping in ``_data`` (CPython), the reader looks the pre-encoded
-    key up there, the same dict ``os.environ`` itself reads and writes (``os.environ[...] =
-    ...``, ``setenv`` in tests); elsewhere it falls back to ``os.environ.get``. Not for code
-    ``torch.compile`` traces (:func:`env_mode`, :func:`interpreter_mode`): dynamo cannot
-    trace the dict lookup and would break the graph there.
-
-    Example:
-        >>> import os
-        >>> read = env_reader("MINGRU_EXAMPLE_VARIABLE")
-        >>> os.environ["MINGRU_EXAMPLE_VARIABLE"] = "1"; read()
-        '1'
-        >>> del os.environ["MINGRU_EXAMPLE_VARIABLE"]; read()
-        ''
-    """
-    environ = os.environ
-    data = getattr(environ, "_data", None)
-    encode = getattr(environ, "encodekey", None)
-    decode = getattr(environ, "decodevalue", None)
-    if not (isinstance(data, dict) and callable(encode) and callable(decode)):
-        return lambda: environ.get(name, "")
-    key = encode(name)
-    lookup = data.get
-
-    def read() -> str:
-        value = lookup(key)
-        return "" if value is None else decode(value)
-
-    read.__name__ = f"read_{name}"
-    return read
-
-
 def env_mode() -> str:
     """``MINGRU_SCAN`` (unset or empty means ``auto``)."""
     value = os.environ.get("MINGRU_SCAN", "")
@@ -112,7 +75,7 @@ def choose_launcher(
     * ``eager``: always ``None``.
     * ``auto``: off-accelerator calls run eager silently; on the accelerator a kernel that
       cannot serve warns once per reason and runs eager, and a kernel whose
-      ``prefer_over_eager`` says no (measured slower there) runs eager silently.
+      ``prefer_over_eager`` says no (where eager is the faster path) runs eager silently.
     * ``triton``: the launcher, or ``RuntimeError`` saying why (off-accelerator calls are
       allowed only in interpreter mode).
     """

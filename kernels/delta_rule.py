@@ -24,13 +24,13 @@ program per (b, h) and slice of state columns) stores each chunk's start state, 
 ``d_k × d`` matrices and two of ``C`` rows per chunk, each re-read) cuts the forward's scratch
 traffic by more than half: ``Po``, ``d`` and ``Γ`` are rebuilt from ``q, k, log γ`` in the state
 kernel, whose inputs are far smaller than the maps. With ``OUT_PASS`` (few ``(b, h)`` rows,
-where the serial chain is the time) the state kernel stores ``W`` instead of writing ``O``,
-and ``delta_rule_fwd_out_kernel`` forms ``O`` parallel over chunks. Backward:
+where the serial chain is the time) the state kernel writes no ``O``:
+``delta_rule_fwd_out_kernel`` forms it parallel over chunks from the stored states, ``Wk``
+and ``U``. Backward:
 ``delta_rule_bwd_state_kernel`` runs the adjoint of that chunk step backwards and stores each
 chunk's end-state gradient; ``delta_rule_bwd_grads_kernel`` (parallel) recomputes the chunk and
 writes the gradients of ``q, k, v, β, log γ``; ``delta_rule_bwd_kernel`` runs both in one
-launch, each chunk's gradients formed as soon as the adjoint has passed it (``FUSED_BWD``), and
-``delta_rule_fwd_kernel`` the forward's state kernel and output pass likewise (``FUSED_FWD``).
+launch, each chunk's gradients formed as soon as the adjoint has passed it (``FUSED_BWD``).
 
 Packed sequences (``PACKED``, ``B = 1``). The launchers lay the ``N`` sequences out
 chunk-aligned — each starts at a chunk boundary, the gaps are identity steps — so no chunk
@@ -48,12 +48,14 @@ Register budget. Float32 ``tl.dot`` without TF32 runs on FMA units and holds who
 columns of its operands in registers, so with exact float32 products no product contracts
 over more than ``LP`` (chunk) or a ``KS = 16``-wide slice of ``d_k``: contractions over
 ``d_k`` are summed over slices loaded from memory, and the value side of a chunk is handled
-``VS`` columns at a time. Tensor-core products (bfloat16/float16 inputs, or ``allow_tf32``)
-spread their operands over the warps: there the slices are 64 wide.
+``VS`` columns at a time. Tensor-core products (bfloat16/float16 inputs, ``allow_tf32``, or
+float32's split products at 64-wide heads) spread their operands over the warps: there the
+slices are 64 wide.
 
 Numerics. All arithmetic is float32 (inputs are cast on load). Dots use ``PREC``: ``"ieee"``
-(exact float32 products) for float32 inputs, ``"tf32"`` for half inputs or when the caller
-passes ``allow_tf32``. Decay factors are ``exp`` of segment sums built by masked
+(exact float32 products) for float32 inputs, ``"tf32x3"`` (float32-accurate split products)
+for float32 inputs at 64-wide heads, ``"tf32"`` for half inputs or when the caller passes
+``allow_tf32``. Decay factors are ``exp`` of segment sums built by masked
 cumulative sums of the non-positive ``log γ`` — never ``exp`` of a difference of cumulative
 sums — so a gap of ``log γ = −1e10`` (or ``−inf``, floored to ``-1e30``) is an
 exact reset with no NaN. ``T`` is a runtime argument: nothing is specialised on it.
@@ -72,19 +74,16 @@ from mingru_kernels._delta_chunk import (
     _chunk_slice_program,
     _decay_tables,
     _dot_t,
-    _lane_ticket,
     _ld,
     _lds,
     _load_gates,
     _mm,
-    _publish_chunk,
     _seq_tile,
     _sequence_restart,
     _start_carry,
     _state_step_tables,
     _store_chunk_output,
     _tm_tile,
-    _wait_chunk,
     _walk_program,
     _wy_inverse,
     _wy_keys,
@@ -95,7 +94,6 @@ from mingru_kernels._delta_chunk import (
 from mingru_kernels._delta_rule_bwd import (
     delta_rule_bwd_grads_kernel,
     delta_rule_bwd_kernel,
-    delta_rule_bwd_prep_kernel,
     delta_rule_bwd_state_kernel,
 )
 
@@ -111,9 +109,8 @@ def delta_rule_fwd_prep_kernel(
     T, H, DK, DV, NC,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-    SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
+    SUB: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
     WU_IN_STATE: tl.constexpr = False, STORE_TM: tl.constexpr = True,
-    HALF_OPS: tl.constexpr = False,
 ):
     """Grid ``(NC, B·H)``. Per chunk: ``Wk = T diag(βΓ) K (LP,BK)``, ``U = T diag(β) V
     (LP,BV)`` and, with ``STORE_TM``, the WY inverse ``T (LP,LP)`` itself (the backward reads
@@ -128,43 +125,62 @@ def delta_rule_fwd_prep_kernel(
                                  LP, CP, HAS_DECAY)
     D, gam, d, gam_last, Do, gam_o = _decay_tables(lgm, lgt, il, tok, ir, LP, CP, HAS_DECAY)
     KK = _dot_t(k_ptr, micro, ok_l, k_ptr, micro, ok_l, DK, LP, LP, BK, KS, PREC)
-    Tm = _wy_inverse(KK, beta, D, il, LP, SUB, BLOCKED, PREC)
+    Tm = _wy_inverse(KK, beta, D, il, LP, SUB, PREC)
     chunk = bh.to(tl.int64) * NC + c
     if STORE_TM or WU_IN_STATE:
         tl.store(_tm_tile(tm_ptr, chunk, il, LP), Tm.to(tm_ptr.dtype.element_ty))
     if not WU_IN_STATE:
-        Wk = _wy_keys(Tm, beta, gam, _ld(k_ptr, micro, ok_l, 0, DK, BK), PREC, HALF_OPS, k_ptr)
+        Wk = _wy_keys(Tm, beta, gam, _ld(k_ptr, micro, ok_l, 0, DK, BK), PREC)
         ik = tl.arange(0, BK)
         tl.store(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + ik[None, :],
                  Wk.to(wk_ptr.dtype.element_ty))
         for vb in range(BV // VS):
             iv = vb * VS + tl.arange(0, VS)
             Ub = _mm(Tm, beta[:, None] * _ld(v_ptr, micro, ok_l, vb * VS, DV, VS), None,
-                     PREC, HALF_OPS, k_ptr)
+                     PREC, False, k_ptr)
             tl.store(u_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :],
                      Ub.to(u_ptr.dtype.element_ty))
 
 
 @triton.jit
-def _fwd_state_program(
-    bh, col, flags_ptr,
+def delta_rule_fwd_state_kernel(
     q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, h0_ptr, wk_ptr, u_ptr, tm_ptr,
-    states_ptr, o_ptr, w_ptr, ht_ptr, cseq_ptr, cend_ptr, cu_ptr,
+    states_ptr, o_ptr, ht_ptr, cseq_ptr, cend_ptr, cu_ptr,
     T, H, DK, DV, NC, NSEQ,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
     HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
     REG_STATE: tl.constexpr = False, WU_IN_STATE: tl.constexpr = False,
-    OUT_PASS: tl.constexpr = False, STORE_W: tl.constexpr = True,
-    STATE_HALF_OPS: tl.constexpr = False,
-    FUSED: tl.constexpr = False,
+    OUT_PASS: tl.constexpr = False, STATE_HALF_OPS: tl.constexpr = False,
 ):
-    """The program ``(bh, col)`` of :func:`delta_rule_fwd_state_kernel` (its docstring
-    holds the algebra). ``FUSED`` (:func:`delta_rule_fwd_kernel`, with ``OUT_PASS``): after
-    storing each chunk's ``states[c]`` (and ``W``) it adds one to the int32
-    ``flags[bh·NC + c]`` with release semantics."""
-    bh64, b64, h, ik, v0, iv, kv, user, user_mask = _walk_program(bh, col, H, DK, DV, BK, BV,
-                                                                   VS)
+    """Grid ``(B·H, BV/VS)``: one program per (b, h) and slice of ``VS`` state columns, serial
+    over chunks. Per chunk, from its start state ``S`` (stored as ``states[c]``)::
+
+        W = U − Wk S      O = diag(Γo) Q S + Po W      S ← Γ_L S + Kᵀ diag(d) W
+
+    with ``Po = Do ⊙ Q Kᵀ`` built from ``q, k`` and ``log γ`` in the chunk; ``O`` is written
+    here, in the output dtype, and ``h_T`` (the last ``S``) too. Launch with ``num_stages=1``
+    unless ``REG_STATE``: the products with ``S`` re-read the state just stored (slices of
+    ``KS`` rows) behind a barrier — or, with ``REG_STATE`` (needs ``KS == BK``: one slice),
+    take it from registers, and pipelining may prefetch the next chunk's tiles.
+    ``WU_IN_STATE`` (needs ``REG_STATE``) forms ``Wk`` and ``U`` here from the chunk's ``T``
+    (``tm``), ``k``, ``v`` and ``β`` instead of reading them from ``wk`` and ``u``.
+    ``OUT_PASS`` (needs ``REG_STATE``) takes the output off this serial chain: ``o`` is not
+    written here, :func:`delta_rule_fwd_out_kernel` forms it from the stored states, ``Wk``
+    and ``U``, parallel over chunks.
+
+    ``PACKED`` (``B = 1``; ``NSEQ`` sequences laid out chunk-aligned, see the launchers):
+    ``h0`` and ``h_T`` are ``(NSEQ, H, DK, DV)``; ``cseq[c]`` (int32) is the sequence chunk
+    ``c`` starts (its start state is then ``h0[cseq[c]]``, zeros without ``h0``) or −1,
+    ``cend[c]`` the sequence whose last chunk it is (its end state is stored as
+    ``h_T[cend[c]]``) or −1; ``cu (NSEQ+1)`` (int32 offsets) finds the empty sequences,
+    whose ``h_T`` is their ``h0``. Otherwise the three tables are never read.
+
+    ``STATE_HALF_OPS`` (with ``REG_STATE``, half inputs): the chunk's products take 16-bit
+    operands (the carried ``S`` rounded for the product, kept in float32), as fla's state
+    kernel does; see :func:`~mingru_kernels._delta_chunk._mm`."""
+    bh64, b64, h, ik, v0, iv, kv, user, user_mask = _walk_program(
+        tl.program_id(0), tl.program_id(1), H, DK, DV, BK, BV, VS)
     S = _start_carry(h0_ptr, ht_ptr, cu_ptr, NSEQ, bh64, H, DK, DV, ik, iv, user, user_mask,
                      BK, VS, HAS_H0, True, PACKED)
     for c in range(NC):
@@ -214,13 +230,7 @@ def _fwd_state_program(
             U = tl.load(u_ptr + chunk * (LP * BV) + il[:, None] * BV
                         + iv[None, :]).to(tl.float32)
         W = U - WkS
-        if OUT_PASS:
-            if STORE_W:
-                tl.store(w_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :],
-                         W.to(w_ptr.dtype.element_ty))
-            if FUSED:  # publish states[c] (and W) to the output programs of the same launch
-                _publish_chunk(flags_ptr, chunk)
-        else:
+        if not OUT_PASS:
             _store_chunk_output(q_ptr, k_ptr, o_ptr, token, ok_r, micro, ok_l, Do, gam_o, QS, W,
                                 iv, DK, DV, CP, LP, BK, KS, PREC, STATE_HALF_OPS)
         Kd = d[:, None] * K
@@ -234,157 +244,40 @@ def _fwd_state_program(
 
 
 @triton.jit
-def delta_rule_fwd_state_kernel(
-    q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, h0_ptr, wk_ptr, u_ptr, tm_ptr,
-    states_ptr, o_ptr, w_ptr, ht_ptr, cseq_ptr, cend_ptr, cu_ptr,
-    T, H, DK, DV, NC, NSEQ,
-    NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-    HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
-    REG_STATE: tl.constexpr = False, WU_IN_STATE: tl.constexpr = False,
-    OUT_PASS: tl.constexpr = False, STORE_W: tl.constexpr = True,
-    STATE_HALF_OPS: tl.constexpr = False,
-):
-    """Grid ``(B·H, BV/VS)``: one program per (b, h) and slice of ``VS`` state columns, serial
-    over chunks. Per chunk, from its start state ``S`` (stored as ``states[c]``)::
-
-        W = U − Wk S      O = diag(Γo) Q S + Po W      S ← Γ_L S + Kᵀ diag(d) W
-
-    with ``Po = Do ⊙ Q Kᵀ`` built from ``q, k`` and ``log γ`` in the chunk; ``O`` is written
-    here, in the output dtype, and ``h_T`` (the last ``S``) too. Launch with ``num_stages=1``
-    unless ``REG_STATE``: the products with ``S`` re-read the state just stored (slices of
-    ``KS`` rows) behind a barrier — or, with ``REG_STATE`` (needs ``KS == BK``: one slice),
-    take it from registers, and pipelining may prefetch the next chunk's tiles.
-    ``WU_IN_STATE`` (needs ``REG_STATE``) forms ``Wk`` and ``U`` here from the chunk's ``T``
-    (``tm``), ``k``, ``v`` and ``β`` instead of reading them from ``wk`` and ``u``.
-    ``OUT_PASS`` (needs ``REG_STATE``) takes the output off this serial chain: ``W`` is stored
-    into ``w (B·H, NC, LP, BV)`` (with ``STORE_W``; without it the output pass forms ``W``
-    again from the stored ``Wk``, ``U`` and states) and :func:`delta_rule_fwd_out_kernel`
-    forms ``O`` from it and the stored states, parallel over chunks; ``o`` is then not
-    written here.
-
-    ``PACKED`` (``B = 1``; ``NSEQ`` sequences laid out chunk-aligned, see the launchers):
-    ``h0`` and ``h_T`` are ``(NSEQ, H, DK, DV)``; ``cseq[c]`` (int32) is the sequence chunk
-    ``c`` starts (its start state is then ``h0[cseq[c]]``, zeros without ``h0``) or −1,
-    ``cend[c]`` the sequence whose last chunk it is (its end state is stored as
-    ``h_T[cend[c]]``) or −1; ``cu (NSEQ+1)`` (int32 offsets) finds the empty sequences,
-    whose ``h_T`` is their ``h0``. Otherwise the three tables are never read.
-
-    ``STATE_HALF_OPS`` (with ``REG_STATE``, half inputs): the chunk's products take 16-bit
-    operands (the carried ``S`` rounded for the product, kept in float32), as fla's state
-    kernel does; see :func:`~mingru_kernels._delta_chunk._mm`."""
-    _fwd_state_program(
-        tl.program_id(0), tl.program_id(1), states_ptr, q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr,
-        h0_ptr, wk_ptr, u_ptr, tm_ptr, states_ptr, o_ptr, w_ptr, ht_ptr, cseq_ptr, cend_ptr,
-        cu_ptr, T, H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, HAS_H0,
-        PACKED, PREC, REG_STATE, WU_IN_STATE, OUT_PASS, STORE_W, STATE_HALF_OPS)
-
-
-@triton.jit
-def _fwd_out_program(
-    c, bh, col,
-    q_ptr, k_ptr, lg_ptr, states_ptr, w_ptr, wk_ptr, u_ptr, o_ptr,
+def delta_rule_fwd_out_kernel(
+    q_ptr, k_ptr, lg_ptr, states_ptr, wk_ptr, u_ptr, o_ptr,
     T, H, DK, DV, NC,
     NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-    HAS_DECAY: tl.constexpr, PREC: tl.constexpr, STORE_W: tl.constexpr = True,
-    HALF_OPS: tl.constexpr = False,
-    CG: tl.constexpr = False,
+    HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
 ):
-    """The program ``(c, bh, col)`` of :func:`delta_rule_fwd_out_kernel` (its docstring
-    holds the algebra). ``CG``: ``states`` and ``w`` are read through L2 only, as written by
-    the state programs of the same launch (:func:`delta_rule_fwd_kernel`)."""
+    """Grid ``(NC, B·H, BV/VS)``: the output of the state kernel's ``OUT_PASS``, parallel
+    over chunks. From the chunk's start state ``S = states[c]`` and the stored
+    ``Wk (B·H, NC, LP, BK)`` and ``U (B·H, NC, LP, BV)``::
+
+        W = U − Wk S        O = diag(Γo) Q S + Po W        Po = Do ⊙ Q Kᵀ
+
+    — the products the state kernel otherwise runs per chunk, off its serial chain (where
+    ``B·H`` gives that kernel fewer programs than the GPU has SMs, its chain is the time)."""
     v0, iv, chunk, il, ok_l, ok_r, micro, token, gam, d, gam_last, Do, gam_o = \
-        _chunk_slice_program(c, bh, col, lg_ptr, T, H, NC, NH, C, LP, CP, VS, HAS_DECAY)
-    rows = chunk * (LP * BV) + il[:, None] * BV + iv[None, :]
-    if STORE_W:
-        if CG:
-            W = tl.load(w_ptr + rows, cache_modifier=".cg").to(tl.float32)
-        else:
-            W = tl.load(w_ptr + rows).to(tl.float32)
-    else:
-        W = tl.load(u_ptr + rows).to(tl.float32)
+        _chunk_slice_program(tl.program_id(0), tl.program_id(1), tl.program_id(2), lg_ptr, T,
+                             H, NC, NH, C, LP, CP, VS, HAS_DECAY)
+    W = tl.load(u_ptr + chunk * (LP * BV) + il[:, None] * BV + iv[None, :]).to(tl.float32)
     QS = tl.zeros([CP, VS], dtype=tl.float32)
     for j in tl.static_range(BK // KS):
         jj = j * KS + tl.arange(0, KS)
-        Sj = _lds(states_ptr, chunk * (BK * BV), j * KS, KS, BV, v0, VS, CG)
-        QS = _mm(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, QS, PREC, HALF_OPS, q_ptr)
-        if not STORE_W:
-            Wk = tl.load(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + jj[None, :])
-            W -= _mm(Wk.to(tl.float32), Sj, None, PREC, HALF_OPS, q_ptr)
+        Sj = _lds(states_ptr, chunk * (BK * BV), j * KS, KS, BV, v0, VS)
+        QS = _mm(_ld(q_ptr, token, ok_r, j * KS, DK, KS), Sj, QS, PREC, False, q_ptr)
+        Wk = tl.load(wk_ptr + chunk * (LP * BK) + il[:, None] * BK + jj[None, :])
+        W -= _mm(Wk.to(tl.float32), Sj, None, PREC, False, q_ptr)
     _store_chunk_output(q_ptr, k_ptr, o_ptr, token, ok_r, micro, ok_l, Do, gam_o, QS, W, iv,
-                        DK, DV, CP, LP, BK, KS, PREC, HALF_OPS)
-
-
-@triton.jit
-def delta_rule_fwd_out_kernel(
-    q_ptr, k_ptr, lg_ptr, states_ptr, w_ptr, wk_ptr, u_ptr, o_ptr,
-    T, H, DK, DV, NC,
-    NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-    HAS_DECAY: tl.constexpr, PREC: tl.constexpr, STORE_W: tl.constexpr = True,
-    HALF_OPS: tl.constexpr = False,
-):
-    """Grid ``(NC, B·H, BV/VS)``: the output of the state kernel's ``OUT_PASS``, parallel
-    over chunks. From the chunk's start state ``S = states[c]`` and ``W = w[c]``::
-
-        O = diag(Γo) Q S + Po W        Po = Do ⊙ Q Kᵀ
-
-    — the same products the fused state kernel runs per chunk, off its serial chain (where
-    ``B·H`` gives that kernel fewer programs than the GPU has SMs, its chain is the time).
-    Without ``STORE_W`` it forms ``W = U − Wk S`` here from the stored ``Wk (B·H, NC, LP, BK)``
-    and ``U (B·H, NC, LP, BV)``: one more product per chunk instead of a ``(B·H, NC, LP, BV)``
-    buffer."""
-    _fwd_out_program(
-        tl.program_id(0), tl.program_id(1), tl.program_id(2), q_ptr, k_ptr, lg_ptr, states_ptr,
-        w_ptr, wk_ptr, u_ptr, o_ptr, T, H, DK, DV, NC, NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY,
-        PREC, STORE_W, HALF_OPS)
-
-
-@triton.jit
-def delta_rule_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, h0_ptr, wk_ptr, u_ptr, tm_ptr,
-    states_ptr, o_ptr, w_ptr, ht_ptr, cseq_ptr, cend_ptr, cu_ptr, sync_ptr,
-    T, H, DK, DV, NC, NSEQ,
-    NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-    HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
-    REG_STATE: tl.constexpr = False, WU_IN_STATE: tl.constexpr = False,
-    STORE_W: tl.constexpr = True, STATE_HALF_OPS: tl.constexpr = False,
-    HALF_OPS: tl.constexpr = False,
-):
-    """The forward's state kernel (with ``OUT_PASS``) and output pass in one launch
-    (``FUSED_FWD``), so that a chunk's output is formed as soon as the walk has stored its
-    start state: 1-D grid of ``B·H · BV/VS · (1 + NC)`` programs. As in
-    :func:`~mingru_kernels._delta_rule_bwd.delta_rule_bwd_kernel`, each program takes a ticket
-    from its lane's counter (``sync[lane]``, lane = ``program_id % B·H``): the first ``BV/VS``
-    run :func:`delta_rule_fwd_state_kernel`'s column programs, which release
-    ``flags[bh·NC + c]`` (``sync[B·H + …]``) after storing ``states[c]`` (and ``W``); ticket
-    ``BV/VS + i`` runs :func:`delta_rule_fwd_out_kernel`'s program of chunk ``i // (BV/VS)``
-    and column slice ``i % (BV/VS)`` once all slices of that chunk are out (acquire)."""
-    NCOL: tl.constexpr = BV // VS
-    lane, ticket, flags_ptr = _lane_ticket(sync_ptr, NCOL * (1 + NC))
-    if ticket < NCOL:
-        _fwd_state_program(
-            lane, ticket, flags_ptr, q_ptr, k_ptr, v_ptr, beta_ptr, lg_ptr, h0_ptr, wk_ptr,
-            u_ptr, tm_ptr, states_ptr, o_ptr, w_ptr, ht_ptr, cseq_ptr, cend_ptr, cu_ptr, T, H,
-            DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, HAS_H0, PACKED, PREC,
-            REG_STATE, WU_IN_STATE, True, STORE_W, STATE_HALF_OPS, True)
-    else:
-        c = (ticket - NCOL) // NCOL
-        _wait_chunk(flags_ptr, lane, NC, c, NCOL)
-        _fwd_out_program(
-            c, lane, (ticket - NCOL) % NCOL, q_ptr, k_ptr, lg_ptr, states_ptr, w_ptr, wk_ptr,
-            u_ptr, o_ptr, T, H, DK, DV, NC, NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, PREC,
-            STORE_W, HALF_OPS, True)
+                        DK, DV, CP, LP, BK, KS, PREC)
 
 
 __all__ = [
     "delta_rule_bwd_grads_kernel",
     "delta_rule_bwd_kernel",
-    "delta_rule_bwd_prep_kernel",
     "delta_rule_bwd_state_kernel",
-    "delta_rule_fwd_kernel",
     "delta_rule_fwd_out_kernel",
     "delta_rule_fwd_prep_kernel",
     "delta_rule_fwd_state_kernel",

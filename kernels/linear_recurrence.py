@@ -23,16 +23,10 @@ backward cuts the adjoint there (``a_{t+1} → 0`` at a first step ``t+1``), rea
 the previous state of a first step and writes ``dh_0[n] = a G`` at it (the launcher zeroes
 ``dh_0`` for empty sequences). Final states are gathered from ``h`` by the frontend.
 
-Launch sequences (``cfg = plan(B, T, D)``; chunk buffers fp32 ``(B, N, D)``), as
-``linear_scan`` with ``HAS_Y = False``:
+Launch sequences (``cfg = plan(B, T, D, **TILES)`` from
+:mod:`mingru_kernels.launch.linear_recurrence`):
 
 * walk: ``fwd[grid](..., MODE=WALK)``; ``bwd[grid](..., MODE=WALK)``.
-* chunked forward: ``fwd[grid](..., sa, sb, MODE=SUMMARY)``;
-  ``linear_carry_kernel[carry_grid](sa, sb, -, ca, cb, -, REVERSE=False, STORE_A=True)``;
-  ``fwd[grid](..., ca, cb, MODE=APPLY)`` (carry-in state ``ca·h_0 + cb``).
-* chunked backward: ``bwd[grid](..., sc, sg, MODE=SUMMARY)``;
-  ``linear_carry_kernel[carry_grid](sc, sg, -, -, cg, -, REVERSE=True, STORE_A=False)``;
-  ``bwd[grid](..., -, cg, MODE=APPLY)``.
 * look-back (single pass, one tile per chunk): ``fwd[grid](..., values, status,
   MODE=LOOKBACK)``; ``bwd[grid](..., values, status, MODE=LOOKBACK)`` — each program scans its
   tile from zero and gets its carry-in from
@@ -44,21 +38,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mingru_kernels import _constants as constants
 from mingru_kernels._scan_common import (
     carried_scan,
-    linear_carry_kernel,
-    load_tile,
-    mul_add,
     packed_rows,
     program_coords,
     restart_rows,
-    store_tile,
     take_row,
-    tile_offsets,
 )
 
-__all__ = ["linear_carry_kernel", "linear_recurrence_bwd_kernel", "linear_recurrence_fwd_kernel"]
+__all__ = ["linear_recurrence_bwd_kernel", "linear_recurrence_fwd_kernel"]
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
@@ -67,62 +55,42 @@ def linear_recurrence_fwd_kernel(
     h0_ptr,  # (B, D) initial state, (N, D) one per sequence when PACKED (if HAS_H0)
     seq_ptr,  # (T,) int32 sequence index of each step (if PACKED; then B = 1)
     h_ptr, ht_ptr,  # out: (B, T, D) states, (B, D) final state; input dtype
-    sa_ptr, sb_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-in maps in (APPLY);
-    # LOOKBACK: sa = fp32 chunk values, sb = int32 status words (lookback_carry)
+    vals_ptr, status_ptr,  # LOOKBACK: fp32 chunk values, int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
-    SCALAR: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
-    pid_c, pid_b, pid_d, lane = program_coords(sb_ptr, n_chunks, n_dblk, MODE, False)
+    pid_c, pid_b, pid_d, lane = program_coords(status_ptr, n_chunks, n_dblk, MODE, False)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
-    intra = tile_offsets(rows[:, None] * D + cols[None, :], SCALAR)
+    intra = rows[:, None] * D + cols[None, :]
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
     seq = pid_b.to(tl.int64) * T * D
-    s_off = (pid_b.to(tl.int64) * n_chunks + pid_c) * D + cols
     state_off = pid_b.to(tl.int64) * D + cols
 
-    cp = tl.full([BLOCK_D], 1.0, tl.float32)
     cz = tl.zeros([BLOCK_D], tl.float32)
-    if MODE != constants.SUMMARY:
-        if HAS_H0:
-            cz = tl.load(h0_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
-        if MODE == constants.APPLY:
-            # The carry-in map of this chunk (everything before it) applied to h_0.
-            ca = tl.load(sa_ptr + s_off, mask=col_ok, other=1.0)
-            cb = tl.load(sb_ptr + s_off, mask=col_ok, other=0.0)
-            cz = ca * cz + cb
+    if HAS_H0:
+        cz = tl.load(h0_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
 
     for k in tl.range(0, tl.cdiv(t_end - t_start, BLOCK_T), num_stages=LOOP_STAGES):
         t0 = t_start + k * BLOCK_T
         m = ((t0 + rows) < t_end)[:, None] & col_ok[None, :]
         tile = seq + t0.to(tl.int64) * D
         # Padding rows load the identity map (1, 0), so the tile's last row is its total.
-        a = load_tile(a_ptr + tile + intra, m, 1.0, EVEN).to(tl.float32)
-        b = load_tile(b_ptr + tile + intra, m, 0.0, EVEN).to(tl.float32)
+        a = tl.load(a_ptr + tile + intra, mask=m, other=1.0).to(tl.float32)
+        b = tl.load(b_ptr + tile + intra, mask=m, other=0.0).to(tl.float32)
         if PACKED:
             # Step 0 is a first step too, so the h_0 row loaded above never enters.
             sid, start = packed_rows(seq_ptr, t0 + rows, (t0 + rows) < t_end)
             a, b = restart_rows(a, b, h0_ptr, sid, start, cols, col_ok, D, HAS_H0)
-        if MODE == constants.SUMMARY:
-            # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
-            # and take the last row (padding rows hold the identity).
-            _sa, _sb = tl.associative_scan((a, b), 0, mul_add)
-            cp, cz = mul_add(cp, cz, take_row(_sa, rows, BLOCK_T - 1),
-                             take_row(_sb, rows, BLOCK_T - 1))
-        else:
-            H, _ = carried_scan(a, b, cz, sb_ptr, sa_ptr, pid_c, lane, pid_b, n_chunks, cols,
-                                col_ok, D, MODE, False, BLOCK_T)
-            store_tile(h_ptr + tile + intra, H.to(h_ptr.dtype.element_ty), m, EVEN)
-            cz = take_row(H, rows, BLOCK_T - 1)
+        H, _ = carried_scan(a, b, cz, status_ptr, vals_ptr, pid_c, lane, pid_b, n_chunks, cols,
+                            col_ok, D, MODE, False, BLOCK_T)
+        tl.store(h_ptr + tile + intra, H.to(h_ptr.dtype.element_ty), mask=m)
+        cz = take_row(H, rows, BLOCK_T - 1)
 
-    if MODE == constants.SUMMARY:
-        tl.store(sa_ptr + s_off, cp, mask=col_ok)
-        tl.store(sb_ptr + s_off, cz, mask=col_ok)
-    elif pid_c == n_chunks - 1:
+    if pid_c == n_chunks - 1:
         tl.store(ht_ptr + state_off, cz.to(ht_ptr.dtype.element_ty), mask=col_ok)
 
 
@@ -132,32 +100,25 @@ def linear_recurrence_bwd_kernel(
     seq_ptr,  # (T,) int32 sequence index of each step (if PACKED; then B = 1)
     dh_ptr, dht_ptr,  # (B, T, D) gradient of h, any strides; (B, D) gradient of h_T (if HAS_DHT)
     da_ptr, db_ptr, dh0_ptr,  # out: (B, T, D), (B, T, D), h_0's shape (if HAS_H0); input dtype
-    sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY);
-    # LOOKBACK: sc = fp32 chunk values, sg = int32 status words (lookback_carry)
+    vals_ptr, status_ptr,  # LOOKBACK: fp32 chunk values, int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk, dh_sb, dh_st, dh_sd,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, PACKED: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
-    SCALAR: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
-    pid_c, pid_b, pid_d, lane = program_coords(sg_ptr, n_chunks, n_dblk, MODE, True)
+    pid_c, pid_b, pid_d, lane = program_coords(status_ptr, n_chunks, n_dblk, MODE, True)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
     # Row r of a tile is time t_hi - r: the adjoint runs backwards in time.
-    rev = tile_offsets(cols[None, :] - rows[:, None] * D, SCALAR)
+    rev = cols[None, :] - rows[:, None] * D
     # dh is read through its strides: the gradient of a sum arrives expanded (stride 0).
-    dh_rev = tile_offsets(cols[None, :] * dh_sd - rows[:, None] * dh_st, SCALAR)
+    dh_rev = cols[None, :] * dh_sd - rows[:, None] * dh_st
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
     seq = pid_b.to(tl.int64) * T * D
-    s_off = (pid_b.to(tl.int64) * n_chunks + pid_c) * D + cols
     state_off = pid_b.to(tl.int64) * D + cols
 
-    cc = tl.full([BLOCK_D], 1.0, tl.float32)
-    if MODE == constants.APPLY:
-        cg = tl.load(sg_ptr + s_off, mask=col_ok, other=0.0)
-    else:
-        cg = tl.zeros([BLOCK_D], tl.float32)
+    cg = tl.zeros([BLOCK_D], tl.float32)
     if HAS_DHT:
         dht = tl.load(dht_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
     if HAS_H0 and not PACKED:
@@ -177,43 +138,33 @@ def linear_recurrence_bwd_kernel(
             # back across the boundary.
             _, next_start = packed_rows(seq_ptr, t + 1, ok & (t + 1 < T))
             coef = tl.where(next_start[:, None], 0.0, coef)
-        g = load_tile(dh_ptr + pid_b.to(tl.int64) * dh_sb + t_hi.to(tl.int64) * dh_st + dh_rev,
-                      m, 0.0, EVEN).to(tl.float32)
+        g = tl.load(dh_ptr + pid_b.to(tl.int64) * dh_sb + t_hi.to(tl.int64) * dh_st + dh_rev,
+                    mask=m, other=0.0).to(tl.float32)
         if HAS_DHT:
             g = tl.where((t == T - 1)[:, None], g + dht[None, :], g)
-        if MODE == constants.SUMMARY:
-            # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
-            # and take the last row (padding rows hold the identity).
-            _sc, _sg = tl.associative_scan((coef, g), 0, mul_add)
-            cc, cg = mul_add(cc, cg, take_row(_sc, rows, BLOCK_T - 1),
-                             take_row(_sg, rows, BLOCK_T - 1))
-        else:
-            G, _ = carried_scan(coef, g, cg, sg_ptr, sc_ptr, pid_c, lane, pid_b, n_chunks, cols,
-                                col_ok, D, MODE, True, BLOCK_T)
-            h_prev = tl.load(h_ptr + tile - D + rev, mask=m & (t >= 1)[:, None], other=0.0)
-            h_prev = h_prev.to(tl.float32)
-            if PACKED:
-                sid, start = packed_rows(seq_ptr, t, ok)
-                opens = start[:, None]
-                h_prev = tl.where(opens, 0.0, h_prev)
-                if HAS_H0:
-                    fm = opens & col_ok[None, :]
-                    h0_off = sid[:, None] * D + cols[None, :]
-                    h_prev = tl.where(opens, tl.load(h0_ptr + h0_off, mask=fm, other=0.0)
-                                      .to(tl.float32), h_prev)
-                    # dh_0[n] = a G at sequence n's first step (one step per sequence).
-                    a_t = tl.load(a_ptr + tile + rev, mask=fm, other=0.0).to(tl.float32)
-                    tl.store(dh0_ptr + h0_off, (a_t * G).to(dh0_ptr.dtype.element_ty), mask=fm)
-            elif HAS_H0:
-                h_prev = tl.where((t == 0)[:, None], h0[None, :], h_prev)
-            store_tile(da_ptr + tile + rev, (G * h_prev).to(da_ptr.dtype.element_ty), m, EVEN)
-            store_tile(db_ptr + tile + rev, G.to(db_ptr.dtype.element_ty), m, EVEN)
-            cg = take_row(G, rows, BLOCK_T - 1)
+        G, _ = carried_scan(coef, g, cg, status_ptr, vals_ptr, pid_c, lane, pid_b, n_chunks,
+                            cols, col_ok, D, MODE, True, BLOCK_T)
+        h_prev = tl.load(h_ptr + tile - D + rev, mask=m & (t >= 1)[:, None], other=0.0)
+        h_prev = h_prev.to(tl.float32)
+        if PACKED:
+            sid, start = packed_rows(seq_ptr, t, ok)
+            opens = start[:, None]
+            h_prev = tl.where(opens, 0.0, h_prev)
+            if HAS_H0:
+                fm = opens & col_ok[None, :]
+                h0_off = sid[:, None] * D + cols[None, :]
+                h_prev = tl.where(opens, tl.load(h0_ptr + h0_off, mask=fm, other=0.0)
+                                  .to(tl.float32), h_prev)
+                # dh_0[n] = a G at sequence n's first step (one step per sequence).
+                a_t = tl.load(a_ptr + tile + rev, mask=fm, other=0.0).to(tl.float32)
+                tl.store(dh0_ptr + h0_off, (a_t * G).to(dh0_ptr.dtype.element_ty), mask=fm)
+        elif HAS_H0:
+            h_prev = tl.where((t == 0)[:, None], h0[None, :], h_prev)
+        tl.store(da_ptr + tile + rev, (G * h_prev).to(da_ptr.dtype.element_ty), mask=m)
+        tl.store(db_ptr + tile + rev, G.to(db_ptr.dtype.element_ty), mask=m)
+        cg = take_row(G, rows, BLOCK_T - 1)
 
-    if MODE == constants.SUMMARY:
-        tl.store(sc_ptr + s_off, cc, mask=col_ok)
-        tl.store(sg_ptr + s_off, cg, mask=col_ok)
-    elif HAS_H0 and not PACKED:
+    if HAS_H0 and not PACKED:
         if pid_c == 0:
             # After the walk down to t = 0, the carry is g_0: dh_0 = a_0 g_0.
             a0 = tl.load(a_ptr + seq + cols, mask=col_ok, other=0.0).to(tl.float32)

@@ -31,15 +31,7 @@ import triton
 import triton.language as tl
 
 from mingru_kernels import _constants as constants
-from mingru_kernels._scan_common import (
-    linear_carry_kernel,
-    load_tile,
-    mul_add,
-    mul_add2,
-    store_tile,
-    take_row,
-    tile_offsets,
-)
+from mingru_kernels._scan_common import linear_carry_kernel, mul_add, mul_add2, take_row
 
 __all__ = [
     "linear_carry_kernel",
@@ -55,8 +47,6 @@ def linear_scan_fwd_kernel(
     sa_ptr, sb_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-ins in (APPLY)
     T, D, chunk_len, n_chunks, n_dblk,
     MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
-    EVEN: tl.constexpr,
-    SCALAR: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pid_d = pid % n_dblk
@@ -66,7 +56,7 @@ def linear_scan_fwd_kernel(
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
-    intra = tile_offsets(rows[:, None] * D + cols[None, :], SCALAR)
+    intra = rows[:, None] * D + cols[None, :]
     first = rows[:, None] == 0
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
@@ -85,8 +75,8 @@ def linear_scan_fwd_kernel(
         m = ((t0 + rows) < t_end)[:, None] & col_ok[None, :]
         tile = seq + t0.to(tl.int64) * D
         # Padding rows load the identity map (1, 0), so the tile's last row is its total.
-        a = load_tile(a_ptr + tile + intra, m, 1.0, EVEN).to(tl.float32)
-        b = load_tile(b_ptr + tile + intra, m, 0.0, EVEN).to(tl.float32)
+        a = tl.load(a_ptr + tile + intra, mask=m, other=1.0).to(tl.float32)
+        b = tl.load(b_ptr + tile + intra, mask=m, other=0.0).to(tl.float32)
         if MODE == constants.SUMMARY:
             # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
             # and take the last row (padding rows hold the identity).
@@ -99,8 +89,8 @@ def linear_scan_fwd_kernel(
             b = tl.where(first, a * cz[None, :] + b, b)
             a = tl.where(first, a * cp[None, :], a)
             P, Z = tl.associative_scan((a, b), 0, mul_add)
-            store_tile(p_ptr + tile + intra, P.to(p_ptr.dtype.element_ty), m, EVEN)
-            store_tile(z_ptr + tile + intra, Z.to(z_ptr.dtype.element_ty), m, EVEN)
+            tl.store(p_ptr + tile + intra, P.to(p_ptr.dtype.element_ty), mask=m)
+            tl.store(z_ptr + tile + intra, Z.to(z_ptr.dtype.element_ty), mask=m)
             cp = take_row(P, rows, BLOCK_T - 1)
             cz = take_row(Z, rows, BLOCK_T - 1)
 
@@ -117,8 +107,7 @@ def linear_scan_bwd_kernel(
     sc_ptr, sg_ptr, sgp_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-ins (APPLY)
     T, D, chunk_len, n_chunks, n_dblk, dz_sb, dz_st, dz_sd, dp_sb, dp_st, dp_sd,
     MODE: tl.constexpr, HAS_DP: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
-    SCALAR: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pid_d = pid % n_dblk
@@ -129,11 +118,11 @@ def linear_scan_bwd_kernel(
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
     # Row r of a tile is time t_hi - r: the adjoint runs backwards in time.
-    rev = tile_offsets(cols[None, :] - rows[:, None] * D, SCALAR)
+    rev = cols[None, :] - rows[:, None] * D
     # The output gradients are read through their strides: the gradient of a sum arrives
     # expanded (stride 0) and is not copied.
-    dz_rev = tile_offsets(cols[None, :] * dz_sd - rows[:, None] * dz_st, SCALAR)
-    dp_rev = tile_offsets(cols[None, :] * dp_sd - rows[:, None] * dp_st, SCALAR)
+    dz_rev = cols[None, :] * dz_sd - rows[:, None] * dz_st
+    dp_rev = cols[None, :] * dp_sd - rows[:, None] * dp_st
     first = rows[:, None] == 0
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
@@ -160,11 +149,11 @@ def linear_scan_bwd_kernel(
         # Coefficient of step t is a_{t+1} (0 past the end); padding rows are the identity.
         coef = tl.load(a_ptr + tile + D + rev, mask=m & (t + 1 < T)[:, None], other=0.0)
         coef = tl.where(ok[:, None], coef.to(tl.float32), 1.0)
-        g = load_tile(dz_ptr + pid_b.to(tl.int64) * dz_sb + t_hi.to(tl.int64) * dz_st + dz_rev,
-                      m, 0.0, EVEN).to(tl.float32)
+        g = tl.load(dz_ptr + pid_b.to(tl.int64) * dz_sb + t_hi.to(tl.int64) * dz_st + dz_rev,
+                    mask=m, other=0.0).to(tl.float32)
         if HAS_DP:
-            gp = load_tile(dp_ptr + pid_b.to(tl.int64) * dp_sb + t_hi.to(tl.int64) * dp_st
-                           + dp_rev, m, 0.0, EVEN).to(tl.float32)
+            gp = tl.load(dp_ptr + pid_b.to(tl.int64) * dp_sb + t_hi.to(tl.int64) * dp_st
+                         + dp_rev, mask=m, other=0.0).to(tl.float32)
         if MODE == constants.SUMMARY:
             if HAS_DP:
                 # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
@@ -194,8 +183,8 @@ def linear_scan_bwd_kernel(
             else:
                 _, G = tl.associative_scan((coef, g), 0, mul_add)
                 da = G * z_prev
-            store_tile(da_ptr + tile + rev, da.to(da_ptr.dtype.element_ty), m, EVEN)
-            store_tile(db_ptr + tile + rev, G.to(db_ptr.dtype.element_ty), m, EVEN)
+            tl.store(da_ptr + tile + rev, da.to(da_ptr.dtype.element_ty), mask=m)
+            tl.store(db_ptr + tile + rev, G.to(db_ptr.dtype.element_ty), mask=m)
             cg = take_row(G, rows, BLOCK_T - 1)
 
     if MODE == constants.SUMMARY:

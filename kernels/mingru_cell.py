@@ -30,9 +30,8 @@ Packed sequences (``PACKED``): as in :mod:`mingru_kernels.linear_recurrence` —
 sequence's first step is the map ``h ↦ a h_0[n] + b``, the adjoint is cut at every boundary,
 and ``dh_0[n] = a G`` is written at each first step.
 
-Launch sequences: those of :mod:`mingru_kernels.linear_recurrence` (walk; chunk summaries,
-:func:`~mingru_kernels._scan_common.linear_carry_kernel`, apply; or the single-pass
-look-back), with the same planner.
+Launch sequences: those of :mod:`mingru_kernels.linear_recurrence` (the walk, or the
+single-pass look-back), with the same planner.
 """
 
 from __future__ import annotations
@@ -40,22 +39,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from mingru_kernels import _constants as constants
 from mingru_kernels._fast_math import fast_exp, fast_rcp
 from mingru_kernels._scan_common import (
     carried_scan,
-    linear_carry_kernel,
-    load_tile,
-    mul_add,
     packed_rows,
     program_coords,
     restart_rows,
-    store_tile,
     take_row,
-    tile_offsets,
 )
 
-__all__ = ["linear_carry_kernel", "mingru_cell_bwd_kernel", "mingru_cell_fwd_kernel"]
+__all__ = ["mingru_cell_bwd_kernel", "mingru_cell_fwd_kernel"]
 
 
 @triton.jit
@@ -89,21 +82,20 @@ def _tanh(x):
 
 @triton.jit
 def _load_k(kt_ptr, lgt_ptr, k_off, lg_off, m, D,
-            SIGNED: tl.constexpr, HAS_DECAY: tl.constexpr, EVEN: tl.constexpr = False):
+            SIGNED: tl.constexpr, HAS_DECAY: tl.constexpr):
     """The pre-activations of one tile as fp32: ``(k_z, k_s, k_h, log γ)`` (``k_s`` and
     ``log γ`` are zeros when the cell has none). ``kt_ptr``/``lgt_ptr`` point at the tile's
     first row and the offsets are int32 tiles: the 64-bit row offset stays a scalar, so the
-    compiler still sees contiguous columns and vectorises the loads. ``EVEN``: ``m`` is all
-    true (unmasked loads, :func:`~mingru_kernels._scan_common.load_tile`)."""
-    kz = load_tile(kt_ptr + k_off, m, 0.0, EVEN).to(tl.float32)
+    compiler still sees contiguous columns and vectorises the loads."""
+    kz = tl.load(kt_ptr + k_off, mask=m, other=0.0).to(tl.float32)
     if SIGNED:
-        ks = load_tile(kt_ptr + D + k_off, m, 0.0, EVEN).to(tl.float32)
-        kh = load_tile(kt_ptr + 2 * D + k_off, m, 0.0, EVEN).to(tl.float32)
+        ks = tl.load(kt_ptr + D + k_off, mask=m, other=0.0).to(tl.float32)
+        kh = tl.load(kt_ptr + 2 * D + k_off, mask=m, other=0.0).to(tl.float32)
     else:
         ks = kz * 0.0
-        kh = load_tile(kt_ptr + D + k_off, m, 0.0, EVEN).to(tl.float32)
+        kh = tl.load(kt_ptr + D + k_off, mask=m, other=0.0).to(tl.float32)
     if HAS_DECAY:
-        lg = load_tile(lgt_ptr + lg_off, m, 0.0, EVEN).to(tl.float32)
+        lg = tl.load(lgt_ptr + lg_off, mask=m, other=0.0).to(tl.float32)
     else:
         lg = kz * 0.0
     return kz, ks, kh, lg
@@ -135,15 +127,13 @@ def mingru_cell_fwd_kernel(
     h0_ptr,  # (B, D) initial state, (N, D) one per sequence when PACKED (if HAS_H0)
     seq_ptr,  # (T,) int32 sequence index of each step (if PACKED; then B = 1)
     h_ptr, ht_ptr,  # out: (B, T, D) states, (B, D) final state; input dtype
-    sa_ptr, sb_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY) / carry-in maps in (APPLY);
-    # LOOKBACK: sa = fp32 chunk values, sb = int32 status words (lookback_carry)
+    vals_ptr, status_ptr,  # LOOKBACK: fp32 chunk values, int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
     HAS_DECAY: tl.constexpr, PACKED: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
-    SCALAR: tl.constexpr,
+    BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
-    pid_c, pid_b, pid_d, lane = program_coords(sb_ptr, n_chunks, n_dblk, MODE, False)
+    pid_c, pid_b, pid_d, lane = program_coords(status_ptr, n_chunks, n_dblk, MODE, False)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
@@ -151,56 +141,38 @@ def mingru_cell_fwd_kernel(
         S = 3 * D
     else:
         S = 2 * D
-    k_intra = tile_offsets(rows[:, None] * S + cols[None, :], SCALAR)
-    h_intra = tile_offsets(rows[:, None] * D + cols[None, :], SCALAR)
-    lg_intra = tile_offsets(rows[:, None] * lg_row + cols[None, :] * lg_col, SCALAR)
+    k_intra = rows[:, None] * S + cols[None, :]
+    h_intra = rows[:, None] * D + cols[None, :]
+    lg_intra = rows[:, None] * lg_row + cols[None, :] * lg_col
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
     b64 = pid_b.to(tl.int64)
-    s_off = (b64 * n_chunks + pid_c) * D + cols
     state_off = b64 * D + cols
 
-    cp = tl.full([BLOCK_D], 1.0, tl.float32)
     cz = tl.zeros([BLOCK_D], tl.float32)
-    if MODE != constants.SUMMARY:
-        if HAS_H0:
-            cz = tl.load(h0_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
-        if MODE == constants.APPLY:
-            ca = tl.load(sa_ptr + s_off, mask=col_ok, other=1.0)
-            cb = tl.load(sb_ptr + s_off, mask=col_ok, other=0.0)
-            cz = ca * cz + cb
+    if HAS_H0:
+        cz = tl.load(h0_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
 
     for it in tl.range(0, tl.cdiv(t_end - t_start, BLOCK_T), num_stages=LOOP_STAGES):
         t0 = (t_start + it * BLOCK_T).to(tl.int64)
         m = ((t0 + rows) < t_end)[:, None] & col_ok[None, :]
         row0 = b64 * T + t0
         kz, ks, kh, lg = _load_k(k_ptr + row0 * S, lg_ptr + row0 * lg_row, k_intra, lg_intra,
-                                 m, D, SIGNED, HAS_DECAY, EVEN)
+                                 m, D, SIGNED, HAS_DECAY)
         a, b = _gates(kz, ks, kh, lg, SIGNED, COUPLED, HAS_DECAY)
         if PACKED:
             # Step 0 is a first step too, so the h_0 row loaded above never enters.
             sid, start = packed_rows(seq_ptr, t0 + rows, (t0 + rows) < t_end)
             a, b = restart_rows(a, b, h0_ptr, sid, start, cols, col_ok, D, HAS_H0)
-        if not EVEN:
-            # Padding rows are the identity map (1, 0), so the tile's last row is its total.
-            a = tl.where(m, a, 1.0)
-            b = tl.where(m, b, 0.0)
-        if MODE == constants.SUMMARY:
-            # tl.reduce may reorder operands on GPU and the combine is not commutative:
-            # scan, then take the last row.
-            _sa, _sb = tl.associative_scan((a, b), 0, mul_add)
-            cp, cz = mul_add(cp, cz, take_row(_sa, rows, BLOCK_T - 1),
-                             take_row(_sb, rows, BLOCK_T - 1))
-        else:
-            H, _ = carried_scan(a, b, cz, sb_ptr, sa_ptr, pid_c, lane, pid_b, n_chunks, cols,
-                                col_ok, D, MODE, False, BLOCK_T)
-            store_tile(h_ptr + row0 * D + h_intra, H.to(h_ptr.dtype.element_ty), m, EVEN)
-            cz = take_row(H, rows, BLOCK_T - 1)
+        # Padding rows are the identity map (1, 0), so the tile's last row is its total.
+        a = tl.where(m, a, 1.0)
+        b = tl.where(m, b, 0.0)
+        H, _ = carried_scan(a, b, cz, status_ptr, vals_ptr, pid_c, lane, pid_b, n_chunks, cols,
+                            col_ok, D, MODE, False, BLOCK_T)
+        tl.store(h_ptr + row0 * D + h_intra, H.to(h_ptr.dtype.element_ty), mask=m)
+        cz = take_row(H, rows, BLOCK_T - 1)
 
-    if MODE == constants.SUMMARY:
-        tl.store(sa_ptr + s_off, cp, mask=col_ok)
-        tl.store(sb_ptr + s_off, cz, mask=col_ok)
-    elif pid_c == n_chunks - 1:
+    if pid_c == n_chunks - 1:
         tl.store(ht_ptr + state_off, cz.to(ht_ptr.dtype.element_ty), mask=col_ok)
 
 
@@ -210,15 +182,13 @@ def mingru_cell_bwd_kernel(
     seq_ptr,  # (T,) int32 sequence index of each step (if PACKED; then B = 1)
     dh_ptr, dht_ptr,  # (B, T, D) gradient of h, any strides; (B, D) gradient of h_T (if HAS_DHT)
     dk_ptr, dlg_ptr, dh0_ptr,  # out: (B, T, n·D); (B, T, D) (if HAS_DECAY); h_0's (if HAS_H0)
-    sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY);
-    # LOOKBACK: sc = fp32 chunk values, sg = int32 status words (lookback_carry)
+    vals_ptr, status_ptr,  # LOOKBACK: fp32 chunk values, int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col, dh_sb, dh_st, dh_sd,
     MODE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, SIGNED: tl.constexpr,
     COUPLED: tl.constexpr, HAS_DECAY: tl.constexpr, PACKED: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
-    SCALAR: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
 ):
-    pid_c, pid_b, pid_d, lane = program_coords(sg_ptr, n_chunks, n_dblk, MODE, True)
+    pid_c, pid_b, pid_d, lane = program_coords(status_ptr, n_chunks, n_dblk, MODE, True)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
@@ -227,22 +197,17 @@ def mingru_cell_bwd_kernel(
     else:
         S = 2 * D
     # Row r of a tile is time t_hi - r: the adjoint runs backwards in time.
-    k_rev = tile_offsets(cols[None, :] - rows[:, None] * S, SCALAR)
-    h_rev = tile_offsets(cols[None, :] - rows[:, None] * D, SCALAR)
-    lg_rev = tile_offsets(cols[None, :] * lg_col - rows[:, None] * lg_row, SCALAR)
+    k_rev = cols[None, :] - rows[:, None] * S
+    h_rev = cols[None, :] - rows[:, None] * D
+    lg_rev = cols[None, :] * lg_col - rows[:, None] * lg_row
     # dh is read through its strides: the gradient of a sum arrives expanded (stride 0).
-    dh_rev = tile_offsets(cols[None, :] * dh_sd - rows[:, None] * dh_st, SCALAR)
+    dh_rev = cols[None, :] * dh_sd - rows[:, None] * dh_st
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
     b64 = pid_b.to(tl.int64)
-    s_off = (b64 * n_chunks + pid_c) * D + cols
     state_off = b64 * D + cols
 
-    cc = tl.full([BLOCK_D], 1.0, tl.float32)
-    if MODE == constants.APPLY:
-        cg = tl.load(sg_ptr + s_off, mask=col_ok, other=0.0)
-    else:
-        cg = tl.zeros([BLOCK_D], tl.float32)
+    cg = tl.zeros([BLOCK_D], tl.float32)
     if HAS_DHT:
         dht = tl.load(dht_ptr + state_off, mask=col_ok, other=0.0).to(tl.float32)
     if HAS_H0 and not PACKED:
@@ -267,70 +232,61 @@ def mingru_cell_bwd_kernel(
             # back across the boundary.
             _, next_start = packed_rows(seq_ptr, t + 1, ok & (t + 1 < T))
             coef = tl.where(next_start[:, None], 0.0, coef)
-        G = load_tile(dh_ptr + b64 * dh_sb + t_hi * dh_st + dh_rev, m, 0.0, EVEN).to(tl.float32)
+        G = tl.load(dh_ptr + b64 * dh_sb + t_hi * dh_st + dh_rev, mask=m, other=0.0)
+        G = G.to(tl.float32)
         if HAS_DHT:
             G = tl.where((t == T - 1)[:, None], G + dht[None, :], G)
-        if MODE == constants.SUMMARY:
-            _sc, _sg = tl.associative_scan((coef, G), 0, mul_add)
-            cc, cg = mul_add(cc, cg, take_row(_sc, rows, BLOCK_T - 1),
-                             take_row(_sg, rows, BLOCK_T - 1))
+        G, _ = carried_scan(coef, G, cg, status_ptr, vals_ptr, pid_c, lane, pid_b, n_chunks,
+                            cols, col_ok, D, MODE, True, BLOCK_T)
+        cg = take_row(G, rows, BLOCK_T - 1)
+        h_prev = tl.load(h_ptr + (row_hi - 1) * D + h_rev, mask=m & (t >= 1)[:, None],
+                         other=0.0).to(tl.float32)
+        if PACKED:
+            sid, start = packed_rows(seq_ptr, t, ok)
+            opens = start[:, None]
+            h0_off = sid[:, None] * D + cols[None, :]
+            h_prev = tl.where(opens, 0.0, h_prev)
+            if HAS_H0:
+                h_prev = tl.where(opens, tl.load(h0_ptr + h0_off, mask=opens & m, other=0.0)
+                                  .to(tl.float32), h_prev)
+        elif HAS_H0:
+            h_prev = tl.where((t == 0)[:, None], h0[None, :], h_prev)
+        kz, ks, kh, lg = _load_k(k_ptr + row_hi * S, lg_ptr + row_hi * lg_row, k_rev,
+                                 lg_rev, m, D, SIGNED, HAS_DECAY)
+        z, one_minus_z = _sigmoid_pair(kz)
+        zz = z * one_minus_z  # σ'(k_z) = z (1 − z)
+        if HAS_DECAY:
+            gamma = fast_exp(lg)
         else:
-            G, _ = carried_scan(coef, G, cg, sg_ptr, sc_ptr, pid_c, lane, pid_b, n_chunks, cols,
-                                col_ok, D, MODE, True, BLOCK_T)
-            cg = take_row(G, rows, BLOCK_T - 1)
-            h_prev = tl.load(h_ptr + (row_hi - 1) * D + h_rev, mask=m & (t >= 1)[:, None],
-                             other=0.0).to(tl.float32)
-            if PACKED:
-                sid, start = packed_rows(seq_ptr, t, ok)
-                opens = start[:, None]
-                h0_off = sid[:, None] * D + cols[None, :]
-                h_prev = tl.where(opens, 0.0, h_prev)
-                if HAS_H0:
-                    h_prev = tl.where(opens, tl.load(h0_ptr + h0_off, mask=opens & m, other=0.0)
-                                      .to(tl.float32), h_prev)
-            elif HAS_H0:
-                h_prev = tl.where((t == 0)[:, None], h0[None, :], h_prev)
-            kz, ks, kh, lg = _load_k(k_ptr + row_hi * S, lg_ptr + row_hi * lg_row, k_rev,
-                                     lg_rev, m, D, SIGNED, HAS_DECAY, EVEN)
-            z, one_minus_z = _sigmoid_pair(kz)
-            zz = z * one_minus_z  # σ'(k_z) = z (1 − z)
-            if HAS_DECAY:
-                gamma = fast_exp(lg)
-            else:
-                gamma = 1.0
-            da = G * h_prev
-            dkz_ptr = dk_ptr + row_hi * S + k_rev
-            if SIGNED:
-                s = _tanh(ks)
-                c = 1.0
-                if COUPLED:
-                    c = one_minus_z
-                a = gamma * s * c
-                dkz = G * kh
-                if COUPLED:
-                    dkz -= da * gamma * s
-                store_tile(dkz_ptr, (zz * dkz).to(dk_ptr.dtype.element_ty), m, EVEN)
-                store_tile(dkz_ptr + D,
-                           (da * gamma * c * (1.0 - s * s)).to(dk_ptr.dtype.element_ty), m, EVEN)
-                store_tile(dkz_ptr + 2 * D, (G * z).to(dk_ptr.dtype.element_ty), m, EVEN)
-            else:
-                a = gamma * one_minus_z
-                gk, dg = _g_and_slope(kh)
-                store_tile(dkz_ptr, (zz * (G * gk - da * gamma)).to(dk_ptr.dtype.element_ty), m,
-                           EVEN)
-                store_tile(dkz_ptr + D, (G * z * dg).to(dk_ptr.dtype.element_ty), m, EVEN)
-            if HAS_DECAY:
-                store_tile(dlg_ptr + row_hi * D + h_rev, (a * da).to(dlg_ptr.dtype.element_ty), m,
-                           EVEN)
-            if PACKED and HAS_H0:
-                # dh_0[n] = a G at sequence n's first step (one step per sequence).
-                tl.store(dh0_ptr + h0_off, (a * G).to(dh0_ptr.dtype.element_ty),
-                         mask=opens & m)
+            gamma = 1.0
+        da = G * h_prev
+        dkz_ptr = dk_ptr + row_hi * S + k_rev
+        if SIGNED:
+            s = _tanh(ks)
+            c = 1.0
+            if COUPLED:
+                c = one_minus_z
+            a = gamma * s * c
+            dkz = G * kh
+            if COUPLED:
+                dkz -= da * gamma * s
+            tl.store(dkz_ptr, (zz * dkz).to(dk_ptr.dtype.element_ty), mask=m)
+            tl.store(dkz_ptr + D, (da * gamma * c * (1.0 - s * s)).to(dk_ptr.dtype.element_ty),
+                     mask=m)
+            tl.store(dkz_ptr + 2 * D, (G * z).to(dk_ptr.dtype.element_ty), mask=m)
+        else:
+            a = gamma * one_minus_z
+            gk, dg = _g_and_slope(kh)
+            tl.store(dkz_ptr, (zz * (G * gk - da * gamma)).to(dk_ptr.dtype.element_ty), mask=m)
+            tl.store(dkz_ptr + D, (G * z * dg).to(dk_ptr.dtype.element_ty), mask=m)
+        if HAS_DECAY:
+            tl.store(dlg_ptr + row_hi * D + h_rev, (a * da).to(dlg_ptr.dtype.element_ty), mask=m)
+        if PACKED and HAS_H0:
+            # dh_0[n] = a G at sequence n's first step (one step per sequence).
+            tl.store(dh0_ptr + h0_off, (a * G).to(dh0_ptr.dtype.element_ty),
+                     mask=opens & m)
 
-    if MODE == constants.SUMMARY:
-        tl.store(sc_ptr + s_off, cc, mask=col_ok)
-        tl.store(sg_ptr + s_off, cg, mask=col_ok)
-    elif HAS_H0 and not PACKED:
+    if HAS_H0 and not PACKED:
         if pid_c == 0:
             # After the walk down to t = 0 the carry is G_0: dh_0 = a_0 G_0.
             z0, s0, h0k, l0 = _load_k(k_ptr + b64 * T * S, lg_ptr + b64 * T * lg_row, cols,

@@ -7,9 +7,9 @@ Framework-free (``triton`` only); the PyTorch launcher is ``mingru._launch.paral
 input dtype.
 
 Forward: an exact linear-space scan with a running scale, so the tile scans need no special
-function per combine (the log-pair combine ``logaddexp2`` per combine made the kernel bound by
-special-function throughput, at 17 % of the bandwidth floor on an H200). Per tile, with the
-carry ``c = log₂ h`` at the tile start:
+function per combine (the log-pair combine, a ``logaddexp2`` per combine, would make the
+kernel bound by special-function throughput, far from the bandwidth floor). Per tile, with
+the carry ``c = log₂ h`` at the tile start:
 
 1. a max-plus scan (:func:`mingru_kernels._scan_common.max_plus`: adds and maxima only) of the
    rows shifted by one, with ``c`` in the first row, gives ``N_t = M_{t-1}``, the log of the
@@ -26,7 +26,7 @@ carry ``c = log₂ h`` at the tile start:
 Three ``exp2`` per element and one ``log2`` per column per tile. Base 2 because
 ``exp2``/``log2`` are single hardware instructions.
 
-Fast path (walk and chunked APPLY tiles): most tiles need no per-row scale. With one scale per
+Fast path: most tiles need no per-row scale. With one scale per
 column, ``S = max(c, max_t log₂ b_t)``, the scaled states obey the same linear recurrence
 with ``ã_t = a_t`` and ``b̃_t = 2^{log₂ b_t − S} ≤ 1``; when every ``log₂ b_t`` of the tile is
 within 90 octaves of ``S`` and the coefficients grow the states by at most ``2^60``
@@ -43,15 +43,14 @@ the saved OUTPUT ``h`` (no extra forward buffer, so the forward writes only ``h`
 ``a_t h_{t-1} = 2^{log₂ a_t + log₂ h_{t-1}}`` so neither factor over/underflows alone. Where
 ``h_{t-1}`` underflowed to 0 in the output dtype, its term ``g_t a_t h_{t-1}`` is that small too.
 
-Launch sequences (``cfg = plan(B, T, D)``; buffers fp32 ``(B, N, D)``):
+Launch sequences (``cfg = plan(B, T, D, **TILES)`` from
+:mod:`mingru_kernels.launch.parallel_scan_log`):
 
 * walk: ``parallel_scan_log_fwd_kernel[grid](..., MODE=WALK)``;
   ``parallel_scan_log_bwd_kernel[grid](..., MODE=WALK)``.
-* chunked forward: ``fwd[grid](la, lv, h, sA, sL, MODE=SUMMARY)``;
-  ``parallel_scan_log_carry_kernel[carry_grid](sA, sL, lv, cL)``; ``fwd[grid](la, lv, h, -, cL, MODE=APPLY)``.
-* chunked backward: ``bwd[grid](..., sc, sg, MODE=SUMMARY)``;
-  ``linear_carry_kernel[carry_grid](sc, sg, -, -, cg, -, REVERSE=True, STORE_A=False,
-  HAS_Y=False)``; ``bwd[grid](..., -, cg, MODE=APPLY)``.
+* look-back (single pass, one tile per chunk): ``fwd[grid](la, lv, h, values, status,
+  MODE=LOOKBACK)``; ``bwd[grid](..., values, status, MODE=LOOKBACK)`` (``status`` zeroed
+  first; :func:`~mingru_kernels._scan_common.lookback_carry`, in base-2 logs forward).
 """
 
 from __future__ import annotations
@@ -63,32 +62,21 @@ from mingru_kernels import _constants as constants
 from mingru_kernels._fast_math import fast_exp2, fast_log2
 from mingru_kernels._scan_common import (
     carried_scan,
-    linear_carry_kernel,
-    load_tile,
-    log_pair,
-    logaddexp2,
     lookback_carry,
     max_plus,
     mul_add,
     program_coords,
-    store_tile,
     take_row,
-    tile_offsets,
 )
 
-__all__ = [
-    "linear_carry_kernel",
-    "parallel_scan_log_bwd_kernel",
-    "parallel_scan_log_carry_kernel",
-    "parallel_scan_log_fwd_kernel",
-]
+__all__ = ["parallel_scan_log_bwd_kernel", "parallel_scan_log_fwd_kernel"]
 
 # The one-scale fast path's bounds FAST_RANGE, FAST_GROWTH and FAST_TOP are in
 # mingru_kernels._constants, with their derivation.
 
 
 @triton.jit
-def _tile_scale(A, L, c, m, col_ok, FROM_ZERO: tl.constexpr = False, EVEN: tl.constexpr = False):
+def _tile_scale(A, L, c, m, col_ok, FROM_ZERO: tl.constexpr = False):
     """``(S, fast)``: a per-column scale for a whole tile and whether every column may use it.
 
     ``S = ⌈max(c, max_t log₂ b_t)⌉`` (an integer, see :func:`_exp2_minus`). With it, ``h̃_t = h_t / 2^S`` obeys
@@ -99,16 +87,10 @@ def _tile_scale(A, L, c, m, col_ok, FROM_ZERO: tl.constexpr = False, EVEN: tl.co
     ``b = 0``, ranges of more than 90 octaves in a tile, ``NaN``) take the exact
     per-row-scaled path; both give the states to fp32 rounding. ``FROM_ZERO`` (a look-back
     tile, scanned from ``h = 0`` and shifted by its carry afterwards through ``Π a``): the
-    products must stay normal too, ``Σ_t min(log₂ a_t, 0) ≥ −FAST_RANGE``. ``EVEN``: no
-    padding in the tile (``m`` all true)."""
-    if EVEN:
-        S = tl.math.ceil(tl.maximum(c, tl.max(L, axis=0)))
-        Lmin = tl.min(L, axis=0)
-        grow = tl.sum(tl.maximum(A, 0.0), axis=0)
-    else:
-        S = tl.math.ceil(tl.maximum(c, tl.max(tl.where(m, L, float("-inf")), axis=0)))
-        Lmin = tl.min(tl.where(m, L, float("inf")), axis=0)
-        grow = tl.sum(tl.where(m, tl.maximum(A, 0.0), 0.0), axis=0)
+    products must stay normal too, ``Σ_t min(log₂ a_t, 0) ≥ −FAST_RANGE``."""
+    S = tl.math.ceil(tl.maximum(c, tl.max(tl.where(m, L, float("-inf")), axis=0)))
+    Lmin = tl.min(tl.where(m, L, float("inf")), axis=0)
+    grow = tl.sum(tl.where(m, tl.maximum(A, 0.0), 0.0), axis=0)
     ok = ((Lmin >= S - constants.FAST_RANGE) & (grow <= constants.FAST_GROWTH)
           & (S <= constants.FAST_TOP))
     ok = ok & (S > float("-inf"))
@@ -163,35 +145,28 @@ def parallel_scan_log_fwd_kernel(
     la_ptr,  # (B, T, D) log a
     lv_ptr,  # (B, T+1, D) log h_0 | log b
     h_ptr,  # (B, T, D) out, input dtype
-    sA_ptr, sL_ptr,  # (B, N, D) fp32 base 2: chunk maps out (SUMMARY); sL = carry-ins (APPLY);
-    # LOOKBACK: sA = fp32 chunk values (base 2), sL = int32 status words (lookback_carry)
+    vals_ptr, status_ptr,  # LOOKBACK: fp32 chunk values (base 2), int32 status words
     T, D, chunk_len, n_chunks, n_dblk,
     MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
-    EVEN: tl.constexpr,
-    SCALAR: tl.constexpr,
 ):
-    pid_c, pid_b, pid_d, lane = program_coords(sL_ptr, n_chunks, n_dblk, MODE, False)
+    pid_c, pid_b, pid_d, lane = program_coords(status_ptr, n_chunks, n_dblk, MODE, False)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
-    intra = tile_offsets(rows[:, None] * D + cols[None, :], SCALAR)
+    intra = rows[:, None] * D + cols[None, :]
     first = rows[:, None] == 0
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
     seq = pid_b.to(tl.int64) * T * D
     vseq = pid_b.to(tl.int64) * (T + 1) * D
-    s_off = (pid_b.to(tl.int64) * n_chunks + pid_c) * D + cols
 
-    cA = tl.zeros([BLOCK_D], tl.float32)
+    # log₂ h_0: the walk's carry; the state before the first chunk of the look-back, whose
+    # tile itself starts from h = 0 (cL = -inf).
+    log2_h0 = tl.load(lv_ptr + vseq + cols, mask=col_ok, other=0.0).to(tl.float32) * constants.LOG2E
     if MODE == constants.WALK:
-        cL = tl.load(lv_ptr + vseq + cols, mask=col_ok, other=0.0).to(tl.float32) * constants.LOG2E
-    elif MODE == constants.APPLY:
-        cL = tl.load(sL_ptr + s_off, mask=col_ok, other=0.0)
+        cL = log2_h0
     else:
         cL = tl.full([BLOCK_D], float("-inf"), tl.float32)
-    if MODE == constants.LOOKBACK:
-        # log₂ h_0: the state before the first chunk (the tile itself starts from h = 0).
-        cL0 = tl.load(lv_ptr + vseq + cols, mask=col_ok, other=0.0).to(tl.float32) * constants.LOG2E
 
     for k in tl.range(0, tl.cdiv(t_end - t_start, BLOCK_T), num_stages=LOOP_STAGES):
         t0 = t_start + k * BLOCK_T
@@ -200,10 +175,11 @@ def parallel_scan_log_fwd_kernel(
         tile = seq + t0.to(tl.int64) * D
         vtile = vseq + (t0 + 1).to(tl.int64) * D
         # Padding rows load the identity map (log a, log b) = (0, -inf).
-        A = load_tile(la_ptr + tile + intra, m, 0.0, EVEN).to(tl.float32) * constants.LOG2E
-        L = load_tile(lv_ptr + vtile + intra, m, float("-inf"), EVEN).to(tl.float32) * constants.LOG2E
-        if MODE == constants.WALK or MODE == constants.APPLY:
-            S, fast = _tile_scale(A, L, cL, m, col_ok, False, EVEN)
+        A = tl.load(la_ptr + tile + intra, mask=m, other=0.0).to(tl.float32) * constants.LOG2E
+        L = tl.load(lv_ptr + vtile + intra, mask=m, other=float("-inf")).to(tl.float32)
+        L = L * constants.LOG2E
+        if MODE == constants.WALK:
+            S, fast = _tile_scale(A, L, cL, m, col_ok)
             if fast:
                 # One scale per column for the whole tile (see _tile_scale): a single linear
                 # scan, no max-plus scan.
@@ -211,26 +187,21 @@ def parallel_scan_log_fwd_kernel(
                 b_s = _exp2_minus(L, S[None, :])
                 b_s = tl.where(first, a_s * _exp2_minus(cL, S)[None, :] + b_s, b_s)
                 _, H = tl.associative_scan((a_s, b_s), 0, mul_add)
-                store_tile(h_ptr + tile + intra,
-                           (H * fast_exp2(S)[None, :]).to(h_ptr.dtype.element_ty), m, EVEN)
+                tl.store(h_ptr + tile + intra,
+                         (H * fast_exp2(S)[None, :]).to(h_ptr.dtype.element_ty), mask=m)
                 cL = S + fast_log2(take_row(H, rows, BLOCK_T - 1))
             else:
                 _, M, H = _exact_tile(la_ptr, lv_ptr, tile, vtile, intra, A, L, cL, rows, t,
                                       t_end, col_ok, D)
-                store_tile(h_ptr + tile + intra, (H * fast_exp2(M)).to(h_ptr.dtype.element_ty),
-                           m, EVEN)
+                tl.store(h_ptr + tile + intra, (H * fast_exp2(M)).to(h_ptr.dtype.element_ty),
+                         mask=m)
                 cL = _log2_last(M, H, rows, BLOCK_T)
-        elif MODE == constants.SUMMARY:
-            _, M, H = _exact_tile(la_ptr, lv_ptr, tile, vtile, intra, A, L, cL, rows, t,
-                                  t_end, col_ok, D)
-            cA += tl.sum(A, axis=0)  # sums commute: any reduction order is exact enough
-            cL = _log2_last(M, H, rows, BLOCK_T)
         else:
             # LOOKBACK: one tile per chunk, scanned from h = 0 (cL = -inf): its map is
             # (Σ log₂ a, log₂ h_last); the carry looked back for enters as
             # 2^{Σ_{≤t} log₂ a + carry}, added to the zero-start states (each term at most
             # h_t: no spurious overflow). h_t = H_t 2^{Ms_t}; P_t = Σ_{≤t} log₂ a.
-            S, fast = _tile_scale(A, L, cL, m, col_ok, True, EVEN)
+            S, fast = _tile_scale(A, L, cL, m, col_ok, True)
             if fast:
                 a_s = fast_exp2(A)
                 Pprod, H = tl.associative_scan((a_s, _exp2_minus(L, S[None, :])), 0, mul_add)
@@ -240,50 +211,11 @@ def parallel_scan_log_fwd_kernel(
                 Aex, Ms, H = _exact_tile(la_ptr, lv_ptr, tile, vtile, intra, A, L, cL, rows, t,
                                          t_end, col_ok, D)
                 P = Aex + A  # Aex: Σ log₂ a of the rows above
-            cL = lookback_carry(sL_ptr, sA_ptr, pid_c, lane, pid_b, n_chunks, tl.sum(A, axis=0),
-                                _log2_last(Ms, H, rows, BLOCK_T),
-                                cL0, cols, col_ok, D, False, True)
+            cL = lookback_carry(status_ptr, vals_ptr, pid_c, lane, pid_b, n_chunks,
+                                tl.sum(A, axis=0), _log2_last(Ms, H, rows, BLOCK_T),
+                                log2_h0, cols, col_ok, D, False, True)
             h = fast_exp2(P + cL[None, :]) + H * fast_exp2(Ms)
-            store_tile(h_ptr + tile + intra, h.to(h_ptr.dtype.element_ty), m, EVEN)
-
-    if MODE == constants.SUMMARY:
-        tl.store(sA_ptr + s_off, cA, mask=col_ok)
-        tl.store(sL_ptr + s_off, cL, mask=col_ok)
-
-
-@triton.jit(do_not_specialize=["T", "n_chunks"])
-def parallel_scan_log_carry_kernel(
-    sA_ptr, sL_ptr,  # (B, N, D) fp32 base-2 chunk maps from phase 1
-    lv_ptr,  # (B, T+1, D): slot 0 is log h_0
-    cL_ptr,  # (B, N, D) fp32 out: log2 h at each chunk's start
-    T, n_chunks, D, n_dblk,
-    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):
-    """Phase 2 of the chunked log forward: scan the chunk maps from ``h_0``."""
-    pid = tl.program_id(0)
-    pid_d = pid % n_dblk
-    pid_b = pid // n_dblk
-    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    col_ok = cols < D
-    rows = tl.arange(0, BLOCK_N)
-    first = rows[:, None] == 0
-    base = pid_b.to(tl.int64) * n_chunks * D
-    cL = tl.load(lv_ptr + pid_b.to(tl.int64) * (T + 1) * D + cols, mask=col_ok, other=0.0)
-    cL = cL.to(tl.float32) * constants.LOG2E
-    tl.store(cL_ptr + base + cols, cL, mask=col_ok)
-    for k in range(0, tl.cdiv(n_chunks, BLOCK_N)):
-        c = k * BLOCK_N + rows
-        m = (c < n_chunks)[:, None] & col_ok[None, :]
-        off = base + c[:, None] * D + cols[None, :]
-        A = tl.load(sA_ptr + off, mask=m, other=0.0)
-        L = tl.load(sL_ptr + off, mask=m, other=float("-inf"))
-        L0 = logaddexp2(take_row(A, rows, 0) + cL, take_row(L, rows, 0))
-        L = tl.where(first, L0[None, :], L)
-        _, L = tl.associative_scan((A, L), 0, log_pair)
-        # log h at the end of chunk c is the carry-in of chunk c + 1.
-        m_next = (c + 1 < n_chunks)[:, None] & col_ok[None, :]
-        tl.store(cL_ptr + off + D, L, mask=m_next)
-        cL = take_row(L, rows, BLOCK_N - 1)
+            tl.store(h_ptr + tile + intra, h.to(h_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks"])
@@ -291,34 +223,25 @@ def parallel_scan_log_bwd_kernel(
     la_ptr, lv_ptr,  # inputs: (B, T, D) log a; (B, T+1, D) log h_0 | log b
     h_ptr, dh_ptr,  # (B, T, D) the saved output h and its gradient (dh: any strides)
     dla_ptr, dlv_ptr,  # out: (B, T, D) and (B, T+1, D) gradients, input dtype
-    sc_ptr, sg_ptr,  # (B, N, D) fp32: chunk maps out (SUMMARY); sg = carry-ins (APPLY);
-    # LOOKBACK: sc = fp32 chunk values, sg = int32 status words (lookback_carry)
+    vals_ptr, status_ptr,  # LOOKBACK: fp32 chunk values, int32 status words (lookback_carry)
     T, D, chunk_len, n_chunks, n_dblk, dh_sb, dh_st, dh_sd,
     MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr,
-    EVEN: tl.constexpr,
-    SCALAR: tl.constexpr,
 ):
-    pid_c, pid_b, pid_d, lane = program_coords(sg_ptr, n_chunks, n_dblk, MODE, True)
+    pid_c, pid_b, pid_d, lane = program_coords(status_ptr, n_chunks, n_dblk, MODE, True)
     cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     col_ok = cols < D
     rows = tl.arange(0, BLOCK_T)
     # Row r of a tile is time t_hi - r: the adjoint runs backwards in time.
-    rev = tile_offsets(cols[None, :] - rows[:, None] * D, SCALAR)
+    rev = cols[None, :] - rows[:, None] * D
     # dh is read through its strides: the gradient of a sum arrives expanded (stride 0).
-    dh_rev = tile_offsets(cols[None, :] * dh_sd - rows[:, None] * dh_st, SCALAR)
+    dh_rev = cols[None, :] * dh_sd - rows[:, None] * dh_st
     t_start = pid_c * chunk_len
     t_end = tl.minimum(T, t_start + chunk_len)
     seq = pid_b.to(tl.int64) * T * D
     vseq = pid_b.to(tl.int64) * (T + 1) * D
-    s_off = (pid_b.to(tl.int64) * n_chunks + pid_c) * D + cols
 
-    cc = tl.full([BLOCK_D], 1.0, tl.float32)
-    if MODE == constants.APPLY:
-        cg = tl.load(sg_ptr + s_off, mask=col_ok, other=0.0)
-    else:
-        cg = tl.zeros([BLOCK_D], tl.float32)
-    if MODE != constants.SUMMARY:
-        log2_h0 = tl.load(lv_ptr + vseq + cols, mask=col_ok, other=0.0).to(tl.float32) * constants.LOG2E
+    cg = tl.zeros([BLOCK_D], tl.float32)
+    log2_h0 = tl.load(lv_ptr + vseq + cols, mask=col_ok, other=0.0).to(tl.float32) * constants.LOG2E
 
     for k in tl.range(0, tl.cdiv(t_end - t_start, BLOCK_T), num_stages=LOOP_STAGES):
         t_hi = t_end - 1 - k * BLOCK_T
@@ -331,33 +254,21 @@ def parallel_scan_log_bwd_kernel(
         la_next = tl.load(la_ptr + tile + D + rev, mask=m & (t + 1 < T)[:, None],
                           other=float("-inf"))
         coef = tl.where(ok[:, None], fast_exp2(la_next.to(tl.float32) * constants.LOG2E), 1.0)
-        g = load_tile(dh_ptr + pid_b.to(tl.int64) * dh_sb + t_hi.to(tl.int64) * dh_st + dh_rev,
-                      m, 0.0, EVEN).to(tl.float32)
-        if MODE == constants.SUMMARY:
-            # tl.reduce may reorder operands on GPU; the combine is not commutative, so scan
-            # and take the last row (padding rows hold the identity).
-            _stc, _stg = tl.associative_scan((coef, g), 0, mul_add)
-            tc = take_row(_stc, rows, BLOCK_T - 1)
-            tg = take_row(_stg, rows, BLOCK_T - 1)
-            cc, cg = mul_add(cc, cg, tc, tg)
-        else:
-            G, _ = carried_scan(coef, g, cg, sg_ptr, sc_ptr, pid_c, lane, pid_b, n_chunks, cols,
-                                col_ok, D, MODE, True, BLOCK_T)
-            lb = load_tile(lv_ptr + vtile + rev, m, float("-inf"), EVEN).to(tl.float32)
-            la = load_tile(la_ptr + tile + rev, m, 0.0, EVEN).to(tl.float32)
-            h_prev = tl.load(h_ptr + tile - D + rev, mask=m & (t >= 1)[:, None], other=1.0)
-            log2_h_prev = tl.where((t == 0)[:, None], log2_h0[None, :],
-                                   fast_log2(h_prev.to(tl.float32)))
-            d_la = G * fast_exp2(la * constants.LOG2E + log2_h_prev)
-            d_lb = G * fast_exp2(lb * constants.LOG2E)
-            store_tile(dla_ptr + tile + rev, d_la.to(dla_ptr.dtype.element_ty), m, EVEN)
-            store_tile(dlv_ptr + vtile + rev, d_lb.to(dlv_ptr.dtype.element_ty), m, EVEN)
-            if t_hi < BLOCK_T:
-                # This tile may hold t = 0 (the mask checks): d log h_0 = d log a_0 goes to slot 0.
-                tl.store(dlv_ptr + vseq + cols[None, :] + 0 * rows[:, None],
-                         d_la.to(dlv_ptr.dtype.element_ty), mask=m & (t == 0)[:, None])
-            cg = take_row(G, rows, BLOCK_T - 1)
-
-    if MODE == constants.SUMMARY:
-        tl.store(sc_ptr + s_off, cc, mask=col_ok)
-        tl.store(sg_ptr + s_off, cg, mask=col_ok)
+        g = tl.load(dh_ptr + pid_b.to(tl.int64) * dh_sb + t_hi.to(tl.int64) * dh_st + dh_rev,
+                    mask=m, other=0.0).to(tl.float32)
+        G, _ = carried_scan(coef, g, cg, status_ptr, vals_ptr, pid_c, lane, pid_b, n_chunks,
+                            cols, col_ok, D, MODE, True, BLOCK_T)
+        lb = tl.load(lv_ptr + vtile + rev, mask=m, other=float("-inf")).to(tl.float32)
+        la = tl.load(la_ptr + tile + rev, mask=m, other=0.0).to(tl.float32)
+        h_prev = tl.load(h_ptr + tile - D + rev, mask=m & (t >= 1)[:, None], other=1.0)
+        log2_h_prev = tl.where((t == 0)[:, None], log2_h0[None, :],
+                               fast_log2(h_prev.to(tl.float32)))
+        d_la = G * fast_exp2(la * constants.LOG2E + log2_h_prev)
+        d_lb = G * fast_exp2(lb * constants.LOG2E)
+        tl.store(dla_ptr + tile + rev, d_la.to(dla_ptr.dtype.element_ty), mask=m)
+        tl.store(dlv_ptr + vtile + rev, d_lb.to(dlv_ptr.dtype.element_ty), mask=m)
+        if t_hi < BLOCK_T:
+            # This tile may hold t = 0 (the mask checks): d log h_0 = d log a_0 goes to slot 0.
+            tl.store(dlv_ptr + vseq + cols[None, :] + 0 * rows[:, None],
+                     d_la.to(dlv_ptr.dtype.element_ty), mask=m & (t == 0)[:, None])
+        cg = take_row(G, rows, BLOCK_T - 1)

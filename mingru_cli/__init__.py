@@ -1,4 +1,4 @@
-"""mingru_cli — the ``mingru`` command line, the benchmark harness and the training demo.
+"""mingru_cli — the ``mingru`` command line and the training demo.
 
 Not library code: it uses the frontends (``mingru`` for PyTorch, ``mingru_jax`` for Flax) and
 the kernels (``mingru_kernels``); none of them imports this package. Importing it, building
@@ -7,9 +7,6 @@ the parser, ``mingru --help`` and ``mingru info`` need neither torch nor jax; ``
 
 Modules: :mod:`mingru_cli.cli` (the entry point, ``main``), :mod:`mingru_cli.config`
 (``TrainConfig`` and the names of tasks and mixers, pure Python), :mod:`mingru_cli.tasks`,
-:mod:`mingru_cli.train` (PyTorch), :mod:`mingru_cli.train_jax` (Flax),
-:mod:`mingru_cli.bench`, :mod:`mingru_cli.bench_cases`, :mod:`mingru_cli.bench_plans`, and the
-model-level groups :mod:`mingru_cli.bench_mixers`, :mod:`mingru_cli.bench_train` (with
-:mod:`mingru_cli.bench_profile`), :mod:`mingru_cli.bench_host`; shared timers in
-:mod:`mingru_cli.bench_common`; :mod:`mingru_cli.bench_merge` joins split runs.
+:mod:`mingru_cli.train` (PyTorch), :mod:`mingru_cli.train_jax` (Flax). ``mingru bench`` is a
+front on the benchmark harness, :mod:`mingru_benchmarks` (imported only when it runs).
 """

@@ -6,7 +6,7 @@ Commands:
   Flax) and the backend status of each, versions, GPU, and the ``MINGRU_SCAN`` mode in force.
 * ``mingru train`` — train small models on synthetic state-tracking tasks and print accuracy
   per evaluation length (see :mod:`mingru_cli.train`).
-* ``mingru bench`` — the scan / mixer benchmark (see :mod:`mingru_cli.bench`).
+* ``mingru bench`` — the benchmark harness (:mod:`mingru_benchmarks.run`: its flags, its runs).
 
 Importing this module, building the parser, ``--help`` and ``info`` import neither torch nor
 jax up front: ``info`` imports each framework only to report on it (and reports a missing one
@@ -30,7 +30,6 @@ import shlex
 import sys
 from typing import Any
 
-from mingru_cli._bench_args import add_arguments as _add_bench_arguments
 from mingru_cli.config import MIXER_NAMES, TASK_DEFAULTS, TASKS, TrainConfig
 
 __all__ = ["build_parser", "info", "main"]
@@ -274,22 +273,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_bench(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "bench",
-        help="benchmark scans and mixers across backends (JSON + markdown + PNG)",
-        description="Time the scans and mixers on every backend that can run here: eager, "
-                    "Triton, torch.compile, JAX, peer kernels, and a sequential-loop baseline.",
-    )
-    _add_bench_arguments(p)
-    p.set_defaults(func=_cmd_bench)
+def _cmd_bench(argv: list[str]) -> int:
+    from mingru_benchmarks.run import main as bench  # here: `mingru --help` stays framework-free
 
-
-def _cmd_bench(args: argparse.Namespace) -> int:
-    _need_torch()
-    from mingru_cli.bench import run_from_args
-
-    return run_from_args(args)
+    return bench(argv, prog="mingru bench")
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -314,7 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_info.add_argument("--json", action="store_true", help="print as JSON")
     p_info.set_defaults(func=_cmd_info)
     _add_train(sub)
-    _add_bench(sub)
+    sub.add_parser("bench", add_help=False, help="benchmark the ops, mixers and training step "
+                   "against eager, torch.compile, peers and JAX (JSON + markdown + PNG; "
+                   "mingru bench --help)")
     return parser
 
 
@@ -322,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mingru`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "bench":  # its flags are the harness's own
+        return _cmd_bench(rest)
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()

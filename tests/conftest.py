@@ -4,13 +4,18 @@ runs without torch installed).
 * Without a CUDA device, kernel tests run through Triton's interpreter: ``TRITON_INTERPRET=1``
   must be set before anything imports triton (kernels bind their mode at decoration time).
   The device is asked of the CUDA driver itself, not of a framework.
-* ``gpu``-marked tests are skipped without a CUDA device.
+* ``gpu``-marked tests are skipped without a CUDA device. With one, long tests run first
+  (``slow``-marked, then ``gpu``-marked; spread over the workers' first tests under
+  ``pytest-xdist --dist worksteal``): see :func:`_long_tests_first`.
 * Through Triton's interpreter, every address a kernel loads, stores or updates atomically is
   checked against its tensor arguments' storages (:func:`tests.bounds.bounds_checked`, both
   frontends): an out-of-bounds access fails the test and names the kernel.
+* Under pytest-xdist each worker takes its share of the cores' threads (PyTorch, NumPy's
+  BLAS) and inductor compiles in the worker (no compile pool per worker).
 * XLA's backend optimisation (and, on a GPU, its autotuning) is turned down before jax
   initialises: the JAX tests compile many tiny graphs, where compile time, not run time, is
   the cost. On a GPU JAX does not preallocate memory (PyTorch tests share the device).
+* ``on_host`` (opt-in): JAX on XLA's CPU device, on a GPU machine too.
 * Every test starts from ``torch.manual_seed(0)`` when torch is in use (already imported by
   the test's module); torch is never imported here. Without torch installed, the folders
   that need it are not collected.
@@ -56,6 +61,15 @@ def cuda_device_present() -> bool:
 if not cuda_device_present():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# pytest-xdist workers share the machine's cores: each takes its share of intra-op threads
+# (PyTorch and NumPy's BLAS size their pools by the whole machine; oversubscribed, their
+# threads mostly spin-wait, slowing the host-side float64 references and inputs of the GPU
+# tests), and inductor compiles in the worker instead of starting a pool per worker.
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _workers > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
@@ -69,13 +83,59 @@ if cuda_device_present():
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
+@pytest.hookimpl(trylast=True)  # after ``-m`` / ``-k`` deselect: the blocks are of what runs
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if cuda_device_present():
+        items[:] = _long_tests_first(items, _worksteal_workers(config))
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """pytest-xdist, in the controller: tell each worker how the tests are shared out (a
+    worker's own ``dist`` option reads ``no``)."""
+    node.workerinput["dist"] = node.config.option.dist
+
+
+def _worksteal_workers(config: pytest.Config) -> int:
+    """In a pytest-xdist worker: the number of workers if they share the tests by work
+    stealing; else 1."""
+    workerinput = getattr(config, "workerinput", {})
+    return workerinput.get("workercount", 1) if workerinput.get("dist") == "worksteal" else 1
+
+
+def _long_tests_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """The collection reordered so that long tests start first (on a GPU, where a test costs
+    its kernels' compiles): ``slow``-marked tests, then the other ``gpu``-marked ones, then the
+    rest, each group in collection order (neighbours share compiled kernels).
+
+    pytest-xdist's work stealing (``--dist worksteal``) hands each of its ``workers`` one
+    consecutive block of the collection (block ``i`` holds ``remaining // (workers - i)``
+    tests) and later moves the tail of a long queue to an idle worker. So every block begins
+    with its share: every ``workers``-th slow test, a ``1 / workers`` run of the gpu tests,
+    then a run of the rest that fills the block. With one worker: slow, gpu, rest."""
+
+    def marked(item: pytest.Item, name: str) -> bool:
+        return item.get_closest_marker(name) is not None
+
+    slow = [i for i in items if marked(i, "slow")]
+    gpu = [i for i in items if marked(i, "gpu") and not marked(i, "slow")]
+    rest = [i for i in items if not (marked(i, "gpu") or marked(i, "slow"))]
+    ordered: list[pytest.Item] = []
+    remaining = len(items)
+    for w in range(workers):
+        size = remaining // (workers - w)
+        head = slow[w::workers] + gpu[w * len(gpu) // workers:(w + 1) * len(gpu) // workers]
+        fill = max(0, size - len(head)) if w < workers - 1 else len(rest)
+        block = head + rest[:fill]
+        rest = rest[fill:]
+        ordered += block
+        remaining -= size
+    return ordered
 
 
 @pytest.fixture(autouse=True)
@@ -86,6 +146,26 @@ def _bounds_checked():
     from tests.bounds import bounds_checked
 
     with bounds_checked():
+        yield
+
+
+@pytest.fixture
+def on_host():
+    """JAX arrays and computations on XLA's CPU device, on a GPU machine too.
+
+    For the float64 checks of the eager twins' semantics (packing, chaining, ``vmap``,
+    numerical gradients) and the CPU parity of the two frontends, which depend on no device:
+    on a GPU the kernels' tests compare against the eager twins there (in float32), the GPU
+    parity test runs both frontends there, and XLA's GPU compiles, which these tests consist
+    of, cost several times its CPU ones."""
+    import jax
+
+    try:
+        cpu = jax.devices("cpu")[0]
+    except RuntimeError:  # JAX_PLATFORMS leaves the CPU out: stay on the default device
+        yield
+        return
+    with jax.default_device(cpu):
         yield
 
 

@@ -10,12 +10,16 @@ as such in the failure messages); relative imports are resolved. The rules:
   imports ``mingru_jax``, neither imports ``mingru_cli`` (except the ``mingru/__main__.py``
   entry shim), and ``mingru_kernels`` imports neither frontend nor ``mingru_cli``; ``mingru``
   imports no jax/flax, ``mingru_jax`` imports torch only in ``mingru_jax.convert``;
+* the benchmark harness ``mingru_benchmarks`` (from ``benchmarks/``) is imported by none of the
+  library packages, and by ``mingru_cli`` only lazily, inside the ``bench`` command (so
+  ``mingru --help`` stays framework-free); it never imports ``mingru_cli``;
 * ``mingru_kernels`` imports no framework (torch, jax, flax, jax_triton), even indirectly,
   and its pure-Python parts (the package itself, ``mingru_kernels.launch.*``, ``_spec``,
-  ``_seam``) import no triton either;
+  ``_seam``, ``_compat``) import no triton either;
 * nothing imports upward. Within a frontend the layers are, top to bottom: the package and
   its entry points → mixers, block, stack (and ``convert``) → ``scans`` → ``dispatch`` →
-  ``_launch.*`` (beside them the leaves ``_eager.*`` and ``_validate``) → ``mingru_kernels``.
+  ``_launch.*`` (beside them ``_eager.*``, ``_validate`` and ``_compat``, the one home of the
+  frontend's uses of private internals) → ``mingru_kernels``.
   In particular a launcher never imports its frontend's ``dispatch``, ``scans`` or mixers.
 """
 
@@ -31,7 +35,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # Import name -> source folder (mingru_kernels is installed from kernels/).
 PACKAGES = {"mingru": "mingru", "mingru_jax": "mingru_jax", "mingru_kernels": "kernels",
-            "mingru_cli": "mingru_cli"}
+            "mingru_cli": "mingru_cli", "mingru_benchmarks": "benchmarks"}
 FRONTENDS = ("mingru", "mingru_jax")
 FRAMEWORKS = ("torch", "jax", "flax", "jax_triton")
 
@@ -43,10 +47,10 @@ LAYERS = {
     "mixers": 4, "block": 4, "stack": 4, "convert": 4,
     "scans": 3, "cells": 3, "_sharding": 3, "_packed_sharding": 3,
     "dispatch": 2,
-    "_launch": 1, "_eager": 1, "_validate": 1, "_packing": 1,
+    "_launch": 1, "_eager": 1, "_validate": 1, "_packing": 1, "_compat": 1,
 }
 LAYER_NAMES = {5: "package/entry", 4: "mixers/block/stack", 3: "scans", 2: "dispatch",
-               1: "_launch/_eager/_validate"}
+               1: "_launch/_eager/_validate/_compat"}
 
 
 class Import(NamedTuple):
@@ -208,7 +212,8 @@ def _third_party(module: str) -> dict[str, Import]:
 
 
 def _pure_python(module: str) -> bool:
-    return module in ("mingru_kernels", "mingru_kernels._spec", "mingru_kernels._seam") or (
+    return module in ("mingru_kernels", "mingru_kernels._spec", "mingru_kernels._seam",
+                      "mingru_kernels._compat") or (
         _within(module, "mingru_kernels.launch")
     )
 
@@ -251,7 +256,9 @@ def _forbidden_package_imports(imp: Import) -> str | None:
     if src == dst or dst not in PACKAGES:
         return None
     if src == "mingru_kernels":
-        return "mingru_kernels imports no frontend and not mingru_cli"
+        return "mingru_kernels imports no frontend, not mingru_cli, not mingru_benchmarks"
+    if dst == "mingru_benchmarks" and src in FRONTENDS:
+        return f"{src} never imports the benchmark harness"
     if dst == "mingru_cli":
         if imp.source == "mingru.__main__":
             return None  # ``python -m mingru`` is an entry shim for the command line
@@ -264,6 +271,23 @@ def _forbidden_package_imports(imp: Import) -> str | None:
 def test_frontends_and_kernels_are_independent():
     bad = [f"{_where(i)}: {why}" for i in IMPORTS if (why := _forbidden_package_imports(i))]
     assert not bad, "\n".join(bad)
+
+
+def test_the_cli_imports_the_harness_only_inside_a_function():
+    lazy, eager = [], []
+    for module, path in MODULES.items():
+        if _top(module) != "mingru_cli":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        inside = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+                  for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(_top(n) == "mingru_benchmarks" for n in names):
+                (lazy if id(node) in inside else eager).append(f"{path.name}:{node.lineno}")
+    assert not eager, f"mingru_cli imports mingru_benchmarks at module level: {eager}"
+    assert lazy  # the rule has teeth: the bench command does import it
 
 
 def test_each_frontend_imports_only_its_own_framework():
@@ -324,3 +348,45 @@ def test_launchers_never_import_dispatch_scans_or_mixers(frontend):
         and any(_within(imp.target, u) for u in upward)
     ]
     assert not bad, "a launcher imports upward:\n" + "\n".join(bad)
+
+
+# --------------------------------------------------------------------------- (e) private internals
+
+# Private attributes and modules of dependencies that only a package's ``_compat`` may touch
+# (each use there is a declared hook with a version range: ``mingru_kernels._compat``).
+PRIVATE_ATTRIBUTES = {"_data", "encodekey", "decodevalue", "knobs", "packed_metadata",
+                      "get_or_create_triton_kernel", "triton_kernel_call_lib", "_assert_async"}
+PRIVATE_MODULES = ("triton.knobs", "jax_triton.triton_lib")
+
+
+def _private_uses(module: str) -> list[str]:
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        name = None
+        if isinstance(node, ast.Attribute) and node.attr in PRIVATE_ATTRIBUTES:
+            name = node.attr
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) > 1
+              and isinstance(node.args[1], ast.Constant) and node.args[1].value in
+              PRIVATE_ATTRIBUTES):
+            name = node.args[1].value
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            name = next((t for t in targets if t in PRIVATE_MODULES), None)
+        elif isinstance(node, ast.Import):
+            name = next((a.name for a in node.names if a.name in PRIVATE_MODULES), None)
+        if name is not None:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
+    return found
+
+
+def test_private_internals_are_used_only_in_compat_modules():
+    bad = [use for module in MODULES if module.rpartition(".")[2] != "_compat"
+           for use in _private_uses(module)]
+    assert not bad, "private internals outside a _compat module:\n" + "\n".join(bad)
+    # The rule has teeth: each frontend's _compat holds its hooks (mingru_kernels' holds only
+    # the registry and the switch).
+    for module in ("mingru._compat", "mingru_jax._compat"):
+        assert _private_uses(module), module

@@ -1,20 +1,21 @@
-"""Launch plan of the elementwise scans (``linear_scan``, ``parallel_scan_log``), pure Python.
+"""Launch plan of the elementwise scans (``linear_scan``, ``linear_recurrence``,
+``parallel_scan_log``, ``mingru_cell``), pure Python.
 
 Three strategies (see :func:`plan`):
 
 * ``walk``: grid ``B × D-blocks``; each program walks the whole sequence tile by tile,
   carrying the state in registers. Reads inputs once, writes outputs once.
-* ``chunked``: for small ``B·D`` with long T. Phase 1 (grid ``B × chunks × D-blocks``) reduces
-  each chunk to its map; phase 2 (the carry kernel; grid ``B × D-blocks``) scans the chunk maps
-  into each chunk's carry-in; phase 3 (same grid as phase 1) rescans each chunk from its
-  carry-in and writes the outputs. Inputs are read twice.
 * ``lookback`` (ops whose kernels have a LOOKBACK mode, i.e. whose ``TILES`` name a
-  ``lookback_tile``; chosen instead of ``chunked``): one program per tile-sized chunk (grid ``B × chunks ×
-  D-blocks``), single pass — each program scans its tile, publishes the tile's map, looks back
-  through its predecessors' published maps for its carry-in (decoupled look-back, as in
-  single-pass GPU prefix sums) and writes the outputs. Reads inputs once with as many programs
-  as the chunked strategy; scratch: one int32 status word per program (zeroed) and three fp32
-  vectors per chunk.
+  ``lookback_tile``): for small ``B·D`` with long T, one program per tile-sized chunk (grid
+  ``B × chunks × D-blocks``), single pass — each program scans its tile, publishes the tile's
+  map, looks back through its predecessors' published maps for its carry-in (decoupled
+  look-back, as in single-pass GPU prefix sums) and writes the outputs. Reads inputs once;
+  scratch: one int32 status word per program (zeroed) and three fp32 vectors per chunk.
+* ``chunked`` (the other ops, i.e. ``linear_scan``): the same case in three phases. Phase 1
+  (grid ``B × chunks × D-blocks``) reduces each chunk to its map; phase 2 (the carry kernel;
+  grid ``B × D-blocks``) scans the chunk maps into each chunk's carry-in; phase 3 (same grid
+  as phase 1) rescans each chunk from its carry-in and writes the outputs. Inputs are read
+  twice.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-# Kernel MODE values (the MODE constexpr): which of three roles a scan kernel plays.
+# Kernel MODE values (the MODE constexpr): which role a scan kernel plays.
 WALK = 0  # carry starts at the sequence's initial state; write outputs
-SUMMARY = 1  # phase 1: reduce each chunk to its map; write the chunk summary only
-APPLY = 2  # phase 3: carry starts at the chunk's carry-in (from phase 2); write outputs
+SUMMARY = 1  # chunked phase 1: reduce each chunk to its map; write the chunk summary only
+APPLY = 2  # chunked phase 3: carry starts at the chunk's carry-in (from phase 2); write outputs
 LOOKBACK = 3  # single pass: each program scans one tile-sized chunk, its carry-in looked back
 
 # Default tile: 64 steps × 32 channels (128-byte fp32 rows), 4 warps.
@@ -38,28 +39,28 @@ WALK_MIN_PROGRAMS_PER_SM = 2
 # The chunked strategy aims at this many programs per SM.
 CHUNKED_PROGRAMS_PER_SM = 4
 # Sequences of at most this many tiles always walk. The chunked strategy costs two more kernel
-# launches and four scratch buffers per direction: tens of microseconds of host time each on an
-# H200 host (scripts/profile_overhead.py), more than a walk of a few short tiles takes on the
-# GPU, so below this length more parallelism in T does not pay for itself.
+# launches and four scratch buffers per direction, more host time than a walk of a few short
+# tiles takes on the GPU, so below this length more parallelism in T does not pay for itself.
 WALK_MAX_TILES = 16
 # Ops with the single-pass look-back pay one launch and one zeroed status buffer for it, not
 # the chunked strategy's three launches and four buffers: they split T from this many tiles on
-# (the walk of a few programs over a thousand steps was device-bound at ~0.13 ms where the
-# look-back's device time is a few microseconds; B16 T1024 D64 on an NVIDIA H200).
+# (a walk of a few programs over a thousand steps is bound by its sequential chain, where the
+# look-back's programs each scan one tile).
 LOOKBACK_MIN_TILES = 4
 # An op's narrow_walk_tile (few channels per program) walks instead of splitting T when it alone
-# gives this many programs per SM. Measured at one point only: B16 T16384 D128, 256 programs of
-# (256, 8, 2, 3) on an H200's 132 SMs (1.94 per SM) for the log-space scan's forward.
+# gives this many programs per SM (a little under two: the log-space scan's forward at B16
+# D128 on 8-channel tiles).
 NARROW_WALK_MIN_PROGRAMS_PER_SM = 1.9
-# DEFAULT_SM_COUNT is what the planner assumes when the caller cannot ask the device (an H200).
+# What the planner assumes when the caller cannot ask the device for its SM count.
 DEFAULT_SM_COUNT = 132
 
 STRATEGIES = ("walk", "chunked", "lookback")
-"""The launch strategies; ``lookback`` only where an op's kernels have a LOOKBACK mode."""
+"""The launch strategies: ``lookback`` for ops whose kernels have a LOOKBACK mode,
+``chunked`` for the others."""
 
-PLAN_KEYS = ("strategy", "block_t", "block_d", "chunk_len", "num_warps", "num_stages",
-             "loop_stages", "lookback_stride", "even", "scalar")
-"""The choices a test or tuning sweep may force (see :mod:`mingru_kernels.launch.switches`)."""
+PLAN_KEYS = ("strategy", "block_t", "block_d", "chunk_len", "num_warps", "loop_stages",
+             "lookback_stride")
+"""The choices a test may force (see :mod:`mingru_kernels.launch.switches`)."""
 
 
 def cdiv(a: int, b: int) -> int:
@@ -88,49 +89,41 @@ def plan(
     block_d: int | None = None,
     chunk_len: int | None = None,
     num_warps: int | None = None,
-    num_stages: int | None = None,
     loop_stages: int | None = None,
-    walk_tile: tuple[int, int, int] | None = None,
-    chunked_tile: tuple[int, int, int] | None = None,
+    walk_tile: tuple[int, ...] | None = None,
     lookback_tile: tuple[int, int, int] | None = None,
     narrow_walk_tile: tuple[int, ...] | None = None,
     lookback_stride: int | None = None,
-    even: int | None = None,
-    scalar: int | None = None,
 ) -> dict[str, int | str]:
     """Choose tile sizes and the strategy for a ``(B, T, D)`` elementwise scan.
 
-    Keyword overrides exist for tests and tuning sweeps. ``T`` only sets runtime values (chunk
-    length and count), never a compile-time constant, so every T of a shape class reuses one
-    compiled kernel. ``walk_tile`` / ``chunked_tile`` are an op's measured
-    ``(block_t, block_d, num_warps[, loop_stages])`` for a long walk (more than
-    ``WALK_MAX_TILES`` default tiles) and for the chunked strategy (the ``TILES`` of its launch module); the strategy
-    itself is chosen with the default tile, and forced choices win over both.
-    ``lookback_tile`` is the tile of the single-pass ``lookback`` strategy, given only by ops
-    whose kernels have that mode (the strategy is refused without it), which then replaces
-    ``chunked``;
-    ``narrow_walk_tile`` is an op's measured walk tile over few channels: where the default
-    tile's walk has too few programs and T is long, it walks anyway if this tile alone gives
-    ``NARROW_WALK_MIN_PROGRAMS_PER_SM`` programs per SM (chosen automatically only);
-    ``lookback_stride > 1`` (tests) lets only every stride-th chunk publish its inclusive
-    state. Two layout switches, off unless forced (tuning sweeps; neither moved a row beyond
-    noise on an NVIDIA H100, where the long walks run at 86–91 % of the copy bandwidth):
-    ``even=1`` loads and stores tiles without masks (allowed only where every tile lies
-    wholly in bounds, ``T % block_t == 0`` and ``D % block_d == 0``; chunks are whole
-    tiles); ``scalar=1`` declares the tile offsets non-contiguous, so each thread holds whole
-    columns of the tile (scalar loads, the scan along T within each thread, no shuffles)
-    instead of 128-bit rows with the scan across lanes.
+    ``T`` only sets runtime values (chunk length and count), never a compile-time constant, so
+    every T of a shape class reuses one compiled kernel. An op's tuned tiles (the ``TILES`` of
+    its launch module) come as keywords: ``walk_tile``, ``(block_t, block_d, num_warps[,
+    loop_stages])`` for a long walk (more than ``WALK_MAX_TILES`` default tiles);
+    ``lookback_tile``, the tile of the single-pass ``lookback`` strategy, given only by ops
+    whose kernels have that mode, which then replaces ``chunked``; ``narrow_walk_tile``, a walk
+    tile over few channels: where the default tile's walk has too few programs and T is long,
+    the op walks anyway if this tile alone gives ``NARROW_WALK_MIN_PROGRAMS_PER_SM`` programs
+    per SM. The strategy itself is chosen with the default tile.
 
-    Returns a dict with ``strategy`` (``"walk"``, ``"chunked"`` or ``"lookback"``), ``even``,
-    ``scalar``, ``block_t``, ``block_d``,
-    ``num_warps``, ``num_stages`` (0: Triton's default), ``loop_stages`` (the software
-    pipelining depth of the kernels' tile loop: tile ``i + 1``'s loads are in flight while
-    tile ``i`` is scanned; 1: none), ``n_dblk`` (D-blocks), ``chunk_len``
-    (steps per chunk; ``T`` for the walk) and ``n_chunks`` (1 for the walk).
+    The other keywords force a choice (tests reach every code path on tiny shapes with them;
+    a forced choice wins over the tuned tiles): ``strategy``, ``block_t``, ``block_d``,
+    ``num_warps``, ``loop_stages``, ``chunk_len`` (chunked), and ``lookback_stride > 1``, which
+    lets only every stride-th chunk publish its inclusive state, so that look-backs compose
+    aggregates even where programs run in order.
+
+    Returns a dict with ``strategy`` (``"walk"``, ``"chunked"`` or ``"lookback"``),
+    ``block_t``, ``block_d``, ``num_warps``, ``loop_stages`` (the software pipelining depth of
+    the kernels' tile loop: tile ``i + 1``'s loads are in flight while tile ``i`` is scanned;
+    1: none), ``n_dblk`` (D-blocks), ``chunk_len`` (steps per chunk; ``T`` for the walk),
+    ``n_chunks`` (1 for the walk) and, for the look-back, ``lookback_stride``.
 
     Example:
         >>> plan(16, 16384, 128)["strategy"]
         'chunked'
+        >>> plan(16, 16384, 128, lookback_tile=(16, 128, 1))["strategy"]
+        'lookback'
         >>> plan(8, 65536, 1536)["strategy"]
         'walk'
         >>> plan(16, 1024, 64)["strategy"]   # 16 tiles: short enough to walk
@@ -143,37 +136,34 @@ def plan(
     if bt & (bt - 1) or bd & (bd - 1):
         raise ValueError(f"block sizes must be powers of two; got block_t={bt}, block_d={bd}")
     nw = int(num_warps or NUM_WARPS)
-    ns = int(num_stages or 0)
     ls = int(loop_stages or 1)
     n_dblk = cdiv(D, bd)
     walk_programs = B * n_dblk
     if strategy is None:
         split_from = LOOKBACK_MIN_TILES if lookback_tile is not None else WALK_MAX_TILES
         long_enough = T > split_from * bt
-        strategy = (
-            "chunked"
-            if long_enough and walk_programs < WALK_MIN_PROGRAMS_PER_SM * n_sm
-            else "walk"
-        )
-        if strategy == "chunked" and lookback_tile is not None:
-            # Where T must be split, the single pass reads the inputs once instead of twice
-            # (measured faster on an NVIDIA H200 for every op that has it; the long walk
-            # stays ahead where it alone fills the GPU).
-            strategy = "lookback"
+        strategy = "walk"
+        if long_enough and walk_programs < WALK_MIN_PROGRAMS_PER_SM * n_sm:
+            # Where T must be split, the single pass reads the inputs once instead of twice;
+            # the long walk stays ahead where it alone fills the GPU.
+            strategy = "chunked" if lookback_tile is None else "lookback"
         if (strategy != "walk" and narrow_walk_tile is not None and T > WALK_MAX_TILES * BLOCK_T
                 and B * cdiv(D, narrow_walk_tile[1]) >= NARROW_WALK_MIN_PROGRAMS_PER_SM * n_sm):
             strategy, walk_tile = "walk", narrow_walk_tile
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}; got {strategy!r}")
+    if strategy == "lookback" and lookback_tile is None:
+        raise ValueError("strategy 'lookback' needs kernels with a LOOKBACK mode: the op's "
+                         "TILES name a lookback_tile when they have one")
+    if strategy == "chunked" and lookback_tile is not None:
+        raise ValueError("strategy 'chunked' needs kernels with SUMMARY and APPLY modes: ops "
+                         "whose TILES name a lookback_tile split T with the look-back instead")
     if strategy == "lookback":
-        if lookback_tile is None:
-            raise ValueError("strategy 'lookback' needs kernels with a LOOKBACK mode: the op's "
-                             "TILES name a lookback_tile when they have one")
         tuned = lookback_tile
-    elif strategy == "chunked":
-        tuned = chunked_tile
+    elif strategy == "walk" and T > WALK_MAX_TILES * BLOCK_T:
+        tuned = walk_tile
     else:
-        tuned = walk_tile if T > WALK_MAX_TILES * BLOCK_T else None
+        tuned = None
     if tuned is not None:
         bt = int(block_t or tuned[0])
         bd = int(block_d or tuned[1])
@@ -183,16 +173,9 @@ def plan(
         walk_programs = B * n_dblk
     if ls < 1:
         raise ValueError(f"loop_stages must be >= 1; got {ls}")
-    even, scalar = int(even or 0), int(scalar or 0)
-    if even not in (0, 1) or scalar not in (0, 1):
-        raise ValueError(f"even and scalar must be 0 or 1; got {even}, {scalar}")
-    if even and (T % bt or D % bd):
-        raise ValueError(f"even=1 needs whole tiles: T={T} a multiple of block_t={bt} and D={D} "
-                         f"a multiple of block_d={bd}")
+    common = dict(block_t=bt, block_d=bd, num_warps=nw, loop_stages=ls, n_dblk=n_dblk)
     if strategy == "walk":
-        return dict(strategy="walk", block_t=bt, block_d=bd, num_warps=nw, num_stages=ns,
-                    loop_stages=ls, n_dblk=n_dblk, chunk_len=T, n_chunks=1, even=even,
-                    scalar=scalar)
+        return dict(strategy="walk", **common, chunk_len=T, n_chunks=1)
     if strategy == "lookback":
         if chunk_len is not None and int(chunk_len) != bt:
             raise ValueError(f"the lookback strategy scans one tile per chunk: chunk_len must "
@@ -200,22 +183,20 @@ def plan(
         stride = int(lookback_stride or 1)
         if stride < 1:
             raise ValueError(f"lookback_stride must be >= 1; got {lookback_stride}")
-        return dict(strategy="lookback", block_t=bt, block_d=bd, num_warps=nw, num_stages=ns,
-                    loop_stages=ls, n_dblk=n_dblk, chunk_len=bt, n_chunks=cdiv(T, bt),
-                    lookback_stride=stride, even=even, scalar=scalar)
+        return dict(strategy="lookback", **common, chunk_len=bt, n_chunks=cdiv(T, bt),
+                    lookback_stride=stride)
     if chunk_len is None:
         want = cdiv(CHUNKED_PROGRAMS_PER_SM * n_sm, walk_programs)
         chunk_len = cdiv(cdiv(T, want), bt) * bt
     chunk_len = int(chunk_len)
     if chunk_len < 1 or chunk_len % bt:
         raise ValueError(f"chunk_len must be a positive multiple of block_t={bt}; got {chunk_len}")
-    return dict(strategy="chunked", block_t=bt, block_d=bd, num_warps=nw, num_stages=ns,
-                loop_stages=ls, n_dblk=n_dblk, chunk_len=chunk_len, n_chunks=cdiv(T, chunk_len),
-                even=even, scalar=scalar)
+    return dict(strategy="chunked", **common, chunk_len=chunk_len, n_chunks=cdiv(T, chunk_len))
 
 
 def grid(cfg: Mapping[str, Any], B: int) -> tuple[int]:
-    """Grid of the scan kernels (walk, phase 1, phase 3): one program per (b, chunk, D-block)."""
+    """Grid of the scan kernels (walk, look-back, chunked phases 1 and 3): one program per
+    (b, chunk, D-block)."""
     return (B * int(cfg["n_chunks"]) * int(cfg["n_dblk"]),)
 
 
@@ -238,15 +219,10 @@ def lookback_shapes(cfg: Mapping[str, Any], B: int, D: int) -> tuple[tuple[int, 
 
 
 def launch_kwargs(cfg: Mapping[str, Any]) -> dict[str, int]:
-    """Compile-time block sizes, tile-loop pipelining depth, the layout switches (``EVEN``:
-    unmasked whole tiles, ``SCALAR``: a column per thread), warps (and Triton's
-    ``num_stages`` if set) for the scan kernels."""
-    kw = dict(BLOCK_T=int(cfg["block_t"]), BLOCK_D=int(cfg["block_d"]),
-              LOOP_STAGES=int(cfg.get("loop_stages", 1)), EVEN=bool(cfg.get("even", 0)),
-              SCALAR=bool(cfg.get("scalar", 0)), num_warps=int(cfg["num_warps"]))
-    if int(cfg["num_stages"]):
-        kw["num_stages"] = int(cfg["num_stages"])
-    return kw
+    """Compile-time block sizes, the tile loop's pipelining depth and warps for the scan
+    kernels."""
+    return dict(BLOCK_T=int(cfg["block_t"]), BLOCK_D=int(cfg["block_d"]),
+                LOOP_STAGES=int(cfg.get("loop_stages", 1)), num_warps=int(cfg["num_warps"]))
 
 
 def carry_kwargs(cfg: Mapping[str, Any]) -> dict[str, int]:

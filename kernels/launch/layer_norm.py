@@ -26,19 +26,17 @@ GROUPS_PER_SM = 8
 """Backward programs per SM: each sums its rows' weight gradients in registers, so fewer
 groups mean a smaller final reduction, more mean more loads in flight. At 16384 rows of 512
 (the training step's norms) that is 1024 groups of 16 rows, about 16 warps per SM, and partial
-sums of 4.2 MB against the 84 MB the rows move (not timed yet). The row loop keeps its bounds
-check: without it the compiler prefetches the next row, and the backward took 230 registers at
-D = 512 on one warp (166 with it)."""
+sums of 4.2 MB against the 84 MB the rows move. The row loop keeps its bounds check: without
+it the compiler prefetches the next row, and the backward needs more registers (fewer
+resident warps)."""
 
 AUTO_MIN_ELEMENTS = 1 << 24
 """The smallest input (rows × features) for which ``auto`` takes the fused LayerNorm over
-PyTorch's. Its GPU time is 1.6–3.1× below PyTorch's norm and cast, but its forward and
-backward are Python (an ``autograd.Function``, the backward on the autograd engine's device
-thread) where PyTorch's are C++: about 0.3 ms more host time per norm, fwd+bwd. Measured on an
-NVIDIA H100, paired in one process (``benchmarks/train_step_paired.py --backends auto,triton``,
-twenty-sixth round): the training step B8 T2048 d512 L4 (norms of 2^23 elements, the step
-bound by host time) ran 1.17× slower with it; B4 T4096 d1024 L8 (2^24 elements, bound by the
-GPU) ran 0.91× the time, for both the log and the signed mixer."""
+PyTorch's. Its GPU time is below PyTorch's norm and cast, but its forward and backward are
+Python (an ``autograd.Function``, the backward on the autograd engine's device thread) where
+PyTorch's are C++: more host time per norm. A training step whose norms are smaller is bound
+by host time and runs slower with it; from this size on the step is bound by the GPU and
+runs faster."""
 
 SUM_BLOCK_D = 32
 """Columns per program of the partial-gradient sum: D = 512 gives 16 programs, each reading
@@ -63,11 +61,9 @@ def config(D: int) -> dict[str, int]:
     ``bwd_warps`` for rows of ``D`` features.
 
     The backward holds seven row-sized values per thread (``x``, ``dy``, ``x̂``, ``g``, ``dx``
-    and the two gradient sums), so it gets twice the forward's warps. Compiled offline for
-    sm_90 (triton 3.9, bf16 ``dy``): forward 72 / 59 / 64 / 112 registers at D = 512 / 4096 /
-    8192 / 16384, no spill; backward 80 / 84 / 64 registers at 512 / 4096 / 8192 with 0 / 0 /
-    48 bytes of spill, and 576 bytes at 16384. With the forward's warps, the backward took 166
-    registers at 512 (12 warps per SM) and spilled 1788 bytes at 16384.
+    and the two gradient sums), so it gets twice the forward's warps: with the forward's it
+    would take about twice the registers at narrow rows and spill at the widest. With these
+    warps the forward does not spill and the backward spills little only at the widest rows.
     """
     block = max(16, next_pow2(D))
     return {"BLOCK": block, "num_warps": min(16, max(1, block // 512)),

@@ -20,7 +20,8 @@ SUPPORTED_SIZES = (1, 2, 4, 8, 16)
 """Block sizes ``k`` and state widths ``v`` the kernels compile for."""
 
 SINGLE_PASS_MAX_T = 32
-"""Up to this length one walk per pair beats two launches (composites, then outputs)."""
+"""Up to this length one walk per pair is cheaper than two launches (composites, then
+outputs)."""
 
 _ELEMENT_BUDGET = 1024  # elements of the largest per-step temporary in one program
 _MAX_PAIRS = 64

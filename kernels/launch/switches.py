@@ -26,10 +26,10 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
-from mingru_kernels._seam import env_reader
 from mingru_kernels.launch import (
     delta_inputs,
     delta_rule,
@@ -55,9 +55,14 @@ PLAN_KEYS: dict[str, tuple[str, ...]] = {
 }
 """The plan choices each op's launcher accepts (``PLAN_KEYS`` of its launch module)."""
 
-# Read for every output a launcher allocates, never while torch.compile traces: the fast reader.
-_read_poison = env_reader("MINGRU_POISON_OUTPUTS")
-_read_interpret = env_reader("TRITON_INTERPRET")
+
+def _read_poison() -> str:
+    return os.environ.get("MINGRU_POISON_OUTPUTS", "")
+
+
+def _read_interpret() -> str:
+    return os.environ.get("TRITON_INTERPRET", "")
+
 
 # Stack of (op or None, choices, poison or None); the innermost entry wins per key.
 _stack: list[tuple[str | None, dict[str, Any], bool | None]] = []

@@ -8,7 +8,7 @@ Forward: the odd–even scan over ``(log a, log b)`` pairs with the combine
 ``A_t = Σ log a`` and so loses ``|A_t|·ε`` absolutely (≈1e-3 at T = 20 000 in fp32); the pair
 combine only ever adds ``A`` of a span to a log-state whose contribution it then weights, so
 ``T ≥ 10⁵`` in fp32 keeps full accuracy where the products themselves underflow. It is also
-~4× faster on CPU than torch's ``logcumsumexp``.
+faster on CPU than torch's ``logcumsumexp``.
 
 Backward: in linear space the adjoint ``g_t = dh_t + a_{t+1} g_{t+1}`` is a reversed linear
 scan; ``d log b_t = g_t b_t`` and ``d log a_t = g_t a_t h_{t-1}`` (``= d log h_0`` at t = 1).

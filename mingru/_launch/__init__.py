@@ -8,7 +8,7 @@ Each launcher module provides:
 * ``unsupported_reason(*args, **kwargs) -> str | None`` — why the kernel cannot run this call
   (dtype, block size, ...), or ``None``;
 * ``prefer_over_eager(*args, **kwargs) -> bool`` (optional) — whether ``auto`` should pick
-  the kernel for this shape class (``False`` where it measured slower than eager);
+  the kernel for this shape class (``False`` where eager is the faster path);
 * ``run(*args, **kwargs)`` — the op, differentiable, registered as a ``torch.library`` op.
 """
 

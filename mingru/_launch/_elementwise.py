@@ -1,6 +1,7 @@
-"""Plumbing shared by the elementwise-scan launchers (``linear_scan``, ``parallel_scan_log``).
+"""Plumbing shared by the elementwise-scan launchers (``linear_scan``, ``linear_recurrence``,
+``parallel_scan_log``, ``mingru_cell``).
 
-Planning (tile sizes, walk vs chunked) is pure Python in
+Planning (tile sizes and strategy) is pure Python in
 :mod:`mingru_kernels.launch._elementwise`; this module feeds it the device's SM count and the
 forced plan choices (:mod:`mingru_kernels.launch.switches`), allocates the scratch buffers,
 and answers ``unsupported_reason`` for both launchers.
@@ -53,7 +54,7 @@ def sm_count(x: torch.Tensor) -> int:
 def make_plan(op: str, x: torch.Tensor, tiles: Mapping[str, Any] | None = None,
               shape: tuple[int, int, int] | None = None) -> Mapping[str, int | str]:
     """The launch plan of ``op`` for a ``(B, T, D)`` scan input ``x`` on its device (read-only);
-    ``tiles`` are the op's measured tiles (its launch module's ``TILES``, forward only);
+    ``tiles`` are the op's tuned tiles (its launch module's ``TILES``, or its backward's);
     ``shape`` is the state shape ``(B, T, D)`` when ``x`` has another (the cells' gates).
 
     Called inside the custom ops' real implementations (never while ``torch.compile``
@@ -77,38 +78,24 @@ def _cached_plan(B: int, T: int, D: int, n_sm: int, choices: tuple[tuple[str, An
     return types.MappingProxyType(elementwise_plan.plan(B, T, D, **kwargs))
 
 
-def run_scan(kernel: Any, carry_kernel: Any, cfg: Mapping[str, int | str], B: int, D: int,
-             pointers: tuple[torch.Tensor, ...], scalars: tuple[int, ...], *,
-             reverse: bool, **consts: Any) -> None:
-    """Launch a single-state elementwise scan with the plan's strategy: the walk, or chunk
-    summaries → the carry pass (``carry_kernel``, i.e. ``linear_carry_kernel``) → apply.
+def run_scan(kernel: Any, cfg: Mapping[str, int | str], B: int, D: int,
+             pointers: tuple[torch.Tensor, ...], scalars: tuple[int, ...], **consts: Any) -> None:
+    """Launch a single-state scan whose kernels have a look-back mode with the plan's
+    strategy: the walk, or the single pass of the look-back.
 
-    ``kernel[grid](*pointers, s1, s2, *scalars, MODE=..., **consts)``: ``(s1, s2)`` are the
-    chunk maps written in SUMMARY and the carry-ins read in APPLY (unused by the walk, which
-    gets placeholders). Forward scans (``reverse=False``) carry the coefficient too (the
-    APPLY phase reads both carries); adjoint scans (``reverse=True``) carry the state only.
+    ``kernel[grid](*pointers, values, status, *scalars, MODE=..., **consts)``: ``(values,
+    status)`` are the look-back's scratch buffers (:func:`lookback_scratch`; placeholders for
+    the walk, which reads neither).
     """
     grid = elementwise_plan.grid(cfg, B)
     if cfg["strategy"] == "walk":
         kernel[grid](*pointers, pointers[0], pointers[0], *scalars, MODE=elementwise_plan.WALK,
                      **consts)
         return
-    if cfg["strategy"] == "lookback":
-        values, status = lookback_scratch(B, cfg, D, pointers[0].device)
-        kernel[grid](*pointers, values, status, *scalars, MODE=elementwise_plan.LOOKBACK,
-                     **consts)
-        return
-    device = pointers[0].device
-    if reverse:
-        sa, sb, cb = scratch(3, B, cfg, D, device)
-        ca = sa  # not written: STORE_A is off
-    else:
-        sa, sb, ca, cb = scratch(4, B, cfg, D, device)
-    kernel[grid](*pointers, sa, sb, *scalars, MODE=elementwise_plan.SUMMARY, **consts)
-    carry_kernel[elementwise_plan.carry_grid(cfg, B)](
-        sa, sb, sb, ca, cb, cb, int(cfg["n_chunks"]), D, int(cfg["n_dblk"]),
-        REVERSE=reverse, STORE_A=not reverse, HAS_Y=False, **elementwise_plan.carry_kwargs(cfg))
-    kernel[grid](*pointers, ca, cb, *scalars, MODE=elementwise_plan.APPLY, **consts)
+    if cfg["strategy"] != "lookback":
+        raise ValueError(f"this op's kernels run the walk or the look-back; got {cfg['strategy']!r}")
+    values, status = lookback_scratch(B, cfg, D, pointers[0].device)
+    kernel[grid](*pointers, values, status, *scalars, MODE=elementwise_plan.LOOKBACK, **consts)
 
 
 def lookback_scratch(B: int, cfg: Mapping[str, int | str], D: int,
@@ -128,7 +115,7 @@ def lookback_scratch(B: int, cfg: Mapping[str, int | str], D: int,
 
 def scratch(n: int, B: int, cfg: Mapping[str, int | str], D: int,
             device: torch.device) -> tuple[torch.Tensor, ...]:
-    """``n`` fp32 ``(B, n_chunks, D)`` buffers of chunk maps or carries, carved out of one
-    allocation (one allocator call instead of ``n``)."""
+    """``n`` fp32 ``(B, n_chunks, D)`` buffers of chunk maps or carries (the chunked
+    strategy), carved out of one allocation (one allocator call instead of ``n``)."""
     block = new_tensor((n, B, int(cfg["n_chunks"]), D), torch.float32, device)
     return block.unbind(0)

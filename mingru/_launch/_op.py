@@ -3,10 +3,8 @@
 
 Why two. ``torch.compile(fullgraph=True)`` needs the custom op (an opaque graph node with a fake
 implementation). In eager PyTorch, though, a ``torch.library.custom_op`` with autograd costs
-far more host time per call than the kernels at small shapes: on an NVIDIA H200 host
-(torch 2.11) a ``linear_scan`` forward spent 0.27 ms per call and forward+backward 1.5 ms, most
-of it in the custom-op dispatch (``scripts/profile_overhead.py``; see
-``docs/results/gpu-h200.md``). The eager path therefore calls the implementation through an
+far more host time per call than the kernels take at small shapes, most of it in the
+custom-op dispatch. The eager path therefore calls the implementation through an
 ``autograd.Function``; both paths run the same ``forward``, ``setup_context`` and backward
 formula, so they cannot disagree.
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from mingru._compat import CachedKernels
 from mingru._launch import _elementwise as elementwise
 from mingru._launch._alloc import device_guard, new_tensor
-from mingru._launch._cached_launch import CachedKernels
 from mingru._launch._op import dual_entry
 from mingru_kernels import delta_inputs as delta_inputs_kernels
 from mingru_kernels.launch import delta_inputs as meta

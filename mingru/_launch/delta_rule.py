@@ -16,8 +16,9 @@ call as opaque nodes:
 ``chunk_size`` is the eager twin's speed hint; the kernels use their own chunk of
 ``LP = launch_config(nh, ...)["LP"]`` micro-steps (a power of two, 32 by default) holding
 ``LP // nh`` whole tokens, and ignore ``chunk_size`` (validated in ``mingru.scans``) — the
-result never depends on either. ``switches.forced("delta_rule", micro_chunk=..., blocked=...)``
-picks another chunk layout (tests reach every layout with it).
+result never depends on either. ``switches.forced("delta_rule", micro_chunk=..., half=...,
+few_rows=...)`` picks another chunk length or the plan of another class of inputs (tests
+reach every kernel path with it).
 
 Packed sequences (``cu_seqlens``, ``B = 1``): :func:`run` lays the tokens out chunk-aligned
 in a padded row (:func:`mingru._eager.delta_rule.packed_layout` with the kernels' chunk of
@@ -34,9 +35,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from mingru._compat import CachedKernels
 from mingru._eager.delta_rule import gather_packed, packed_layout, scatter_packed
 from mingru._launch._alloc import new_tensor
-from mingru._launch._cached_launch import CachedKernels
 from mingru._launch._elementwise import sm_count
 from mingru._launch._op import dual_entry
 from mingru_kernels import delta_rule as delta_rule_kernels
@@ -109,8 +110,8 @@ def run(
     ``(N, H, d_k, d_v)``, one state per sequence (see the module docstring).
     ``allow_tf32``: float32 inputs may be multiplied in TF32 on the tensor cores (faster,
     about 1e-3 relative error); by default their products keep float32 accuracy (FMAs, or
-    3xTF32 split products at 64-wide heads: ``launch_config``'s ``split_fp32``). Half
-    inputs always use the tensor cores.
+    3xTF32 split products at 64-wide heads: see ``launch_config``). Half inputs always use
+    the tensor cores.
     """
     tuning = _tuning(allow_tf32)
     if cu_seqlens is None:
@@ -128,27 +129,18 @@ def run(
 
 _TF32 = 10_000
 """Flag of ``allow_tf32`` in the custom ops' ``tuning`` int."""
-_SVS = 10_000_000
-"""Unit of the forced ``state_vs`` (0 = default, else the columns: two digits) in ``tuning``."""
-_TRI_STATE = (("reg_state", 100_000), ("wu_in_state", 1_000_000), ("out_pass", 10**9),
-              ("wu_half", 10**10), ("saved_tm", 10**11), ("split_fp32", 10**12),
-              ("half_ops", 10**13), ("state_half_ops", 10**14), ("bwd_prep", 10**15),
-              ("fused_bwd", 10**16), ("fused_fwd", 10**17))
-"""The forced on/off plan choices and their units in ``tuning``: one decimal digit each,
-0 = default, 1 = off, 2 = on."""
+_TRI_STATE = (("half", 1000), ("few_rows", 100_000))
+"""The forced plan classes and their units in ``tuning``: one decimal digit each, 0 = the
+inputs' own, 1 = off, 2 = on."""
 
 
 def _tuning(allow_tf32: bool = False) -> int:
     """The forced plan choices (:mod:`mingru_kernels.launch.switches`) and ``allow_tf32`` as
-    the custom ops' int: ``micro_chunk + 1000 * (1 + blocked) + 10000 * allow_tf32 +
-    10000000 * state_vs`` plus ``unit * (1 + choice)`` for each choice of ``_TRI_STATE``
-    (0 = defaults; an unforced choice adds nothing). An int argument keeps the choice fixed
-    between the forward and its backward."""
+    the custom ops' int: ``micro_chunk + 10000 * allow_tf32`` plus ``unit * (1 + choice)``
+    for each forced choice of ``_TRI_STATE`` (0 = defaults). An int argument keeps the plan
+    fixed between the forward and its backward."""
     choices = switches.plan_choices("delta_rule")
-    blocked = choices.get("blocked")
-    tuning = (int(choices.get("micro_chunk", 0)) + _TF32 * bool(allow_tf32)
-              + (0 if blocked is None else 1000 * (1 + bool(blocked)))
-              + _SVS * int(choices.get("state_vs", 0)))
+    tuning = int(choices.get("micro_chunk", 0)) + _TF32 * bool(allow_tf32)
     for key, unit in _TRI_STATE:
         if choices.get(key) is not None:
             tuning += unit * (1 + bool(choices[key]))
@@ -159,19 +151,16 @@ def _tuning(allow_tf32: bool = False) -> int:
 
 
 def _config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tuning: int) -> dict:
-    # ``tuning`` (a custom-op int, see _tuning).
+    # ``tuning`` (a custom-op int, see _tuning): every field has its own decimal digits.
     _, _, nh, _, dk = k.shape
-    half = q.dtype in (torch.bfloat16, torch.float16)
-    # Every field has its own decimal digits (see _tuning).
-    forced = {}
+    plan = {"half": q.dtype in (torch.bfloat16, torch.float16),
+            "few_rows": _few_rows(q, k.shape[0] * k.shape[3])}
     for key, unit in _TRI_STATE:
         digit = tuning // unit % 10
-        forced[key] = None if digit == 0 else digit == 2
-    blocked = tuning // 1000 % 10
-    return meta.launch_config(nh, dk, v.shape[-1], half=half, micro_chunk=tuning % 1000,
-                              blocked=None if blocked == 0 else blocked == 2,
-                              tf32=tuning // _TF32 % 10 == 1, state_vs=tuning // _SVS % 100,
-                              **forced, few_rows=_few_rows(q, k.shape[0] * k.shape[3]))
+        if digit:
+            plan[key] = digit == 2
+    return meta.launch_config(nh, dk, v.shape[-1], micro_chunk=tuning % 1000,
+                              tf32=tuning // _TF32 % 10 == 1, **plan)
 
 
 def _few_rows(q: torch.Tensor, rows: int) -> bool:
@@ -199,8 +188,6 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=No
     shp = meta.scratch_shapes(BH, T, cfg)
     f32 = torch.float32
     states = new_tensor(shp["states"], q.dtype if cfg["HALF_STATES"] else f32, dev)
-    # W only where the output pass reads it; otherwise the states stand in (never touched).
-    w = new_tensor(shp["W"], states.dtype, dev) if cfg["STORE_W"] else states
     wu_dtype = q.dtype if cfg["WU_HALF"] else f32
     wk = new_tensor(shp["Wk"], wu_dtype, dev)
     u = new_tensor(shp["U"], wu_dtype, dev)
@@ -216,25 +203,15 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=No
         k, v, beta, lg, wk, u, tm, T, H, dk, dv, nc,
         **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
     )
-    if cfg["FUSED_FWD"]:
-        # Ticket counters and per-chunk flags of the one launch (see delta_rule_fwd_kernel).
-        sync = torch.zeros(meta.sync_size(T, BH, cfg), dtype=torch.int32, device=dev)
-        kernels.delta_rule_fwd_kernel[meta.grid_fused_fwd(T, BH, cfg)](
-            q, k, v, beta, lg, h0c, wk, u, tm, states, o, w, h_T, *tables, sync, T, H, dk, dv,
-            nc, _n_seq(cu, B),
-            **meta.launch_kwargs(cfg, "fwd", HAS_DECAY=has_decay, HAS_H0=has_h0,
-                                 PACKED=packed),
-        )
-        return o, h_T, states, wk, tm
     kernels.delta_rule_fwd_state_kernel[meta.grid_state(BH, cfg)](
-        q, k, v, beta, lg, h0c, wk, u, tm, states, o, w, h_T, *tables, T, H, dk, dv, nc,
+        q, k, v, beta, lg, h0c, wk, u, tm, states, o, h_T, *tables, T, H, dk, dv, nc,
         _n_seq(cu, B),
         **meta.launch_kwargs(cfg, "fwd_state", HAS_DECAY=has_decay, HAS_H0=has_h0,
                              PACKED=packed),
     )
     if cfg["OUT_PASS"]:
         kernels.delta_rule_fwd_out_kernel[meta.grid_out(T, BH, cfg)](
-            q, k, lg, states, w, wk, u, o, T, H, dk, dv, nc,
+            q, k, lg, states, wk, u, o, T, H, dk, dv, nc,
             **meta.launch_kwargs(cfg, "fwd_out", HAS_DECAY=has_decay),
         )
     return o, h_T, states, wk, tm
@@ -301,22 +278,12 @@ def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning, ch
     dh0 = new_tensor(h0.shape, h0.dtype, dev) if has_h0 else q.new_empty(0)
     packed = cu is not None
     tables = (chunk_seq, chunk_end, cu) if packed else (q, q, q)  # placeholders, never read
-    n = b = gl = dstates  # placeholders without PREP_N, never read
-    if cfg["PREP_N"]:
-        shp = meta.scratch_shapes(BH, T, cfg)
-        n = new_tensor(shp["N"], torch.float32, dev)
-        b = new_tensor(shp["B"], q.dtype if cfg["STATE_HALF_OPS"] else torch.float32, dev)
-        gl = new_tensor(shp["GL"], torch.float32, dev)
-        kernels.delta_rule_bwd_prep_kernel[meta.grid_out(T, BH, cfg)](
-            q, k, beta, lg, do, wk, tm, n, b, gl, T, H, dk, dv, nc,
-            **meta.launch_kwargs(cfg, "bwd_prep", HAS_DECAY=has_decay),
-        )
     if cfg["FUSED_BWD"]:
         dq, dk_, dv_, dbeta, dlg = _grad_buffers(q, k, v, beta, log_gamma)
         # Ticket counters and per-chunk flags of the one launch (see delta_rule_bwd_kernel).
         sync = torch.zeros(meta.sync_size(T, BH, cfg), dtype=torch.int32, device=dev)
         kernels.delta_rule_bwd_kernel[meta.grid_fused_bwd(T, BH, cfg)](
-            q, k, v, beta, lg, dht, do, wk, tm, n, b, gl, states, dstates,
+            q, k, v, beta, lg, dht, do, wk, tm, states, dstates,
             dh0 if has_h0 else q, *tables, dq, dk_, dv_, dbeta, dlg if has_decay else q, sync,
             T, H, dk, dv, nc, _n_seq(cu, B),
             **meta.launch_kwargs(cfg, "bwd", HAS_DECAY=has_decay, HAS_DHT=has_dht,
@@ -324,14 +291,11 @@ def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning, ch
         )
         return dq, dk_, dv_, dbeta, dlg, dh0
     kernels.delta_rule_bwd_state_kernel[meta.grid_state(BH, cfg)](
-        q, k, beta, lg, dht, do, wk, tm, n, b, gl, dstates, dh0 if has_h0 else q, *tables, T,
-        H, dk, dv, nc,
-        _n_seq(cu, B),
+        q, k, beta, lg, dht, do, wk, tm, dstates, dh0 if has_h0 else q, *tables, T, H, dk, dv,
+        nc, _n_seq(cu, B),
         **meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=has_decay, HAS_DHT=has_dht,
                              HAS_H0=has_h0, PACKED=packed),
     )
-    # The prep buffers are freed before the gradients are allocated: never one peak.
-    del n, b, gl
     dq, dk_, dv_, dbeta, dlg = _grad_buffers(q, k, v, beta, log_gamma)
     kernels.delta_rule_bwd_grads_kernel[meta.grid_chunks(T, BH, cfg)](
         q, k, v, beta, lg, states, dstates, tm, do, dq, dk_, dv_, dbeta,

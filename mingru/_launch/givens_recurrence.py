@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from mingru._compat import CachedKernels
 from mingru._launch._alloc import device_guard, new_tensor
-from mingru._launch._cached_launch import CachedKernels
 from mingru._launch._op import dual_entry
 from mingru_kernels import givens_recurrence as givens_recurrence_kernels
 from mingru_kernels._seam import interpreter_mode
@@ -49,8 +49,8 @@ def unsupported_reason(
 
 
 def prefer_over_eager(*args, **kwargs) -> bool:
-    """``True``: ``auto`` picks the kernel on every supported shape class. Return ``False`` for
-    a class where the recorded GPU benchmark shows the kernel slower than eager."""
+    """``True``: ``auto`` picks the kernel on every supported shape class (``False`` would
+    keep a class on eager, where eager is the faster path)."""
     return True
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from mingru._compat import CachedKernels
 from mingru._launch import _elementwise as elementwise
 from mingru._launch._alloc import device_guard, new_tensor
-from mingru._launch._cached_launch import CachedKernels
 from mingru._launch._op import dual_entry
 from mingru_kernels import layer_norm as layer_norm_kernels
 from mingru_kernels.launch import layer_norm as meta
@@ -36,9 +36,7 @@ def prefer_over_eager(x: torch.Tensor, *args, **kwargs) -> bool:
     """Whether ``auto`` should pick the kernels: for inputs of at least
     :data:`mingru_kernels.launch.layer_norm.AUTO_MIN_ELEMENTS` elements (``2^24``). Below
     that their extra host time (a Python forward and backward against PyTorch's C++ ones)
-    outweighs their GPU time saved: a training step at B8 T2048 d512 ran 1.17× slower with
-    them, one at B4 T4096 d1024 0.91× the time (NVIDIA H100; docs/results/gpu-h200.md,
-    twenty-sixth round). ``MINGRU_SCAN=triton`` runs them at every size."""
+    outweighs their GPU time saved. ``MINGRU_SCAN=triton`` runs them at every size."""
     return meta.prefer_fused(x.numel())
 
 

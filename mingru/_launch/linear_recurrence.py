@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from mingru._compat import CachedKernels
 from mingru._launch import _elementwise as elementwise
 from mingru._launch._alloc import device_guard, new_tensor, poison
-from mingru._launch._cached_launch import CachedKernels
 from mingru._launch._op import dual_entry
 from mingru_kernels import linear_recurrence as linear_recurrence_kernels
 from mingru_kernels.launch import linear_recurrence as meta
@@ -61,9 +61,9 @@ def _forward(a, b, h0, seq_id, h, h_T, cfg) -> None:
     h0 = a if h0 is None else h0  # placeholder pointers when absent
     seq_id = a if seq_id is None else seq_id
     with device_guard(a):
-        elementwise.run_scan(kernels.linear_recurrence_fwd_kernel, kernels.linear_carry_kernel,
-                             cfg, B, D, (a, b, h0, seq_id, h, h_T), meta.dims(cfg, T, D),
-                             reverse=False, **flags, **meta.launch_kwargs(cfg))
+        elementwise.run_scan(kernels.linear_recurrence_fwd_kernel, cfg, B, D,
+                             (a, b, h0, seq_id, h, h_T), meta.dims(cfg, T, D), **flags,
+                             **meta.launch_kwargs(cfg))
 
 
 def _backward(a, h, h0, seq_id, dh, dh_T, da, db, dh0, cfg) -> None:
@@ -74,9 +74,9 @@ def _backward(a, h, h0, seq_id, dh, dh_T, da, db, dh0, cfg) -> None:
     dh_T = a if dh_T is None else dh_T
     dh0 = da if dh0 is None else dh0
     with device_guard(a):
-        elementwise.run_scan(kernels.linear_recurrence_bwd_kernel, kernels.linear_carry_kernel,
-                             cfg, B, D, (a, h, h0, seq_id, dh, dh_T, da, db, dh0),
-                             (*meta.dims(cfg, T, D), *dh.stride()), reverse=True, **flags,
+        elementwise.run_scan(kernels.linear_recurrence_bwd_kernel, cfg, B, D,
+                             (a, h, h0, seq_id, dh, dh_T, da, db, dh0),
+                             (*meta.dims(cfg, T, D), *dh.stride()), **flags,
                              **meta.launch_kwargs(cfg))
 
 

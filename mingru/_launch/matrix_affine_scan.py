@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from mingru._compat import CachedKernels
 from mingru._launch._alloc import device_guard, new_tensor, poison
-from mingru._launch._cached_launch import CachedKernels
 from mingru._launch._op import dual_entry
 from mingru_kernels import matrix_affine_scan as matrix_affine_scan_kernels
 from mingru_kernels._seam import interpreter_mode
@@ -44,8 +44,8 @@ def unsupported_reason(A: torch.Tensor, Bm: torch.Tensor) -> str | None:
 
 
 def prefer_over_eager(A: torch.Tensor, Bm: torch.Tensor) -> bool:
-    """``True``: ``auto`` picks the kernel on every supported shape class. Return ``False`` for
-    a class where the recorded GPU benchmark shows the kernel slower than eager."""
+    """``True``: ``auto`` picks the kernel on every supported shape class (``False`` would
+    keep a class on eager, where eager is the faster path)."""
     return True
 
 

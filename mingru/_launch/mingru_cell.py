@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from mingru._compat import CachedKernels
 from mingru._launch import _elementwise as elementwise
 from mingru._launch._alloc import device_guard, new_tensor, poison
-from mingru._launch._cached_launch import CachedKernels
 from mingru._launch._op import dual_entry
 from mingru_kernels import mingru_cell as mingru_cell_kernels
 from mingru_kernels.launch import mingru_cell as meta
@@ -82,8 +82,7 @@ def _fwd_impl(k, h0, lg, signed, coupled, seq_id=None):
     ptrs = (k, k if lg is None else lg, k if h0 is None else h0,  # placeholders if absent
             k if seq_id is None else seq_id, h, h_T)
     with device_guard(k):
-        elementwise.run_scan(kernels.mingru_cell_fwd_kernel, kernels.linear_carry_kernel, cfg, B,
-                             D, ptrs, scalars, reverse=False,
+        elementwise.run_scan(kernels.mingru_cell_fwd_kernel, cfg, B, D, ptrs, scalars,
                              **_flags(h0, lg, signed, coupled, seq_id), **meta.launch_kwargs(cfg))
     return h, h_T
 
@@ -114,8 +113,8 @@ def _bwd_impl(k, h, h0, lg, dh, dh_T, signed, coupled, seq_id=None):
             k if dh_T is None else dh_T, dk, dk if dlg is None else dlg,
             dk if dh0 is None else dh0)
     with device_guard(k):
-        elementwise.run_scan(kernels.mingru_cell_bwd_kernel, kernels.linear_carry_kernel, cfg, B,
-                             D, ptrs, scalars, reverse=True, **flags, **meta.launch_kwargs(cfg))
+        elementwise.run_scan(kernels.mingru_cell_bwd_kernel, cfg, B, D, ptrs, scalars, **flags,
+                             **meta.launch_kwargs(cfg))
     if dlg is not None and lg.shape[-1] == 1:
         dlg = dlg.sum(-1, keepdim=True, dtype=torch.float32).to(lg.dtype)
     # Distinct empties: outputs of a custom op may not alias each other (torch.compile).

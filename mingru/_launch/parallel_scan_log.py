@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from mingru._compat import CachedKernels
 from mingru._launch import _elementwise as elementwise
 from mingru._launch._alloc import device_guard, new_tensor, poison
-from mingru._launch._cached_launch import CachedKernels
 from mingru._launch._op import dual_entry
 from mingru_kernels import parallel_scan_log as parallel_scan_log_kernels
 from mingru_kernels.launch import parallel_scan_log as meta
@@ -29,7 +29,8 @@ def unsupported_reason(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> st
 
 
 def prefer_over_eager(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> bool:
-    """Whether ``auto`` should pick the kernel (set from GPU benchmarks)."""
+    """Whether ``auto`` should pick the kernel: always (it reads its inputs once and writes
+    ``h`` once, where the eager scan makes several passes)."""
     return True
 
 
@@ -40,31 +41,16 @@ def run(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
 
 def _forward(la, lv, h, cfg) -> None:
     B, T, D = la.shape
-    n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
-    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
     with device_guard(la):
-        if cfg["strategy"] == "walk":
-            kernels.parallel_scan_log_fwd_kernel[grid](la, lv, h, h, h, *dims, MODE=meta.WALK, **kw)
-            return
-        if cfg["strategy"] == "lookback":
-            values, status = elementwise.lookback_scratch(B, cfg, D, la.device)
-            kernels.parallel_scan_log_fwd_kernel[grid](la, lv, h, values, status, *dims,
-                                                       MODE=meta.LOOKBACK, **kw)
-            return
-        sA, sL, cL = elementwise.scratch(meta.FWD_SCRATCH, B, cfg, D, la.device)
-        kernels.parallel_scan_log_fwd_kernel[grid](la, lv, h, sA, sL, *dims, MODE=meta.SUMMARY, **kw)
-        kernels.parallel_scan_log_carry_kernel[meta.carry_grid(cfg, B)](
-            sA, sL, lv, cL, T, n_chunks, D, n_dblk, **meta.carry_kwargs(cfg)
-        )
-        kernels.parallel_scan_log_fwd_kernel[grid](la, lv, h, sA, cL, *dims, MODE=meta.APPLY, **kw)
+        elementwise.run_scan(kernels.parallel_scan_log_fwd_kernel, cfg, B, D, (la, lv, h),
+                             meta.dims(cfg, T, D), **meta.launch_kwargs(cfg))
 
 
 def _backward(la, lv, h, dh, dla, dlv, cfg) -> None:
     B, T, D = la.shape
     with device_guard(la):
-        elementwise.run_scan(kernels.parallel_scan_log_bwd_kernel, kernels.linear_carry_kernel,
-                             cfg, B, D, (la, lv, h, dh, dla, dlv),
-                             (*meta.dims(cfg, T, D), *dh.stride()), reverse=True,
+        elementwise.run_scan(kernels.parallel_scan_log_bwd_kernel, cfg, B, D,
+                             (la, lv, h, dh, dla, dlv), (*meta.dims(cfg, T, D), *dh.stride()),
                              **meta.launch_kwargs(cfg))
 
 

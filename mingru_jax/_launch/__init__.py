@@ -10,7 +10,7 @@ Each launcher module provides (the same protocol as ``mingru._launch``):
 * ``unsupported_reason(*args, **kwargs) -> str | None`` — why the kernel cannot run this call
   (dtype, block size, ...), or ``None``;
 * ``prefer_over_eager(*args, **kwargs) -> bool`` (optional) — whether ``auto`` should pick
-  the kernel for this shape class (``False`` where it measured slower than eager);
+  the kernel for this shape class (``False`` where eager is the faster path);
 * ``run(*args, **kwargs)`` — the op with the eager twin's outputs; jit-, grad- (a
   ``jax.custom_vjp`` over the backward kernel) and vmap-compatible.
 """
@@ -24,8 +24,8 @@ def import_jax_triton() -> Any:
 
     jax-triton 0.3 sets ``TRITON_CACHE_DIR=""`` when imported; after that every Triton kernel
     that PyTorch compiles in this process fails with "Could not create or locate cache dir"
-    (seen on an H200 when one process benchmarked both frontends). jax-triton's own launches
-    do not use that cache, so the variable is put back as it was.
+    (one process that runs both frontends). jax-triton's own launches do not use that cache,
+    so the variable is put back as it was.
     """
     had = "TRITON_CACHE_DIR" in os.environ
     before = os.environ.get("TRITON_CACHE_DIR")

@@ -7,8 +7,8 @@ from :mod:`mingru_kernels`. :func:`launch` picks the route at trace time:
 * **GPU** (a jax GPU backend): ``jax_triton.triton_call``. jax-triton is imported lazily,
   inside this route only (it cannot be imported on CPU-only jax, and importing it changes
   Triton's cache settings). Its compile step is replaced for these kernels by
-  :mod:`mingru_jax._launch._compile`: the specialisation PyTorch's launcher gives the same
-  kernel (runtime ints divisible by 16 marked so, ``do_not_specialize`` honoured) and
+  :mod:`mingru_jax._compat` (a private hook): the specialisation PyTorch's launcher gives the
+  same kernel (runtime ints divisible by 16 marked so, ``do_not_specialize`` honoured) and
   Triton's on-disk cache.
 * **Interpreter** (``TRITON_INTERPRET=1``, arrays on the host): a :func:`jax.pure_callback`
   that runs the kernel through Triton's interpreter on NumPy buffers (:class:`_HostTensor`
@@ -33,8 +33,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mingru_jax import _compat
 from mingru_jax._launch import _compile
 from mingru_kernels._seam import interpreter_mode
+from mingru_kernels.launch._elementwise import DEFAULT_SM_COUNT
 from mingru_kernels.launch.switches import poison_outputs
 
 KERNEL_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
@@ -223,11 +225,12 @@ def _host_launch(kernel, grid, inputs, outputs, scalars, meta, zeroed=()):
 
 @functools.cache
 def sm_count() -> int:
-    """Streaming multiprocessors of the default GPU (132, an H100/H200, when jax cannot say)."""
+    """Streaming multiprocessors of the default GPU (the planner's default,
+    :data:`~mingru_kernels.launch._elementwise.DEFAULT_SM_COUNT`, when jax cannot say)."""
     try:
         return int(jax.devices("gpu")[0].core_count)
     except Exception:
-        return 132
+        return DEFAULT_SM_COUNT
 
 
 def launch(
@@ -256,13 +259,13 @@ def launch(
     shape class reuses one compiled kernel, as under PyTorch.
     """
     scalars = tuple(int(s) if isinstance(s, np.integer) else s for s in scalars)
-    _compile.note(kernel, inputs, outputs, scalars, meta, grid)
+    _compile.note(kernel, inputs, outputs, scalars, meta)
     if not on_gpu():
         return _host_launch(kernel, grid, inputs, outputs, scalars, meta, tuple(zeroed))
     from mingru_jax._launch import import_jax_triton
 
     jt = import_jax_triton()  # lazily: the GPU route only
-    _compile.register(kernel)  # compiled with PyTorch's specialisation (see _compile)
+    _compat.use_pytorch_compile(kernel)  # PyTorch's specialisation (see _compat)
 
     if zeroed:
         meta = {**meta, "zeroed_outputs": tuple(zeroed)}

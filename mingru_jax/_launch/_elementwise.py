@@ -1,5 +1,6 @@
-"""Pieces the elementwise-scan launchers (``linear_scan``, ``parallel_scan_log``) share: the
-launch plan on this device (forced choices honoured) and the carry-pass adapter.
+"""Pieces the elementwise-scan launchers (``linear_scan``, ``linear_recurrence``,
+``parallel_scan_log``, the cells) share: the launch plan on this device (forced choices
+honoured), the look-back launch and the chunked strategy's carry-pass adapter.
 
 The twin of :mod:`mingru._launch._elementwise`; the planner itself is pure Python in
 :mod:`mingru_kernels.launch._elementwise`.
@@ -20,8 +21,8 @@ __all__ = ["carry_adapter", "dims", "lookback_launch", "lookback_specs", "plan",
 
 
 def plan(op: str, x: jax.Array, tiles: dict | None = None) -> dict:
-    """The plan of the elementwise scan ``op`` for ``x (B, T, D)``: the op's measured
-    ``tiles`` (forward only), forced choices honoured."""
+    """The plan of the elementwise scan ``op`` for ``x (B, T, D)``: the op's tuned ``tiles``
+    (its launch module's ``TILES``, or its backward's), forced choices honoured."""
     B, T, D = x.shape
     choices = switches.plan_choices(op)
     if int(choices.get("lookback_stride") or 1) > 1:
@@ -31,8 +32,8 @@ def plan(op: str, x: jax.Array, tiles: dict | None = None) -> dict:
     return meta.plan(B, T, D, n_sm=common.sm_count(), **{**(tiles or {}), **choices})
 
 
-# jax-triton passes outputs after the inputs and runtime scalars; the adapter reorders them.
-# do_not_specialize as the kernel's own (n_chunks follows T).
+# The chunked strategy's carry pass. jax-triton passes outputs after the inputs and runtime
+# scalars; the adapter reorders them. do_not_specialize as the kernel's own (n_chunks follows T).
 @triton.jit(do_not_specialize=["n_chunks"])
 def carry_adapter(sa, sx, sy, n_chunks, D, n_dblk, ca, cx, cy,
                    REVERSE: tl.constexpr, STORE_A: tl.constexpr, HAS_Y: tl.constexpr,
@@ -48,10 +49,9 @@ def dims(cfg: dict, T: int, D: int) -> tuple[int, int, int, int, int]:
     jax-triton's lowering turns every scalar argument equal to 1 into a constant, whatever the
     kernel's ``do_not_specialize`` says (:mod:`mingru_jax._launch._compile`), and the walk
     always has ``n_chunks = 1``. PyTorch's launcher keeps it a runtime value, and the two
-    compiles differ: offline for sm_90, the ``linear_recurrence`` walk at its long-walk tile
-    takes 210 registers with ``n_chunks`` a constant 1 against 128 with it at run time (half
-    the resident programs; 4.14 against 2.70 ms at B8 T65536 D1536 on an NVIDIA H200).
-    ``n_chunks + 1`` is never 1, so both frontends compile the same kernel."""
+    compiles differ: with ``n_chunks`` a constant 1 the long walk takes more registers (fewer
+    resident programs, a slower walk). ``n_chunks + 1`` is never 1, so both frontends compile
+    the same kernel."""
     T, D, chunk_len, n_chunks, n_dblk = meta.dims(cfg, T, D)
     return T, D, chunk_len, n_chunks + 1, n_dblk
 
@@ -77,36 +77,17 @@ def lookback_launch(adapter, cfg: dict, B: int, D: int, inputs: tuple, outs: tup
     return results[:len(outs)]
 
 
-def run_scan(adapter, cfg: dict, B: int, D: int, inputs: tuple, outs: tuple, scalars: tuple, *,
-             reverse: bool, lookback: bool = False, **consts) -> tuple:
-    """Launch a single-state elementwise scan with the plan's strategy (the twin of
-    ``mingru._launch._elementwise.run_scan``): the walk, chunk summaries → the carry pass →
-    apply, or the look-back. ``adapter(*inputs, s1, s2, *scalars, *outs, MODE=..., **consts)``
-    writes the chunk maps into its first two outputs in SUMMARY and reads the carry-ins
-    ``(s1, s2)`` in APPLY; with ``lookback`` it takes two more outputs last (the look-back's
-    values and status words, placeholders in the other modes). Returns the outputs of the
-    walk, of APPLY or of the look-back."""
-    grid = meta.grid(cfg, B)
-    first = inputs[0]  # placeholder for the scratch operands the walk and SUMMARY ignore
-    extra = lookback_specs(cfg, B, D) if lookback else ()
+def run_scan(adapter, cfg: dict, B: int, D: int, inputs: tuple, outs: tuple, scalars: tuple,
+             **consts) -> tuple:
+    """Launch a single-state scan whose kernels have a look-back mode with the plan's strategy
+    (the twin of ``mingru._launch._elementwise.run_scan``): the walk or the look-back.
+    ``adapter(*inputs, *scalars, *outs, values, status, MODE=..., **consts)`` takes the
+    look-back's values and status words as its last two outputs (placeholders for the walk).
+    Returns ``outs``' results."""
     if cfg["strategy"] == "lookback":
-        if not lookback:
-            raise ValueError("this adapter has no look-back mode")
-        return lookback_launch(adapter, cfg, B, D, (*inputs, first, first), outs, scalars,
-                               **consts)
-    n = len(outs)
-    if cfg["strategy"] == "walk":
-        return common.launch(adapter, grid, (*inputs, first, first), (*outs, *extra), scalars,
-                             MODE=meta.WALK, **consts)[:n]
-    s, dummy = common.f32((B, int(cfg["n_chunks"]), D)), common.f32((1,))
-    sa, sb, *_ = common.launch(adapter, grid, (*inputs, first, first),
-                               (s, s, *(dummy,) * (n - 2), *extra), scalars,
-                               MODE=meta.SUMMARY, **consts)
-    ca, cb, _ = common.launch(
-        carry_adapter, meta.carry_grid(cfg, B), (sa, sb, sb), (dummy if reverse else s, s, dummy),
-        (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])), REVERSE=reverse, STORE_A=not reverse,
-        HAS_Y=False, **meta.carry_kwargs(cfg))
-    if reverse:
-        ca = sa  # adjoint scans carry the state only (STORE_A off)
-    return common.launch(adapter, grid, (*inputs, ca, cb), (*outs, *extra), scalars,
-                         MODE=meta.APPLY, **consts)[:n]
+        return lookback_launch(adapter, cfg, B, D, inputs, outs, scalars, **consts)
+    if cfg["strategy"] != "walk":
+        raise ValueError(f"this op's kernels run the walk or the look-back; got {cfg['strategy']!r}")
+    specs = lookback_specs(cfg, B, D)
+    return common.launch(adapter, meta.grid(cfg, B), inputs, (*outs, *specs), scalars,
+                         MODE=meta.WALK, **consts)[:len(outs)]

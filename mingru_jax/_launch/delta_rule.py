@@ -4,9 +4,9 @@
 A ``jax.custom_vjp`` over the chunked-WY kernels: the forward runs ``fwd_prep`` (per chunk),
 ``fwd_state`` (serial over chunks, writes the output too, or leaves it to ``fwd_out``) and
 keeps the chunk start states, the chunks' ``Wk`` and WY inverses as residuals; the backward
-runs ``bwd_prep`` (per chunk, where the plan has ``PREP_N``), ``bwd_state`` and
-``bwd_grads``. See :mod:`mingru_jax._launch._common` for the two routes of each launch
-(jax-triton on a GPU, Triton's interpreter on the host).
+runs ``bwd_state`` and ``bwd_grads``, or both in one launch (``bwd``). See
+:mod:`mingru_jax._launch._common` for the two routes of each launch (jax-triton on a GPU,
+Triton's interpreter on the host).
 
 Packed sequences (``cu_seqlens``, ``B = 1``): as in the PyTorch launcher, :func:`run` lays the
 tokens out chunk-aligned in a padded row (:func:`mingru_jax._eager.delta_rule.packed_layout`
@@ -17,8 +17,7 @@ chunk to its ``h0[n]``, write every sequence's final state and, backwards, cut t
 each boundary and write ``dh0`` per sequence, empty sequences included), and gathers ``o``
 back; JAX differentiates the scatter and the gather.
 
-Under ``auto`` on a GPU the op runs on these kernels (``prefer_over_eager``: measured faster
-than the JAX eager chunked form at every row timed, in both directions and dtypes).
+Under ``auto`` on a GPU the op runs on these kernels (``prefer_over_eager``).
 """
 
 from __future__ import annotations
@@ -52,11 +51,8 @@ def unsupported_reason(q, k, v, beta, log_gamma=None, h0=None, chunk_size=64, *,
 
 
 def prefer_over_eager(*args, **kwargs) -> bool:
-    """Whether ``auto`` should take the kernels: always. Against JAX's eager chunked form
-    (XLA), wall clock with a sync per call, d = 64, H4, nh1 and nh2, on an NVIDIA H100:
-    bfloat16 4.0-7.2x faster at every row (B128 T256 / T1024, B32 T4096, both directions);
-    float32 1.9-4.1x (B128 T256 / T1024). See docs/results/gpu-h200.md (twentieth and
-    twenty-first rounds)."""
+    """Whether ``auto`` should take the kernels: always (faster than JAX's eager chunked form
+    at every shape, direction and dtype timed)."""
     return True
 
 
@@ -89,77 +85,48 @@ def run(q, k, v, beta, log_gamma=None, h0=None, chunk_size: int = 64, *, cu_seql
 def _fwd_prep(k, v, beta, lg, T, H, DK, DV, NC, wk, u, tm,
               NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
               BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-              SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr,
-              PREC: tl.constexpr, WU_IN_STATE: tl.constexpr, STORE_TM: tl.constexpr,
-              HALF_OPS: tl.constexpr):
+              SUB: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
+              WU_IN_STATE: tl.constexpr, STORE_TM: tl.constexpr):
     kernels.delta_rule_fwd_prep_kernel(k, v, beta, lg, wk, u, tm, T, H, DK, DV, NC,
-                                       NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY,
-                                       PREC, WU_IN_STATE, STORE_TM, HALF_OPS)
+                                       NH, C, LP, CP, BK, BV, KS, VS, SUB, HAS_DECAY, PREC,
+                                       WU_IN_STATE, STORE_TM)
 
 
 @triton.jit
 def _fwd_state(q, k, v, beta, lg, h0, wk, u, tm, cseq, cend, cu, T, H, DK, DV, NC, NSEQ,
-               states, o, w, ht,
+               states, o, ht,
                NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
                HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
                PREC: tl.constexpr, REG_STATE: tl.constexpr, WU_IN_STATE: tl.constexpr,
-               OUT_PASS: tl.constexpr, STORE_W: tl.constexpr, STATE_HALF_OPS: tl.constexpr):
-    kernels.delta_rule_fwd_state_kernel(q, k, v, beta, lg, h0, wk, u, tm, states, o, w, ht,
+               OUT_PASS: tl.constexpr, STATE_HALF_OPS: tl.constexpr):
+    kernels.delta_rule_fwd_state_kernel(q, k, v, beta, lg, h0, wk, u, tm, states, o, ht,
                                         cseq, cend, cu, T, H, DK, DV, NC, NSEQ, NH, C, LP, CP,
                                         BK, BV, KS, VS, HAS_DECAY, HAS_H0, PACKED, PREC,
-                                        REG_STATE, WU_IN_STATE, OUT_PASS, STORE_W,
-                                        STATE_HALF_OPS)
+                                        REG_STATE, WU_IN_STATE, OUT_PASS, STATE_HALF_OPS)
 
 
 @triton.jit
-def _fwd_out(q, k, lg, states, w, wk, u, T, H, DK, DV, NC, o,
+def _fwd_out(q, k, lg, states, wk, u, T, H, DK, DV, NC, o,
              NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
              BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-             HAS_DECAY: tl.constexpr, PREC: tl.constexpr, STORE_W: tl.constexpr,
-             HALF_OPS: tl.constexpr):
-    kernels.delta_rule_fwd_out_kernel(q, k, lg, states, w, wk, u, o, T, H, DK, DV, NC, NH, C,
-                                      LP, CP, BK, BV, KS, VS, HAS_DECAY, PREC, STORE_W,
-                                      HALF_OPS)
+             HAS_DECAY: tl.constexpr, PREC: tl.constexpr):
+    kernels.delta_rule_fwd_out_kernel(q, k, lg, states, wk, u, o, T, H, DK, DV, NC, NH, C, LP,
+                                      CP, BK, BV, KS, VS, HAS_DECAY, PREC)
 
 
 @triton.jit
-def _fwd(q, k, v, beta, lg, h0, wk, u, tm, cseq, cend, cu, T, H, DK, DV, NC, NSEQ,
-         states, o, w, ht, sync,
-         NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
-         BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-         HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
-         PREC: tl.constexpr, REG_STATE: tl.constexpr, WU_IN_STATE: tl.constexpr,
-         STORE_W: tl.constexpr, STATE_HALF_OPS: tl.constexpr, HALF_OPS: tl.constexpr):
-    kernels.delta_rule_fwd_kernel(q, k, v, beta, lg, h0, wk, u, tm, states, o, w, ht, cseq,
-                                  cend, cu, sync, T, H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV,
-                                  KS, VS, HAS_DECAY, HAS_H0, PACKED, PREC, REG_STATE,
-                                  WU_IN_STATE, STORE_W, STATE_HALF_OPS, HALF_OPS)
-
-
-@triton.jit
-def _bwd_prep(q, k, beta, lg, do, wk, tm, T, H, DK, DV, NC, n, b, gl,
-              NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
-              BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-              HAS_DECAY: tl.constexpr, PREC: tl.constexpr, WU_IN_STATE: tl.constexpr,
-              STATE_HALF_OPS: tl.constexpr):
-    kernels.delta_rule_bwd_prep_kernel(q, k, beta, lg, do, wk, tm, n, b, gl, T, H, DK, DV, NC,
-                                       NH, C, LP, CP, BK, BV, KS, VS, HAS_DECAY, PREC,
-                                       WU_IN_STATE, STATE_HALF_OPS)
-
-
-@triton.jit
-def _bwd_state(q, k, beta, lg, dht, do, wk, tm, n, b, gl, cseq, cend, cu, T, H, DK, DV, NC,
-               NSEQ, dstates, dh0,
+def _bwd_state(q, k, beta, lg, dht, do, wk, tm, cseq, cend, cu, T, H, DK, DV, NC, NSEQ,
+               dstates, dh0,
                NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
                HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr,
                PACKED: tl.constexpr, PREC: tl.constexpr, REG_STATE: tl.constexpr,
-               WU_IN_STATE: tl.constexpr, STATE_HALF_OPS: tl.constexpr, PREP_N: tl.constexpr):
-    kernels.delta_rule_bwd_state_kernel(q, k, beta, lg, dht, do, wk, tm, n, b, gl, dstates,
-                                        dh0, cseq, cend, cu, T, H, DK, DV, NC, NSEQ, NH, C, LP,
-                                        CP, BK, BV, KS, VS, HAS_DECAY, HAS_DHT, HAS_H0, PACKED,
-                                        PREC, REG_STATE, WU_IN_STATE, STATE_HALF_OPS, PREP_N)
+               WU_IN_STATE: tl.constexpr, STATE_HALF_OPS: tl.constexpr):
+    kernels.delta_rule_bwd_state_kernel(q, k, beta, lg, dht, do, wk, tm, dstates, dh0, cseq,
+                                        cend, cu, T, H, DK, DV, NC, NSEQ, NH, C, LP, CP, BK, BV,
+                                        KS, VS, HAS_DECAY, HAS_DHT, HAS_H0, PACKED, PREC,
+                                        REG_STATE, WU_IN_STATE, STATE_HALF_OPS)
 
 
 @triton.jit
@@ -167,28 +134,28 @@ def _bwd_grads(q, k, v, beta, lg, states, dstates, tm, do, T, H, DK, DV, NC,
                dq, dk, dv, dbeta, dlg,
                NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
                BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-               SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr,
-               PREC: tl.constexpr, SAVED_TM: tl.constexpr, HALF_OPS: tl.constexpr):
+               SUB: tl.constexpr, HAS_DECAY: tl.constexpr, PREC: tl.constexpr,
+               SAVED_TM: tl.constexpr, HALF_OPS: tl.constexpr):
     kernels.delta_rule_bwd_grads_kernel(q, k, v, beta, lg, states, dstates, tm, do,
                                         dq, dk, dv, dbeta, dlg, T, H, DK, DV, NC,
-                                        NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED, HAS_DECAY,
-                                        PREC, SAVED_TM, HALF_OPS)
+                                        NH, C, LP, CP, BK, BV, KS, VS, SUB, HAS_DECAY, PREC,
+                                        SAVED_TM, HALF_OPS)
 
 
 @triton.jit
-def _bwd(q, k, v, beta, lg, dht, do, wk, tm, n, b, gl, states, cseq, cend, cu, T, H, DK, DV,
-         NC, NSEQ, dstates, dh0, dq, dk, dv, dbeta, dlg, sync,
+def _bwd(q, k, v, beta, lg, dht, do, wk, tm, states, cseq, cend, cu, T, H, DK, DV, NC, NSEQ,
+         dstates, dh0, dq, dk, dv, dbeta, dlg, sync,
          NH: tl.constexpr, C: tl.constexpr, LP: tl.constexpr, CP: tl.constexpr,
          BK: tl.constexpr, BV: tl.constexpr, KS: tl.constexpr, VS: tl.constexpr,
-         SUB: tl.constexpr, BLOCKED: tl.constexpr, HAS_DECAY: tl.constexpr,
-         HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
+         SUB: tl.constexpr, HAS_DECAY: tl.constexpr, HAS_DHT: tl.constexpr,
+         HAS_H0: tl.constexpr, PACKED: tl.constexpr, PREC: tl.constexpr,
          REG_STATE: tl.constexpr, WU_IN_STATE: tl.constexpr, STATE_HALF_OPS: tl.constexpr,
-         PREP_N: tl.constexpr, SAVED_TM: tl.constexpr, HALF_OPS: tl.constexpr):
-    kernels.delta_rule_bwd_kernel(q, k, v, beta, lg, dht, do, wk, tm, n, b, gl, states, dstates,
-                                  dh0, cseq, cend, cu, dq, dk, dv, dbeta, dlg, sync, T, H, DK,
-                                  DV, NC, NSEQ, NH, C, LP, CP, BK, BV, KS, VS, SUB, BLOCKED,
-                                  HAS_DECAY, HAS_DHT, HAS_H0, PACKED, PREC, REG_STATE,
-                                  WU_IN_STATE, STATE_HALF_OPS, PREP_N, SAVED_TM, HALF_OPS)
+         SAVED_TM: tl.constexpr, HALF_OPS: tl.constexpr):
+    kernels.delta_rule_bwd_kernel(q, k, v, beta, lg, dht, do, wk, tm, states, dstates, dh0,
+                                  cseq, cend, cu, dq, dk, dv, dbeta, dlg, sync, T, H, DK, DV,
+                                  NC, NSEQ, NH, C, LP, CP, BK, BV, KS, VS, SUB, HAS_DECAY,
+                                  HAS_DHT, HAS_H0, PACKED, PREC, REG_STATE, WU_IN_STATE,
+                                  STATE_HALF_OPS, SAVED_TM, HALF_OPS)
 
 
 # ----------------------------------------------------------------------------- launch sequences
@@ -196,23 +163,10 @@ def _bwd(q, k, v, beta, lg, dht, do, wk, tm, n, b, gl, states, cseq, cend, cu, T
 
 def _config(q, k, v, tf32: bool = False) -> dict:
     B, _, nh, H, dk = k.shape
-    choices = switches.plan_choices("delta_rule")
-    return meta.launch_config(nh, dk, v.shape[-1], half=jnp.dtype(q.dtype) in _HALF,
-                              micro_chunk=int(choices.get("micro_chunk", 0)),
-                              blocked=choices.get("blocked"), tf32=tf32,
-                              reg_state=choices.get("reg_state"),
-                              wu_in_state=choices.get("wu_in_state"),
-                              state_vs=int(choices.get("state_vs", 0)),
-                              out_pass=choices.get("out_pass"),
-                              wu_half=choices.get("wu_half"),
-                              saved_tm=choices.get("saved_tm"),
-                              split_fp32=choices.get("split_fp32"),
-                              half_ops=choices.get("half_ops"),
-                              state_half_ops=choices.get("state_half_ops"),
-                              bwd_prep=choices.get("bwd_prep"),
-                              fused_bwd=choices.get("fused_bwd"),
-                              fused_fwd=choices.get("fused_fwd"),
-                              few_rows=common.on_gpu() and B * H <= common.sm_count())
+    plan = {"half": jnp.dtype(q.dtype) in _HALF,
+            "few_rows": common.on_gpu() and B * H <= common.sm_count(),
+            **switches.plan_choices("delta_rule")}
+    return meta.launch_config(nh, dk, v.shape[-1], tf32=tf32, **plan)
 
 
 def _tables(q, tables):
@@ -243,18 +197,8 @@ def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None, tf32=False):
     state_dtype = q.dtype if cfg["HALF_STATES"] else jnp.float32
     walk_out = (jax.ShapeDtypeStruct(shp["states"], state_dtype),
                 jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),
-                jax.ShapeDtypeStruct(shp["W"], state_dtype),
                 jax.ShapeDtypeStruct((n_states, H, dk, dv), q.dtype))
-    if cfg["FUSED_FWD"]:
-        # One launch (see delta_rule_fwd_kernel); its int32 sync words are zeroed first.
-        states, o, _, h_T, _ = common.launch(
-            _fwd, meta.grid_fused_fwd(T, BH, cfg), (q, k, v, beta, lg, h0_in, wk, u, tm, *tabs),
-            (*walk_out, common.i32((meta.sync_size(T, BH, cfg),))), (T, H, dk, dv, nc, n_states),
-            zeroed=(4,), **meta.launch_kwargs(cfg, "fwd", HAS_DECAY=has_decay,
-                                              HAS_H0=h0 is not None, PACKED=packed),
-        )
-        return o, h_T, states, wk, tm
-    states, o, w, h_T = common.launch(
+    states, o, h_T = common.launch(
         _fwd_state, meta.grid_state(BH, cfg), (q, k, v, beta, lg, h0_in, wk, u, tm, *tabs),
         walk_out, (T, H, dk, dv, nc, n_states),
         **meta.launch_kwargs(cfg, "fwd_state", HAS_DECAY=has_decay, HAS_H0=h0 is not None,
@@ -262,7 +206,7 @@ def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None, tf32=False):
     )
     if cfg["OUT_PASS"]:
         (o,) = common.launch(
-            _fwd_out, meta.grid_out(T, BH, cfg), (q, k, lg, states, w, wk, u),
+            _fwd_out, meta.grid_out(T, BH, cfg), (q, k, lg, states, wk, u),
             (jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),), (T, H, dk, dv, nc),
             **meta.launch_kwargs(cfg, "fwd_out", HAS_DECAY=has_decay),
         )
@@ -279,24 +223,13 @@ def _launch_backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tab
     packed, tabs, n_states = _tables(q, tables)
     has_decay = log_gamma is not None
     lg = q if log_gamma is None else log_gamma
-    n = b = gl = q  # placeholders without PREP_N, never read
-    if cfg["PREP_N"]:
-        shp = meta.scratch_shapes(BH, T, cfg)
-        n, b, gl = common.launch(
-            _bwd_prep, meta.grid_out(T, BH, cfg), (q, k, beta, lg, do, wk, tm),
-            (common.f32(shp["N"]),
-             jax.ShapeDtypeStruct(shp["B"], q.dtype if cfg["STATE_HALF_OPS"] else jnp.float32),
-             common.f32(shp["GL"])), (T, H, dk, dv, nc),
-            **meta.launch_kwargs(cfg, "bwd_prep", HAS_DECAY=has_decay),
-        )
     grads_out = (common.like(q), common.like(k), common.like(v), common.like(beta),
                  dummy if log_gamma is None else common.like(log_gamma))
     if cfg["FUSED_BWD"]:
         # One launch (see delta_rule_bwd_kernel); its int32 sync words are zeroed first.
         _, dh0, dq, dk_, dv_, dbeta, dlg, _ = common.launch(
             _bwd, meta.grid_fused_bwd(T, BH, cfg),
-            (q, k, v, beta, lg, q if dh_T is None else dh_T, do, wk, tm, n, b, gl, states,
-             *tabs),
+            (q, k, v, beta, lg, q if dh_T is None else dh_T, do, wk, tm, states, *tabs),
             (common.like(states), dummy if h0 is None else common.like(h0), *grads_out,
              common.i32((meta.sync_size(T, BH, cfg),))),
             (T, H, dk, dv, nc, n_states), zeroed=(7,),
@@ -306,7 +239,7 @@ def _launch_backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tab
         return dq, dk_, dv_, dbeta, dlg, dh0
     dstates, dh0 = common.launch(
         _bwd_state, meta.grid_state(BH, cfg),
-        (q, k, beta, lg, q if dh_T is None else dh_T, do, wk, tm, n, b, gl, *tabs),
+        (q, k, beta, lg, q if dh_T is None else dh_T, do, wk, tm, *tabs),
         (common.like(states), dummy if h0 is None else common.like(h0)),
         (T, H, dk, dv, nc, n_states),
         **meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=has_decay, HAS_DHT=dh_T is not None,

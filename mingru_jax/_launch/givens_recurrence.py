@@ -33,7 +33,7 @@ def unsupported_reason(theta, b, h0, scale=None, log_gamma=None) -> str | None:
 
 
 def prefer_over_eager(*args, **kwargs) -> bool:
-    """Whether ``auto`` should pick the kernel (the PyTorch side measured it faster)."""
+    """Whether ``auto`` should pick the kernel: always, as in the PyTorch frontend."""
     return True
 
 

@@ -21,7 +21,6 @@ import triton.language as tl
 
 from mingru_jax._launch import _common as common
 from mingru_jax._launch import _elementwise as elementwise
-from mingru_kernels import _constants as constants
 from mingru_kernels import linear_recurrence as kernels
 from mingru_kernels.launch import linear_recurrence as meta
 
@@ -35,16 +34,14 @@ def unsupported_reason(a, b, initial_state=None, return_final_state=False,
 
 
 EAGER_MAX_ELEMENTS = 1 << 16
-"""``auto`` keeps XLA's scan for inputs of at most this many elements (``B·T·D``): the size
-ladder of ``benchmarks/memory_floor.py --ladder`` (B16 D128, wall clock with a sync, NVIDIA
-H100) had XLA ahead at T = 32 (65 536 elements; 0.075 vs 0.083 ms forward, 0.091 vs 0.102
-fwd+bwd), where both are bound by dispatch, and the kernel ahead from T = 128 on (0.082 vs
-0.088, 0.098 vs 0.113; at T = 32768 0.74 vs 0.91 and 1.44 vs 2.48)."""
+"""``auto`` keeps XLA's scan for inputs of at most this many elements (``B·T·D``): there both
+are bound by dispatch, and XLA's is the cheaper; past it the kernel's single read and write
+(the bandwidth floor) win."""
 
 
 def prefer_over_eager(a, *args, **kwargs) -> bool:
     """Whether ``auto`` should pick the kernel: above :data:`EAGER_MAX_ELEMENTS` (one read,
-    one write: the bandwidth floor); below it XLA's scan measured faster."""
+    one write: the bandwidth floor); below it XLA's scan is the faster."""
     return a.size > EAGER_MAX_ELEMENTS
 
 
@@ -80,54 +77,33 @@ def run(
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
-def _fwd_adapter(a, b, h0, seq, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, o1, o2, v, st,
+def _fwd_adapter(a, b, h0, seq, T, D, chunk_len, n_chunks_p1, n_dblk, h, h_T, v, st,
                  MODE: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
-                 BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
-                 LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
-                 SCALAR: tl.constexpr):
+                 BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr):
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
-    # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write (h, h_T) = (o1, o2) reading
-    # the carry-in maps (s1, s2); LOOKBACK writes (h, h_T) with its values and status (v, st).
-    if MODE == constants.SUMMARY:
-        h, h_T, x, y = s1, s1, o1, o2
-    elif MODE == constants.LOOKBACK:
-        h, h_T, x, y = o1, o2, v, st
-    else:
-        h, h_T, x, y = o1, o2, s1, s2
-    kernels.linear_recurrence_fwd_kernel(a, b, h0, seq, h, h_T, x, y,
+    # (v, st): the look-back's values and status words (placeholders for the walk).
+    kernels.linear_recurrence_fwd_kernel(a, b, h0, seq, h, h_T, v, st,
                                          T, D, chunk_len, n_chunks, n_dblk,
-                                         MODE, HAS_H0, PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
+                                         MODE, HAS_H0, PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES)
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
-def _bwd_adapter(a, h, h0, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk,
-                 o1, o2, o3, v, st, MODE: tl.constexpr, HAS_H0: tl.constexpr,
+def _bwd_adapter(a, h, h0, seq, dh, dht, T, D, chunk_len, n_chunks_p1, n_dblk,
+                 da, db, dh0, v, st, MODE: tl.constexpr, HAS_H0: tl.constexpr,
                  PACKED: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
-                 LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
-                 SCALAR: tl.constexpr):
+                 LOOP_STAGES: tl.constexpr):
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
-    # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (da, db, dh0) = (o1, o2, o3)
-    # reading the carries (s1, s2); LOOKBACK writes them with its values and status (v, st).
-    # dh is dense: strides (T·D, D, 1).
-    if MODE == constants.SUMMARY:
-        da, db, dh0, x, y = o3, o3, o3, o1, o2
-    elif MODE == constants.LOOKBACK:
-        da, db, dh0, x, y = o1, o2, o3, v, st
-    else:
-        da, db, dh0, x, y = o1, o2, o3, s1, s2
-    kernels.linear_recurrence_bwd_kernel(a, h, h0, seq, dh, dht, da, db, dh0, x, y,
+    # dh is dense: strides (T·D, D, 1); (v, st) as in the forward.
+    kernels.linear_recurrence_bwd_kernel(a, h, h0, seq, dh, dht, da, db, dh0, v, st,
                                          T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1,
-                                         MODE, HAS_H0, True, PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
+                                         MODE, HAS_H0, True, PACKED, BLOCK_T, BLOCK_D,
+                                         LOOP_STAGES)
 
 
 # ----------------------------------------------------------------------------- launch sequences
 
 
-# The forward takes the look-back where T must be split, as in PyTorch. It kept the chunked
-# strategy until the one-warp look-back tiles (an NVIDIA H200: 0.439 against 0.380 ms at B16
-# T16384 D128); with them, on an NVIDIA H100 (wall clock, jitted, forced) the look-back took
-# 0.212 / 0.341 / 0.545 ms at B16 D128 T8192 / 16384 / 32768 against the chunked 0.307 /
-# 0.426 / 0.849 (docs/results/gpu-h200.md, twenty-fourth round).
+# The forward takes the look-back where T must be split, as in PyTorch.
 def _launch_forward(a, b, h0, seq_id=None, has_h0=True):
     """``(h, h_T)``; packed (``seq_id`` given, ``B = 1``): ``h_T`` is the row's last state."""
     B, T, D = a.shape
@@ -135,9 +111,8 @@ def _launch_forward(a, b, h0, seq_id=None, has_h0=True):
     seq = a if seq_id is None else seq_id  # a placeholder unless packed
     return elementwise.run_scan(_fwd_adapter, cfg, B, D, (a, b, h0, seq),
                                 (common.like(a), jax.ShapeDtypeStruct((B, D), a.dtype)),
-                                elementwise.dims(cfg, T, D), reverse=False, lookback=True,
-                                HAS_H0=has_h0, PACKED=seq_id is not None,
-                                **meta.launch_kwargs(cfg))
+                                elementwise.dims(cfg, T, D), HAS_H0=has_h0,
+                                PACKED=seq_id is not None, **meta.launch_kwargs(cfg))
 
 
 def _launch_backward(a, h, h0, dh, dh_T, seq_id=None, has_h0=True):
@@ -146,9 +121,8 @@ def _launch_backward(a, h, h0, dh, dh_T, seq_id=None, has_h0=True):
     seq = a if seq_id is None else seq_id
     return elementwise.run_scan(_bwd_adapter, cfg, B, D, (a, h, h0, seq, dh, dh_T),
                                 (common.like(a), common.like(a), common.like(h0)),
-                                elementwise.dims(cfg, T, D), reverse=True, lookback=True,
-                                HAS_H0=has_h0, PACKED=seq_id is not None,
-                                **meta.launch_kwargs(cfg))
+                                elementwise.dims(cfg, T, D), HAS_H0=has_h0,
+                                PACKED=seq_id is not None, **meta.launch_kwargs(cfg))
 
 
 def _launch_packed_forward(has_h0, a, b, h0, seq_id):

@@ -27,7 +27,7 @@ def unsupported_reason(a: jax.Array, b: jax.Array) -> str | None:
 
 
 def prefer_over_eager(a: jax.Array, b: jax.Array) -> bool:
-    """Whether ``auto`` should pick the kernel (the PyTorch side measured it faster)."""
+    """Whether ``auto`` should pick the kernel: always, as in the PyTorch frontend."""
     return True
 
 
@@ -44,24 +44,22 @@ def run(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
 def _fwd_adapter(a, b, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, o1, o2,
                  MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
-                 LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
-                 SCALAR: tl.constexpr):
+                 LOOP_STAGES: tl.constexpr):
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write P, Z (o1, o2) reading s1, s2.
     if MODE == constants.SUMMARY:
         kernels.linear_scan_fwd_kernel(a, b, s1, s2, o1, o2, T, D, chunk_len, n_chunks, n_dblk,
-                                 MODE, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
+                                 MODE, BLOCK_T, BLOCK_D, LOOP_STAGES)
     else:
         kernels.linear_scan_fwd_kernel(a, b, o1, o2, s1, s2, T, D, chunk_len, n_chunks, n_dblk,
-                                 MODE, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
+                                 MODE, BLOCK_T, BLOCK_D, LOOP_STAGES)
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
 def _bwd_adapter(a, P, Z, dP, dZ, s1, s2, s3, T, D, chunk_len, n_chunks_p1, n_dblk, o1, o2, o3,
                  MODE: tl.constexpr, HAS_DP: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
-                 LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
-                 SCALAR: tl.constexpr):
+                 LOOP_STAGES: tl.constexpr):
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
     # SUMMARY writes (sc, sg, sgp) = (o1, o2, o3); WALK / APPLY write (da, db) = (o1, o2)
     # reading the carries (s1, s2, s3) (o3 is an unused 1-element buffer then). The output
@@ -69,11 +67,11 @@ def _bwd_adapter(a, P, Z, dP, dZ, s1, s2, s3, T, D, chunk_len, n_chunks_p1, n_db
     if MODE == constants.SUMMARY:
         kernels.linear_scan_bwd_kernel(a, P, Z, dP, dZ, s1, s2, o1, o2, o3,
                                  T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1, T * D, D, 1,
-                                 MODE, HAS_DP, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
+                                 MODE, HAS_DP, BLOCK_T, BLOCK_D, LOOP_STAGES)
     else:
         kernels.linear_scan_bwd_kernel(a, P, Z, dP, dZ, o1, o2, s1, s2, s3,
                                  T, D, chunk_len, n_chunks, n_dblk, T * D, D, 1, T * D, D, 1,
-                                 MODE, HAS_DP, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
+                                 MODE, HAS_DP, BLOCK_T, BLOCK_D, LOOP_STAGES)
 
 
 # ----------------------------------------------------------------------------- launch sequences

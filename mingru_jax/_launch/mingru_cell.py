@@ -22,7 +22,6 @@ import triton.language as tl
 
 from mingru_jax._launch import _common as common
 from mingru_jax._launch import _elementwise as elementwise
-from mingru_kernels import _constants as constants
 from mingru_kernels import mingru_cell as kernels
 from mingru_kernels.launch import mingru_cell as meta
 
@@ -76,49 +75,30 @@ def run(
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
-def _fwd_adapter(k, lg, h0, seq, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk, lg_row, lg_col,
-                 o1, o2, v, st,
+def _fwd_adapter(k, lg, h0, seq, T, D, chunk_len, n_chunks_p1, n_dblk, lg_row, lg_col,
+                 h, h_T, v, st,
                  MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
                  HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
-                 BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
-                 LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
-                 SCALAR: tl.constexpr):
+                 BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr):
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
-    # SUMMARY writes the chunk maps (o1, o2); WALK / APPLY write (h, h_T) = (o1, o2) reading
-    # the carry-in maps (s1, s2); LOOKBACK writes (h, h_T) with its values and status (v, st).
-    if MODE == constants.SUMMARY:
-        h, h_T, x, y = s1, s1, o1, o2
-    elif MODE == constants.LOOKBACK:
-        h, h_T, x, y = o1, o2, v, st
-    else:
-        h, h_T, x, y = o1, o2, s1, s2
-    kernels.mingru_cell_fwd_kernel(k, lg, h0, seq, h, h_T, x, y, T, D, chunk_len, n_chunks,
+    # (v, st): the look-back's values and status words (placeholders for the walk).
+    kernels.mingru_cell_fwd_kernel(k, lg, h0, seq, h, h_T, v, st, T, D, chunk_len, n_chunks,
                                    n_dblk, lg_row, lg_col, MODE, HAS_H0, SIGNED, COUPLED,
-                                   HAS_DECAY, PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
+                                   HAS_DECAY, PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES)
 
 
 @triton.jit(do_not_specialize=["T", "chunk_len", "n_chunks_p1"])
-def _bwd_adapter(k, lg, h0, h, seq, dh, dht, s1, s2, T, D, chunk_len, n_chunks_p1, n_dblk,
-                 lg_row, lg_col, o1, o2, o3, o4, v, st,
+def _bwd_adapter(k, lg, h0, h, seq, dh, dht, T, D, chunk_len, n_chunks_p1, n_dblk,
+                 lg_row, lg_col, dk, dlg, dh0, v, st,
                  MODE: tl.constexpr, SIGNED: tl.constexpr, COUPLED: tl.constexpr,
                  HAS_DECAY: tl.constexpr, HAS_H0: tl.constexpr, PACKED: tl.constexpr,
-                 BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
-                 LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr,
-                 SCALAR: tl.constexpr):
+                 BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, LOOP_STAGES: tl.constexpr):
     n_chunks = n_chunks_p1 - 1  # see elementwise.dims
-    # SUMMARY writes (sc, sg) = (o1, o2); WALK / APPLY write (dk, dlog_gamma, dh0) =
-    # (o1, o2, o3) reading the carries (s1, s2); LOOKBACK writes them with its values and
-    # status (v, st). dh is dense: strides (T·D, D, 1).
-    if MODE == constants.SUMMARY:
-        dk, dlg, dh0, x, y = o3, o4, o4, o1, o2
-    elif MODE == constants.LOOKBACK:
-        dk, dlg, dh0, x, y = o1, o2, o3, v, st
-    else:
-        dk, dlg, dh0, x, y = o1, o2, o3, s1, s2
-    kernels.mingru_cell_bwd_kernel(k, lg, h0, h, seq, dh, dht, dk, dlg, dh0, x, y,
+    # dh is dense: strides (T·D, D, 1); (v, st) as in the forward.
+    kernels.mingru_cell_bwd_kernel(k, lg, h0, h, seq, dh, dht, dk, dlg, dh0, v, st,
                                    T, D, chunk_len, n_chunks, n_dblk, lg_row, lg_col,
                                    T * D, D, 1, MODE, HAS_H0, True, SIGNED, COUPLED, HAS_DECAY,
-                                   PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES, EVEN, SCALAR)
+                                   PACKED, BLOCK_T, BLOCK_D, LOOP_STAGES)
 
 
 # ----------------------------------------------------------------------------- launch sequences
@@ -147,8 +127,8 @@ def _launch_forward(signed, coupled, k, h0, lg, seq_id=None, has_h0=True):
     ins = (k, lg_in, h0, k if seq_id is None else seq_id)
     extra = dict(HAS_H0=has_h0, PACKED=seq_id is not None)
     return elementwise.run_scan(_fwd_adapter, cfg, B, D, ins, outs,
-                                (*elementwise.dims(cfg, T, D), *strides), reverse=False, lookback=True,
-                                SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay, **extra,
+                                (*elementwise.dims(cfg, T, D), *strides), SIGNED=signed,
+                                COUPLED=coupled, HAS_DECAY=has_decay, **extra,
                                 **meta.launch_kwargs(cfg))
 
 
@@ -157,11 +137,11 @@ def _launch_backward(signed, coupled, k, h0, lg, h, dh, dh_T, seq_id=None, has_h
     lg_in, strides, has_decay = _decay(k, lg)
     dummy = common.f32((1,))
     dlg = jax.ShapeDtypeStruct((B, T, D), lg.dtype) if has_decay else dummy
-    outs = (common.like(k), dlg, common.like(h0), dummy)
+    outs = (common.like(k), dlg, common.like(h0))
     ins = (k, lg_in, h0, h, k if seq_id is None else seq_id, dh, dh_T)
     extra = dict(HAS_H0=has_h0, PACKED=seq_id is not None)
-    dk, dlg, dh0, _ = elementwise.run_scan(
-        _bwd_adapter, cfg, B, D, ins, outs, (*elementwise.dims(cfg, T, D), *strides), reverse=True, lookback=True,
+    dk, dlg, dh0 = elementwise.run_scan(
+        _bwd_adapter, cfg, B, D, ins, outs, (*elementwise.dims(cfg, T, D), *strides),
         SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay, **extra, **meta.launch_kwargs(cfg))
     if not has_decay:
         return dk, dh0

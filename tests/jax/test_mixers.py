@@ -96,6 +96,7 @@ def test_forward_equals_rnn_cell_and_chaining(name):
     np.testing.assert_allclose(y0, y_rnn[:, 0], atol=2e-5)
 
 
+@pytest.mark.usefixtures("on_host")
 @pytest.mark.parametrize("name", list(MIXERS))
 def test_jit_vmap_grad_float64(name):
     extra = {"snap": None} if name == "rotation" else {}  # snapping is piecewise constant

@@ -3,7 +3,7 @@ sequence alone — outputs, per-sequence final states, gradients of the inputs, 
 parameters — for ``linear_recurrence``, both cells (coupled too), the four scans, the four
 state-output mixers (decay on and off), a block and a heterogeneous stack; chaining through
 the per-sequence final states; ``jax.jit`` with a traced ``cu_seqlens`` and ``jax.grad``; the
-kernel path (Triton's interpreter on CPU) with the walk and the chunked plans; bad offsets.
+kernel path (Triton's interpreter on CPU) with the walk and the look-back plans; bad offsets.
 
 "Each sequence alone" is one UNPACKED call on a batch holding one sequence per row (batch rows
 never interact), padded at the end by repeating its last step (a recurrence is causal, so the
@@ -11,6 +11,7 @@ padding changes none of the sequence's own steps); its final state is the row's 
 sequence's last step. The offsets hold an empty sequence and a length-1 one. The eager path is
 checked in float64; the kernel path (float32 only) against the packed eager path. Tiny shapes,
 every computation jitted once: on CPU the cost is XLA compile time, so the file stays fast.
+The float64 eager checks run on XLA's CPU device on a GPU machine too (``on_host``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ CU = (0, 3, 3, 4, 11)  # sequence 1 is empty, sequence 2 has one step
 CU_EQ = (0, 3, 3, 6, 9)  # equal non-empty lengths: block and stack states come out per row
 T, N = CU[-1], len(CU) - 1
 PLANS = {"walk": dict(strategy="walk", block_t=4, block_d=4),
-         "chunked": dict(strategy="chunked", block_t=4, block_d=16, chunk_len=8),
          "lookback": dict(strategy="lookback", block_t=4, block_d=16)}
 CELLS = {"log": (False, False), "signed": (True, False), "coupled": (True, True)}
 
@@ -127,6 +127,7 @@ def _lr_alone(a, b, h0):
                                             else h0[n])
 
 
+@pytest.mark.usefixtures("on_host")
 def test_linear_recurrence_equals_each_sequence_alone_jit_and_grad():
     D = 3
     with jax.enable_x64(True), mingru_jax.use_backend("eager"):
@@ -161,6 +162,7 @@ def _chain_parts():
     return (np.concatenate(first), offsets(first)), (np.concatenate(rest), offsets(rest))
 
 
+@pytest.mark.usefixtures("on_host")
 def test_chaining_linear_recurrence_and_mixer():
     (i1, cu1), (i2, cu2) = _chain_parts()
     with jax.enable_x64(True), mingru_jax.use_backend("eager"):
@@ -206,6 +208,7 @@ def _cell_inputs(cell, D, decay_channels, seed, dtype=np.float64):
     return 2 * k, h0, -jnp.abs(lg)
 
 
+@pytest.mark.usefixtures("on_host")
 @pytest.mark.parametrize("cell", list(CELLS))
 def test_cells_equal_each_sequence_alone(cell):
     D = 3
@@ -232,7 +235,7 @@ def test_cells_equal_each_sequence_alone(cell):
 @pytest.mark.interpreter
 @pytest.mark.parametrize("op", ["linear_recurrence", *CELLS])
 def test_kernel_path_matches_eager(op):
-    """The packed kernels (PACKED on, through Triton's interpreter; the walk and the chunked
+    """The packed kernels (PACKED on, through Triton's interpreter; the walk and the look-back
     plans) against the packed eager path: outputs, final states and every gradient (the
     kernels never write the empty sequence's ``dh_0`` row, NaN-poisoned here: the launcher
     must zero it); without ``h_0`` (``HAS_H0`` off) and under ``vmap`` on the walk."""
@@ -301,6 +304,7 @@ def _sum_loss(*outs):
     return sum((o * jnp.cos(jnp.arange(o.size)).reshape(o.shape)).sum() for o in outs)
 
 
+@pytest.mark.usefixtures("on_host")
 def test_scans_equal_each_sequence_alone():
     D, n, k, v = 2, 2, 3, 2
     L = LAYOUT
@@ -353,6 +357,7 @@ def _states(seed, size, shape=(N, 1)):
     return jnp.abs(_rand(seed, (*shape, size))[0]) + 0.1  # non-negative: valid for MinGRU too
 
 
+@pytest.mark.usefixtures("on_host")
 @pytest.mark.parametrize("decay", [None, "learnable"])
 @pytest.mark.parametrize("name", list(MIXERS))
 def test_mixers_equal_each_sequence_alone(name, decay):
@@ -388,6 +393,7 @@ def test_mixers_equal_each_sequence_alone(name, decay):
         assert state.shape == (N, 1, HID)
 
 
+@pytest.mark.usefixtures("on_host")
 def test_heterogeneous_stack_equal_each_sequence_alone():
     """A stack of blocks (``MinGRUBlock.__call__`` with ``cu_seqlens``) over three mixer
     kinds, one with decay, some layers given states: outputs, every layer's per-sequence final

@@ -125,6 +125,7 @@ def test_givens_recurrence_matches_loop(with_extras):
         close(h, loop_givens(theta, b, h0, scale, lg), 1e-12, elementwise=True)
 
 
+@pytest.mark.usefixtures("on_host")
 def test_delta_rule_matches_loop_for_every_chunk_size():
     rng = np.random.default_rng(5)
     inp = delta_inputs(rng)
@@ -179,6 +180,7 @@ def _vmapped_grad_check(fn, args, oracle, tol=1e-11):
     check_grads(f, args, order=1, modes=("rev",), atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.usefixtures("on_host")
 def test_linear_scan_jit_vmap_grad():
     rng = np.random.default_rng(7)
     with jax.enable_x64(True):
@@ -187,6 +189,7 @@ def test_linear_scan_jit_vmap_grad():
         _vmapped_grad_check(linear_scan, (a, b), loop_linear)
 
 
+@pytest.mark.usefixtures("on_host")
 def test_log_scan_jit_vmap_grad():
     rng = np.random.default_rng(8)
     with jax.enable_x64(True):
@@ -195,6 +198,7 @@ def test_log_scan_jit_vmap_grad():
         _vmapped_grad_check(parallel_scan_log, (la, lv), loop_log)
 
 
+@pytest.mark.usefixtures("on_host")
 def test_matrix_scans_jit_vmap_grad():
     rng = np.random.default_rng(9)
     with jax.enable_x64(True):
@@ -204,6 +208,7 @@ def test_matrix_scans_jit_vmap_grad():
         _vmapped_grad_check(matrix_scan, (A, b), oracle)
 
 
+@pytest.mark.usefixtures("on_host")
 def test_givens_recurrence_jit_vmap_grad():
     rng = np.random.default_rng(10)
     with jax.enable_x64(True):
@@ -217,6 +222,7 @@ def test_givens_recurrence_jit_vmap_grad():
         _vmapped_grad_check(_givens_recurrence, args, loop_givens)
 
 
+@pytest.mark.usefixtures("on_host")
 def test_delta_rule_jit_vmap_grad():
     rng = np.random.default_rng(11)
     inp = delta_inputs(rng, B=1, T=3, nh=2, H=1, dk=2, dv=2)

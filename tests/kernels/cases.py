@@ -58,14 +58,15 @@ def triton_plan(*ops, **plan):
 
 
 # Plans forced in the interpreter tests. "walk" uses several tiles along T and several
-# D-blocks; "chunked" several tiles per chunk; "many-chunks" more chunks than one carry tile
-# (BLOCK_N = 16), so the carry pass loops too.
+# D-blocks; "chunked" (linear_scan: its kernels have no look-back) several tiles per chunk;
+# "many-chunks" more chunks than one carry tile (BLOCK_N = 16), so the carry pass loops too.
 PLANS = {
     "walk": dict(strategy="walk", block_t=8, block_d=8),
     "chunked": dict(strategy="chunked", block_t=4, block_d=16, chunk_len=8),
     "many-chunks": dict(strategy="chunked", block_t=2, block_d=4, chunk_len=2),
 }
-# The single-pass look-back strategy (ops whose kernels have it: linear_recurrence, the cells):
+# The single-pass look-back strategy (ops whose kernels have it: linear_recurrence,
+# parallel_scan_log, the cells):
 # one tile per chunk; "lookback-walks" publishes an inclusive state at every third chunk only,
 # so programs compose aggregates on their way back (the interpreter runs programs in order,
 # and would otherwise always find the nearest predecessor finished).
@@ -78,6 +79,7 @@ SHAPES = [(1, 1, 3), (2, 5, 17), (2, 37, 3), (1, 37, 17)]
 WHOLE_TILE_CASES = [("walk", (2, 32, 16)), ("chunked", (1, 24, 32))]
 CASES = ([(p, s) for p in ("walk", "chunked") for s in SHAPES] + [("many-chunks", (1, 37, 3))]
          + WHOLE_TILE_CASES)
+WALK_CASES = [(p, s) for p, s in CASES if p == "walk"]
 LOOKBACK_CASES = [("lookback", (2, 37, 17)), ("lookback", (1, 1, 3)),
                   ("lookback-walks", (2, 37, 3)), ("lookback", (2, 16, 32))]
 PLANS.update(LOOKBACK_PLANS)

@@ -62,12 +62,11 @@ def test_an_access_past_the_buffer_fails_naming_the_kernel(which):
     assert torch.equal(y, torch.zeros(16))  # raised before the access
 
 
-def test_delta_rule_fused_backward_at_micro_chunk_64_stays_in_bounds():
-    """The layout a forced micro-chunk of 64 takes at few rows (16-bit ``Wk``/``U`` and WY
-    inverse, the output pass, the one-launch backward): every address in bounds. Its bf16
-    arithmetic is not checked here (the interpreter's is not bf16's), only its addressing."""
-    layout = dict(micro_chunk=64, wu_in_state=False, out_pass=True, wu_half=True,
-                  saved_tm=True, fused_bwd=True)
+def test_delta_rule_few_rows_fused_backward_stays_in_bounds():
+    """The 16-bit few-rows plan (16-bit ``Wk``/``U`` and WY inverse, the output pass, the
+    one-launch backward): every address in bounds. Its bf16 arithmetic is not checked here
+    (the interpreter's is not bf16's), only its addressing."""
+    layout = dict(micro_chunk=32, half=True, few_rows=True)
     args = make_inputs(1, 300, 2, 2, 16, 16, True, True, False, seed=7)
     wo, wh = torch.randn(1, 300, 2, 16, dtype=torch.float64), torch.randn(1, 2, 16, 16,
                                                                            dtype=torch.float64)

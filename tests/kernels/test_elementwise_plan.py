@@ -1,15 +1,13 @@
 """The launch planner the elementwise scans share (:mod:`mingru_kernels.launch._elementwise`):
-strategy by program count (never by T), the look-back where an op has it, the launchers' plan
-cache and routing, the tile loop's pipelining depth, the long and narrow walks' measured tiles,
-and the layout switches (unmasked whole tiles, a column per thread). The kernels themselves are
+strategy by program count (never by T), the look-back where an op has it (and the chunked
+strategy only where it has not), the launchers' plan cache and routing, the tile loop's
+pipelining depth, and the long and narrow walks' tuned tiles. The kernels themselves are
 tested per op (``test_linear_scan.py``, ``test_parallel_scan_log.py``, ...).
 
 On CPU the kernels run through Triton's interpreter; GPU cases run the same plans compiled.
 """
 
 from __future__ import annotations
-
-import functools
 
 import pytest
 import torch
@@ -26,8 +24,6 @@ from tests.kernels.cases import (
     assert_backward_tiles,
     assert_long_walk_plan_matches_float64,
     assert_pipelining_changes_nothing,
-    call_cell,
-    cell_inputs,
     eager_f64,
     grads,
     linear_inputs,
@@ -88,7 +84,10 @@ def test_lookback_replaces_chunked_only_for_ops_that_have_it():
     assert plan(16, 1024, 64)["strategy"] == "walk"
     assert plan(16, 16384, 128, **mingru_cell.TILES[False])["strategy"] == "lookback"
     assert plan(16, 16384, 128)["strategy"] == "chunked"  # an op without look-back kernels
-    assert plan(16, 16384, 128, strategy="chunked", **tiles)["strategy"] == "chunked"
+    # Ops with look-back kernels have no chunked mode: forcing it is refused.
+    for op_tiles in (tiles, linear_recurrence.BWD_TILES, mingru_cell.TILES[True]):
+        with pytest.raises(ValueError, match="chunked"):
+            plan(16, 16384, 128, strategy="chunked", **op_tiles)
     with pytest.raises(ValueError, match="LOOKBACK"):
         plan(1, 100, 8, strategy="lookback")
     with pytest.raises(ValueError, match="chunk_len"):
@@ -246,96 +245,11 @@ def test_narrow_walk_tile_matches_float64():
         assert rel_err(x, r) < 2e-6
 
 
-@pytest.mark.interpreter
-def test_layout_switches_are_forced_plan_choices():
-    from mingru_kernels.launch._elementwise import launch_kwargs, plan
-
-    for strategy in ("walk", "chunked", "lookback"):
-        tiles = dict(strategy=strategy, block_t=8, block_d=8, lookback_tile=(8, 8, 1))
-        shipped = plan(2, 64, 32, **tiles)
-        assert shipped["even"] == shipped["scalar"] == 0  # off unless forced
-        kw = launch_kwargs(plan(2, 64, 32, even=1, scalar=1, **tiles))
-        assert kw["EVEN"] is True and kw["SCALAR"] is True
-        assert launch_kwargs(shipped)["EVEN"] is False and launch_kwargs(shipped)["SCALAR"] is False
-        for B, T, D in ((2, 63, 32), (2, 64, 30), (1, 1, 3)):
-            assert plan(B, T, D, scalar=1, **tiles)["scalar"] == 1
-            with pytest.raises(ValueError, match="even=1 needs whole tiles"):
-                plan(B, T, D, even=1, **tiles)
-    with pytest.raises(ValueError, match="must be 0 or 1"):
-        plan(2, 64, 32, scalar=2)
-
-
-def _scan_case(op, B, T, D):
-    """``(fn, inputs, cotangents)`` of an elementwise scan at ``(B, T, D)``, on ``DEVICE``."""
-    if op == "linear_scan":
-        inputs = linear_inputs(B, T, D)
-        return mingru.linear_scan, inputs, [torch.randn_like(inputs[0]) for _ in range(2)]
-    if op == "parallel_scan_log":
-        inputs = log_inputs(B, T, D)
-        return mingru.parallel_scan_log, inputs, [torch.randn_like(inputs[0])]
-    if op == "linear_recurrence":
-        a, b = linear_inputs(B, T, D)
-        h0 = torch.randn(B, D, device=DEVICE)
-
-        def fn(a, b, h0):
-            return mingru.linear_recurrence(a, b, initial_state=h0, return_final_state=True)
-
-        return fn, (a, b, h0), [torch.randn(B, T, D, device=DEVICE), torch.randn(B, D, device=DEVICE)]
-    return (functools.partial(call_cell, "coupled"), cell_inputs("coupled", B, T, D, "B,T,D"),
-            [torch.randn(B, T, D, device=DEVICE), torch.randn(B, D, device=DEVICE)])
-
-
-SWITCHES = [dict(even=1), dict(scalar=1), dict(even=1, scalar=1)]
-
-
-@pytest.mark.interpreter
-@pytest.mark.parametrize("plan", ["walk", "chunked", "lookback"])
-@pytest.mark.parametrize("op", ["linear_scan", "parallel_scan_log", "linear_recurrence",
-                                "mingru_cell"])
-def test_layout_switches_change_nothing(op, plan):
-    """Unmasked whole tiles (``even``) and a column per thread (``scalar``), forced: outputs
-    and gradients bit-for-bit those of the shipped kernels here (the interpreter has no
-    layouts; on a GPU the scan's order may change, see the GPU test), and the float64 op's."""
-    if plan == "lookback" and op == "linear_scan":
-        pytest.skip("linear_scan has no look-back mode")
-    forced = dict(PLANS[plan], block_d=8)  # two D-blocks
-    fn, inputs, cot = _scan_case(op, 2, 32, 16)
-    with triton_plan(op, **forced):
-        want_outs, want_grads = grads(fn, inputs, cot)
-    ref_outs, ref_grads = eager_f64(fn, inputs, cot)
-    for switch in SWITCHES:
-        with triton_plan(op, **forced, **switch):
-            got_outs, got_grads = grads(fn, inputs, cot)
-        for got, want, ref in zip(got_outs + got_grads, want_outs + want_grads,
-                                  ref_outs + ref_grads, strict=True):
-            assert torch.equal(got, want), switch
-            assert rel_err(got, ref) < 1e-5, switch
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("op", ["linear_scan", "parallel_scan_log", "linear_recurrence",
-                                "mingru_cell"])
-def test_gpu_layout_switches_match_float64(op):
-    """The layout switches compiled for the GPU, at the long walk's tiles and a chunked plan:
-    outputs and gradients against the float64 eager op."""
-    B, T, D = 4, 4096, 256
-    fn, inputs, cot = _scan_case(op, B, T, D)
-    ref_outs, ref_grads = eager_f64(fn, inputs, cot)
-    for tile in (dict(strategy="walk", block_t=64, block_d=32, num_warps=2, loop_stages=3),
-                 dict(strategy="walk", block_t=32, block_d=64, num_warps=2, loop_stages=3),
-                 dict(strategy="chunked", block_t=32, block_d=32, num_warps=1, chunk_len=256)):
-        for switch in SWITCHES:
-            with triton_plan(op, **tile, **switch):
-                outs, gs = grads(fn, inputs, cot)
-            for x, r in zip(outs + gs, ref_outs + ref_grads, strict=True):
-                assert torch.isfinite(x).all() and rel_err(x, r) < 1e-5, (tile, switch)
-
-
 @pytest.mark.parametrize("signed", [False, True])
 def test_cell_backward_tiles_by_element_size(signed):
     """The cells' backward plans its look-back on one-warp tiles for 16-bit pre-activations
-    and on the four-warp tile in float32 (measured: ``kernels/launch/mingru_cell.py``), in
-    both frontends' launchers, which ask ``bwd_tiles`` with the pre-activations' element size."""
+    and on the four-warp tile in float32 (tuned: ``docs/explanation/tuning.md``), in both
+    frontends' launchers, which ask ``bwd_tiles`` with the pre-activations' element size."""
     from mingru_kernels.launch import mingru_cell
     from mingru_kernels.launch._elementwise import plan
 
@@ -357,7 +271,7 @@ def _scan_args(op, dtype):
         xs = (-torch.rand(1, 80, 8, generator=g), torch.randn(1, 81, 8, generator=g))
     else:
         xs = (torch.rand(1, 80, 8, generator=g), torch.randn(1, 80, 8, generator=g))
-    return tuple(x.to(dtype).requires_grad_(True) for x in xs)
+    return tuple(x.to(DEVICE, dtype).requires_grad_(True) for x in xs)
 
 
 @pytest.mark.parametrize("op", ["linear_recurrence", "parallel_scan_log"])

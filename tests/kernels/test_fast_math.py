@@ -30,7 +30,7 @@ _PTX_CHECK = textwrap.dedent(
         return triton.compile(src, target=GPUTarget("cuda", 90, 32),
                               options={"num_warps": 4}).asm["ptx"]
 
-    tiles = dict(MODE=0, BLOCK_T=32, BLOCK_D=32, LOOP_STAGES=1, EVEN=False, SCALAR=False)
+    tiles = dict(MODE=0, BLOCK_T=32, BLOCK_D=32, LOOP_STAGES=1)
     cells = [ptx(mingru_cell.mingru_cell_fwd_kernel,
                  dict(tiles, HAS_H0=True, SIGNED=signed, COUPLED=signed, HAS_DECAY=True,
                       PACKED=False)) for signed in (False, True)]

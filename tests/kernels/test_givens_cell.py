@@ -92,10 +92,11 @@ def test_givens_cell_rejects_bad_inputs(args, match):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
                          ids=["fp32", "bf16", "fp16"])
-@pytest.mark.parametrize("T", [1, 63, 1000, 65536])
+@pytest.mark.parametrize("T", [1, 63, 65536])
 def test_givens_cell_dtypes_on_the_gpu(dtype, T):
     """Compiled for the GPU: every dtype against the float64 eager cell on the same (rounded)
-    inputs, B = 1, D = 24 in blocks of 8, 3 rounds, decay."""
+    inputs, B = 1, D = 24 in blocks of 8, 3 rounds, decay: one segment (T = 1), and the
+    composite and output passes over a few segments and over a long sequence."""
     ins = leaves(*_inputs(1, T, 24, 8, 3, True, True, dtype))
     ins64 = leaves(*(x.double() for x in ins))
     with mingru.use_backend("triton"):
@@ -144,7 +145,13 @@ print("OK")
 def test_givens_kernels_compile_for_sm90_in_both_forms():
     """Without a GPU: the forward and backward kernels, plain, gated and in rotation mode
     (the rotation cell's), walk and composite passes, in float32 and bfloat16, compile for an
-    H100/H200 (sm_90): what the interpreter, looser than the GPU compiler, cannot show."""
+    H100/H200 (sm_90): what the interpreter, looser than the GPU compiler, cannot show. On a
+    GPU the tests compile and run those kernels there (the plain form in
+    test_givens_recurrence.py, gated here, rotation in test_rotation_cell.py; every dtype, one
+    segment and several), so this check is left to machines without one."""
     from tests.helpers import run_offline_gpu_compile
+
+    if DEVICE == "cuda":
+        pytest.skip("a GPU compiles these kernels natively in the gpu tests")
 
     assert run_offline_gpu_compile(_OFFLINE_COMPILE).strip().endswith("OK")

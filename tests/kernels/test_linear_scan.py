@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import mingru
+from mingru.cells import mingru_cell
 from tests.helpers import rel_err
 from tests.kernels.cases import (
     CASES,
@@ -135,7 +136,8 @@ def test_custom_ops_trace_under_torch_compile_fullgraph():
 
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     one = (torch.ones((), device=DEVICE),)
-    with triton_plan("linear_scan", "parallel_scan_log", **PLANS["chunked"]):
+    with triton_plan("linear_scan", **PLANS["chunked"]), \
+            triton_plan("parallel_scan_log", **PLANS["lookback"]):
         (y_c,), g_c = grads(compiled, (a, b, la, lv), one)
         (y_e,), g_e = grads(f, (a, b, la, lv), one)
     assert rel_err(y_c, y_e) < 1e-6
@@ -143,7 +145,7 @@ def test_custom_ops_trace_under_torch_compile_fullgraph():
         assert rel_err(x, r) < 1e-6
 
 
-# --- GPU (H200): dtypes, long T, torch.compile -------------------------------------------------
+# --- GPU: dtypes, long T, torch.compile -------------------------------------------------------
 
 
 @pytest.mark.gpu
@@ -151,7 +153,7 @@ class TestGPU:
     D = 500
 
     @pytest.mark.parametrize("strategy", [None, "walk"])
-    @pytest.mark.parametrize("T", [1, 63, 1000, 65536])
+    @pytest.mark.parametrize("T", [1, 63, 1000, pytest.param(65536, marks=pytest.mark.slow)])
     def test_linear_fp32(self, T, strategy):
         a, b = linear_inputs(1, T, self.D, device="cuda")
         cot = (torch.randn_like(a), torch.randn_like(a))
@@ -162,7 +164,7 @@ class TestGPU:
             assert rel_err(x, r) <= 1e-5
 
     @pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 3e-2), (torch.float16, 4e-3)])
-    @pytest.mark.parametrize("T", [63, 1000, 65536])
+    @pytest.mark.parametrize("T", [63, 1000, pytest.param(65536, marks=pytest.mark.slow)])
     def test_half_precision(self, T, dtype, tol):
         a, b = linear_inputs(1, T, self.D, dtype=dtype, device="cuda")
         la, lv = log_inputs(1, T, self.D, device="cuda")
@@ -177,18 +179,29 @@ class TestGPU:
                 assert x.dtype == dtype
                 assert rel_err(x, r) <= tol
 
+    @pytest.mark.slow
     def test_torch_compile_fullgraph(self):
+        """Inductor compiles one graph of the elementwise scans' custom ops (linear_scan,
+        parallel_scan_log, linear_recurrence and the MinGRU cell: one compile for all four;
+        their tracing alone is tested per op, on CPU too) to the gradients of the eager
+        calls."""
         a, b = linear_inputs(2, 300, 70, device="cuda")
         la, lv = log_inputs(2, 300, 70, device="cuda")
+        k = torch.randn(2, 300, 140, device="cuda")
+        h0 = torch.rand(2, 70, device="cuda") + 0.1
 
-        def f(a, b, la, lv):
+        def f(a, b, la, lv, k, h0):
             P, Z = mingru.linear_scan(a, b)
             h = mingru.parallel_scan_log(la, lv)
-            return (P * 0.5 + Z).sum() + (h * h).sum()
+            r, r_T = mingru.linear_recurrence(a, b, h0, return_final_state=True)
+            c, c_T = mingru_cell(k, h0, return_final_state=True)
+            return ((P * 0.5 + Z).sum() + (h * h).sum() + (r * r).sum() + r_T.sum()
+                    + (c * c).sum() + c_T.sum())
 
+        inputs = (a, b, la, lv, k, h0)
         with mingru.use_backend("triton"):
             compiled = torch.compile(f, fullgraph=True)
-            _, g_c = grads(compiled, (a, b, la, lv), (torch.ones((), device="cuda"),))
-            _, g_e = grads(f, (a, b, la, lv), (torch.ones((), device="cuda"),))
+            _, g_c = grads(compiled, inputs, (torch.ones((), device="cuda"),))
+            _, g_e = grads(f, inputs, (torch.ones((), device="cuda"),))
         for x, r in zip(g_c, g_e, strict=True):
             assert rel_err(x, r) <= 1e-6

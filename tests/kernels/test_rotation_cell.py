@@ -110,10 +110,11 @@ def test_rotation_cell_rejects_bad_inputs(args, match):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
                          ids=["fp32", "bf16", "fp16"])
-@pytest.mark.parametrize("T", [1, 63, 1000, 65536])
+@pytest.mark.parametrize("T", [1, 63, 65536])
 def test_rotation_cell_dtypes_on_the_gpu(dtype, T):
     """Compiled for the GPU: every dtype against the float64 eager cell on the same (rounded)
-    inputs, B = 1, 12 blocks, decay, snapping."""
+    inputs, B = 1, 12 blocks, decay, snapping: one segment (T = 1), and the composite and
+    output passes over a few segments and over a long sequence."""
     *xs, snap = _inputs(1, T, 12, True, True, True, dtype)
     ins = leaves(*xs)
     ins64 = leaves(*(x.double() for x in ins))

@@ -104,6 +104,7 @@ def _check_outputs_and_grads(pt, graphdef, y_pt, xt, y_fx, g_params, g_x):
         assert_rel(g.T if transpose else g, param.grad.cpu().numpy(), 1e-4, f"d {name}", floor=FLOOR)
 
 
+@pytest.mark.usefixtures("on_host")  # PyTorch on the CPU too; both on a GPU: below
 @pytest.mark.parametrize("case", list(CASES))
 def test_parity_both_directions(case):
     cls, args, kw = CASES[case]

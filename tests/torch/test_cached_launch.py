@@ -1,7 +1,9 @@
-"""Repeat Triton launches straight to the compiled kernel (``mingru._launch._cached_launch``):
-the key tells apart every argument Triton specialises on, a repeat launch passes the compiled
-kernel the arguments Triton's own path would (keyword arguments and defaults in signature
-order), and on the GPU a cached launch computes what a fresh one does."""
+"""Repeat Triton launches straight to the compiled kernel (the private hook
+``"triton_launch"``, ``mingru._compat``): the key tells apart every argument Triton specialises
+on, a repeat launch passes the compiled kernel the arguments Triton's own path would (keyword
+arguments and defaults in signature order), the hook is decided per launch and falls back to
+Triton's path outside its Triton range, and on the GPU a cached launch computes what a fresh one
+does. Every launch test runs with the hook on (where it can run) and off."""
 
 from __future__ import annotations
 
@@ -10,7 +12,19 @@ import types
 import pytest
 import torch
 
-from mingru._launch._cached_launch import CachedKernels, CachedLaunch, launch_key
+from mingru import _compat as compat
+from mingru._compat import CachedKernels, CachedLaunch, launch_key
+from mingru_kernels import _compat as hooks
+from tests.private_hooks import MODES, hook_mode, isolated
+
+HOOK = "triton_launch"
+
+
+@pytest.fixture(params=MODES)
+def mode(request):
+    """Each launch test with the hook on (skipped where it cannot run) and off."""
+    with isolated(), hook_mode(HOOK, request.param):
+        yield request.param
 
 
 def test_the_key_tells_apart_what_triton_specialises_on():
@@ -34,6 +48,12 @@ def test_the_key_tells_apart_what_triton_specialises_on():
     assert launch_key(0, (x, 0.5), {}) == launch_key(0, (x, 2.5), {})
 
 
+def test_the_hook_is_declared_for_the_triton_versions_it_was_written_for():
+    assert compat.TRITON_LAUNCH.range_text() == ">=3.4,<3.10"
+    assert hooks._in_range(compat.TRITON_LAUNCH, "3.9.0")
+    assert not hooks._in_range(compat.TRITON_LAUNCH, "3.3.1")  # no triton.knobs yet
+
+
 class _FakeKernel:
     """A ``triton.jit`` stand-in: ``kernel[grid](...)`` records the call and returns a compiled
     kernel whose ``run`` records what a cached launch passes it."""
@@ -55,13 +75,17 @@ class _FakeKernel:
         return call
 
 
-def test_a_repeat_launch_goes_to_the_compiled_kernel_with_the_bound_arguments():
+def test_a_repeat_launch_goes_to_the_compiled_kernel_with_the_bound_arguments(mode):
     kernel = _FakeKernel()
     launch = CachedLaunch(kernel, device=lambda: 0, stream=lambda device: 77)
     x = torch.randn(8)
     launch[(3,)](x, 8, 0.5, MODE=2, BLOCK=16)  # keywords out of signature order
     assert len(kernel.jit_calls) == 1 and not kernel.runs
     launch[(5, 2)](x, 8, 1.5, MODE=2, BLOCK=16)  # same key: no binding, straight to run
+    if mode == "off":  # Triton's own path for every launch
+        assert len(kernel.jit_calls) == 2 and not kernel.runs and not launch._cache
+        assert kernel.jit_calls[1] == ((5, 2), (x, 8, 1.5), {"MODE": 2, "BLOCK": 16})
+        return
     assert len(kernel.jit_calls) == 1 and len(kernel.runs) == 1
     grid_x, grid_y, grid_z, stream, function, metadata, launch_md, _, _, *args = kernel.runs[0]
     assert (grid_x, grid_y, grid_z, stream, function, metadata) == (5, 2, 1, 77, "fn", "meta")
@@ -73,7 +97,23 @@ def test_a_repeat_launch_goes_to_the_compiled_kernel_with_the_bound_arguments():
     assert len(kernel.jit_calls) == 3 and len(kernel.runs) == 1
 
 
-def test_an_unhashable_argument_takes_tritons_path():
+def test_the_hook_is_decided_per_launch():
+    with isolated(), hook_mode(HOOK, "on"):
+        kernel = _FakeKernel()
+        launch = CachedLaunch(kernel, device=lambda: 0, stream=lambda device: 0)
+        x = torch.randn(8)
+        launch[(1,)](x, 8, 0.5, BLOCK=16, MODE=0)
+        with hooks.hooks_disabled(HOOK):  # the same CachedLaunch: Triton's path inside
+            launch[(1,)](x, 8, 0.5, BLOCK=16, MODE=0)
+            assert len(kernel.jit_calls) == 2 and not kernel.runs
+        with hooks.hooks_disabled():  # every hook
+            launch[(1,)](x, 8, 0.5, BLOCK=16, MODE=0)
+            assert len(kernel.jit_calls) == 3 and not kernel.runs
+        launch[(1,)](x, 8, 0.5, BLOCK=16, MODE=0)  # the cache again after the block
+        assert len(kernel.jit_calls) == 3 and len(kernel.runs) == 1
+
+
+def test_an_unhashable_argument_takes_tritons_path(mode):
     kernel = _FakeKernel()
     launch = CachedLaunch(kernel, device=lambda: 0, stream=lambda device: 0)
     for _ in range(2):
@@ -81,14 +121,33 @@ def test_an_unhashable_argument_takes_tritons_path():
     assert len(kernel.jit_calls) == 2 and not kernel.runs and not launch._cache
 
 
-def test_an_unknown_compiled_kernel_is_never_cached():
+def test_an_unknown_compiled_kernel_turns_the_hook_off_with_one_warning(mode):
     kernel = _FakeKernel()
     kernel.compiled = types.SimpleNamespace(run=lambda *a: None)  # no launch metadata
     launch = CachedLaunch(kernel, device=lambda: 0, stream=lambda device: 0)
     x = torch.randn(8)
-    for _ in range(3):
-        launch[(1,)](x, 8, 0.5, BLOCK=16, MODE=0)
-    assert len(kernel.jit_calls) == 3
+    hooks._warned.discard(HOOK)
+    with pytest.warns(RuntimeWarning, match="triton_launch") if mode == "on" else \
+            _no_warning():
+        for _ in range(3):
+            launch[(1,)](x, 8, 0.5, BLOCK=16, MODE=0)
+    assert len(kernel.jit_calls) == 3 and not launch._cache
+    if mode == "on":
+        assert not hooks.hook_available(HOOK)  # for the rest of the process (here: the test)
+
+
+class _no_warning:
+    def __enter__(self):
+        import warnings
+
+        self._catch = warnings.catch_warnings(record=True)
+        self.record = self._catch.__enter__()
+        warnings.simplefilter("always")
+        return self.record
+
+    def __exit__(self, *exc):
+        self._catch.__exit__(*exc)
+        assert not [w for w in self.record if issubclass(w.category, RuntimeWarning)]
 
 
 def test_only_jit_kernels_are_wrapped():
@@ -98,8 +157,52 @@ def test_only_jit_kernels_are_wrapped():
     assert wrapped.kernel is module.kernel  # not a triton.jit function (nor an interpreted one)
 
 
+def _jit_function():
+    from triton.runtime.jit import JITFunction
+
+    def copy(x_ptr, n):
+        pass
+
+    return JITFunction(copy)
+
+
+def test_jit_kernels_are_wrapped_where_the_hook_can_run(monkeypatch):
+    module = types.SimpleNamespace(kernel=_jit_function())
+    # (Triton's driver, which a real CachedLaunch asks for the stream, needs a GPU.)
+    monkeypatch.setattr(compat, "CachedLaunch", lambda kernel: ("cached", kernel))
+    with isolated(), hook_mode(HOOK, "on"):
+        assert CachedKernels(module).kernel == ("cached", module.kernel)
+
+
+def test_a_triton_outside_the_range_keeps_its_own_launch_path(monkeypatch):
+    import triton
+
+    module = types.SimpleNamespace(kernel=_jit_function())
+    with isolated():  # a Triton older than the range: the kernel itself, one warning
+        hooks._available.pop(HOOK, None)
+        hooks._active.pop(HOOK, None)
+        hooks._warned.discard(HOOK)
+        hooks._switch[:] = [False]
+        monkeypatch.setattr(triton, "__version__", "3.3.1")
+        with pytest.warns(RuntimeWarning) as record:
+            assert CachedKernels(module).kernel is module.kernel
+            assert CachedKernels(module).kernel is module.kernel
+        [warning] = [w for w in record if HOOK in str(w.message)]
+        assert "triton 3.3.1" in str(warning.message) and ">=3.4,<3.10" in str(warning.message)
+
+
+def test_the_switch_keeps_tritons_own_launch_path():
+    module = types.SimpleNamespace(kernel=_jit_function())
+    with isolated():  # MINGRU_PRIVATE_HOOKS=0: the kernel itself, silently
+        hooks._available.pop(HOOK, None)
+        hooks._active.pop(HOOK, None)
+        hooks._switch[:] = [True]
+        with _no_warning():
+            assert CachedKernels(module).kernel is module.kernel
+
+
 @pytest.mark.gpu
-def test_cached_launches_compute_what_fresh_ones_do():
+def test_cached_launches_compute_what_fresh_ones_do(mode):
     import triton
     import triton.language as tl
 
@@ -121,4 +224,5 @@ def test_cached_launches_compute_what_fresh_ones_do():
         kwargs = {} if scale == 2 else {"SCALE": scale}
         launch[(triton.cdiv(n, 128),)](x, y, out, n, alpha, BLOCK=128, **kwargs)
         torch.testing.assert_close(out, x * alpha + y * scale)
-    assert len(launch._cache) == 4  # (1000, aligned), (1000, offset), 63, SCALE=3
+    # (1000, aligned), (1000, offset), 63, SCALE=3; nothing with the hook off
+    assert len(launch._cache) == (4 if mode == "on" else 0)

@@ -145,25 +145,19 @@ def test_fallback_warning_once_in_fresh_process():
     assert r.stdout.strip() == "1"
 
 
-def test_environment_reads_follow_every_change(monkeypatch):
-    """The hot-path reader of ``MINGRU_SCAN``, ``TRITON_INTERPRET`` and the poison switch sees
-    what ``os.environ`` sees: set, changed, emptied and removed, through ``monkeypatch`` and
-    directly."""
-    from mingru_kernels._seam import env_reader
+def test_the_poison_switch_follows_every_change_of_the_environment(monkeypatch):
+    """The launchers read ``MINGRU_POISON_OUTPUTS`` and ``TRITON_INTERPRET`` at every
+    allocation: set, changed and removed, through ``monkeypatch`` and directly."""
     from mingru_kernels.launch import switches
 
-    read = env_reader("MINGRU_TEST_READER")
-    monkeypatch.delenv("MINGRU_TEST_READER", raising=False)
-    assert read() == "" == os.environ.get("MINGRU_TEST_READER", "")
-    for value in ("1", "triton", "", "é"):
-        monkeypatch.setenv("MINGRU_TEST_READER", value)
-        assert read() == value == os.environ["MINGRU_TEST_READER"]
-    os.environ["MINGRU_TEST_READER"] = "direct"
-    assert read() == "direct"
-    del os.environ["MINGRU_TEST_READER"]
-    assert read() == ""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("MINGRU_POISON_OUTPUTS", raising=False)
+    assert not switches.poison_outputs()
     monkeypatch.setenv("MINGRU_POISON_OUTPUTS", "1")
     assert switches.poison_outputs()
     monkeypatch.setenv("MINGRU_POISON_OUTPUTS", "0")
+    assert not switches.poison_outputs()
+    os.environ["TRITON_INTERPRET"] = "1"
+    assert switches.poison_outputs()
+    del os.environ["TRITON_INTERPRET"]
     assert not switches.poison_outputs()

@@ -104,6 +104,7 @@ def test_mode_from_the_environment_traces_without_a_break(mode, monkeypatch, nam
 
 
 @pytest.mark.gpu
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_mixer_reduce_overhead_captures_and_replays(name):
     """CUDA graphs over the whole compiled mixer (no skip), correct on three replays with

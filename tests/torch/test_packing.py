@@ -42,8 +42,8 @@ def _backend(path):
 
 
 PATHS = [("eager", F64), pytest.param("walk", torch.float32, marks=pytest.mark.interpreter),
-         pytest.param("chunked", torch.float32, marks=pytest.mark.interpreter)]
-# The single-pass look-back strategy restarts sequences inside it too.
+         pytest.param("lookback", torch.float32, marks=pytest.mark.interpreter)]
+# Look-backs that compose aggregates (every third chunk publishes) restart sequences too.
 LOOKBACK_PATHS = PATHS + [pytest.param("lookback-walks", torch.float32,
                                        marks=pytest.mark.interpreter)]
 TOL = {F64: 1e-10, torch.float32: 1e-5}
@@ -236,7 +236,7 @@ def test_mixers_on_the_kernels(name):
     dt = torch.rand(1, T) * 2
     cu = torch.tensor(CU)
     outs = []
-    for path in ("eager", "chunked"):
+    for path in ("eager", "lookback"):
         with _backend(path):
             y, state = m(x, None, dt, return_state=True, cu_seqlens=cu)
         grads = torch.autograd.grad((y * _weights(y.shape, y.dtype)).sum() + state.sum(),
