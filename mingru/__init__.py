@@ -38,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "linear_recurrence": "mingru.scans",
     "matrix_scan": "mingru.scans",
     "matrix_affine_scan": "mingru.scans",
+    "check_cu_seqlens": "mingru.scans",
     "mingru_cell": "mingru.cells",
     "signed_mingru_cell": "mingru.cells",
     "MinGRU": "mingru.mixers.log",
@@ -75,6 +76,7 @@ if TYPE_CHECKING:  # static analysers see the real names
     from mingru.mixers.rotation import RotationMinGRU
     from mingru.mixers.signed import SignedMinGRU
     from mingru.scans import (
+        check_cu_seqlens,
         linear_recurrence,
         linear_scan,
         matrix_affine_scan,

@@ -15,7 +15,8 @@ the ops without a packed kernel apply it to their inputs.
 
 Nothing here reads the offsets on the host except :func:`check_cu_seqlens` (one small copy
 per offsets tensor, however many layers see it; skipped while ``torch.compile`` traces); the
-per-step indices are built on the device.
+per-step indices are built on the device. The public :func:`mingru.check_cu_seqlens` is this
+check for users, plus the same rules as device-side asserts inside compiled code.
 """
 
 from __future__ import annotations

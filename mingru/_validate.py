@@ -1,10 +1,18 @@
-"""Argument checks shared by the scans and the mixers: clear errors naming the argument."""
+"""Argument checks shared by the scans and the mixers: clear errors naming the argument.
+
+Checks read shapes, dtypes and devices, never values, except :func:`no_nan` on the initial
+states of a public call (eager calls only: see :func:`checked_call`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from typing import TypeVar
 
 import torch
+
+R = TypeVar("R")
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -50,3 +58,44 @@ def shape_is(x: torch.Tensor, name: str, expected: Sequence[int], shape: str) ->
 def nonempty_time(x: torch.Tensor, name: str) -> None:
     if x.shape[1] < 1:
         raise ValueError(f"{name} must have at least one time step (dim 1); got {tuple(x.shape)}")
+
+
+# True inside a public call whose initial states were checked: the calls it makes (a stack's
+# blocks, a block's mixer) skip the check, so one public call checks each state once.
+_STATES_CHECKED: ContextVar[bool] = ContextVar("mingru_states_checked", default=False)
+
+
+def no_nan(states: Sequence[tuple[str, object]]) -> None:
+    """A ``ValueError`` naming the first of the named initial states that holds NaN (a NaN
+    state makes every later state NaN). ``None`` and non-tensors pass (their own checks name
+    them). One device-to-host copy for all of them; nothing while a CUDA graph captures."""
+    present = [(n, t) for n, t in states if isinstance(t, torch.Tensor)
+               and t.is_floating_point() and t.device.type != "meta"]
+    if not present:
+        return
+    if any(t.is_cuda for _, t in present) and torch.cuda.is_current_stream_capturing():
+        return
+    device = present[0][1].device
+    flags = torch.stack([torch.isnan(t).any().to(device) for _, t in present]).tolist()
+    for (name, t), bad in zip(present, flags, strict=True):
+        if bad:
+            raise ValueError(
+                f"{name} holds NaN ({int(torch.isnan(t).sum())} of {t.numel()} entries): a "
+                "NaN initial state makes every later state NaN (pass None for the default)")
+
+
+def checked_call(states: Sequence[tuple[str, object]], fn: Callable[..., R], /,
+                 *args: object, **kwargs: object) -> R:
+    """``fn(*args, **kwargs)`` after :func:`no_nan` on ``states``: the entry of a public call
+    that takes an initial state (a mixer's ``forward``, a block's, a stack's,
+    ``linear_recurrence``). The check reads the device (one small copy), so it runs only in
+    eager calls: not while ``torch.compile`` traces, and not inside another such call (which
+    checked its own states at its entry); ``step`` never checks."""
+    if torch.compiler.is_compiling() or _STATES_CHECKED.get():
+        return fn(*args, **kwargs)
+    no_nan(states)
+    token = _STATES_CHECKED.set(True)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _STATES_CHECKED.reset(token)

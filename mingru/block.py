@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mingru._validate import checked_call
 from mingru.dispatch import select
 from mingru.mixers._common import check_sequence, check_token
 from mingru_kernels._spec import (
@@ -42,7 +43,7 @@ def mixer_class(name: str) -> type[nn.Module]:
 
 def layer_norm(norm: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
     """``norm(x)`` for a LayerNorm over the last axis of ``x (..., D)``; on the Triton path
-    (``MINGRU_SCAN=triton``; ``auto`` from 2^24 elements, where it was measured faster: see
+    (``MINGRU_SCAN=triton``; ``auto`` from 2^24 elements, where it is the faster path: see
     :func:`mingru._launch.layer_norm.prefer_over_eager`) one fused kernel per direction
     that normalises in float32 and returns the autocast dtype directly when autocast is on
     for ``x``'s device (the dtype the projection after it would cast to), else ``x``'s.
@@ -153,7 +154,22 @@ class MinGRUBlock(nn.Module):
         along T across its ranks: ``x (B, T_r, d_model)`` and ``delta_t (B, T_r)`` are this
         rank's contiguous slice (in rank order), ``h_0 (B, 1, S)`` the state before the whole
         sequence; ``out (B, T_r, d_model)`` is this slice's and ``state (B, 1, S)`` the whole
-        sequence's, on every rank (the mixer's exchange is the only communication)."""
+        sequence's, on every rank (the mixer's exchange is the only communication).
+
+        A NaN in ``h_0`` is a ``ValueError`` (checked here, once, in eager calls: one small
+        device read; not under ``torch.compile``)."""
+        return checked_call([("h_0", h_0)], self._forward, x, h_0, delta_t,
+                            cu_seqlens=cu_seqlens, sequence_group=sequence_group)
+
+    def _forward(
+        self,
+        x: torch.Tensor,
+        h_0: torch.Tensor | None,
+        delta_t: torch.Tensor | None,
+        *,
+        cu_seqlens: torch.Tensor | None,
+        sequence_group: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         check_sequence(x, self.d_model, module=self)
         u = layer_norm(self.norm1, x)
         packed = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}

@@ -1,5 +1,6 @@
 """Every op's single entry: the four public scan primitives and the two private ops behind the
-block-rotation and delta mixers (``_givens_recurrence``, ``_delta_rule``).
+block-rotation and delta mixers (``_givens_recurrence``, ``_delta_rule``); and
+:func:`check_cu_seqlens`, the opt-in check of packed offsets inside compiled code.
 
 Each entry validates its inputs (here, and only here), then hands the call to the dispatch
 seam, which runs the eager twin (``mingru._eager.<op>``) or the Triton launcher
@@ -16,7 +17,8 @@ from typing import Any
 
 import torch
 
-from mingru import _validate
+from mingru import _packing, _validate
+from mingru._compat import assert_async
 from mingru._eager.delta_rule import delta_rule_eager
 from mingru._eager.givens_recurrence import givens_recurrence_eager, givens_step
 from mingru._eager.linear_recurrence import linear_recurrence_eager
@@ -24,12 +26,7 @@ from mingru._eager.linear_scan import linear_scan_eager
 from mingru._eager.matrix_affine_scan import matrix_affine_scan_eager
 from mingru._eager.parallel_scan_log import parallel_scan_log_eager
 from mingru._packed_sharding import packed_call
-from mingru._packing import (
-    Segments,
-    check_cu_seqlens,
-    restart_log,
-    segments,
-)
+from mingru._packing import Segments, restart_log, segments
 from mingru._sharding import check_group, sequence_parallel
 from mingru.dispatch import call
 from mingru_kernels._spec import (
@@ -40,7 +37,8 @@ from mingru_kernels._spec import (
 )
 
 __all__ = [
-    "linear_recurrence", "linear_scan", "matrix_affine_scan", "matrix_scan", "parallel_scan_log",
+    "check_cu_seqlens", "linear_recurrence", "linear_scan", "matrix_affine_scan", "matrix_scan",
+    "parallel_scan_log",
 ]
 
 
@@ -76,7 +74,7 @@ def parallel_scan_log(
     _validate.nonempty_time(log_coeffs, "log_coeffs")
     B, T, D = log_coeffs.shape
     if cu_seqlens is not None:
-        cu = check_cu_seqlens(cu_seqlens, B, T, log_coeffs.device)
+        cu = _packing.check_cu_seqlens(cu_seqlens, B, T, log_coeffs.device)
         N = cu.shape[0] - 1
         _validate.shape_is(log_values, "log_values", (1, T + N, D), "(1, T+N, D)")
         seg = segments(cu, T)
@@ -120,11 +118,12 @@ def linear_scan(
     _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
     if cu_seqlens is not None:
         B, T, D = a.shape
-        cu = check_cu_seqlens(cu_seqlens, B, T, a.device)
+        cu = _packing.check_cu_seqlens(cu_seqlens, B, T, a.device)
         # P is the state of the same restarting recurrence with input 0 started from 1.
         start = torch.cat([torch.ones_like(a[0, :1]), torch.zeros_like(a[0, :1])], dim=-1)
-        h = linear_recurrence(torch.cat([a, a], dim=-1), torch.cat([torch.zeros_like(b), b], -1),
-                              start.expand(cu.shape[0] - 1, 2 * D), cu_seqlens=cu)
+        h = _linear_recurrence(torch.cat([a, a], dim=-1), torch.cat([torch.zeros_like(b), b], -1),
+                               start.expand(cu.shape[0] - 1, 2 * D), False, cu_seqlens=cu,
+                               sequence_group=None)
         return h[..., :D], h[..., D:]
     return call("linear_scan", linear_scan_eager, a, b)
 
@@ -167,6 +166,10 @@ def linear_recurrence(
         (``(N, D)`` when packed); in the input dtype, differentiable in ``a``, ``b`` and
         ``initial_state``.
 
+    Raises:
+        ValueError: ``initial_state`` holds NaN (checked in eager calls, one small device
+            read; not while ``torch.compile`` traces), or a shape or offset is wrong.
+
     Example:
         >>> import torch
         >>> from mingru import linear_recurrence
@@ -176,6 +179,21 @@ def linear_recurrence(
         >>> torch.allclose(torch.cat([h, h2], 1), linear_recurrence(a, b), atol=1e-6)
         True
     """
+    return _validate.checked_call(
+        [("initial_state", initial_state)], _linear_recurrence, a, b, initial_state,
+        return_final_state, cu_seqlens=cu_seqlens, sequence_group=sequence_group)
+
+
+def _linear_recurrence(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    initial_state: torch.Tensor | None,
+    return_final_state: bool,
+    *,
+    cu_seqlens: torch.Tensor | None,
+    sequence_group: Any,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """:func:`linear_recurrence` without the NaN check of ``initial_state``."""
     _validate.float_tensor(a, "a", 3, "(B, T, D)")
     _validate.float_tensor(b, "b", 3, "(B, T, D)")
     named = [("a", a), ("b", b)]
@@ -183,7 +201,8 @@ def linear_recurrence(
     _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
     B, T, D = a.shape
     if cu_seqlens is not None:
-        cu = check_cu_seqlens(cu_seqlens, B, T, a.device, sharded=sequence_group is not None)
+        cu = _packing.check_cu_seqlens(cu_seqlens, B, T, a.device,
+                                       sharded=sequence_group is not None)
         if initial_state is not None:
             _validate.float_tensor(initial_state, "initial_state", 2, "(N, D)")
             check_packed_state(initial_state, cu.shape[0] - 1, (D,), "initial_state")
@@ -247,7 +266,7 @@ def matrix_affine_scan(
             f"Bm must have shape (B, T, n, k, v) = ({B}, {T}, {n}, {k}, v); got {tuple(Bm.shape)}"
         )
     if cu_seqlens is not None:
-        seg = segments(check_cu_seqlens(cu_seqlens, B, T, A.device), T)
+        seg = segments(_packing.check_cu_seqlens(cu_seqlens, B, T, A.device), T)
         starts = seg.starts.reshape(1, T, 1, 1, 1)
         zero = torch.zeros_like(A)
         A_cut = torch.where(starts, zero, A)
@@ -341,7 +360,7 @@ def _givens_recurrence(
     _validate.shape_is(b, "b", (B, T, n, k), "(B, T, n, k)")
     seg = None
     if cu_seqlens is not None:
-        seg = segments(check_cu_seqlens(cu_seqlens, B, T, theta.device), T)
+        seg = segments(_packing.check_cu_seqlens(cu_seqlens, B, T, theta.device), T)
         check_packed_state(h0, seg.cu_seqlens.shape[0] - 1, (n, k), "h0")
     else:
         _validate.shape_is(h0, "h0", (B, n, k), "(B, n, k)")
@@ -434,10 +453,59 @@ def _delta_rule(
         )
     if cu_seqlens is not None:
         B, T, _, H, dk = k.shape
-        cu = check_cu_seqlens(cu_seqlens, B, T, q.device)
+        cu = _packing.check_cu_seqlens(cu_seqlens, B, T, q.device)
         check_packed_state(h0, cu.shape[0] - 1, (H, dk, v.shape[-1]), "h0")
         return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size,
                     cu_seqlens=cu, allow_tf32=allow_tf32)
     return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size,
                 allow_tf32=allow_tf32)
 
+
+
+def check_cu_seqlens(cu_seqlens: torch.Tensor, total_length: int) -> torch.Tensor:
+    """Check packed-sequence offsets where the packed calls cannot: inside ``torch.compile``.
+
+    Every call that takes ``cu_seqlens`` checks its values on the host in eager mode (one
+    small copy per offsets tensor). While ``torch.compile`` traces, the values are unknown,
+    so a compiled call takes them on trust: malformed offsets give wrong results, no error.
+    Call this function on the offsets inside the compiled function to check them there.
+
+    Args:
+        cu_seqlens: ``(N+1,)`` integer offsets: starting at 0, non-decreasing, ending at
+            ``total_length``.
+        total_length: ``T``, the packed row's length (with ``sequence_group``, the whole
+            row's, as the offsets are).
+
+    Returns:
+        ``cu_seqlens`` itself.
+
+    Raises:
+        TypeError, ValueError: eagerly (also while compiling, for its dtype and shape): not
+            a 1-D integer tensor of at least two offsets, or (eager only) values that break
+            a rule, naming it. Eager calls read the offsets on the host (one small copy,
+            which the packed calls that follow then skip).
+        RuntimeError: compiled: the same rules as device-side asserts, with no host sync.
+            On the CPU a broken rule raises when the compiled function runs; on CUDA it is a
+            device-side assert, reported at a later synchronisation, after which the
+            process's CUDA context is unusable: a debugging aid, not control flow.
+
+    Example:
+        >>> import torch, mingru
+        >>> mixer = mingru.SignedMinGRU(8, 16)
+        >>> @torch.compile(fullgraph=True)
+        ... def run(x, cu):
+        ...     return mixer(x, cu_seqlens=mingru.check_cu_seqlens(cu, x.shape[1]))
+        >>> run(torch.randn(1, 7, 8), torch.tensor([0, 3, 7])).shape  # doctest: +SKIP
+        torch.Size([1, 7, 16])
+    """
+    if isinstance(total_length, bool) or not isinstance(total_length, (int, torch.SymInt)):
+        raise TypeError(f"total_length must be an int (the packed length T); got "
+                        f"{type(total_length).__name__}")
+    _packing.check_cu_seqlens(cu_seqlens, 1, total_length, getattr(cu_seqlens, "device", None))
+    if torch.compiler.is_compiling():
+        assert_async(cu_seqlens[0] == 0, "cu_seqlens must start at 0")
+        assert_async(cu_seqlens[-1] == total_length,
+                     "cu_seqlens must end at total_length (the packed length)")
+        assert_async((cu_seqlens[1:] >= cu_seqlens[:-1]).all(),
+                     "cu_seqlens must be non-decreasing")
+    return cu_seqlens

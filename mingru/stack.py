@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mingru._validate import checked_call
 from mingru.block import MinGRUBlock
 from mingru.mixers._common import check_sequence, check_token
 from mingru_kernels._spec import check_size, check_stack_state, layer_gaps, stack_layer_specs
@@ -109,9 +110,26 @@ class MinGRUStack(nn.Module):
         along T across its ranks: ``x (B, T_r, input_size)`` and ``delta_t (B, T_r)`` are this
         rank's contiguous slice (in rank order), each layer's ``state`` ``(B, 1, S_l)`` the
         state before the whole sequence; ``out (B, T_r, d_model)`` is this slice's and every
-        ``new_state`` entry the whole sequence's, on every rank (one exchange per layer)."""
+        ``new_state`` entry the whole sequence's, on every rank (one exchange per layer).
+
+        A NaN in a layer's ``state`` is a ``ValueError`` naming it (``state[l]``; checked here,
+        once for every layer, in eager calls: one small device read; not under
+        ``torch.compile``)."""
         check_sequence(x, self.input_size, module=self)
         state = self._check_state(state)
+        return checked_call([(f"state[{i}]", s) for i, s in enumerate(state)], self._forward,
+                            x, state, delta_t, cu_seqlens=cu_seqlens,
+                            sequence_group=sequence_group)
+
+    def _forward(
+        self,
+        x: torch.Tensor,
+        state: State,
+        delta_t: torch.Tensor | None,
+        *,
+        cu_seqlens: torch.Tensor | None,
+        sequence_group: Any,
+    ) -> tuple[torch.Tensor, State]:
         packed = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
         if sequence_group is not None:
             packed["sequence_group"] = sequence_group

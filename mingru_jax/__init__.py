@@ -41,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "linear_recurrence": "mingru_jax.scans",
     "matrix_scan": "mingru_jax.scans",
     "matrix_affine_scan": "mingru_jax.scans",
+    "check_cu_seqlens": "mingru_jax.scans",
     "mingru_cell": "mingru_jax.cells",
     "signed_mingru_cell": "mingru_jax.cells",
     "MinGRU": "mingru_jax.mixers.log",
@@ -76,6 +77,7 @@ __all__ = [
     "SignedMinGRUCell",
     "__version__",
     "available",
+    "check_cu_seqlens",
     "linear_recurrence",
     "linear_scan",
     "matrix_affine_scan",
@@ -114,6 +116,7 @@ if TYPE_CHECKING:  # static analysers see the real names
     from mingru_jax.mixers.rotation import RotationMinGRU, RotationMinGRUCell
     from mingru_jax.mixers.signed import SignedMinGRU, SignedMinGRUCell
     from mingru_jax.scans import (
+        check_cu_seqlens,
         linear_recurrence,
         linear_scan,
         matrix_affine_scan,

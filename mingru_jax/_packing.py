@@ -16,7 +16,9 @@ packed kernel apply it to their inputs.
 
 Nothing here reads the offsets on the host except :func:`check_cu_seqlens`, and only when they
 are concrete (under :func:`jax.jit` a traced ``cu_seqlens`` gets its shape and dtype checked,
-not its values); the per-step indices are built on the device.
+not its values); the per-step indices are built on the device. The public
+:func:`mingru_jax.check_cu_seqlens` is this check for users, plus the same rules as
+``checkify`` checks on traced offsets.
 """
 
 from __future__ import annotations

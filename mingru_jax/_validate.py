@@ -1,16 +1,21 @@
 """Argument checks shared by the scans and the mixers: clear errors naming the argument.
 
 The twin of :mod:`mingru._validate`. Checks run on static shapes and dtypes, so they work
-on tracers under ``jit``/``grad``/``vmap`` (where ``B`` is the per-example shape).
+on tracers under ``jit``/``grad``/``vmap`` (where ``B`` is the per-example shape); the one
+value check, :func:`no_nan` on initial states, reads concrete arrays only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from typing import TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+R = TypeVar("R")
 
 FLOAT_DTYPES = tuple(np.dtype(d) for d in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64))
 
@@ -59,3 +64,43 @@ def shape_is(x: jax.Array, name: str, expected: Sequence[int], shape: str) -> No
 def nonempty_time(x: jax.Array, name: str) -> None:
     if x.shape[1] < 1:
         raise ValueError(f"{name} must have at least one time step (dim 1); got {tuple(x.shape)}")
+
+
+# True inside a public call whose initial states were checked: the calls it makes (a stack's
+# blocks, a block's mixer) skip the check, so one public call checks each state once.
+_STATES_CHECKED: ContextVar[bool] = ContextVar("mingru_jax_states_checked", default=False)
+
+
+def no_nan(states: Sequence[tuple[str, object]]) -> None:
+    """A ``ValueError`` naming the first of the named initial states that holds NaN (a NaN
+    state makes every later state NaN). Only concrete floating arrays are read (a tracer under
+    ``jit``/``grad``/``vmap`` has no values yet); ``None`` and other objects pass (their own
+    checks name them). One device-to-host copy for all of them."""
+    present = [(n, a) for n, a in states if isinstance(a, (jax.Array, np.ndarray))
+               and not isinstance(a, jax.core.Tracer) and a.dtype in FLOAT_DTYPES]
+    if not present:
+        return
+    # device_get starts every copy before waiting on any: one wait, whatever the devices.
+    flags = jax.device_get([jnp.isnan(a).any() for _, a in present])
+    for (name, a), bad in zip(present, flags, strict=True):
+        if bad:
+            raise ValueError(
+                f"{name} holds NaN ({int(jnp.isnan(a).sum())} of {a.size} entries): a NaN "
+                "initial state makes every later state NaN (pass None for the default)")
+
+
+def checked_call(states: Sequence[tuple[str, object]], fn: Callable[..., R], /,
+                 *args: object, **kwargs: object) -> R:
+    """``fn(*args, **kwargs)`` after :func:`no_nan` on ``states``: the entry of a public call
+    that takes an initial state (a mixer's ``__call__``, a block's, a stack's,
+    ``linear_recurrence``). The check reads concrete arrays only (nothing under ``jax.jit``),
+    and not inside another such call (which checked its own states at its entry); ``step``
+    never checks."""
+    if _STATES_CHECKED.get():
+        return fn(*args, **kwargs)
+    no_nan(states)
+    token = _STATES_CHECKED.set(True)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _STATES_CHECKED.reset(token)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from mingru_jax._sharding import check_axis
+from mingru_jax._validate import checked_call
 from mingru_jax.mixers._common import check_sequence, check_token, layer_norm, linear
 from mingru_kernels._spec import (
     DECAY_KWARGS,
@@ -147,7 +148,22 @@ class MinGRUBlock(nnx.Module):
         d_model)`` and ``delta_t`` are this device's contiguous slice (slices in
         ``jax.lax.axis_index`` order), ``h_0`` the state before the whole sequence, ``out``
         this slice's outputs and ``state`` the whole sequence's final state (the same on
-        every device)."""
+        every device).
+
+        A NaN in ``h_0`` is a ``ValueError`` (checked here, once, when ``h_0`` is concrete:
+        one small device read; not under ``jax.jit``)."""
+        return checked_call([("h_0", h_0)], self._call, x, h_0, delta_t, cu_seqlens=cu_seqlens,
+                            axis_name=axis_name)
+
+    def _call(
+        self,
+        x: jax.Array,
+        h_0: jax.Array | None,
+        delta_t: jax.Array | None,
+        *,
+        cu_seqlens: jax.Array | None,
+        axis_name: str | None,
+    ) -> tuple[jax.Array, jax.Array]:
         x = check_sequence(x, self.d_model, module=self)
         if axis_name is not None:
             check_axis(axis_name)

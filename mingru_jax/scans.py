@@ -1,6 +1,7 @@
 """Every op's single entry (the twin of :mod:`mingru.scans`): the four public scan primitives
 and the two private ops behind the block-rotation and delta mixers (``_givens_recurrence``,
-``_delta_rule``). Each validates its inputs (here, and only here), then hands the call to the
+``_delta_rule``), and :func:`check_cu_seqlens`, the opt-in check of packed offsets under
+``jax.jit``. Each validates its inputs (here, and only here), then hands the call to the
 dispatch seam, which runs the eager twin (``mingru_jax._eager.<op>``) or a jax-triton
 launcher (``mingru_jax._launch.<op>``). All are jit-, grad- and vmap-compatible; the backend is
 chosen at trace time (see :mod:`mingru_jax.dispatch`).
@@ -14,15 +15,16 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.experimental import checkify
 
-from mingru_jax import _validate
+from mingru_jax import _packing, _validate
 from mingru_jax._eager.delta_rule import delta_rule_eager
 from mingru_jax._eager.givens_recurrence import givens_recurrence_eager, givens_step
 from mingru_jax._eager.linear_recurrence import linear_recurrence_eager
 from mingru_jax._eager.linear_scan import linear_scan_eager
 from mingru_jax._eager.matrix_affine_scan import matrix_affine_scan_eager
 from mingru_jax._eager.parallel_scan_log import parallel_scan_log_eager
-from mingru_jax._packing import check_cu_seqlens, final_states, restart_log, segments
+from mingru_jax._packing import final_states, restart_log, segments
 from mingru_jax._sharding import check_axis, sequence_parallel
 from mingru_jax.dispatch import call
 from mingru_kernels._spec import (
@@ -33,7 +35,8 @@ from mingru_kernels._spec import (
 )
 
 __all__ = [
-    "linear_recurrence", "linear_scan", "matrix_affine_scan", "matrix_scan", "parallel_scan_log",
+    "check_cu_seqlens", "linear_recurrence", "linear_scan", "matrix_affine_scan", "matrix_scan",
+    "parallel_scan_log",
 ]
 
 
@@ -70,7 +73,7 @@ def parallel_scan_log(
     _validate.nonempty_time(log_coeffs, "log_coeffs")
     B, T, D = log_coeffs.shape
     if cu_seqlens is not None:
-        cu = check_cu_seqlens(cu_seqlens, B, T)
+        cu = _packing.check_cu_seqlens(cu_seqlens, B, T)
         N = cu.shape[0] - 1
         _validate.shape_is(log_values, "log_values", (1, T + N, D),
                            "(1, T+N, D) with cu_seqlens")
@@ -115,13 +118,13 @@ def linear_scan(
     _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
     if cu_seqlens is not None:
         B, T, D = a.shape
-        cu = check_cu_seqlens(cu_seqlens, B, T)
+        cu = _packing.check_cu_seqlens(cu_seqlens, B, T)
         N = cu.shape[0] - 1
         # P is the state of the same restarting recurrence with input 0 started from 1.
         start = jnp.concatenate([jnp.ones((N, D), a.dtype), jnp.zeros((N, D), a.dtype)], -1)
-        h = linear_recurrence(jnp.concatenate([a, a], -1),
-                              jnp.concatenate([jnp.zeros_like(b), b], -1), start,
-                              cu_seqlens=cu)
+        h = _linear_recurrence(jnp.concatenate([a, a], -1),
+                               jnp.concatenate([jnp.zeros_like(b), b], -1), start, False,
+                               cu_seqlens=cu, axis_name=None)
         return h[..., :D], h[..., D:]
     return call("linear_scan", linear_scan_eager, a, b)
 
@@ -169,6 +172,10 @@ def linear_recurrence(
         (``(N, D)`` when packed); in the input dtype, differentiable in ``a``, ``b`` and
         ``initial_state``.
 
+    Raises:
+        ValueError: ``initial_state`` holds NaN (checked when it is concrete, one small
+            device read; not under ``jax.jit``), or a shape or offset is wrong.
+
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from mingru_jax import linear_recurrence
@@ -179,6 +186,21 @@ def linear_recurrence(
         >>> bool(jnp.allclose(jnp.concatenate([h, h2], 1), linear_recurrence(a, b), atol=1e-6))
         True
     """
+    return _validate.checked_call(
+        [("initial_state", initial_state)], _linear_recurrence, a, b, initial_state,
+        return_final_state, cu_seqlens=cu_seqlens, axis_name=axis_name)
+
+
+def _linear_recurrence(
+    a: jax.Array,
+    b: jax.Array,
+    initial_state: jax.Array | None,
+    return_final_state: bool,
+    *,
+    cu_seqlens: jax.Array | None,
+    axis_name: str | None,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """:func:`linear_recurrence` without the NaN check of ``initial_state``."""
     a = _validate.float_array(a, "a", 3, "(B, T, D)")
     b = _validate.float_array(b, "b", 3, "(B, T, D)")
     named = [("a", a), ("b", b)]
@@ -186,7 +208,7 @@ def linear_recurrence(
     _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
     if cu_seqlens is not None:
         B, T, D = a.shape
-        cu = check_cu_seqlens(cu_seqlens, B, T)
+        cu = _packing.check_cu_seqlens(cu_seqlens, B, T)
         _check_not_sharded(axis_name)
         if initial_state is not None:
             initial_state = _validate.float_array(initial_state, "initial_state", 2, "(N, D)")
@@ -249,7 +271,7 @@ def matrix_affine_scan(
             f"Bm must have shape (B, T, n, k, v) = ({B}, {T}, {n}, {k}, v); got {tuple(Bm.shape)}"
         )
     if cu_seqlens is not None:
-        seg = segments(check_cu_seqlens(cu_seqlens, B, T), T)
+        seg = segments(_packing.check_cu_seqlens(cu_seqlens, B, T), T)
         starts = seg.starts.reshape(1, T, 1, 1, 1)
         zero = jnp.zeros_like(A)
         both = jnp.concatenate([jnp.where(starts, A, zero), Bm], axis=-1)
@@ -330,7 +352,7 @@ def _givens_recurrence(
     _validate.shape_is(b, "b", (B, T, n, k), "(B, T, n, k)")
     cu = None
     if cu_seqlens is not None:
-        cu = check_cu_seqlens(cu_seqlens, B, T)
+        cu = _packing.check_cu_seqlens(cu_seqlens, B, T)
         check_packed_state(h0, cu.shape[0] - 1, (n, k), "h0")
     else:
         _validate.shape_is(h0, "h0", (B, n, k), "(B, n, k)")
@@ -398,7 +420,7 @@ def _delta_rule(
     check_delta_rule_shapes(q, k, v, beta, log_gamma, None if cu_seqlens is not None else h0)
     if cu_seqlens is not None:
         B, T, _, H, dk = k.shape
-        cu = check_cu_seqlens(cu_seqlens, B, T)
+        cu = _packing.check_cu_seqlens(cu_seqlens, B, T)
         check_packed_state(h0, cu.shape[0] - 1, (H, dk, v.shape[-1]), "h0")
         return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size,
                     cu_seqlens=cu, allow_tf32=allow_tf32)
@@ -411,3 +433,50 @@ def _check_not_sharded(axis_name: str | None) -> None:
         raise NotImplementedError(
             "cu_seqlens together with axis_name is not supported yet: pack the sequences of "
             "each device's slice without sharding, or shard one unpacked sequence")
+
+
+def check_cu_seqlens(cu_seqlens: jax.Array, total_length: int) -> jax.Array:
+    """Check packed-sequence offsets where the packed calls cannot: under ``jax.jit``.
+
+    Every call that takes ``cu_seqlens`` checks its values when they are concrete. Traced
+    offsets (under ``jax.jit``) have no values at trace time, so a jitted call takes them on
+    trust: malformed offsets give wrong results, no error. Call this function on the offsets
+    inside the jitted function and wrap it with :func:`jax.experimental.checkify.checkify`:
+    the rules then run on the device and come back as an error value, which ``err.throw()``
+    raises (a ``JaxRuntimeError``, a ``ValueError``). Without ``checkify`` a traced call
+    fails at trace time (JAX: a ``check`` that was not functionalized).
+
+    Args:
+        cu_seqlens: ``(N+1,)`` integer offsets: starting at 0, non-decreasing, ending at
+            ``total_length``.
+        total_length: ``T``, the packed row's length.
+
+    Returns:
+        ``cu_seqlens`` itself.
+
+    Raises:
+        TypeError, ValueError: not a 1-D integer array of at least two offsets (also when
+            traced), or concrete values that break a rule, naming it (one small device read).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, mingru_jax
+        >>> from jax.experimental import checkify
+        >>> def run(a, b, cu):
+        ...     cu = mingru_jax.check_cu_seqlens(cu, a.shape[1])
+        ...     return mingru_jax.linear_recurrence(a, b, cu_seqlens=cu)
+        >>> checked = jax.jit(checkify.checkify(run, errors=checkify.user_checks))
+        >>> err, h = checked(jnp.ones((1, 7, 2)), jnp.ones((1, 7, 2)), jnp.array([0, 5, 3, 7]))
+        >>> err.get()
+        'cu_seqlens must be non-decreasing; got [0 5 3 7] (`check` failed)'
+    """
+    if isinstance(total_length, bool) or not isinstance(total_length, int):
+        raise TypeError(f"total_length must be an int (the packed length T); got "
+                        f"{type(total_length).__name__}")
+    cu = _packing.check_cu_seqlens(cu_seqlens, 1, total_length)
+    if isinstance(cu_seqlens, jax.core.Tracer):
+        checkify.check(cu[0] == 0, "cu_seqlens must start at 0; got cu_seqlens[0] = {}", cu[0])
+        checkify.check(cu[-1] == total_length, f"cu_seqlens must end at T = {total_length} "
+                       "(the packed length); got cu_seqlens[-1] = {}", cu[-1])
+        checkify.check(jnp.all(cu[1:] >= cu[:-1]), "cu_seqlens must be non-decreasing; got {}",
+                       cu)
+    return cu_seqlens

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from mingru_jax._validate import checked_call
 from mingru_jax.block import MinGRUBlock
 from mingru_jax.mixers._common import check_sequence, check_token, layer_norm, linear
 from mingru_kernels._spec import check_size, check_stack_state, layer_gaps, stack_layer_specs
@@ -129,9 +130,25 @@ class MinGRUStack(nnx.Module):
         input_size)`` and ``delta_t`` are this device's contiguous slice (slices in
         ``jax.lax.axis_index`` order), ``state`` the state before the whole sequence, ``out``
         this slice's outputs and ``new_state`` the whole sequence's final states (the same on
-        every device)."""
+        every device).
+
+        A NaN in a layer's ``state`` is a ``ValueError`` naming it (``state[l]``; checked here,
+        once for every layer, when the states are concrete: one small device read; not under
+        ``jax.jit``)."""
         x = check_sequence(x, self.input_size, module=self)
         state = self._check_state(state)
+        return checked_call([(f"state[{i}]", s) for i, s in enumerate(state)], self._call, x,
+                            state, delta_t, cu_seqlens=cu_seqlens, axis_name=axis_name)
+
+    def _call(
+        self,
+        x: jax.Array,
+        state: State,
+        delta_t: jax.Array | None,
+        *,
+        cu_seqlens: jax.Array | None,
+        axis_name: str | None,
+    ) -> tuple[jax.Array, State]:
         h = self._project(x)
         new_state: State = []
         for block, s, dt in zip(self.blocks, state, self._gaps(delta_t), strict=True):

@@ -166,10 +166,9 @@ def check_input_dtype(x: torch.Tensor, module: nn.Module, name: str = "x") -> No
 
 
 def first_parameter(module: nn.Module) -> nn.Parameter | None:
-    """``next(module.parameters(), None)`` without the generator machinery (a fifth of its
-    host time: 0.3 against 2.8 µs for a mixer on a CPU host, 0.9 against 4.9 for a stack):
-    the module's own parameters first, then its children's, depth first, in registration
-    order, as ``parameters()`` yields them."""
+    """``next(module.parameters(), None)`` without the generator machinery (far less host
+    time, on the path of every call): the module's own parameters first, then its
+    children's, depth first, in registration order, as ``parameters()`` yields them."""
     for p in module._parameters.values():
         if p is not None:
             return p

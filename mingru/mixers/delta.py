@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from mingru._sharding import check_group, check_not_packed, matrix_sequence_parallel
+from mingru._validate import checked_call
 from mingru.cells import delta_inputs
 from mingru.mixers._common import (
     TimeDecay,
@@ -158,7 +159,23 @@ class DeltaMinGRU(nn.Module):
         this slice's outputs and a returned state ``(B, 1, Z)`` the whole sequence's, on
         every rank. Each slice maps every head's state as ``S ↦ A S + Z`` (``A (d_k × d_k)``
         the product of its ``γ_t (I − β k kᵀ)`` factors): ONE all-gather of
-        ``H·d_k·(d_k + d_v)·B`` values per rank (:func:`_sharded_delta`)."""
+        ``H·d_k·(d_k + d_v)·B`` values per rank (:func:`_sharded_delta`).
+
+        A NaN in ``h_0`` is a ``ValueError`` (checked in eager calls, one small device read;
+        not under ``torch.compile``)."""
+        return checked_call([("h_0", h_0)], self._forward, x, h_0, delta_t, return_state,
+                            cu_seqlens=cu_seqlens, sequence_group=sequence_group)
+
+    def _forward(
+        self,
+        x: torch.Tensor,
+        h_0: torch.Tensor | None,
+        delta_t: torch.Tensor | None,
+        return_state: bool,
+        *,
+        cu_seqlens: torch.Tensor | None,
+        sequence_group: Any,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         H, dk, dv = self.n_heads, self.d_k, self.d_v

@@ -29,6 +29,7 @@ from mingru._sharding import (
     check_not_packed,
     matrix_sequence_parallel,
 )
+from mingru._validate import checked_call
 from mingru.cells import givens_cell
 from mingru.mixers._common import (
     TimeDecay,
@@ -120,7 +121,23 @@ class BlockRotationBase(nn.Module):
         and a returned state ``(B, 1, hidden)`` the whole sequence's, on every rank. Each
         slice acts on every block's state as ``h ↦ P h + Z`` (``P (B, n, k, k)`` the product
         of its transitions): ONE all-gather of ``(k·k + k)·n·B`` values per rank
-        (:func:`mingru._sharding.matrix_sequence_parallel`)."""
+        (:func:`mingru._sharding.matrix_sequence_parallel`).
+
+        A NaN in ``h_0`` is a ``ValueError`` (checked in eager calls, one small device read;
+        not under ``torch.compile``)."""
+        return checked_call([("h_0", h_0)], self._forward, x, h_0, delta_t, return_state,
+                            cu_seqlens=cu_seqlens, sequence_group=sequence_group)
+
+    def _forward(
+        self,
+        x: torch.Tensor,
+        h_0: torch.Tensor | None,
+        delta_t: torch.Tensor | None,
+        return_state: bool,
+        *,
+        cu_seqlens: torch.Tensor | None,
+        sequence_group: Any,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         n, k = self.n_blocks, self.block_size

@@ -42,6 +42,22 @@ def sanitize_delta_t(delta_t: jax.Array, log1p_delta: bool) -> jax.Array:
     return jnp.log1p(dt) if log1p_delta else dt
 
 
+def check_dtypes(dtype: Any, param_dtype: Any) -> None:
+    """A 64-bit ``dtype`` or ``param_dtype`` needs ``jax_enable_x64``: without it JAX makes
+    every array 32-bit, so a module built that way could never be called (no input could
+    have its parameters' dtype). A ``ValueError`` at construction naming both instead. Every
+    module builds its layers through :func:`linear` and :func:`layer_norm`, which check."""
+    for name, value in (("param_dtype", param_dtype), ("dtype", dtype)):
+        if value is None:
+            continue
+        wanted = jnp.dtype(value)
+        if jax.dtypes.canonicalize_dtype(wanted) != wanted:
+            raise ValueError(
+                f"{name}={wanted.name} needs 64-bit JAX, but jax_enable_x64 is off: call "
+                "jax.config.update('jax_enable_x64', True) (or set JAX_ENABLE_X64=1) before "
+                f"building the module, or pass {name}=jnp.float32")
+
+
 def _torch_uniform(fan_in: int):
     bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
 
@@ -60,7 +76,9 @@ def linear(
     param_dtype: Any = jnp.float32,
     rngs: nnx.Rngs,
 ) -> nnx.Linear:
-    """An :class:`flax.nnx.Linear` initialised like ``torch.nn.Linear`` (kernel ``(in, out)``)."""
+    """An :class:`flax.nnx.Linear` initialised like ``torch.nn.Linear`` (kernel ``(in, out)``);
+    a 64-bit dtype without ``jax_enable_x64`` is a ``ValueError`` (:func:`check_dtypes`)."""
+    check_dtypes(dtype, param_dtype)
     init = _torch_uniform(in_features)
     return nnx.Linear(
         in_features,
@@ -96,7 +114,9 @@ def project(x: jax.Array, *layers: nnx.Linear) -> jax.Array:
 def layer_norm(
     features: int, *, dtype: Any = None, param_dtype: Any = jnp.float32, rngs: nnx.Rngs
 ) -> nnx.LayerNorm:
-    """``nnx.LayerNorm`` matching ``torch.nn.LayerNorm(features, eps=1e-5)``."""
+    """``nnx.LayerNorm`` matching ``torch.nn.LayerNorm(features, eps=1e-5)`` (dtypes checked as
+    in :func:`linear`)."""
+    check_dtypes(dtype, param_dtype)
     return nnx.LayerNorm(
         features,
         epsilon=LN_EPS,

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from mingru_jax._sharding import check_axis, sequence_parallel
+from mingru_jax._validate import checked_call
 from mingru_jax.mixers._common import (
     MixerCell,
     TimeDecay,
@@ -180,7 +181,23 @@ class DeltaMinGRU(nnx.Module):
         this slice's outputs ``(B, T_local, hidden_size)`` and ``state`` the whole sequence's
         final state (the same on every device). A slice acts on each head's state as
         ``S ↦ A S + Z`` with ``A (d_k × d_k)``: ``A`` is the slice's delta rule run with
-        ``v = 0`` from the identity, ``Z`` from zero; see :mod:`mingru_jax._sharding`."""
+        ``v = 0`` from the identity, ``Z`` from zero; see :mod:`mingru_jax._sharding`.
+
+        A NaN in ``h_0`` is a ``ValueError`` (checked when ``h_0`` is concrete, one small
+        device read; not under ``jax.jit``)."""
+        return checked_call([("h_0", h_0)], self._call, x, h_0, delta_t, return_state,
+                            cu_seqlens=cu_seqlens, axis_name=axis_name)
+
+    def _call(
+        self,
+        x: jax.Array,
+        h_0: jax.Array | None,
+        delta_t: jax.Array | None,
+        return_state: bool,
+        *,
+        axis_name: str | None,
+        cu_seqlens: jax.Array | None,
+    ) -> jax.Array | tuple[jax.Array, jax.Array]:
         x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         H, dk, dv = self.n_heads, self.d_k, self.d_v

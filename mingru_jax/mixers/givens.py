@@ -24,6 +24,7 @@ from flax import nnx
 from mingru_jax._eager.givens_recurrence import givens_step
 from mingru_jax._packing import check_cu_seqlens, final_states, segments
 from mingru_jax._sharding import check_axis, gather_last, sequence_parallel
+from mingru_jax._validate import checked_call
 from mingru_jax.mixers._common import (
     MixerCell,
     TimeDecay,
@@ -115,7 +116,23 @@ class BlockRotationBase(nnx.Module):
         result this slice's states ``(B, T_local, hidden)``. A slice's map on each block's
         state is ``h ↦ P h + Z`` with ``P (B, n, k, k)`` the product of its transitions,
         found by running the slice's recurrence from the ``k`` columns of the identity
-        (``k×`` the local recurrence); see :mod:`mingru_jax._sharding`."""
+        (``k×`` the local recurrence); see :mod:`mingru_jax._sharding`.
+
+        A NaN in ``h_0`` is a ``ValueError`` (checked when ``h_0`` is concrete, one small
+        device read; not under ``jax.jit``)."""
+        return checked_call([("h_0", h_0)], self._call, x, h_0, delta_t, return_state,
+                            cu_seqlens=cu_seqlens, axis_name=axis_name)
+
+    def _call(
+        self,
+        x: jax.Array,
+        h_0: jax.Array | None,
+        delta_t: jax.Array | None,
+        return_state: bool,
+        *,
+        cu_seqlens: jax.Array | None,
+        axis_name: str | None,
+    ) -> jax.Array | tuple[jax.Array, jax.Array]:
         x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         n, k = self.n_blocks, self.block_size
