@@ -98,7 +98,26 @@ def _check(names: list[str], valid: tuple[str, ...] | list[str], flag: str) -> N
 
 
 def _needs_torch(suites: list[str], backends: list[str] | None) -> bool:
+    """Whether the run has PyTorch rows (only the ``jax`` suite without ``ours`` has none)."""
     return suites != ["jax"] or backends is None or "ours" in backends
+
+
+def _torch() -> Any:
+    """``torch``, or ``None`` when it is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _jax_has_gpu() -> bool:
+    try:
+        import jax
+
+        return bool(jax.devices("gpu"))
+    except (ImportError, RuntimeError):
+        return False
 
 
 def settings(args: argparse.Namespace) -> Settings:
@@ -113,18 +132,18 @@ def settings(args: argparse.Namespace) -> Settings:
         if getattr(args, flag) is not None and getattr(args, flag) < least:
             raise ValueError(f"--{flag} must be at least {least}; got {getattr(args, flag)}")
     device = args.device
-    if _needs_torch(suites, backends):
-        try:
-            import torch
-        except ImportError:
-            raise RuntimeError("needs PyTorch, which is not installed: pip install '.[torch]'"
-                               ) from None
-
+    torch = _torch() if _needs_torch(suites, backends) else None
+    if torch is None and suites != ["jax"]:
+        raise RuntimeError("needs PyTorch, which is not installed: pip install '.[torch]' "
+                           "(--suite jax runs without it)")
+    if torch is not None:
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         if device == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("--device cuda was asked for but CUDA is not available")
         if args.threads:
             torch.set_num_threads(args.threads)
+    elif device == "cuda" and not _jax_has_gpu():  # the jax suite: JAX says if there is a GPU
+        raise RuntimeError("--device cuda was asked for but JAX sees no GPU")
     device = device or "cpu"
     cpu_counts = (1, 3) if args.quick else (2, 7)
     warmup, repeats = cpu_counts if device == "cpu" else (3, 10)
@@ -171,13 +190,16 @@ def _time(case: Case, backend: str, mode: str, s: Settings) -> dict[str, Any]:
     if jax:
         from mingru_benchmarks import jax_side as side
     else:
+        if _torch() is None:
+            raise Skip("torch not installed")
         from mingru_benchmarks import torch_side as side  # type: ignore[no-redef]
     call, extra = side.timed_call(case, backend, mode, s.device)
-    finish: Any = timers.torch_sync(s.device)
     if jax:
         import jax as jax_module
 
-        finish = jax_module.block_until_ready
+        finish: Any = jax_module.block_until_ready
+    else:
+        finish = timers.torch_sync(s.device)
     t0 = time.perf_counter()
     finish(call())  # compiles and warms up outside the timing
     row: dict[str, Any] = {"first_s": round(time.perf_counter() - t0, 2), **extra}

@@ -2,11 +2,13 @@
 
 Not library code: it uses the frontends (``mingru`` for PyTorch, ``mingru_jax`` for Flax) and
 the kernels (``mingru_kernels``); none of them imports this package. Importing it, building
-the parser, ``mingru --help`` and ``mingru info`` need neither torch nor jax; ``train`` and
-``bench`` need torch.
+the parser, ``mingru --help`` and ``mingru info`` need neither torch nor jax;
+``train --framework jax`` and ``bench --suite jax`` need no torch, the rest of ``train`` and
+``bench`` does.
 
 Modules: :mod:`mingru_cli.cli` (the entry point, ``main``), :mod:`mingru_cli.config`
-(``TrainConfig`` and the names of tasks and mixers, pure Python), :mod:`mingru_cli.tasks`,
-:mod:`mingru_cli.train` (PyTorch), :mod:`mingru_cli.train_jax` (Flax). ``mingru bench`` is a
+(``TrainConfig`` and the names of tasks and mixers, pure Python), :mod:`mingru_cli.tasks`
+(NumPy), :mod:`mingru_cli.runner` (``run``, framework-free), :mod:`mingru_cli.train`
+(PyTorch), :mod:`mingru_cli.train_jax` (Flax). ``mingru bench`` is a
 front on the benchmark harness, :mod:`mingru_benchmarks` (imported only when it runs).
 """

@@ -2,9 +2,8 @@
 training data stream, the learning-rate schedule and the framework-neutral fit loop.
 
 :mod:`mingru_cli.train` (PyTorch) and :mod:`mingru_cli.train_jax` (Flax) both import this
-module and neither imports the other at module level. The synthetic tasks
-(:mod:`mingru_cli.tasks`) generate their data with ``torch``, so this module needs torch even
-for the JAX path.
+module and neither imports the other at module level. Framework-free: the synthetic tasks
+(:mod:`mingru_cli.tasks`) generate their data with NumPy.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import torch
+import numpy as np
 
 from mingru_cli.config import TrainConfig
 from mingru_cli.tasks import Batch, Task, make_task
@@ -49,17 +48,17 @@ def eval_sets(task: Task, cfg: TrainConfig) -> tuple[dict[int, Batch], Batch | N
     """Fixed evaluation sets per length (and the validation set), independent of training data."""
     sets = {}
     for n in cfg.eval_lens:
-        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + 7919 * n + 1)
+        gen = np.random.default_rng(cfg.seed * 1_000_003 + 7919 * n + 1)
         sets[n] = task.sample(cfg.eval_size, n, gen)
     val = None
     if cfg.val_len is not None:
-        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + 7919 * cfg.val_len + 2)
+        gen = np.random.default_rng(cfg.seed * 1_000_003 + 7919 * cfg.val_len + 2)
         val = task.sample(cfg.eval_size, cfg.val_len, gen)
     return sets, val
 
 
 def train_batches(task: Task, cfg: TrainConfig) -> Iterator[Batch]:
-    gen = torch.Generator().manual_seed(cfg.seed)
+    gen = np.random.default_rng(cfg.seed)
     while True:
         yield task.sample(cfg.batch_size, cfg.train_len, gen)
 

@@ -10,8 +10,9 @@ Commands:
 
 Importing this module, building the parser, ``--help`` and ``info`` import neither torch nor
 jax up front: ``info`` imports each framework only to report on it (and reports a missing one
-as not installed), ``train`` and ``bench`` import torch when they run and exit with a one-line
-error when it is missing.
+as not installed). ``train --framework torch`` and the torch suites of ``bench`` import torch
+when they run and exit with a one-line error when it is missing; ``train --framework jax`` and
+``bench --suite jax`` run without it.
 
 Example:
     >>> from mingru_cli.cli import main
@@ -240,7 +241,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-size", type=int, default=d.eval_size,
                    help="sequences per evaluation length")
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--device", default=None, help="torch device (default cuda if available)")
+    p.add_argument("--device", default=None,
+                   help="cpu, cuda or cuda:N (default cuda when the framework sees a GPU); "
+                        "a device that is not there is an error")
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads for torch (default 1: fastest for these small models; "
                         "0 = torch's default)")
@@ -253,20 +256,17 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    _need_torch(" (the synthetic tasks are generated with torch, also for "
-                "--framework jax)" if args.framework == "jax" else "")
-    import torch
+    if args.framework == "torch":  # the JAX path needs no torch: its data is NumPy
+        _need_torch(" for --framework torch (--framework jax runs without it)")
+    from mingru_cli.runner import run
 
-    from mingru_cli.train import run
-
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     cfg = TrainConfig(
         task=args.task, mixers=args.mixers, framework=args.framework, layers=args.layers,
         d_model=args.d_model, mlp_expansion=args.mlp_expansion, mixer_kwargs=args.mixer_kwargs,
         steps=args.steps, batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
         train_len=args.train_len, eval_lens=args.eval_lens,
         val_len=args.val_len or None, eval_every=args.eval_every, eval_size=args.eval_size,
-        seed=args.seed, device=device, threads=args.threads or None, out=args.out, progress=not args.no_progress,
+        seed=args.seed, device=args.device or "auto", threads=args.threads or None, out=args.out, progress=not args.no_progress,
         mqar_pairs=args.mqar_pairs, mqar_keys=args.mqar_keys, mqar_values=args.mqar_values,
     )
     run(cfg, command=args.command_line)

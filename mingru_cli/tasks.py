@@ -13,13 +13,16 @@ which positions are scored:
   the keys asked again at random positions; the label at a query is the value stored with
   that key. Needs a matrix-valued (associative) memory such as the delta rule.
 
+The data is generated with NumPy on the host, so both training paths (PyTorch and Flax) share
+it and neither framework is needed to make it.
+
 Example:
-    >>> import torch
+    >>> import numpy as np
     >>> from mingru_cli.tasks import make_task
     >>> task = make_task("parity")
-    >>> batch = task.sample(4, 16, torch.Generator().manual_seed(0))
+    >>> batch = task.sample(4, 16, np.random.default_rng(0))
     >>> batch.tokens.shape, batch.labels.shape, batch.mask.shape
-    (torch.Size([4, 16]), torch.Size([4, 16]), torch.Size([4, 16]))
+    ((4, 16), (4, 16), (4, 16))
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 from mingru_cli.config import TASKS
 
@@ -48,9 +51,9 @@ class Batch:
     """One batch: ``tokens (B, T)`` int64 inputs, ``labels (B, T)`` int64 targets (``-100``
     where unscored), ``mask (B, T)`` bool — the positions that count for loss and accuracy."""
 
-    tokens: torch.Tensor
-    labels: torch.Tensor
-    mask: torch.Tensor
+    tokens: np.ndarray
+    labels: np.ndarray
+    mask: np.ndarray
 
 
 class Task:
@@ -61,8 +64,8 @@ class Task:
     n_classes: int = 0
     min_length: int = 1
 
-    def sample(self, batch: int, length: int, generator: torch.Generator) -> Batch:
-        """Draw ``batch`` sequences of ``length`` tokens using ``generator`` (CPU)."""
+    def sample(self, batch: int, length: int, rng: np.random.Generator) -> Batch:
+        """Draw ``batch`` sequences of ``length`` tokens from ``rng``."""
         raise NotImplementedError
 
     def check_length(self, length: int) -> None:
@@ -82,19 +85,19 @@ class ParityTask(Task):
     vocab_size = 2
     n_classes = 2
 
-    def sample(self, batch: int, length: int, generator: torch.Generator) -> Batch:
+    def sample(self, batch: int, length: int, rng: np.random.Generator) -> Batch:
         self.check_length(length)
-        bits = torch.randint(0, 2, (batch, length), generator=generator)
-        labels = torch.cumsum(bits, dim=1) % 2
-        return Batch(bits, labels, torch.ones_like(bits, dtype=torch.bool))
+        bits = rng.integers(0, 2, (batch, length), dtype=np.int64)
+        labels = np.cumsum(bits, axis=1) % 2
+        return Batch(bits, labels, np.ones(bits.shape, dtype=bool))
 
 
-def permutation_table(n: int) -> tuple[list[tuple[int, ...]], torch.Tensor]:
+def permutation_table(n: int) -> tuple[list[tuple[int, ...]], np.ndarray]:
     """The elements of the symmetric group S_n (lexicographic order; index 0 is the identity)
     and the composition table ``table[i, j]`` = index of ``p_i ∘ p_j`` (apply ``p_j`` first)."""
     perms = list(itertools.permutations(range(n)))
     index = {p: i for i, p in enumerate(perms)}
-    table = torch.empty(len(perms), len(perms), dtype=torch.long)
+    table = np.empty((len(perms), len(perms)), dtype=np.int64)
     for i, p in enumerate(perms):
         for j, q in enumerate(perms):
             table[i, j] = index[tuple(p[q[m]] for m in range(n))]
@@ -115,16 +118,16 @@ class GroupWordTask(Task):
         self.elements, self.table = permutation_table(n)
         self.vocab_size = self.n_classes = len(self.elements)
 
-    def sample(self, batch: int, length: int, generator: torch.Generator) -> Batch:
+    def sample(self, batch: int, length: int, rng: np.random.Generator) -> Batch:
         self.check_length(length)
-        tokens = torch.randint(0, self.vocab_size, (batch, length), generator=generator)
-        labels = torch.empty_like(tokens)
-        state = torch.zeros(batch, dtype=torch.long)  # the identity
+        tokens = rng.integers(0, self.vocab_size, (batch, length), dtype=np.int64)
+        labels = np.empty_like(tokens)
+        state = np.zeros(batch, dtype=np.int64)  # the identity
         for t in range(length):
             # A sequential left-multiplication: a table lookup per step is cheap and exact.
             state = self.table[tokens[:, t], state]
             labels[:, t] = state
-        return Batch(tokens, labels, torch.ones_like(tokens, dtype=torch.bool))
+        return Batch(tokens, labels, np.ones(tokens.shape, dtype=bool))
 
 
 class MQARTask(Task):
@@ -156,23 +159,23 @@ class MQARTask(Task):
     def describe(self) -> str:
         return f"mqar(n_pairs={self.n_pairs}, n_keys={self.n_keys}, n_values={self.n_values})"
 
-    def sample(self, batch: int, length: int, generator: torch.Generator) -> Batch:
+    def sample(self, batch: int, length: int, rng: np.random.Generator) -> Batch:
         self.check_length(length)
         N = self.n_pairs
-        keys = torch.argsort(torch.rand(batch, self.n_keys, generator=generator), dim=1)[:, :N]
-        values = torch.randint(0, self.n_values, (batch, N), generator=generator)
-        tokens = torch.zeros(batch, length, dtype=torch.long)
-        labels = torch.full((batch, length), -100, dtype=torch.long)
+        keys = np.argsort(rng.random((batch, self.n_keys)), axis=1)[:, :N]
+        values = rng.integers(0, self.n_values, (batch, N), dtype=np.int64)
+        tokens = np.zeros((batch, length), dtype=np.int64)
+        labels = np.full((batch, length), -100, dtype=np.int64)
         tokens[:, 0 : 2 * N : 2] = keys + 1
         tokens[:, 1 : 2 * N : 2] = values + 1 + self.n_keys
         # Query slots: N distinct positions in the tail, sorted; pair j asked in random order.
         tail = length - 2 * N
-        slots = torch.argsort(torch.rand(batch, tail, generator=generator), dim=1)[:, :N]
-        slots = torch.sort(slots, dim=1).values + 2 * N
-        order = torch.argsort(torch.rand(batch, N, generator=generator), dim=1)
-        rows = torch.arange(batch).unsqueeze(1)
-        tokens[rows, slots] = torch.gather(keys, 1, order) + 1
-        labels[rows, slots] = torch.gather(values, 1, order)
+        slots = np.argsort(rng.random((batch, tail)), axis=1)[:, :N]
+        slots = np.sort(slots, axis=1) + 2 * N
+        order = np.argsort(rng.random((batch, N)), axis=1)
+        rows = np.arange(batch)[:, None]
+        tokens[rows, slots] = np.take_along_axis(keys, order, axis=1) + 1
+        labels[rows, slots] = np.take_along_axis(values, order, axis=1)
         return Batch(tokens, labels, labels >= 0)
 
 

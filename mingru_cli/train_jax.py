@@ -3,22 +3,24 @@
 :mod:`mingru_cli.train`, trained with optax AdamW (same betas, eps and weight decay as
 ``torch.optim.AdamW`` with the flags given) under ``jax.jit``.
 
-JAX, Flax and optax are imported only here, so the PyTorch demo never needs them. This module
-shares the configuration (:mod:`mingru_cli.config`) and the data and fit loop
+JAX, Flax and optax are imported only here, so the PyTorch demo never needs them, and nothing
+on this path imports torch: a Flax-only install (``pip install ".[jax,cli]"``) runs it. This
+module shares the configuration (:mod:`mingru_cli.config`), the NumPy data and the fit loop
 (:mod:`mingru_cli._train_common`) with the PyTorch path and never imports
-:mod:`mingru_cli.train`. The synthetic tasks (:mod:`mingru_cli.tasks`) generate their data
-with torch on CPU, so this path needs torch installed too (a CPU build is enough).
+:mod:`mingru_cli.train`.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from mingru_cli._train_common import fit_loop
 from mingru_cli.config import TrainConfig, stack_arguments
 from mingru_cli.tasks import Batch, Task
 
-__all__ = ["fit_jax"]
+__all__ = ["fit", "fit_jax", "jax_device", "session"]
 
 
 def _imports() -> tuple[Any, Any, Any, Any, Any]:
@@ -38,6 +40,42 @@ def _imports() -> tuple[Any, Any, Any, Any, Any]:
     except (ImportError, AttributeError) as exc:
         raise RuntimeError(f"--framework jax needs mingru_jax.MinGRUStack ({exc})") from None
     return jax, jnp, optax, nnx, stack_cls
+
+
+def jax_device(jax: Any, device: str) -> Any:
+    """The JAX device named by ``--device``: ``cpu``, ``cuda``/``gpu`` or ``cuda:N``/``gpu:N``
+    (``auto``: the first GPU when JAX sees one, else the CPU). A one-line ``RuntimeError`` when
+    it is not there."""
+    kind, _, index = device.partition(":")
+    if kind == "auto" and not index:
+        return jax.devices()[0] if jax.default_backend() == "gpu" else jax.devices("cpu")[0]
+    platform = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu"}.get(kind)
+    if platform is None or (index and not index.isdigit()):
+        raise RuntimeError(f"--device {device!r} is not a JAX device: use cpu, cuda or cuda:N")
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError:  # no such backend in this jaxlib, or it failed to start
+        devices = []
+    if not devices:
+        raise RuntimeError(f"--device {device} was asked for but JAX sees no GPU")
+    i = int(index or 0)
+    if i >= len(devices):
+        raise RuntimeError(f"--device {device} was asked for but JAX sees only "
+                           f"{len(devices)} {platform.upper()} device(s)")
+    return devices[i]
+
+
+@contextlib.contextmanager
+def session(cfg: TrainConfig) -> Iterator[None]:
+    """Check ``cfg.device`` and make it JAX's default device while the block runs, so the
+    model, the optimizer state, every batch and every jitted step live there (``cpu`` really
+    runs on the CPU with a GPU present). ``"auto"`` is recorded as the device it chose."""
+    jax = _imports()[0]
+    device = jax_device(jax, cfg.device)
+    if cfg.device == "auto":
+        cfg.device = "cuda" if device.platform == "gpu" else "cpu"
+    with jax.default_device(device):
+        yield
 
 
 def fit_jax(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
@@ -92,8 +130,7 @@ def fit_jax(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
         return logits_fn(p, tokens).argmax(-1)
 
     def as_jax(b: Batch) -> tuple[Any, Any, Any]:
-        return (jnp.asarray(b.tokens.numpy()), jnp.asarray(b.labels.numpy()),
-                jnp.asarray(b.mask.numpy()))
+        return jnp.asarray(b.tokens), jnp.asarray(b.labels), jnp.asarray(b.mask)
 
     def step_fn(batch: Batch, lr: float) -> tuple[float, float]:
         tokens, labels, mask = as_jax(batch)
@@ -121,3 +158,6 @@ def fit_jax(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
     record["accuracy"] = {str(n): evaluate(b) for n, b in evals.items()}
     record["framework"] = "jax"
     return record
+
+
+fit = fit_jax

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one GPU command: install (offline wheels from .whl/ when present), then run the GPU tests
 # or benchmark suites; logs go to $OUT (default out/), benchmark files to $OUT/bench.
-#   scripts/gpu_check.sh tests [pytest args...]    (default: -m gpu tests)
+#   scripts/gpu_check.sh tests [pytest args...]    (default: the whole suite on 8 workers)
 #   scripts/gpu_check.sh bench [mingru bench args...]
 #       e.g. bench --suite headline --json-out docs/benchmarks/h100   (then the page:
 #       python -m mingru_benchmarks.page docs/benchmarks.md --json docs/benchmarks/h100)
@@ -19,10 +19,12 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log
   || { cat "$OUT/install.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 tests() { python3 -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/gpu-tests.log"; return "${PIPESTATUS[0]}"; }
+# On a GPU every test runs natively; slow-marked tests start first (tests/conftest.py).
+SUITE="-n 8 --dist worksteal --durations=40 tests"
 bench() { python3 -m mingru bench --device cuda --out "$OUT/bench" "$@" 2>&1 | tee -a "$OUT/bench.log"; return "${PIPESTATUS[0]}"; }
 case "$what" in
-  tests) [ $# -gt 0 ] || set -- -m gpu tests; tests "$@" ;;
+  tests) [ $# -gt 0 ] || set -- $SUITE; tests "$@" ;;
   bench) bench "$@" ;;
-  all) tests -m gpu tests; rc=$?; bench --suite headline || rc=$?; exit $rc ;;
+  all) tests $SUITE; rc=$?; bench --suite headline || rc=$?; exit $rc ;;
   *) echo "usage: $0 tests|bench|all [args...]" >&2; exit 2 ;;
 esac

@@ -1,0 +1,98 @@
+"""A Flax-only install (``pip install ".[jax,cli]"``, no torch): ``mingru train --framework
+jax`` and ``mingru bench --suite jax`` run, with torch's absence simulated in a subprocess, and
+``--device`` names a device JAX must really have."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+
+from mingru_cli.cli import main
+
+jax = pytest.importorskip("jax")
+pytest.importorskip("optax")
+pytest.importorskip("mingru_jax")
+
+# Makes `import torch` fail the way it does when torch is not installed.
+_BLOCK_TORCH = """
+    import importlib.abc, sys
+
+    class _NoTorch(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch" or name.startswith("torch."):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+    sys.meta_path.insert(0, _NoTorch())
+"""
+
+
+def test_train_and_bench_jax_without_torch(tmp_path):
+    code = textwrap.dedent(_BLOCK_TORCH) + textwrap.dedent(f"""
+        import json
+        from mingru_cli.cli import main
+
+        train = main(["train", "--framework", "jax", "--task", "s3", "--mixer", "signed",
+                      "--steps", "3", "--batch-size", "4", "--d-model", "8", "--train-len", "8",
+                      "--eval-lens", "8,16", "--val-len", "12", "--eval-size", "4",
+                      "--eval-every", "2", "--device", "cpu", "--out", {str(tmp_path / "t")!r},
+                      "--no-progress"])
+        bench = main(["bench", "--device", "cpu", "--quick", "--suite", "jax", "--only",
+                      "linear_scan", "--backends", "ours,jax", "--out",
+                      {str(tmp_path / "b")!r}])
+        print("RESULT" + json.dumps({{"train": train, "bench": bench,
+                                     "torch_loaded": "torch" in sys.modules}}))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "MINGRU_SCAN"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=240, env=env)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    res = json.loads(proc.stdout.split("RESULT", 1)[1])
+    assert res == {"train": 0, "bench": 0, "torch_loaded": False}, proc.stderr
+    trained = json.loads((tmp_path / "t" / "train_results.json").read_text())
+    assert trained["config"]["device"] == "cpu" and "torch" not in trained["versions"]
+    (model,) = trained["models"]
+    assert model["framework"] == "jax" and set(model["accuracy"]) == {"8", "16"}
+    rows = json.loads((tmp_path / "b" / "bench.json").read_text())["rows"]
+    by_backend = {}
+    for row in rows:
+        by_backend.setdefault(row["backend"], []).append(row)
+    assert all(r.get("skipped") == "torch not installed" for r in by_backend["ours"])
+    assert all(r["ms"] > 0 for r in by_backend["jax"]) and len(by_backend["jax"]) == 2
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="needs a machine without a GPU")
+def test_train_jax_device_cuda_without_a_gpu_is_a_clean_error(capsys, tmp_path):
+    argv = ["train", "--framework", "jax", "--steps", "1", "--train-len", "8", "--eval-lens",
+            "8", "--eval-size", "2", "--no-progress", "--out", str(tmp_path / "cuda")]
+    assert main([*argv, "--device", "cuda"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [
+        "mingru train: error: --device cuda was asked for but JAX sees no GPU"]
+    assert captured.out == "" and not (tmp_path / "cuda").exists()
+    assert main([*argv, "--device", "tpu"]) == 1
+    assert "--device 'tpu' is not a JAX device" in capsys.readouterr().err
+
+
+def test_jax_device_picks_the_named_device():
+    from mingru_cli.train_jax import jax_device
+
+    cpu = SimpleNamespace(platform="cpu")
+    gpus = [SimpleNamespace(platform="gpu", id=i) for i in range(2)]
+    fake = SimpleNamespace(devices=lambda platform=None: {"cpu": [cpu], "gpu": gpus,
+                                                           None: gpus}[platform],
+                           default_backend=lambda: "gpu")
+    assert jax_device(fake, "cpu") is cpu  # the CPU even where a GPU is the default
+    assert jax_device(fake, "cuda") is gpus[0] and jax_device(fake, "auto") is gpus[0]
+    assert jax_device(fake, "cuda:1") is gpus[1] and jax_device(fake, "gpu:1") is gpus[1]
+    with pytest.raises(RuntimeError, match="--device cuda:2 .* only 2 GPU"):
+        jax_device(fake, "cuda:2")
+    with pytest.raises(RuntimeError, match="not a JAX device"):
+        jax_device(fake, "cuda:x")
+    assert jax_device(jax, "cpu").platform == "cpu"
