@@ -44,6 +44,8 @@ _EXPORTS: dict[str, str] = {
     "check_cu_seqlens": "mingru_jax.scans",
     "mingru_cell": "mingru_jax.cells",
     "signed_mingru_cell": "mingru_jax.cells",
+    "givens_cell": "mingru_jax.cells",
+    "rotation_cell": "mingru_jax.cells",
     "MinGRU": "mingru_jax.mixers.log",
     "MinGRUCell": "mingru_jax.mixers.log",
     "SignedMinGRU": "mingru_jax.mixers.signed",
@@ -78,6 +80,7 @@ __all__ = [
     "__version__",
     "available",
     "check_cu_seqlens",
+    "givens_cell",
     "linear_recurrence",
     "linear_scan",
     "matrix_affine_scan",
@@ -85,6 +88,7 @@ __all__ = [
     "mingru_cell",
     "nnx_to_torch",
     "parallel_scan_log",
+    "rotation_cell",
     "scan_mode",
     "signed_mingru_cell",
     "torch_to_nnx",
@@ -107,7 +111,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # static analysers see the real names
     from mingru_jax.block import MinGRUBlock
-    from mingru_jax.cells import mingru_cell, signed_mingru_cell
+    from mingru_jax.cells import givens_cell, mingru_cell, rotation_cell, signed_mingru_cell
     from mingru_jax.convert import nnx_to_torch, torch_to_nnx
     from mingru_jax.dispatch import MinGRUFallbackWarning, available, scan_mode, use_backend
     from mingru_jax.mixers.delta import DeltaMinGRU, DeltaMinGRUCell

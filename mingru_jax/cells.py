@@ -4,22 +4,26 @@ from the projection outputs.
 A mixer computes ONE projection ``k`` holding its gates side by side and hands it to a cell,
 which forms the gates and runs the recurrence without materialising any per-gate array (on a
 GPU one Triton kernel each way through jax-triton; the eager twin is the reference). Each entry
-validates here and dispatches through :mod:`mingru_jax.dispatch` (op ``mingru_cell``).
+validates here and dispatches through :mod:`mingru_jax.dispatch` (ops ``mingru_cell``,
+``givens_cell`` and ``rotation_cell``).
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from mingru_jax import _validate
+from mingru_jax._eager.givens_cell import givens_cell_eager
 from mingru_jax._eager.mingru_cell import mingru_cell_eager, transitions
+from mingru_jax._eager.rotation_cell import rotation_cell_eager
 from mingru_jax._packing import check_cu_seqlens, final_states, segments
 from mingru_jax._sharding import check_axis, sequence_parallel
 from mingru_jax.dispatch import call
-from mingru_kernels._spec import check_cell_shapes, check_packed_state
+from mingru_kernels._spec import check_cell_shapes, check_givens, check_packed_state, check_size
 
-__all__ = ["mingru_cell", "signed_mingru_cell"]
+__all__ = ["givens_cell", "mingru_cell", "rotation_cell", "signed_mingru_cell"]
 
 
 def mingru_cell(
@@ -111,6 +115,129 @@ def signed_mingru_cell(
     """
     return _cell(k, 3, initial_state, log_gamma, True, bool(coupled), return_final_state,
                  axis_name, cu_seqlens)
+
+
+def givens_cell(
+    k: jax.Array,
+    initial_state: jax.Array | None = None,
+    log_gamma: jax.Array | None = None,
+    *,
+    block_size: int,
+    rounds: int,
+) -> jax.Array:
+    """GivensMinGRU's cell: ``h_t = γ_t G(θ_t) h_{t−1} + σ(k_z) ⊙ k_h`` per block of
+    ``block_size`` channels, ``G(θ_t)`` the ``rounds`` brick-wall layers of Givens rotations
+    of :class:`mingru_jax.GivensMinGRU` (op ``givens_cell``; the twin of
+    :func:`mingru.cells.givens_cell`).
+
+    Args:
+        k: ``(B, T, W)`` pre-activations ``[k_θ | k_z | k_h]`` (one projection's output),
+            ``W = D·rounds/2 + 2·D``: the ``n·rounds·block_size/2`` angles (block-major, then
+            round, then plane; ``n = D / block_size``), then ``k_z`` and ``k_h`` (``D`` each).
+        initial_state: ``(B, D)`` state ``h_0``; zeros when ``None``.
+        log_gamma: ``(B, T, n)`` log-decay ``log γ`` of each block's transition, or ``None``.
+        block_size: ``k``, even, in ``{2, 4, 8, 16}`` on the kernels (any even size eager).
+        rounds: ``R ≥ 1``.
+
+    Returns:
+        ``h`` ``(B, T, D)`` in ``k``'s dtype (float32 inside the kernel), differentiable in
+        ``k``, ``initial_state`` and ``log_gamma``. On a GPU one Triton kernel each way reads
+        ``k``'s columns in place and writes its whole gradient as one array.
+
+    Example:
+        >>> import jax
+        >>> from mingru_jax.cells import givens_cell
+        >>> D, R = 8, 3
+        >>> k = jax.random.normal(jax.random.key(0), (2, 5, D * R // 2 + 2 * D))
+        >>> givens_cell(k, block_size=4, rounds=R).shape
+        (2, 5, 8)
+    """
+    k = _validate.floating(k, "k")
+    check_size(rounds, "rounds")  # before it divides k's width
+    D = 2 * k.shape[-1] // (rounds + 4) if k.ndim == 3 else 0
+    if k.ndim != 3 or D < 1 or D * rounds // 2 + 2 * D != k.shape[-1] or D * rounds % 2:
+        raise ValueError(f"givens_cell: k must be (B, T, D·rounds/2 + 2·D) for rounds={rounds}; "
+                         f"got {tuple(k.shape)}")
+    try:
+        n = check_givens(D, block_size, rounds)
+    except ValueError as err:
+        raise ValueError(f"givens_cell: k's width {k.shape[-1]} gives D = {D} for rounds={rounds}; "
+                         f"{err}") from None
+    initial_state, log_gamma = _check_block_cell("givens_cell", k, initial_state, D, log_gamma, n)
+    return call("givens_cell", givens_cell_eager, k, initial_state, log_gamma, block_size,
+                rounds)
+
+
+def rotation_cell(
+    k: jax.Array,
+    initial_state: jax.Array | None = None,
+    log_gamma: jax.Array | None = None,
+    *,
+    snap_k: jax.Array | None = None,
+) -> jax.Array:
+    """RotationMinGRU's cell: per 2×2 block ``j``, ``h_t = γ_t R(θ_t) diag(1, tanh(k_u))
+    h_{t−1} + σ(k_z) ⊙ k_h`` with ``θ = k_θ`` snapped to a multiple of ``2π/K_j`` (half to
+    even, straight-through gradient) (op ``rotation_cell``; the twin of
+    :func:`mingru.cells.rotation_cell`).
+
+    Args:
+        k: ``(B, T, 6·n)`` pre-activations ``[k_θ | k_u | k_z | k_h]`` (one projection's
+            output): ``n`` angles, ``n`` scale pre-activations, then ``k_z`` and ``k_h``
+            (``D = 2·n`` each, block ``j`` on channels ``2j, 2j+1``).
+        initial_state: ``(B, D)`` state ``h_0``; zeros when ``None``.
+        log_gamma: ``(B, T, n)`` log-decay ``log γ`` of each block's transition, or ``None``.
+        snap_k: ``(n,)`` positive ``K_j`` per block (e.g. ``RotationMinGRU.snap_k``), or
+            ``None`` for unsnapped angles. Its values are checked only outside a trace.
+
+    Returns:
+        ``h`` ``(B, T, D)`` in ``k``'s dtype (float32 inside the kernel), differentiable in
+        ``k``, ``initial_state`` and ``log_gamma`` (not in ``snap_k``). On a GPU one Triton
+        kernel each way reads ``k``'s columns in place and writes its whole gradient as one
+        array.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from mingru_jax.cells import rotation_cell
+        >>> k = jax.random.normal(jax.random.key(0), (2, 5, 6 * 4))
+        >>> rotation_cell(k, snap_k=jnp.array([2., 3., 4., 6.])).shape
+        (2, 5, 8)
+    """
+    k = _validate.floating(k, "k")
+    if k.ndim != 3 or k.shape[-1] < 6 or k.shape[-1] % 6:
+        raise ValueError(f"rotation_cell: k must be (B, T, 6·n) = [k_θ | k_u | k_z | k_h] with "
+                         f"n ≥ 1 blocks; got {tuple(k.shape)}")
+    n = k.shape[-1] // 6
+    initial_state, log_gamma = _check_block_cell("rotation_cell", k, initial_state, 2 * n,
+                                                 log_gamma, n)
+    if snap_k is not None:
+        snap_k = _validate.floating(snap_k, "snap_k")
+        if tuple(snap_k.shape) != (n,):
+            raise ValueError(f"rotation_cell: snap_k must be ({n},); got {tuple(snap_k.shape)}")
+        # A value check needs concrete values: under a trace it is the caller's (RotationMinGRU
+        # checks its table once, when it is built).
+        if not isinstance(snap_k, jax.core.Tracer) and not (np.asarray(snap_k) > 0).all():
+            raise ValueError("rotation_cell: snap_k must be positive (K_j of each block)")
+    return call("rotation_cell", rotation_cell_eager, k, initial_state, log_gamma, snap_k)
+
+
+def _check_block_cell(op, k, initial_state, D, log_gamma, n):
+    """The block cells' common checks: at least one step, ``initial_state (B, D)`` and
+    ``log_gamma (B, T, n)`` (one per block) when given, and one dtype; returns them as
+    arrays."""
+    _validate.nonempty_time(k, "k")
+    B, T = k.shape[:2]
+    named = [("k", k)]
+    checked = []
+    for name, x, shape in (("initial_state", initial_state, (B, D)),
+                           ("log_gamma", log_gamma, (B, T, n))):
+        if x is not None:
+            x = _validate.floating(x, name)
+            if tuple(x.shape) != shape:
+                raise ValueError(f"{op}: {name} must be {shape}; got {tuple(x.shape)}")
+            named.append((name, x))
+        checked.append(x)
+    _validate.same_dtype(named)
+    return tuple(checked)
 
 
 def _cell(k, n_gates, initial_state, log_gamma, signed, coupled, return_final_state,

@@ -1,7 +1,8 @@
 """Thin jax-triton launchers, one module per op, imported only by :mod:`mingru_jax.dispatch`.
 
 ``LAUNCHERS`` maps an op name (``"parallel_scan_log"``, ``"linear_scan"``,
-``"linear_recurrence"``, ``"matrix_affine_scan"``, ``"givens_recurrence"``, ``"delta_rule"``) to the module that
+``"linear_recurrence"``, ``"matrix_affine_scan"``, ``"givens_recurrence"``, ``"delta_rule"``,
+``"mingru_cell"``, ``"givens_cell"``, ``"rotation_cell"``) to the module that
 launches its kernel from ``mingru_kernels``. Importing this package never imports Triton or
 jax-triton; a launcher module is imported only when dispatch routes a call to it.
 
@@ -47,4 +48,6 @@ LAUNCHERS: dict[str, str] = {
     "givens_recurrence": "mingru_jax._launch.givens_recurrence",
     "delta_rule": "mingru_jax._launch.delta_rule",
     "mingru_cell": "mingru_jax._launch.mingru_cell",
+    "givens_cell": "mingru_jax._launch.givens_cell",
+    "rotation_cell": "mingru_jax._launch.rotation_cell",
 }
