@@ -9,6 +9,7 @@ Inputs are generated in NumPy (the same recipes as the PyTorch side, not the sam
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +35,9 @@ def _inputs(op: str, dims: tuple[int, ...]) -> list[Any]:
         return [np.stack([np.stack([c, -s], -1), np.stack([s, c], -1)], -2), r(B, T, D // 2, 2)]
     if op == "matrix_affine_scan":
         return [r(B, T, D // 8, 8, 8) * (0.5 / 8**0.5), r(B, T, D // 8, 8, 1)]
-    return [r(B, T, {"mingru_cell": 2, "signed_mingru_cell": 3}[op] * D)]
+    if op == "givens_cell":  # 8×8 blocks, 3 rounds: [k_θ | k_z | k_h]
+        return [r(B, T, D * 3 // 2 + 2 * D)]
+    return [r(B, T, {"mingru_cell": 2, "signed_mingru_cell": 3, "rotation_cell": 3}[op] * D)]
 
 
 def _function(case: Case) -> tuple[Callable[..., Any], list[Any]]:
@@ -51,7 +54,10 @@ def _function(case: Case) -> tuple[Callable[..., Any], list[Any]]:
         graphdef, state = nnx.split(getattr(mingru_jax, case.name)(d, d, rngs=nnx.Rngs(0)))
         x = np.random.default_rng(1).standard_normal(case.dims, dtype=np.float32)
         return (lambda st, x_: nnx.merge(graphdef, st)(x_)), [state, jnp.asarray(x)]
-    return getattr(mingru_jax, case.name), [jnp.asarray(x) for x in _inputs(case.name, case.dims)]
+    fn = getattr(mingru_jax, case.name)
+    if case.name == "givens_cell":
+        fn = functools.partial(fn, block_size=8, rounds=3)
+    return fn, [jnp.asarray(x) for x in _inputs(case.name, case.dims)]
 
 
 def timed_call(case: Case, backend: str, mode: str, device: str) -> tuple[Callable[[], Any], dict]:

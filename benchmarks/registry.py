@@ -24,7 +24,6 @@ __all__ = ["BACKENDS", "MIXERS", "OPS", "PEERS", "SUITES", "Case", "Skip", "case
 OPS = ("parallel_scan_log", "linear_scan", "linear_recurrence", "matrix_scan",
        "matrix_affine_scan", "mingru_cell", "signed_mingru_cell", "givens_cell", "rotation_cell")
 MIXERS = ("MinGRU", "SignedMinGRU", "RotationMinGRU", "GivensMinGRU", "DeltaMinGRU")
-JAX_OPS = OPS[:7]  # mingru_jax has no givens_cell / rotation_cell entry
 ELEMENTWISE = ("parallel_scan_log", "linear_scan", "linear_recurrence", "mingru_cell",
                "signed_mingru_cell")
 DELTA = ("delta_rule nh1", "delta_rule nh2 decay")
@@ -124,5 +123,5 @@ def cases(suite: str, device: str, quick: bool) -> list[Case]:
         return [Case(suite, n, dims, modes=("fwd",), backends=("ours", *PEERS.get(n, ())))
                 for dims in SHAPES["memory-floor"][kind] for n in ELEMENTWISE]
     if suite == "jax":
-        return [Case(suite, n, op_dims, backends=jax_backends) for n in (*JAX_OPS, *MIXERS)]
+        return [Case(suite, n, op_dims, backends=jax_backends) for n in (*OPS, *MIXERS)]
     raise ValueError(f"--suite: unknown suite {suite!r}; choose from {', '.join(SUITES)}")
