@@ -6,6 +6,8 @@ states of a public call (eager calls only: see :func:`checked_call`).
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import TypeVar
@@ -99,3 +101,20 @@ def checked_call(states: Sequence[tuple[str, object]], fn: Callable[..., R], /,
         return fn(*args, **kwargs)
     finally:
         _STATES_CHECKED.reset(token)
+
+
+def checks_state(param: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Decorate a public call whose argument ``param`` is an initial state: the call runs
+    through :func:`checked_call` with that state named ``param``."""
+
+    def decorate(fn: Callable[..., R]) -> Callable[..., R]:
+        index = list(inspect.signature(fn).parameters).index(param)
+
+        @functools.wraps(fn)
+        def call(*args: object, **kwargs: object) -> R:
+            state = kwargs.get(param, args[index] if index < len(args) else None)
+            return checked_call([(param, state)], fn, *args, **kwargs)
+
+        return call
+
+    return decorate

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mingru._validate import checked_call
+from mingru._validate import checks_state
 from mingru.dispatch import select
 from mingru.mixers._common import check_sequence, check_token
 from mingru_kernels._spec import (
@@ -134,6 +134,7 @@ class MinGRUBlock(nn.Module):
             return x
         return x + self.dropout(self.mlp(layer_norm(self.norm2, x)))
 
+    @checks_state("h_0")
     def forward(
         self,
         x: torch.Tensor,
@@ -158,18 +159,6 @@ class MinGRUBlock(nn.Module):
 
         A NaN in ``h_0`` is a ``ValueError`` (checked here, once, in eager calls: one small
         device read; not under ``torch.compile``)."""
-        return checked_call([("h_0", h_0)], self._forward, x, h_0, delta_t,
-                            cu_seqlens=cu_seqlens, sequence_group=sequence_group)
-
-    def _forward(
-        self,
-        x: torch.Tensor,
-        h_0: torch.Tensor | None,
-        delta_t: torch.Tensor | None,
-        *,
-        cu_seqlens: torch.Tensor | None,
-        sequence_group: Any,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
         check_sequence(x, self.d_model, module=self)
         u = layer_norm(self.norm1, x)
         packed = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}

@@ -7,6 +7,8 @@ value check, :func:`no_nan` on initial states, reads concrete arrays only.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import TypeVar
@@ -104,3 +106,20 @@ def checked_call(states: Sequence[tuple[str, object]], fn: Callable[..., R], /,
         return fn(*args, **kwargs)
     finally:
         _STATES_CHECKED.reset(token)
+
+
+def checks_state(param: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Decorate a public call whose argument ``param`` is an initial state: the call runs
+    through :func:`checked_call` with that state named ``param``."""
+
+    def decorate(fn: Callable[..., R]) -> Callable[..., R]:
+        index = list(inspect.signature(fn).parameters).index(param)
+
+        @functools.wraps(fn)
+        def call(*args: object, **kwargs: object) -> R:
+            state = kwargs.get(param, args[index] if index < len(args) else None)
+            return checked_call([(param, state)], fn, *args, **kwargs)
+
+        return call
+
+    return decorate

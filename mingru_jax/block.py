@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from mingru_jax._sharding import check_axis
-from mingru_jax._validate import checked_call
+from mingru_jax._validate import checks_state
 from mingru_jax.mixers._common import check_sequence, check_token, layer_norm, linear
 from mingru_kernels._spec import (
     DECAY_KWARGS,
@@ -123,6 +123,7 @@ class MinGRUBlock(nnx.Module):
             return x
         return x + self.dropout(self.mlp(self.norm2(x)))
 
+    @checks_state("h_0")
     def __call__(
         self,
         x: jax.Array,
@@ -152,18 +153,6 @@ class MinGRUBlock(nnx.Module):
 
         A NaN in ``h_0`` is a ``ValueError`` (checked here, once, when ``h_0`` is concrete:
         one small device read; not under ``jax.jit``)."""
-        return checked_call([("h_0", h_0)], self._call, x, h_0, delta_t, cu_seqlens=cu_seqlens,
-                            axis_name=axis_name)
-
-    def _call(
-        self,
-        x: jax.Array,
-        h_0: jax.Array | None,
-        delta_t: jax.Array | None,
-        *,
-        cu_seqlens: jax.Array | None,
-        axis_name: str | None,
-    ) -> tuple[jax.Array, jax.Array]:
         x = check_sequence(x, self.d_model, module=self)
         if axis_name is not None:
             check_axis(axis_name)

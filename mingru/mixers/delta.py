@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from mingru._sharding import check_group, check_not_packed, matrix_sequence_parallel
-from mingru._validate import checked_call
+from mingru._validate import checks_state
 from mingru.cells import delta_inputs
 from mingru.mixers._common import (
     TimeDecay,
@@ -134,6 +134,7 @@ class DeltaMinGRU(nn.Module):
         layers = [self.linear_q, *self.linear_k, *self.linear_v, *self.linear_beta]
         return delta_inputs(project(x, *layers), H, nh, dk, dv, KEY_NORM_EPS)
 
+    @checks_state("h_0")
     def forward(
         self,
         x: torch.Tensor,
@@ -163,19 +164,6 @@ class DeltaMinGRU(nn.Module):
 
         A NaN in ``h_0`` is a ``ValueError`` (checked in eager calls, one small device read;
         not under ``torch.compile``)."""
-        return checked_call([("h_0", h_0)], self._forward, x, h_0, delta_t, return_state,
-                            cu_seqlens=cu_seqlens, sequence_group=sequence_group)
-
-    def _forward(
-        self,
-        x: torch.Tensor,
-        h_0: torch.Tensor | None,
-        delta_t: torch.Tensor | None,
-        return_state: bool,
-        *,
-        cu_seqlens: torch.Tensor | None,
-        sequence_group: Any,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         H, dk, dv = self.n_heads, self.d_k, self.d_v

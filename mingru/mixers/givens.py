@@ -29,7 +29,7 @@ from mingru._sharding import (
     check_not_packed,
     matrix_sequence_parallel,
 )
-from mingru._validate import checked_call
+from mingru._validate import checks_state
 from mingru.cells import givens_cell
 from mingru.mixers._common import (
     TimeDecay,
@@ -95,6 +95,7 @@ class BlockRotationBase(nn.Module):
         shape = (batch, self.n_blocks) if steps is None else (batch, steps, self.n_blocks)
         return lg.expand(shape).contiguous()  # fixed decay gives one channel: one per block
 
+    @checks_state("h_0")
     def forward(
         self,
         x: torch.Tensor,
@@ -125,19 +126,6 @@ class BlockRotationBase(nn.Module):
 
         A NaN in ``h_0`` is a ``ValueError`` (checked in eager calls, one small device read;
         not under ``torch.compile``)."""
-        return checked_call([("h_0", h_0)], self._forward, x, h_0, delta_t, return_state,
-                            cu_seqlens=cu_seqlens, sequence_group=sequence_group)
-
-    def _forward(
-        self,
-        x: torch.Tensor,
-        h_0: torch.Tensor | None,
-        delta_t: torch.Tensor | None,
-        return_state: bool,
-        *,
-        cu_seqlens: torch.Tensor | None,
-        sequence_group: Any,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         n, k = self.n_blocks, self.block_size

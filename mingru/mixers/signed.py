@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mingru._validate import checked_call
+from mingru._validate import checks_state
 from mingru.cells import signed_mingru_cell
 from mingru.mixers._common import (
     TimeDecay,
@@ -98,6 +98,7 @@ class SignedMinGRU(nn.Module):
             a = a * log_gamma.exp()
         return a, z * self.linear_h(x)
 
+    @checks_state("h_0")
     def forward(
         self,
         x: torch.Tensor,
@@ -124,19 +125,6 @@ class SignedMinGRU(nn.Module):
 
         A NaN in ``h_0`` is a ``ValueError`` (checked in eager calls, one small device read;
         not under ``torch.compile``)."""
-        return checked_call([("h_0", h_0)], self._forward, x, h_0, delta_t, return_state,
-                            cu_seqlens=cu_seqlens, sequence_group=sequence_group)
-
-    def _forward(
-        self,
-        x: torch.Tensor,
-        h_0: torch.Tensor | None,
-        delta_t: torch.Tensor | None,
-        return_state: bool,
-        *,
-        cu_seqlens: torch.Tensor | None,
-        sequence_group: Any,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         cu, n_states = packed_offsets(cu_seqlens, x, sequence_group is not None)

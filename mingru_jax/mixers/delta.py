@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from mingru_jax._sharding import check_axis, sequence_parallel
-from mingru_jax._validate import checked_call
+from mingru_jax._validate import checks_state
 from mingru_jax.mixers._common import (
     MixerCell,
     TimeDecay,
@@ -156,6 +156,7 @@ class DeltaMinGRU(nnx.Module):
         beta = 2.0 * jax.nn.sigmoid(beta.reshape(*lead, nh, H))
         return q.reshape(*lead, H, dk), k, v.reshape(*lead, nh, H, dv), beta
 
+    @checks_state("h_0")
     def __call__(
         self,
         x: jax.Array,
@@ -185,19 +186,6 @@ class DeltaMinGRU(nnx.Module):
 
         A NaN in ``h_0`` is a ``ValueError`` (checked when ``h_0`` is concrete, one small
         device read; not under ``jax.jit``)."""
-        return checked_call([("h_0", h_0)], self._call, x, h_0, delta_t, return_state,
-                            cu_seqlens=cu_seqlens, axis_name=axis_name)
-
-    def _call(
-        self,
-        x: jax.Array,
-        h_0: jax.Array | None,
-        delta_t: jax.Array | None,
-        return_state: bool,
-        *,
-        axis_name: str | None,
-        cu_seqlens: jax.Array | None,
-    ) -> jax.Array | tuple[jax.Array, jax.Array]:
         x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         H, dk, dv = self.n_heads, self.d_k, self.d_v

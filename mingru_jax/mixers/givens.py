@@ -24,7 +24,7 @@ from flax import nnx
 from mingru_jax._eager.givens_recurrence import givens_step
 from mingru_jax._packing import check_cu_seqlens, final_states, segments
 from mingru_jax._sharding import check_axis, gather_last, sequence_parallel
-from mingru_jax._validate import checked_call
+from mingru_jax._validate import checks_state
 from mingru_jax.mixers._common import (
     MixerCell,
     TimeDecay,
@@ -86,6 +86,7 @@ class BlockRotationBase(nnx.Module):
         shape = (batch, self.n_blocks) if steps is None else (batch, steps, self.n_blocks)
         return jnp.broadcast_to(lg, shape)  # fixed decay gives one channel: one per block
 
+    @checks_state("h_0")
     def __call__(
         self,
         x: jax.Array,
@@ -120,19 +121,6 @@ class BlockRotationBase(nnx.Module):
 
         A NaN in ``h_0`` is a ``ValueError`` (checked when ``h_0`` is concrete, one small
         device read; not under ``jax.jit``)."""
-        return checked_call([("h_0", h_0)], self._call, x, h_0, delta_t, return_state,
-                            cu_seqlens=cu_seqlens, axis_name=axis_name)
-
-    def _call(
-        self,
-        x: jax.Array,
-        h_0: jax.Array | None,
-        delta_t: jax.Array | None,
-        return_state: bool,
-        *,
-        cu_seqlens: jax.Array | None,
-        axis_name: str | None,
-    ) -> jax.Array | tuple[jax.Array, jax.Array]:
         x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         n, k = self.n_blocks, self.block_size

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from mingru_jax._sharding import gather_last
-from mingru_jax._validate import checked_call
+from mingru_jax._validate import checks_state
 from mingru_jax.cells import signed_mingru_cell
 from mingru_jax.mixers._common import (
     MixerCell,
@@ -119,6 +119,7 @@ class SignedMinGRU(nnx.Module):
             a = a * jnp.exp(log_gamma)
         return a, z * self.linear_h(x)
 
+    @checks_state("h_0")
     def __call__(
         self,
         x: jax.Array,
@@ -150,19 +151,6 @@ class SignedMinGRU(nnx.Module):
 
         A NaN in ``h_0`` is a ``ValueError`` (checked when ``h_0`` is concrete, one small
         device read; not under ``jax.jit``)."""
-        return checked_call([("h_0", h_0)], self._call, x, h_0, delta_t, return_state,
-                            cu_seqlens=cu_seqlens, axis_name=axis_name)
-
-    def _call(
-        self,
-        x: jax.Array,
-        h_0: jax.Array | None,
-        delta_t: jax.Array | None,
-        return_state: bool,
-        *,
-        cu_seqlens: jax.Array | None,
-        axis_name: str | None,
-    ) -> jax.Array | tuple[jax.Array, jax.Array]:
         x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
         # One matmul for the three projections; the cell forms the gates inside the kernel.
