@@ -20,6 +20,7 @@ from mingru_cli.cli import main
 from mingru_cli.config import TrainConfig, parse_mixer_spec
 from mingru_cli.runner import run
 from mingru_cli.tasks import GroupWordTask, MQARTask, ParityTask, make_task, permutation_table
+from tests.cli.no_torch import BLOCK_TORCH
 
 # --------------------------------------------------------------------------- info
 
@@ -75,23 +76,10 @@ def test_help_imports_neither_framework():
     assert "LOADED []" in proc.stdout
 
 
-# Makes `import torch` fail the way it does when torch is not installed.
-_BLOCK_TORCH = """
-    import importlib.abc, json, sys
-
-    class _NoTorch(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "torch" or name.startswith("torch."):
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            return None
-
-    sys.meta_path.insert(0, _NoTorch())
-"""
-
 
 def test_info_help_train_bench_without_torch():
-    proc = _run_python(_BLOCK_TORCH, """
-        import contextlib, io
+    proc = _run_python(BLOCK_TORCH, """
+        import contextlib, io, json
         from mingru_cli.cli import main
         try:
             main(["--help"])

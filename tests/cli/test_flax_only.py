@@ -14,27 +14,15 @@ from types import SimpleNamespace
 import pytest
 
 from mingru_cli.cli import main
+from tests.cli.no_torch import BLOCK_TORCH
 
 jax = pytest.importorskip("jax")
 pytest.importorskip("optax")
 pytest.importorskip("mingru_jax")
 
-# Makes `import torch` fail the way it does when torch is not installed.
-_BLOCK_TORCH = """
-    import importlib.abc, sys
-
-    class _NoTorch(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "torch" or name.startswith("torch."):
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            return None
-
-    sys.meta_path.insert(0, _NoTorch())
-"""
-
 
 def test_train_and_bench_jax_without_torch(tmp_path):
-    code = textwrap.dedent(_BLOCK_TORCH) + textwrap.dedent(f"""
+    code = textwrap.dedent(BLOCK_TORCH) + textwrap.dedent(f"""
         import json
         from mingru_cli.cli import main
 
