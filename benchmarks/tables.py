@@ -60,8 +60,17 @@ def stamp(results: Iterable[dict[str, Any]]) -> str:
     versions = " · ".join(f"{k} {env[k]}" for k in ("torch", "triton", "jax", "jax-triton", "flax",
                                                      "fla-core", "accelerated-scan",
                                                      "mingru-pytorch") if env.get(k))
-    commands = "; ".join(f"`{r['command']}`" for r in results)
+    commands = "; ".join(f"`{_portable(r['command'])}`" for r in results)
     return f"{where} · {versions} · commit `{env.get('commit')}` · {env['date']} · {commands}"
+
+
+def _portable(command: str) -> str:
+    """The command without its output paths (``--out``, ``--json-out``): they name folders of
+    the machine that ran it, not what was measured."""
+    words = command.split()
+    kept = [w for i, w in enumerate(words)
+            if w not in ("--out", "--json-out") and (i == 0 or words[i - 1] not in ("--out", "--json-out"))]
+    return " ".join(w for w in kept if not w.startswith(("--out=", "--json-out=")))
 
 
 def _cells(rows: list[Row], key: tuple[str, ...]) -> dict[tuple, dict[str, Row]]:
@@ -72,8 +81,14 @@ def _cells(rows: list[Row], key: tuple[str, ...]) -> dict[tuple, dict[str, Row]]
 
 
 def _notes(rows: list[Row]) -> list[str]:
-    why = dict.fromkeys(f"{r['backend']}: {r.get('skipped') or r.get('error')}"
-                        for r in rows if "ms" not in r)
+    why: dict[str, list[str]] = {}
+    for r in rows:
+        if "ms" not in r:
+            reason = f"{r['backend']}: {r.get('skipped') or r.get('error')}"
+            where = f"{r['case']} {r['precision']} {r['mode']}"
+            if where not in why.setdefault(reason, []):
+                why[reason].append(where)
+    why = {f"{reason} ({', '.join(where)})": None for reason, where in why.items()}
     return ["", "Not run: " + "; ".join(why) + "."] if why else []
 
 

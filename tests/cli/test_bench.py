@@ -290,7 +290,7 @@ def test_page_blocks_are_filled_from_json(tmp_path, capsys):
         assert part in first
     assert "| linear_recurrence | B16 T4096 D256 | fp32 | 0.2 | 0.5 | 5.00× / 4.00× | — / — | 1.50× / — (fla) |" in block
     assert "| MinGRU | B8 T2048 d512 L4 | bf16 | 10 | — | 1.50× |" in block
-    assert "old" not in block and "Not run: fla: x." in block
+    assert "old" not in block and "Not run: fla: x (linear_recurrence fp32 fwd+bwd)." in block
     assert "| linear_scan | B16 T4096 D256 | fp32 | fwd | 0.1 | 0.25 | 2.50× |" in new
     again = tmp_path / "again.md"
     again.write_text(new)
