@@ -22,6 +22,7 @@ import mingru
 from mingru import cells, scans
 from mingru_benchmarks import peers, timers
 from mingru_benchmarks.registry import MIXERS, Case, Skip
+from mingru_kernels._seam import interpreter_mode
 
 __all__ = ["copy_bandwidth", "hook_rows", "timed_call"]
 
@@ -160,10 +161,10 @@ def _nbytes(ts: list[torch.Tensor]) -> int:
 
 def timed_call(case: Case, backend: str, mode: str, device: str) -> tuple[Call, dict[str, Any]]:
     """The call to time and the row's extra fields."""
+    if backend == "triton" and (why := _why_no_kernels(device)) is not None:
+        raise Skip(why)
     if case.suite in ("train-step", "hooks"):
         return train_step(case, backend, device), {}
-    if backend == "triton" and mingru.available() is not True:
-        raise Skip(str(mingru.available()))
     fn, xs, params = _subject(case, backend, device)
     extra: dict[str, Any] = {}
     if mode == "fwd":
@@ -183,6 +184,17 @@ def timed_call(case: Case, backend: str, mode: str, device: str) -> tuple[Call, 
         sum(o.float().sum() for o in _outputs(fn(*xs))).backward()
 
     return fwd_bwd, extra
+
+
+def _why_no_kernels(device: str) -> str | None:
+    """Why the forced kernels cannot run on ``device`` here (``None``: they can): they take
+    CUDA tensors, or CPU ones through Triton's interpreter (``TRITON_INTERPRET=1``), which a
+    GPU machine does not run unless asked."""
+    if (status := mingru.available()) is not True:
+        return str(status)
+    if torch.device(device).type != "cuda" and not interpreter_mode():
+        return f"the kernels need CUDA tensors on {device} (TRITON_INTERPRET=1 runs them on CPU)"
+    return None
 
 
 def _no_grad(fn: Callable[..., Any], xs: list[torch.Tensor]) -> Any:

@@ -1,22 +1,28 @@
 """The dispatch rules both frontends share, framework-free (no torch, jax or triton import).
 
 ``mingru.dispatch`` and ``mingru_jax.dispatch`` differ only in how they tell where a call runs
-(CUDA tensor vs jax platform), how they find a launcher, and how their override is stored;
-the mode names, the environment variable and the auto/eager/triton decision live here once,
-so the two seams cannot drift apart.
+(CUDA tensor vs jax platform) and whether Triton can serve there (their ``available()``); the
+mode names, the environment variable, the backend override (:func:`override_mode` on a
+:class:`~contextvars.ContextVar` of each frontend), the launcher registry (:class:`Registry`:
+op name → loader of its launcher module) and the auto/eager/triton decision
+(:func:`wants_kernel`, then :func:`pick_launcher`) live here once, so the two seams cannot
+drift apart. The seam asks the registry for a launcher itself: a frontend hands it values
+(the mode, where the call runs, the availability) and its registry, no callbacks.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 MODES = ("auto", "eager", "triton")
-
-Resolve = Callable[[str, tuple[Any, ...], dict[str, Any]], tuple[Any, str | None]]
 
 
 def check_mode(value: str, source: str) -> str:
@@ -57,46 +63,110 @@ class WarnOnce:
         warnings.warn(f"{self.prefix}{reason}", self.category, stacklevel=5)
 
 
-def choose_launcher(
+def mode_in_force(forced: str | None) -> str:
+    """The mode a call runs under: ``forced`` (a ``use_backend`` override), else
+    ``MINGRU_SCAN``."""
+    return forced if forced is not None else env_mode()
+
+
+@contextlib.contextmanager
+def override_mode(override: contextvars.ContextVar[str | None], mode: str) -> Iterator[None]:
+    """The body of each frontend's ``use_backend(mode)``: inside the block ``override`` holds
+    the checked ``mode`` (per thread and per asyncio task, as a
+    :class:`~contextvars.ContextVar` does), and its previous value after it."""
+    token = override.set(check_mode(mode, "use_backend(mode)"))
+    try:
+        yield
+    finally:
+        override.reset(token)
+
+
+@dataclass(frozen=True)
+class Registry:
+    """A frontend's launchers: ``launchers`` maps an op name to a loader that imports and
+    returns the module launching its kernel (a static import inside a function: importing the
+    registry imports no launcher and no Triton, and ``torch.compile`` traces the import, which
+    it cannot do for ``importlib`` with a computed name); ``package`` names the frontend in
+    reasons.
+
+    Each launcher module provides ``unsupported_reason(*args, **kwargs) -> str | None`` (why
+    the kernel cannot run this call, or ``None``), optionally ``prefer_over_eager(*args,
+    **kwargs) -> bool`` (whether ``auto`` should pick the kernel for this shape class), and
+    ``run(*args, **kwargs)``: the op, with the eager twin's signature and outputs.
+    """
+
+    package: str
+    launchers: Mapping[str, Callable[[], ModuleType]]
+
+    def launcher(self, op: str) -> ModuleType | None:
+        """The launcher module registered for ``op``, or ``None``."""
+        load = self.launchers.get(op)
+        return None if load is None else load()
+
+
+def wants_kernel(op: str, *, mode: str, on_accelerator: bool, where: object,
+                 off_accelerator: str) -> bool:
+    """Whether ``op`` should look for a kernel (then :func:`pick_launcher`) or run eager.
+
+    * ``eager``: never.
+    * ``auto``: on the accelerator only (off it, calls run eager silently).
+    * ``triton``: always, but off the accelerator only in interpreter mode: otherwise a
+      ``RuntimeError`` whose reason is ``off_accelerator.format(where=where)``.
+    """
+    if mode == "eager":
+        return False
+    if mode == "auto":
+        return on_accelerator
+    if not on_accelerator and not interpreter_mode():
+        raise RuntimeError(
+            f"MINGRU_SCAN=triton: cannot run {op} on Triton: "
+            f"{off_accelerator.format(where=where)}"
+        )
+    return True
+
+
+def pick_launcher(
     op: str,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     *,
     mode: str,
-    on_accelerator: bool,
-    off_accelerator_reason: Callable[[], str],
-    resolve: Resolve,
-    warn_once: Callable[[str], None],
+    status: bool | str,
+    registry: Registry,
+    warn: WarnOnce,
 ) -> Any:
-    """The launcher that runs ``op`` under ``mode``, or ``None`` for eager.
+    """The launcher that runs ``op`` on these arguments under ``mode`` (``auto`` or ``triton``,
+    once :func:`wants_kernel` said yes), or ``None`` for eager.
 
-    ``resolve(op, args, kwargs)`` returns ``(launcher, None)`` or ``(None, why)``.
-
-    * ``eager``: always ``None``.
-    * ``auto``: off-accelerator calls run eager silently; on the accelerator a kernel that
-      cannot serve warns once per reason and runs eager, and a kernel whose
-      ``prefer_over_eager`` says no (where eager is the faster path) runs eager silently.
-    * ``triton``: the launcher, or ``RuntimeError`` saying why (off-accelerator calls are
-      allowed only in interpreter mode).
+    ``status`` is the frontend's ``available()``: ``True`` or why Triton cannot serve here.
+    The launcher comes from ``registry``; a missing one, or one whose ``unsupported_reason``
+    names a reason, is a fallback: under ``auto`` it warns once per reason (``warn``) and runs
+    eager, under ``triton`` it is a ``RuntimeError`` saying why. Under ``auto`` a launcher
+    whose ``prefer_over_eager`` says no (where eager is the faster path) runs eager silently.
     """
-    if mode == "eager":
-        return None
+    launcher, why = _launcher_or_reason(op, args, kwargs, status=status, registry=registry)
     if mode == "auto":
-        if not on_accelerator:
-            return None
-        launcher, why = resolve(op, args, kwargs)
         if launcher is None:
-            warn_once(why)
+            warn(why)
             return None
         prefer = getattr(launcher, "prefer_over_eager", None)
         if prefer is not None and not prefer(*args, **kwargs):
             return None
         return launcher
-    if not on_accelerator and not interpreter_mode():
-        raise RuntimeError(
-            f"MINGRU_SCAN=triton: cannot run {op} on Triton: {off_accelerator_reason()}"
-        )
-    launcher, why = resolve(op, args, kwargs)
     if launcher is None:
         raise RuntimeError(f"MINGRU_SCAN=triton: cannot run {op} on Triton: {why}")
     return launcher
+
+
+def _launcher_or_reason(op: str, args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                        status: bool | str, registry: Registry) -> tuple[Any, str | None]:
+    """``(launcher_module, None)`` if the kernel can run this call, else ``(None, why)``."""
+    if status is not True:
+        return None, str(status)
+    launcher = registry.launcher(op)
+    if launcher is None:
+        return None, f"no Triton kernel is registered for {op} in {registry.package}"
+    why = launcher.unsupported_reason(*args, **kwargs)
+    if why is not None:
+        return None, f"{op}: {why}"
+    return launcher, None

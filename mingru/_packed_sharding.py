@@ -10,7 +10,7 @@ else ``P`` is the product of the slice's transitions; ``Z`` is its outgoing stat
 incoming state. Locally, the incoming state is the initial state of the slice's first segment
 when that segment continues a sequence from the rank before: it is given its own row in the
 table of initial states, so the packed kernels restart it from the carry like any other
-sequence.
+sequence. That offset arithmetic is the frontends' shared :mod:`mingru_kernels._packed_sharding`.
 
 Extra cost over :mod:`mingru._sharding`: one all-gather of the slice lengths (``world``
 integers, read on the host to place the slice in the row) and, for per-sequence final states,
@@ -26,6 +26,7 @@ import torch
 
 from mingru._packing import final_states, segments
 from mingru._sharding import _AllGather, sequence_parallel
+from mingru_kernels._packed_sharding import slice_final_states, slice_sequences
 
 __all__ = ["packed_call", "packed_sequence_parallel", "slice_start"]
 
@@ -34,6 +35,7 @@ def packed_call(
     run: Callable[[torch.Tensor | None, torch.Tensor], torch.Tensor],
     a_product: Callable[[], torch.Tensor],
     cu_seqlens: torch.Tensor,
+    *,
     steps: int,
     initial_state: torch.Tensor | None,
     group: Any,
@@ -46,8 +48,9 @@ def packed_call(
     ``(1, D)`` product of the transitions (only needed, so only computed, when sharded).
     """
     if group is not None:
-        return packed_sequence_parallel(run, a_product(), cu_seqlens, steps, initial_state,
-                                        group, return_final_state)
+        return packed_sequence_parallel(run, a_product(), cu_seqlens, steps=steps,
+                                        initial_state=initial_state, group=group,
+                                        return_final_state=return_final_state)
     seg = segments(cu_seqlens, steps)
     h = run(initial_state, seg.seq_id)
     return (h, final_states(h, seg, initial_state)) if return_final_state else h
@@ -67,6 +70,7 @@ def packed_sequence_parallel(
     run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     a_product: torch.Tensor,
     cu_seqlens: torch.Tensor,
+    *,
     steps: int,
     initial_state: torch.Tensor | None,
     group: Any,
@@ -87,16 +91,11 @@ def packed_sequence_parallel(
     import torch.distributed as dist
 
     device = cu_seqlens.device
-    N = cu_seqlens.shape[0] - 1
     start = slice_start(steps, device, group)
-    g = start + torch.arange(steps, device=device)
-    seq = torch.searchsorted(cu_seqlens[1:], g, right=True)
-    opens = g == cu_seqlens[seq]
-    # The first segment continues a sequence from the rank before unless it opens here: it
-    # then restarts from the carry, kept in row N of the table.
-    local = torch.where((seq == seq[0]) & ~opens[0], torch.full_like(seq, N), seq)
-    seq_id = local.to(torch.int32)
-    D = a_product.shape[-1]
+    seq_id, opens = slice_sequences(torch, cu_seqlens,
+                                    start + torch.arange(steps, device=device))
+    seq_id = seq_id.to(torch.int32)
+    N, D = cu_seqlens.shape[0] - 1, a_product.shape[-1]
     h0 = (initial_state if initial_state is not None
           else a_product.new_zeros(N, D))
 
@@ -105,19 +104,12 @@ def packed_sequence_parallel(
         h = run(torch.cat([h0.to(carry.dtype), carry], dim=0), seq_id)
         return h, h[:, -1]
 
-    # Any sequence opening in the slice cuts the incoming state off from the outgoing one.
-    product = a_product * (~opens.any()).to(a_product.dtype)
-    h = sequence_parallel(local_run, product, None, group, False)
+    # A sequence opening in the slice cuts the incoming state off from the outgoing one.
+    product = a_product * (~opens).to(a_product.dtype)
+    h = sequence_parallel(local_run, product, initial_state=None, group=group,
+                          return_final_state=False)
     if not return_final_state:
         return h
-    # Each sequence's final state lives on the rank where it ends; an empty one's is its
-    # initial state (counted once, by rank 0).
-    ends = cu_seqlens[1:] - 1 - start
-    here = (cu_seqlens[1:] > cu_seqlens[:-1]) & (ends >= 0) & (ends < steps)
-    last = h[0, ends.clamp(0, steps - 1)]
-    empty = (cu_seqlens[1:] == cu_seqlens[:-1]) & (dist.get_rank(group) == 0)
-    mine = torch.where(here[:, None], last, torch.zeros_like(last))
-    mine = mine + torch.where(empty[:, None], h0.to(last.dtype), torch.zeros_like(last))
-    finals = torch.stack(_AllGather.apply(mine, group)).sum(0)
-    return h, finals
-
+    mine = slice_final_states(torch, h, cu_seqlens, start, h0.to(h.dtype),
+                              dist.get_rank(group) == 0)
+    return h, torch.stack(_AllGather.apply(mine, group)).sum(0)

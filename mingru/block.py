@@ -59,13 +59,14 @@ def layer_norm(norm: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling() or len(norm.normalized_shape) != 1:
         return norm(x)
     # The output dtype does not decide whether the kernels serve: asked only once they do.
-    launcher = select("layer_norm", x, norm.weight, norm.bias, norm.eps, None)
+    launcher = select("layer_norm", x, weight=norm.weight, bias=norm.bias, eps=norm.eps,
+                      out_dtype=None)
     if launcher is None:
         return norm(x)
     device = x.device.type
     out_dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
                  else x.dtype)
-    return launcher.run(x, norm.weight, norm.bias, norm.eps, out_dtype)
+    return launcher.run(x, weight=norm.weight, bias=norm.bias, eps=norm.eps, out_dtype=out_dtype)
 
 
 class MinGRUBlock(nn.Module):
@@ -173,7 +174,10 @@ class MinGRUBlock(nn.Module):
         h_prev: torch.Tensor | None = None,
         delta_t: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(out_t (B, d_model), state (B, S))`` for one token ``x_t (B, d_model)``."""
+        """``(out_t (B, d_model), state (B, S))`` for one token ``x_t (B, d_model)``.
+
+        Checks shapes, dtypes and devices, never values: no host synchronisation, so the
+        step can be captured in a CUDA graph or compiled with ``fullgraph=True``."""
         check_token(x_t, self.d_model, module=self)
         u = self.norm1(x_t)
         if self.mixer_name == "delta":

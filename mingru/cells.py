@@ -3,8 +3,9 @@
 A mixer computes ONE projection ``k = x W^T + c`` holding its gates side by side and hands it
 to a cell, which forms the gates and runs the recurrence without writing any per-gate tensor
 (on CUDA one Triton kernel each way; the eager twin is the reference formulation). Like the
-scans, each entry validates here and dispatches through :mod:`mingru.dispatch` (op
-``mingru_cell``; ``MINGRU_SCAN`` and :func:`mingru.use_backend` apply).
+scans, each entry validates here and takes its unchecked route ``_run_<op>`` (the mixers'
+way in) to :mod:`mingru.dispatch` (op ``mingru_cell``; ``MINGRU_SCAN`` and
+:func:`mingru.use_backend` apply).
 """
 
 from __future__ import annotations
@@ -62,8 +63,11 @@ def mingru_cell(
         >>> h.shape, bool((h > 0).all())
         (torch.Size([2, 7, 4]), True)
     """
-    return _cell(k, 2, initial_state, log_gamma, False, False, return_final_state,
-                 sequence_group, cu_seqlens)
+    cu = _check_cell(k, n_gates=2, initial_state=initial_state, log_gamma=log_gamma,
+                     cu_seqlens=cu_seqlens, sequence_group=sequence_group)
+    return _run_mingru_cell(k, initial_state=initial_state, log_gamma=log_gamma, signed=False,
+                            coupled=False, return_final_state=bool(return_final_state),
+                            cu_seqlens=cu, sequence_group=sequence_group)
 
 
 def signed_mingru_cell(
@@ -102,41 +106,62 @@ def signed_mingru_cell(
         >>> h.shape, h_T.shape
         (torch.Size([2, 7, 4]), torch.Size([2, 4]))
     """
-    return _cell(k, 3, initial_state, log_gamma, True, bool(coupled), return_final_state,
-                 sequence_group, cu_seqlens)
+    cu = _check_cell(k, n_gates=3, initial_state=initial_state, log_gamma=log_gamma,
+                     cu_seqlens=cu_seqlens, sequence_group=sequence_group)
+    return _run_mingru_cell(k, initial_state=initial_state, log_gamma=log_gamma, signed=True,
+                            coupled=bool(coupled), return_final_state=bool(return_final_state),
+                            cu_seqlens=cu, sequence_group=sequence_group)
 
 
-def _cell(k, n_gates, initial_state, log_gamma, signed, coupled, return_final_state,
-          sequence_group=None, cu_seqlens=None):
+def _check_cell(k: object, *, n_gates: int, initial_state: object, log_gamma: object,
+                cu_seqlens: object, sequence_group: Any) -> torch.Tensor | None:
+    """The checks of :func:`mingru_cell` (``n_gates=2``) and :func:`signed_mingru_cell` (3);
+    returns the checked offsets (``None`` when not packed)."""
     _validate.floating(k, "k")
     named = [("k", k)]
     for name, x in (("initial_state", initial_state), ("log_gamma", log_gamma)):
         if x is not None:
             named.append((name, _validate.floating(x, name)))
+    cu = None
     if cu_seqlens is not None:
         D = check_cell_shapes(k, n_gates, None, log_gamma)
         B, T = k.shape[:2]
         cu = check_cu_seqlens(cu_seqlens, B, T, k.device, sharded=sequence_group is not None)
         check_packed_state(initial_state, cu.shape[0] - 1, (D,), "initial_state")
-        _validate.same_kind(named)
-        if sequence_group is not None:
-            check_group(sequence_group)
-        return packed_call(
-            lambda table, seq_id: call("mingru_cell", mingru_cell_eager, k, table, log_gamma,
-                                       signed, coupled, False, seq_id),
-            lambda: _transition_product(k, log_gamma, signed, coupled), cu, T, initial_state,
-            sequence_group, bool(return_final_state))
-    check_cell_shapes(k, n_gates, initial_state, log_gamma)
+    else:
+        check_cell_shapes(k, n_gates, initial_state, log_gamma)
     _validate.same_kind(named)
     if sequence_group is not None:
         check_group(sequence_group)
+    return cu
+
+
+def _run_mingru_cell(k: torch.Tensor, *, initial_state: torch.Tensor | None,
+                     log_gamma: torch.Tensor | None, signed: bool, coupled: bool,
+                     return_final_state: bool, cu_seqlens: torch.Tensor | None = None,
+                     sequence_group: Any = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """:func:`mingru_cell` / :func:`signed_mingru_cell` on arguments already checked (by the
+    public entry, or by a mixer that built them): no checks here. ``cu_seqlens`` are checked
+    offsets (int64, on ``k``'s device)."""
+    if cu_seqlens is not None:
+        return packed_call(
+            lambda table, seq_id: call(
+                "mingru_cell", mingru_cell_eager, k, initial_state=table, log_gamma=log_gamma,
+                signed=signed, coupled=coupled, return_final_state=False, seq_id=seq_id),
+            lambda: _transition_product(k, log_gamma, signed=signed, coupled=coupled),
+            cu_seqlens=cu_seqlens, steps=k.shape[1], initial_state=initial_state,
+            group=sequence_group, return_final_state=return_final_state)
+    if sequence_group is not None:
         return sequence_parallel(
-            lambda h_in: call("mingru_cell", mingru_cell_eager, k, h_in, log_gamma, signed,
-                              coupled, True),
-            _transition_product(k, log_gamma, signed, coupled), initial_state, sequence_group,
-            bool(return_final_state))
-    return call("mingru_cell", mingru_cell_eager, k, initial_state, log_gamma, signed, coupled,
-                bool(return_final_state))
+            lambda h_in: call(
+                "mingru_cell", mingru_cell_eager, k, initial_state=h_in, log_gamma=log_gamma,
+                signed=signed, coupled=coupled, return_final_state=True),
+            _transition_product(k, log_gamma, signed=signed, coupled=coupled),
+            initial_state=initial_state, group=sequence_group,
+            return_final_state=return_final_state)
+    return call("mingru_cell", mingru_cell_eager, k, initial_state=initial_state,
+                log_gamma=log_gamma, signed=signed, coupled=coupled,
+                return_final_state=return_final_state)
 
 
 def givens_cell(
@@ -183,12 +208,22 @@ def givens_cell(
     except ValueError as err:
         raise ValueError(f"givens_cell: k's width {k.shape[-1]} gives D = {D} for rounds={rounds}; "
                          f"{err}") from None
-    _check_block_cell("givens_cell", k, initial_state, D, log_gamma, n)
-    return call("givens_cell", givens_cell_eager, k, initial_state, log_gamma, block_size,
-                rounds)
+    _check_block_cell("givens_cell", k, initial_state=initial_state, D=D, log_gamma=log_gamma,
+                      n=n)
+    return _run_givens_cell(k, initial_state=initial_state, log_gamma=log_gamma,
+                            block_size=block_size, rounds=rounds)
 
 
-def _check_block_cell(op: str, k: torch.Tensor, initial_state: torch.Tensor | None, D: int,
+def _run_givens_cell(k: torch.Tensor, *, initial_state: torch.Tensor | None,
+                     log_gamma: torch.Tensor | None, block_size: int, rounds: int
+                     ) -> torch.Tensor:
+    """:func:`givens_cell` without its checks, for GivensMinGRU (whose projection, state and
+    decay are valid by construction)."""
+    return call("givens_cell", givens_cell_eager, k, h0=initial_state, log_gamma=log_gamma,
+                block_size=block_size, rounds=rounds)
+
+
+def _check_block_cell(op: str, k: torch.Tensor, *, initial_state: torch.Tensor | None, D: int,
                       log_gamma: torch.Tensor | None, n: int) -> None:
     """The block cells' common checks: at least one step, ``initial_state (B, D)`` and
     ``log_gamma (B, T, n)`` (one per block) when given, and one dtype and device."""
@@ -241,7 +276,8 @@ def rotation_cell(
         raise ValueError(f"rotation_cell: k must be (B, T, 6·n) = [k_θ | k_u | k_z | k_h] with "
                          f"n ≥ 1 blocks; got {tuple(k.shape)}")
     n = k.shape[-1] // 6
-    _check_block_cell("rotation_cell", k, initial_state, 2 * n, log_gamma, n)
+    _check_block_cell("rotation_cell", k, initial_state=initial_state, D=2 * n,
+                      log_gamma=log_gamma, n=n)
     if snap_k is not None:
         _validate.floating(snap_k, "snap_k")
         if tuple(snap_k.shape) != (n,) or snap_k.device != k.device:
@@ -251,13 +287,17 @@ def rotation_cell(
         # eager calls only. RotationMinGRU checks its table once, when it is built.
         if not torch.compiler.is_compiling() and not bool((snap_k > 0).all()):
             raise ValueError("rotation_cell: snap_k must be positive (K_j of each block)")
-    return _rotation_cell(k, initial_state, log_gamma, snap_k)
+    return _run_rotation_cell(k, initial_state=initial_state, log_gamma=log_gamma,
+                              snap_k=snap_k)
 
 
-def _rotation_cell(k, initial_state, log_gamma, snap_k):
+def _run_rotation_cell(k: torch.Tensor, *, initial_state: torch.Tensor | None,
+                       log_gamma: torch.Tensor | None, snap_k: torch.Tensor | None
+                       ) -> torch.Tensor:
     """:func:`rotation_cell` without its checks, for RotationMinGRU (whose projection, state,
     decay and snap table are valid by construction)."""
-    return call("rotation_cell", rotation_cell_eager, k, initial_state, log_gamma, snap_k)
+    return call("rotation_cell", rotation_cell_eager, k, h0=initial_state, log_gamma=log_gamma,
+                snap_k=snap_k)
 
 
 def delta_inputs(p: torch.Tensor, n_heads: int, nh: int, d_k: int, d_v: int, eps: float
@@ -282,15 +322,24 @@ def delta_inputs(p: torch.Tensor, n_heads: int, nh: int, d_k: int, d_v: int, eps
     if p.dim() < 1 or p.shape[-1] != width:
         raise ValueError(f"delta_inputs: p must have shape (..., {width}) for n_heads={n_heads}, "
                          f"nh={nh}, d_k={d_k}, d_v={d_v}; got {tuple(p.shape)}")
+    return _run_delta_inputs(p, n_heads=n_heads, nh=nh, d_k=d_k, d_v=d_v, eps=eps)
+
+
+def _run_delta_inputs(p: torch.Tensor, *, n_heads: int, nh: int, d_k: int, d_v: int, eps: float
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`delta_inputs` without its checks, for DeltaMinGRU (whose projection and sizes
+    are valid by construction)."""
     if torch.compiler.is_compiling():
-        return delta_inputs_eager(p, n_heads, nh, d_k, d_v, eps)
-    return call("delta_inputs", delta_inputs_eager, p, n_heads, nh, d_k, d_v, eps)
+        return delta_inputs_eager(p, n_heads=n_heads, nh=nh, d_k=d_k, d_v=d_v, eps=eps)
+    return call("delta_inputs", delta_inputs_eager, p, n_heads=n_heads, nh=nh, d_k=d_k, d_v=d_v,
+                eps=eps)
 
 
-def _transition_product(k, log_gamma, signed, coupled):
-    """``(B, D)`` product over T of the cell's transitions (fp32 inside; a slice's map for
-    sequence parallelism)."""
-    lg = None if log_gamma is None else log_gamma.to(torch.float32)
-    a = transitions(k.to(torch.float32), lg, signed, coupled)
+def _transition_product(k, log_gamma, *, signed, coupled):
+    """``(B, D)`` product over T of the cell's transitions (at least fp32 inside; a slice's map
+    for sequence parallelism)."""
+    work = torch.promote_types(k.dtype, torch.float32)
+    lg = None if log_gamma is None else log_gamma.to(work)
+    a = transitions(k.to(work), lg, signed, coupled)
     product = a.prod(dim=1) if signed else a.sum(dim=1).exp()  # MinGRU: log a, positive
     return product.to(k.dtype)

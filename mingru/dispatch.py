@@ -22,18 +22,21 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import torch
 
-from mingru._launch import LAUNCHERS
+from mingru._launch import REGISTRY
 from mingru_kernels._seam import (
     MODES,
     WarnOnce,
     check_mode,
-    choose_launcher,
-    env_mode,
     interpreter_mode,
+    mode_in_force,
+    override_mode,
+    pick_launcher,
+    wants_kernel,
 )
 
 __all__ = [
@@ -46,9 +49,12 @@ __all__ = [
     "use_backend",
 ]
 
-# Stack of use_backend() overrides. A plain list rather than a ContextVar: torch.compile
-# traces list reads but not ContextVar.get(), and the seam must trace without graph breaks.
-_override: list[str] = []
+# The use_backend() override of this context (thread, asyncio task).
+_override: ContextVar[str | None] = ContextVar("mingru_scan_override", default=None)
+# torch.compile cannot trace ContextVar.get: while it traces, the seam reads this plain copy of
+# the innermost override entered (per process, not per context), on which dynamo guards, so a
+# compiled function re-traces when the override changes.
+_traced_override: str | None = None
 
 
 class MinGRUFallbackWarning(UserWarning):
@@ -58,26 +64,44 @@ class MinGRUFallbackWarning(UserWarning):
 _warn_once = WarnOnce(MinGRUFallbackWarning, "mingru: running eagerly instead of on Triton: ")
 _warned = _warn_once.seen  # the reasons already warned about (tests reset it)
 
+# Why a CUDA-only kernel cannot take the call (``where``: the inputs' device).
+_OFF_CUDA = ("inputs are on {where}, not CUDA (set TRITON_INTERPRET=1 to run the kernels on "
+             "CPU through Triton's interpreter)")
+
+
+def _forced_mode() -> str | None:
+    """The override in force (see :data:`_traced_override` for ``torch.compile``)."""
+    return _traced_override if torch.compiler.is_compiling() else _override.get()
+
 
 def scan_mode() -> str:
     """The backend mode in force now: the :func:`use_backend` override, else ``MINGRU_SCAN``."""
-    return _override[-1] if _override else env_mode()
+    return mode_in_force(_forced_mode())
 
 
 @contextlib.contextmanager
 def use_backend(mode: str) -> Iterator[None]:
     """Force a backend mode inside a ``with`` block, beating ``MINGRU_SCAN``.
 
+    The override belongs to the running thread (and asyncio task). A function compiled with
+    ``torch.compile`` re-traces when the override it was traced under changes.
+
     Example:
         >>> import torch, mingru
         >>> with mingru.use_backend("eager"):
         ...     P, Z = mingru.linear_scan(torch.rand(1, 4, 2), torch.rand(1, 4, 2))
     """
-    _override.append(check_mode(mode, "use_backend(mode)"))
-    try:
-        yield
-    finally:
-        _override.pop()
+    global _traced_override
+    mode = check_mode(mode, "use_backend(mode)")
+    # Entered inside a function torch.compile traces, only the plain copy can change.
+    inside = contextlib.nullcontext() if torch.compiler.is_compiling() else (
+        override_mode(_override, mode))
+    with inside:
+        outer, _traced_override = _traced_override, mode
+        try:
+            yield
+        finally:
+            _traced_override = outer
 
 
 def available() -> bool | str:
@@ -116,35 +140,16 @@ def _first_tensor(args: tuple[Any, ...]) -> torch.Tensor | None:
     return None
 
 
-def _launcher_or_reason(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]):
-    """Return ``(launcher_module, None)`` if the kernel can run this call, else ``(None, why)``."""
-    status = available()
-    if status is not True:
-        return None, status
-    loader = LAUNCHERS.get(op)
-    if loader is None:
-        return None, f"no Triton kernel is registered for {op}"
-    launcher = loader()
-    why = launcher.unsupported_reason(*args, **kwargs)
-    if why is not None:
-        return None, f"{op}: {why}"
-    return launcher, None
-
-
 def select(op: str, *args: Any, **kwargs: Any):
     """The launcher module that will run ``op`` on these arguments, or ``None`` for eager."""
     ref = _first_tensor(args)
-
-    def off_cuda() -> str:
-        return (
-            f"inputs are on {ref.device if ref is not None else 'no device'}, not CUDA "
-            "(set TRITON_INTERPRET=1 to run the kernels on CPU through Triton's interpreter)"
-        )
-
-    return choose_launcher(
-        op, args, kwargs, mode=scan_mode(), on_accelerator=ref is not None and ref.is_cuda,
-        off_accelerator_reason=off_cuda, resolve=_launcher_or_reason, warn_once=_warn_once,
-    )
+    mode = scan_mode()
+    if not wants_kernel(op, mode=mode, on_accelerator=ref is not None and ref.is_cuda,
+                        where=ref.device if ref is not None else "no device",
+                        off_accelerator=_OFF_CUDA):
+        return None
+    return pick_launcher(op, args, kwargs, mode=mode, status=available(), registry=REGISTRY,
+                         warn=_warn_once)
 
 
 def call(op: str, eager: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -2,9 +2,10 @@
 block-rotation and delta mixers (``_givens_recurrence``, ``_delta_rule``); and
 :func:`check_cu_seqlens`, the opt-in check of packed offsets inside compiled code.
 
-Each entry validates its inputs (here, and only here), then hands the call to the dispatch
-seam, which runs the eager twin (``mingru._eager.<op>``) or the Triton launcher
-(``mingru._launch.<op>``). Launchers and eager twins trust what they receive.
+Each entry validates its inputs (here, and only here), then takes the op's unchecked route
+``_run_<op>`` to the dispatch seam, which runs the eager twin (``mingru._eager.<op>``) or the
+Triton launcher (``mingru._launch.<op>``). The mixers call the routes with what they built and
+checked themselves; routes, launchers and eager twins trust what they receive.
 
 All solve an affine recurrence over dim 1 (time). The "zero-start solution" ``Z`` is the
 result for ``h_0 = 0``; with the running product ``P_t`` the full solution is
@@ -121,9 +122,10 @@ def linear_scan(
         cu = _packing.check_cu_seqlens(cu_seqlens, B, T, a.device)
         # P is the state of the same restarting recurrence with input 0 started from 1.
         start = torch.cat([torch.ones_like(a[0, :1]), torch.zeros_like(a[0, :1])], dim=-1)
-        h = _linear_recurrence(torch.cat([a, a], dim=-1), torch.cat([torch.zeros_like(b), b], -1),
-                               start.expand(cu.shape[0] - 1, 2 * D), False, cu_seqlens=cu,
-                               sequence_group=None)
+        h = _run_linear_recurrence(
+            torch.cat([a, a], dim=-1), torch.cat([torch.zeros_like(b), b], -1),
+            initial_state=start.expand(cu.shape[0] - 1, 2 * D), return_final_state=False,
+            cu_seqlens=cu)
         return h[..., :D], h[..., D:]
     return call("linear_scan", linear_scan_eager, a, b)
 
@@ -179,55 +181,69 @@ def linear_recurrence(
         >>> torch.allclose(torch.cat([h, h2], 1), linear_recurrence(a, b), atol=1e-6)
         True
     """
-    return _validate.checked_call(
-        [("initial_state", initial_state)], _linear_recurrence, a, b, initial_state,
-        return_final_state, cu_seqlens=cu_seqlens, sequence_group=sequence_group)
+    _validate.check_states([("initial_state", initial_state)])
+    cu = _check_linear_recurrence(a, b, initial_state=initial_state, cu_seqlens=cu_seqlens,
+                                  sequence_group=sequence_group)
+    return _run_linear_recurrence(a, b, initial_state=initial_state,
+                                  return_final_state=bool(return_final_state), cu_seqlens=cu,
+                                  sequence_group=sequence_group)
 
 
-def _linear_recurrence(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    initial_state: torch.Tensor | None,
-    return_final_state: bool,
-    *,
-    cu_seqlens: torch.Tensor | None,
-    sequence_group: Any,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """:func:`linear_recurrence` without the NaN check of ``initial_state``."""
+def _check_linear_recurrence(a: object, b: object, *, initial_state: object, cu_seqlens: object,
+                             sequence_group: Any) -> torch.Tensor | None:
+    """The shape, dtype and device checks of :func:`linear_recurrence`; returns the checked
+    offsets (``None`` when not packed)."""
     _validate.float_tensor(a, "a", 3, "(B, T, D)")
     _validate.float_tensor(b, "b", 3, "(B, T, D)")
     named = [("a", a), ("b", b)]
     _validate.nonempty_time(a, "a")
     _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
     B, T, D = a.shape
+    cu = None
     if cu_seqlens is not None:
         cu = _packing.check_cu_seqlens(cu_seqlens, B, T, a.device,
                                        sharded=sequence_group is not None)
         if initial_state is not None:
             _validate.float_tensor(initial_state, "initial_state", 2, "(N, D)")
             check_packed_state(initial_state, cu.shape[0] - 1, (D,), "initial_state")
-            named.append(("initial_state", initial_state))
-        _validate.same_kind(named)
-        if sequence_group is not None:
-            check_group(sequence_group)
-        return packed_call(
-            lambda table, seq_id: call("linear_recurrence", linear_recurrence_eager, a, b,
-                                       table, False, seq_id),
-            lambda: a.to(torch.float32).prod(dim=1).to(a.dtype), cu, T, initial_state,
-            sequence_group, bool(return_final_state))
-    if initial_state is not None:
+    elif initial_state is not None:
         _validate.float_tensor(initial_state, "initial_state", 2, "(B, D)")
         _validate.shape_is(initial_state, "initial_state", (B, D), "(B, D)")
+    if initial_state is not None:
         named.append(("initial_state", initial_state))
     _validate.same_kind(named)
     if sequence_group is not None:
         check_group(sequence_group)
-        product = a.to(torch.float32).prod(dim=1).to(a.dtype)
+    return cu
+
+
+def _run_linear_recurrence(a: torch.Tensor, b: torch.Tensor, *, initial_state: torch.Tensor | None,
+                           return_final_state: bool, cu_seqlens: torch.Tensor | None = None,
+                           sequence_group: Any = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """:func:`linear_recurrence` on arguments already checked (``cu_seqlens``: checked
+    offsets): no checks here."""
+    if cu_seqlens is not None:
+        return packed_call(
+            lambda table, seq_id: call(
+                "linear_recurrence", linear_recurrence_eager, a, b, initial_state=table,
+                return_final_state=False, seq_id=seq_id),
+            lambda: _transition_product(a), cu_seqlens=cu_seqlens, steps=a.shape[1],
+            initial_state=initial_state, group=sequence_group,
+            return_final_state=return_final_state)
+    if sequence_group is not None:
         return sequence_parallel(
-            lambda h_in: call("linear_recurrence", linear_recurrence_eager, a, b, h_in, True),
-            product, initial_state, sequence_group, bool(return_final_state))
-    return call("linear_recurrence", linear_recurrence_eager, a, b, initial_state,
-                bool(return_final_state))
+            lambda h_in: call("linear_recurrence", linear_recurrence_eager, a, b,
+                              initial_state=h_in, return_final_state=True),
+            _transition_product(a), initial_state=initial_state, group=sequence_group,
+            return_final_state=return_final_state)
+    return call("linear_recurrence", linear_recurrence_eager, a, b, initial_state=initial_state,
+                return_final_state=return_final_state)
+
+
+def _transition_product(a: torch.Tensor) -> torch.Tensor:
+    """``(B, D)`` product over T of the transitions ``a (B, T, D)``, in at least float32
+    inside (a slice's map for sequence parallelism)."""
+    return a.prod(dim=1, dtype=torch.promote_types(a.dtype, torch.float32)).to(a.dtype)
 
 
 def matrix_affine_scan(
@@ -265,8 +281,17 @@ def matrix_affine_scan(
         raise ValueError(
             f"Bm must have shape (B, T, n, k, v) = ({B}, {T}, {n}, {k}, v); got {tuple(Bm.shape)}"
         )
+    cu = None if cu_seqlens is None else _packing.check_cu_seqlens(cu_seqlens, B, T, A.device)
+    return _run_matrix_affine_scan(A, Bm, cu_seqlens=cu)
+
+
+def _run_matrix_affine_scan(A: torch.Tensor, Bm: torch.Tensor, *,
+                            cu_seqlens: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`matrix_affine_scan` on arguments already checked (``cu_seqlens``: checked
+    offsets): no checks here."""
     if cu_seqlens is not None:
-        seg = segments(_packing.check_cu_seqlens(cu_seqlens, B, T, A.device), T)
+        T = A.shape[1]
+        seg = segments(cu_seqlens, T)
         starts = seg.starts.reshape(1, T, 1, 1, 1)
         zero = torch.zeros_like(A)
         A_cut = torch.where(starts, zero, A)
@@ -306,7 +331,9 @@ def matrix_scan(
     if tuple(M.shape[3:]) != (2, 2):
         raise ValueError(f"M must have shape (B, T, n, 2, 2); got {tuple(M.shape)}")
     _validate.shape_is(b, "b", M.shape[:4], "(B, T, n, 2)")
-    P, Z = matrix_affine_scan(M, b.unsqueeze(-1), cu_seqlens=cu_seqlens)
+    B, T = M.shape[:2]
+    cu = None if cu_seqlens is None else _packing.check_cu_seqlens(cu_seqlens, B, T, M.device)
+    P, Z = _run_matrix_affine_scan(M, b.unsqueeze(-1), cu_seqlens=cu)
     return P, Z.squeeze(-1)
 
 
@@ -358,10 +385,10 @@ def _givens_recurrence(
         )
     k = 2 * half
     _validate.shape_is(b, "b", (B, T, n, k), "(B, T, n, k)")
-    seg = None
+    cu = None
     if cu_seqlens is not None:
-        seg = segments(_packing.check_cu_seqlens(cu_seqlens, B, T, theta.device), T)
-        check_packed_state(h0, seg.cu_seqlens.shape[0] - 1, (n, k), "h0")
+        cu = _packing.check_cu_seqlens(cu_seqlens, B, T, theta.device)
+        check_packed_state(h0, cu.shape[0] - 1, (n, k), "h0")
     else:
         _validate.shape_is(h0, "h0", (B, n, k), "(B, n, k)")
     if scale is not None:
@@ -373,12 +400,24 @@ def _givens_recurrence(
         _validate.shape_is(log_gamma, "log_gamma", (B, T, n), "(B, T, n)")
         named.append(("log_gamma", log_gamma))
     _validate.same_kind(named)
-    if seg is not None:
-        theta, b, h0, scale = _restart_givens(theta, b, h0, scale, log_gamma, seg)
-    return call("givens_recurrence", givens_recurrence_eager, theta, b, h0, scale, log_gamma)
+    return _run_givens_recurrence(theta, b, h0=h0, scale=scale, log_gamma=log_gamma,
+                                  cu_seqlens=cu)
 
 
-def _restart_givens(theta, b, h0, scale, log_gamma, seg: Segments):
+def _run_givens_recurrence(theta: torch.Tensor, b: torch.Tensor, *, h0: torch.Tensor,
+                           scale: torch.Tensor | None, log_gamma: torch.Tensor | None,
+                           cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`_givens_recurrence` on arguments already checked (by it, or by a mixer that
+    built them; ``cu_seqlens``: checked offsets): no checks here."""
+    if cu_seqlens is not None:
+        theta, b, h0, scale = _restart_givens(
+            theta, b, h0=h0, scale=scale, log_gamma=log_gamma,
+            seg=segments(cu_seqlens, theta.shape[1]))
+    return call("givens_recurrence", givens_recurrence_eager, theta, b, h0=h0, scale=scale,
+                log_gamma=log_gamma)
+
+
+def _restart_givens(theta, b, *, h0, scale, log_gamma, seg: Segments):
     """Packed inputs of the Givens recurrence: at each sequence's first step the transition is
     zeroed (``scale = 0``) and its action on that sequence's ``h0`` moves into the input."""
     starts = seg.starts.reshape(1, -1, 1, 1)
@@ -451,14 +490,23 @@ def _delta_rule(
         raise ValueError(
             f"delta_rule: all tensors must be on one device; got {sorted(map(str, devices))}"
         )
+    cu = None
     if cu_seqlens is not None:
         B, T, _, H, dk = k.shape
         cu = _packing.check_cu_seqlens(cu_seqlens, B, T, q.device)
         check_packed_state(h0, cu.shape[0] - 1, (H, dk, v.shape[-1]), "h0")
-        return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size,
-                    cu_seqlens=cu, allow_tf32=allow_tf32)
-    return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size,
-                allow_tf32=allow_tf32)
+    return _run_delta_rule(q, k=k, v=v, beta=beta, log_gamma=log_gamma, h0=h0,
+                           chunk_size=chunk_size, cu_seqlens=cu, allow_tf32=allow_tf32)
+
+
+def _run_delta_rule(q: torch.Tensor, *, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
+                    log_gamma: torch.Tensor | None, h0: torch.Tensor | None, chunk_size: int,
+                    cu_seqlens: torch.Tensor | None = None, allow_tf32: bool = False
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_delta_rule` on arguments already checked (by it, or by DeltaMinGRU, which
+    built them; ``cu_seqlens``: checked offsets): no checks here."""
+    return call("delta_rule", delta_rule_eager, q, k=k, v=v, beta=beta, log_gamma=log_gamma,
+                h0=h0, chunk_size=chunk_size, cu_seqlens=cu_seqlens, allow_tf32=allow_tf32)
 
 
 

@@ -146,7 +146,10 @@ class MinGRUStack(nn.Module):
         state: Sequence[torch.Tensor | None] | None = None,
         delta_t: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, State]:
-        """``(out_t (B, d_model), new_state)`` for one token ``x_t (B, input_size)``."""
+        """``(out_t (B, d_model), new_state)`` for one token ``x_t (B, input_size)``.
+
+        Checks shapes, dtypes and devices, never values: no host synchronisation, so the
+        step can be captured in a CUDA graph or compiled with ``fullgraph=True``."""
         check_token(x_t, self.input_size, module=self)
         state = self._check_state(state)
         h = self.in_proj(x_t)

@@ -28,7 +28,9 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-__all__ = ["check_axis", "gather_last", "sequence_parallel"]
+from mingru_jax._vma import varying_axes
+
+__all__ = ["check_axis", "check_not_packed", "gather_last", "sequence_parallel"]
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -48,16 +50,22 @@ def check_axis(axis_name: object, name: str = "axis_name") -> int:
         ) from exc
 
 
+def check_not_packed(cu_seqlens: object, axis_name: str | None, what: str) -> None:
+    """``NotImplementedError`` when ``what`` (a mixer) gets ``cu_seqlens`` and ``axis_name``
+    together (the twin of :func:`mingru._sharding.check_not_packed`)."""
+    if cu_seqlens is not None and axis_name is not None:
+        raise NotImplementedError(
+            f"{what}: cu_seqlens together with axis_name is not supported yet: pack the "
+            "sequences of each device's slice without sharding, or shard one unpacked sequence")
+
+
 def _all_gather(x: jax.Array, axis_name: str) -> jax.Array:
     """``(n, *x.shape)``: every device's ``x`` in axis-index order, the same on every device.
 
     Under ``shard_map`` with ``check_vma=True`` the result is typed invariant along the axis
     (so values computed from it alone may leave with ``out_specs=P()``); elsewhere (no vma
     tracking, or a ``vmap`` axis) the plain gather."""
-    aval = jax.typeof(x)
-    axis_type = getattr(aval, "manual_axis_type", None)
-    varying = getattr(axis_type, "varying", None) or getattr(aval, "vma", None) or ()
-    to = "invarying" if axis_name in varying else "varying"
+    to = "invarying" if axis_name in varying_axes(x) else "varying"
     return jax.lax.all_gather(x, axis_name, to=to)
 
 

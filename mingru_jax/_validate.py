@@ -91,16 +91,24 @@ def no_nan(states: Sequence[tuple[str, object]]) -> None:
                 "initial state makes every later state NaN (pass None for the default)")
 
 
+def check_states(states: Sequence[tuple[str, object]]) -> bool:
+    """:func:`no_nan` on ``states`` at the entry of a public call that takes an initial state
+    (``linear_recurrence``, and through :func:`checked_call` a mixer's ``__call__``, a
+    block's, a stack's). The check reads concrete arrays only (nothing under ``jax.jit``),
+    and not inside a :func:`checked_call` (whose entry checked its own states); ``step``
+    never checks. Returns whether it ran."""
+    if _STATES_CHECKED.get():
+        return False
+    no_nan(states)
+    return True
+
+
 def checked_call(states: Sequence[tuple[str, object]], fn: Callable[..., R], /,
                  *args: object, **kwargs: object) -> R:
-    """``fn(*args, **kwargs)`` after :func:`no_nan` on ``states``: the entry of a public call
-    that takes an initial state (a mixer's ``__call__``, a block's, a stack's,
-    ``linear_recurrence``). The check reads concrete arrays only (nothing under ``jax.jit``),
-    and not inside another such call (which checked its own states at its entry); ``step``
-    never checks."""
-    if _STATES_CHECKED.get():
+    """``fn(*args, **kwargs)`` after :func:`check_states` on ``states``; the calls ``fn``
+    makes (a stack's blocks, a block's mixer) skip the check."""
+    if not check_states(states):
         return fn(*args, **kwargs)
-    no_nan(states)
     token = _STATES_CHECKED.set(True)
     try:
         return fn(*args, **kwargs)

@@ -5,7 +5,8 @@ A mixer computes ONE projection ``k`` holding its gates side by side and hands i
 which forms the gates and runs the recurrence without materialising any per-gate array (on a
 GPU one Triton kernel each way through jax-triton; the eager twin is the reference). Each entry
 validates here and dispatches through :mod:`mingru_jax.dispatch` (ops ``mingru_cell``,
-``givens_cell`` and ``rotation_cell``).
+``givens_cell`` and ``rotation_cell``); the MinGRU cells by their unchecked route
+``_run_mingru_cell``, the mixers' way in.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from mingru_jax import _validate
 from mingru_jax._eager.givens_cell import givens_cell_eager
 from mingru_jax._eager.mingru_cell import mingru_cell_eager, transitions
 from mingru_jax._eager.rotation_cell import rotation_cell_eager
-from mingru_jax._packing import check_cu_seqlens, final_states, segments
+from mingru_jax._packed_sharding import packed_call, row_length
+from mingru_jax._packing import check_cu_seqlens
 from mingru_jax._sharding import check_axis, sequence_parallel
 from mingru_jax.dispatch import call
 from mingru_kernels._spec import check_cell_shapes, check_givens, check_packed_state, check_size
@@ -46,8 +48,8 @@ def mingru_cell(
             non-decreasing, ending at T) of ``N`` sequences laid end to end in one row
             (``B = 1``; as in :func:`mingru_jax.linear_recurrence`): each restarts from its
             own ``initial_state`` row (``(N, D)``; zeros when ``None``) and ``h_T`` is
-            ``(N, D)``, each sequence's last state (an empty sequence's is its initial state).
-            Not combinable with ``axis_name`` yet.
+            ``(N, D)``, each sequence's last state (an empty sequence's is its initial state);
+            with ``axis_name`` too, the offsets are the whole row's.
         axis_name: a mesh axis bound by :func:`jax.shard_map` over which the sequence is
             split along T (as in :func:`mingru_jax.linear_recurrence`): ``k`` and
             ``log_gamma`` are this device's slice ``(B, T_local, ·)`` (slices in
@@ -66,8 +68,12 @@ def mingru_cell(
         >>> h.shape, bool((h > 0).all())
         ((2, 7, 4), True)
     """
-    return _cell(k, 2, initial_state, log_gamma, False, False, return_final_state, axis_name,
-                 cu_seqlens)
+    k, initial_state, log_gamma, cu = _check_cell(
+        k, n_gates=2, initial_state=initial_state, log_gamma=log_gamma, cu_seqlens=cu_seqlens,
+        axis_name=axis_name)
+    return _run_mingru_cell(k, initial_state=initial_state, log_gamma=log_gamma, signed=False,
+                            coupled=False, return_final_state=bool(return_final_state),
+                            cu_seqlens=cu, axis_name=axis_name)
 
 
 def signed_mingru_cell(
@@ -88,18 +94,10 @@ def signed_mingru_cell(
         log_gamma: ``(B, T, D)`` or ``(B, T, 1)`` log-decay of the transition.
         coupled: multiply the transition by ``1 − z``.
         return_final_state: also return ``h_T``.
-        cu_seqlens: packed sequences: ``(N+1,)`` integer offsets (starting at 0,
-            non-decreasing, ending at T) of ``N`` sequences laid end to end in one row
-            (``B = 1``; as in :func:`mingru_jax.linear_recurrence`): each restarts from its
-            own ``initial_state`` row (``(N, D)``; zeros when ``None``) and ``h_T`` is
-            ``(N, D)``, each sequence's last state (an empty sequence's is its initial state).
-            Not combinable with ``axis_name`` yet.
+        cu_seqlens: packed sequences, as in :func:`mingru_cell`: ``(N+1,)`` integer offsets,
+            ``B = 1``, ``initial_state`` and ``h_T`` ``(N, D)``, one row per sequence.
         axis_name: a mesh axis bound by :func:`jax.shard_map` over which the sequence is
-            split along T (as in :func:`mingru_jax.linear_recurrence`): ``k`` and
-            ``log_gamma`` are this device's slice ``(B, T_local, ·)`` (slices in
-            ``jax.lax.axis_index`` order), ``initial_state`` the state before the whole
-            sequence (the same on every device), ``h`` this slice's states and ``h_T`` the
-            whole sequence's final state.
+            split along T, as in :func:`mingru_cell`.
 
     Returns:
         ``h`` ``(B, T, D)`` or ``(h, h_T)``, in ``k``'s dtype; differentiable in ``k``,
@@ -113,8 +111,12 @@ def signed_mingru_cell(
         >>> h.shape, h_T.shape
         ((2, 7, 4), (2, 4))
     """
-    return _cell(k, 3, initial_state, log_gamma, True, bool(coupled), return_final_state,
-                 axis_name, cu_seqlens)
+    k, initial_state, log_gamma, cu = _check_cell(
+        k, n_gates=3, initial_state=initial_state, log_gamma=log_gamma, cu_seqlens=cu_seqlens,
+        axis_name=axis_name)
+    return _run_mingru_cell(k, initial_state=initial_state, log_gamma=log_gamma, signed=True,
+                            coupled=bool(coupled), return_final_state=bool(return_final_state),
+                            cu_seqlens=cu, axis_name=axis_name)
 
 
 def givens_cell(
@@ -163,9 +165,10 @@ def givens_cell(
     except ValueError as err:
         raise ValueError(f"givens_cell: k's width {k.shape[-1]} gives D = {D} for rounds={rounds}; "
                          f"{err}") from None
-    initial_state, log_gamma = _check_block_cell("givens_cell", k, initial_state, D, log_gamma, n)
-    return call("givens_cell", givens_cell_eager, k, initial_state, log_gamma, block_size,
-                rounds)
+    initial_state, log_gamma = _check_block_cell("givens_cell", k, initial_state=initial_state,
+                                                 D=D, log_gamma=log_gamma, n=n)
+    return call("givens_cell", givens_cell_eager, k, h0=initial_state, log_gamma=log_gamma,
+                block_size=block_size, rounds=rounds)
 
 
 def rotation_cell(
@@ -207,8 +210,8 @@ def rotation_cell(
         raise ValueError(f"rotation_cell: k must be (B, T, 6·n) = [k_θ | k_u | k_z | k_h] with "
                          f"n ≥ 1 blocks; got {tuple(k.shape)}")
     n = k.shape[-1] // 6
-    initial_state, log_gamma = _check_block_cell("rotation_cell", k, initial_state, 2 * n,
-                                                 log_gamma, n)
+    initial_state, log_gamma = _check_block_cell("rotation_cell", k, initial_state=initial_state,
+                                                 D=2 * n, log_gamma=log_gamma, n=n)
     if snap_k is not None:
         snap_k = _validate.floating(snap_k, "snap_k")
         if tuple(snap_k.shape) != (n,):
@@ -217,10 +220,11 @@ def rotation_cell(
         # checks its table once, when it is built).
         if not isinstance(snap_k, jax.core.Tracer) and not (np.asarray(snap_k) > 0).all():
             raise ValueError("rotation_cell: snap_k must be positive (K_j of each block)")
-    return call("rotation_cell", rotation_cell_eager, k, initial_state, log_gamma, snap_k)
+    return call("rotation_cell", rotation_cell_eager, k, h0=initial_state, log_gamma=log_gamma,
+                snap_k=snap_k)
 
 
-def _check_block_cell(op, k, initial_state, D, log_gamma, n):
+def _check_block_cell(op, k, *, initial_state, D, log_gamma, n):
     """The block cells' common checks: at least one step, ``initial_state (B, D)`` and
     ``log_gamma (B, T, n)`` (one per block) when given, and one dtype; returns them as
     arrays."""
@@ -240,8 +244,11 @@ def _check_block_cell(op, k, initial_state, D, log_gamma, n):
     return tuple(checked)
 
 
-def _cell(k, n_gates, initial_state, log_gamma, signed, coupled, return_final_state,
-          axis_name=None, cu_seqlens=None):
+def _check_cell(k: object, *, n_gates: int, initial_state: object, log_gamma: object,
+                cu_seqlens: object, axis_name: str | None):
+    """The checks of :func:`mingru_cell` (``n_gates=2``) and :func:`signed_mingru_cell` (3):
+    ``(k, initial_state, log_gamma, cu_seqlens)`` as checked arrays (offsets ``None`` when not
+    packed)."""
     k = _validate.floating(k, "k")
     named = [("k", k)]
     if initial_state is not None:
@@ -250,37 +257,54 @@ def _cell(k, n_gates, initial_state, log_gamma, signed, coupled, return_final_st
     if log_gamma is not None:
         log_gamma = _validate.floating(log_gamma, "log_gamma")
         named.append(("log_gamma", log_gamma))
+    cu = None
     if cu_seqlens is not None:
         B, T = k.shape[:2] if k.ndim == 3 else (1, 0)
         D = check_cell_shapes(k, n_gates, None, log_gamma)
-        cu = check_cu_seqlens(cu_seqlens, B, T)
+        cu = check_cu_seqlens(cu_seqlens, B, row_length(T, axis_name))
         check_packed_state(initial_state, cu.shape[0] - 1, (D,), "initial_state")
         _validate.same_dtype(named)
-        if axis_name is not None:
-            raise NotImplementedError(
-                "cu_seqlens together with axis_name is not supported yet: pack the sequences "
-                "of each device's slice without sharding, or shard one unpacked sequence")
-        seg = segments(cu, T)
-        h = call("mingru_cell", mingru_cell_eager, k, initial_state, log_gamma, signed, coupled,
-                 False, seg.seq_id)
-        return (h, final_states(h, seg, initial_state)) if return_final_state else h
+        return k, initial_state, log_gamma, cu
     check_cell_shapes(k, n_gates, initial_state, log_gamma)
     _validate.same_dtype(named)
     if axis_name is not None:
         check_axis(axis_name)
+    return k, initial_state, log_gamma, cu
+
+
+def _run_mingru_cell(k: jax.Array, *, initial_state: jax.Array | None, log_gamma: jax.Array | None,
+                     signed: bool, coupled: bool, return_final_state: bool,
+                     cu_seqlens: jax.Array | None = None, axis_name: str | None = None
+                     ) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """:func:`mingru_cell` / :func:`signed_mingru_cell` on arguments already checked (by the
+    public entry, or by a mixer that built them): no checks here. ``cu_seqlens`` are checked
+    offsets."""
+    if cu_seqlens is not None:
+        return packed_call(
+            lambda table, seq_id: call(
+                "mingru_cell", mingru_cell_eager, k, initial_state=table, log_gamma=log_gamma,
+                signed=signed, coupled=coupled, return_final_state=False, seq_id=seq_id),
+            lambda: _transition_product(k, log_gamma, signed=signed, coupled=coupled),
+            cu_seqlens, steps=k.shape[1], initial_state=initial_state, axis_name=axis_name,
+            return_final_state=return_final_state)
+    if axis_name is not None:
         return sequence_parallel(
-            lambda h_in: call("mingru_cell", mingru_cell_eager, k, h_in, log_gamma, signed,
-                              coupled, True),
-            _transition_product(k, log_gamma, signed, coupled), initial_state, axis_name,
-            bool(return_final_state))
-    return call("mingru_cell", mingru_cell_eager, k, initial_state, log_gamma, signed, coupled,
-                bool(return_final_state))
+            lambda h_in: call(
+                "mingru_cell", mingru_cell_eager, k, initial_state=h_in, log_gamma=log_gamma,
+                signed=signed, coupled=coupled, return_final_state=True),
+            _transition_product(k, log_gamma, signed=signed, coupled=coupled),
+            initial_state=initial_state, axis_name=axis_name,
+            return_final_state=return_final_state)
+    return call("mingru_cell", mingru_cell_eager, k, initial_state=initial_state,
+                log_gamma=log_gamma, signed=signed, coupled=coupled,
+                return_final_state=return_final_state)
 
 
-def _transition_product(k, log_gamma, signed, coupled):
-    """``(B, D)`` product over T of the cell's transitions (float32 inside; a slice's map for
-    sequence parallelism)."""
-    lg = None if log_gamma is None else log_gamma.astype(jnp.float32)
-    a = transitions(k.astype(jnp.float32), lg, signed, coupled)
+def _transition_product(k, log_gamma, *, signed, coupled):
+    """``(B, D)`` product over T of the cell's transitions (at least float32 inside; a slice's
+    map for sequence parallelism)."""
+    work = jnp.promote_types(k.dtype, jnp.float32)
+    lg = None if log_gamma is None else log_gamma.astype(work)
+    a = transitions(k.astype(work), lg, signed, coupled)
     product = jnp.prod(a, axis=1) if signed else jnp.exp(jnp.sum(a, axis=1))  # MinGRU: log a
     return product.astype(k.dtype)

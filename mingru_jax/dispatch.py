@@ -8,9 +8,11 @@ shared with the PyTorch seam.
 
 Modes (``MINGRU_SCAN``; unset or empty means ``auto``):
 
-* ``auto``  — on a GPU backend, the jax-triton kernel runs when one is registered, supports
-  the call and is not slower than eager there; anything else runs eager, and a fallback on
-  the GPU warns once per process per reason. CPU calls run eager without importing Triton.
+* ``auto``  — on a GPU, the jax-triton kernel runs when one is registered, supports the call
+  and is not slower than eager there; anything else runs eager, and a fallback on the GPU
+  warns once per process per reason. CPU calls run eager without importing Triton, on a GPU
+  machine too: where a call runs is its committed arrays' device, else the trace's mesh, the
+  default device or the default backend (:func:`mingru_jax._platform.platform_of`).
 * ``eager`` — always eager; never imports Triton or jax-triton.
 * ``triton`` — run the kernel or raise :class:`RuntimeError` saying why.
 
@@ -29,19 +31,19 @@ like the variable).
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
-from mingru_jax._launch import LAUNCHERS, import_jax_triton
+from mingru_jax._launch import REGISTRY, import_jax_triton
 from mingru_kernels._seam import (
     MODES,
     WarnOnce,
-    check_mode,
-    choose_launcher,
-    env_mode,
     interpreter_mode,
+    mode_in_force,
+    override_mode,
+    pick_launcher,
+    wants_kernel,
 )
 
 __all__ = [
@@ -54,9 +56,8 @@ __all__ = [
     "use_backend",
 ]
 
-_override: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "mingru_jax_scan_override", default=None
-)
+# The use_backend() override of this context (thread, asyncio task).
+_override: ContextVar[str | None] = ContextVar("mingru_jax_scan_override", default=None)
 
 
 class MinGRUFallbackWarning(UserWarning):
@@ -65,6 +66,15 @@ class MinGRUFallbackWarning(UserWarning):
 
 _warn_once = WarnOnce(MinGRUFallbackWarning, "mingru_jax: running eagerly instead of on Triton: ")
 _warned = _warn_once.seen  # the reasons already warned about (tests reset it)
+
+# Why the GPU kernels cannot take the call (``where``: the platform it runs on).
+_OFF_GPU = ("no GPU backend in jax (the call runs on {where}; set TRITON_INTERPRET=1 for "
+            "Triton's CPU interpreter)")
+
+
+def _forced_mode() -> str | None:
+    """The override in force (read at trace time, like ``MINGRU_SCAN``)."""
+    return _override.get()
 
 
 def scan_mode() -> str:
@@ -76,15 +86,14 @@ def scan_mode() -> str:
         ...     scan_mode()
         'eager'
     """
-    forced = _override.get()
-    return forced if forced is not None else env_mode()
+    return mode_in_force(_forced_mode())
 
 
-@contextlib.contextmanager
-def use_backend(mode: str) -> Iterator[None]:
+def use_backend(mode: str) -> contextlib.AbstractContextManager[None]:
     """Force a backend mode inside a ``with`` block, beating ``MINGRU_SCAN``.
 
-    Takes effect for functions *traced* inside the block (see the module docstring). The
+    The override belongs to the running thread (and asyncio task). It takes effect for
+    functions *traced* inside the block (see the module docstring). The
     mode is not part of ``jax.jit``'s cache key: a second ``jax.jit(f)`` of the same ``f``
     with the same argument shapes replays the first trace, whatever the mode. To compare
     backends, trace a fresh function under each (``jax.jit(lambda *a: f(*a))``).
@@ -94,11 +103,7 @@ def use_backend(mode: str) -> Iterator[None]:
         >>> with mingru_jax.use_backend("eager"):
         ...     P, Z = mingru_jax.linear_scan(jnp.full((1, 4, 2), 0.5), jnp.ones((1, 4, 2)))
     """
-    token = _override.set(check_mode(mode, "use_backend(mode)"))
-    try:
-        yield
-    finally:
-        _override.reset(token)
+    return override_mode(_override, mode)
 
 
 def _has_gpu_backend() -> bool:
@@ -139,52 +144,22 @@ def available() -> bool | str:
 
 
 def _platform(args: tuple[Any, ...]) -> str:
-    """``"gpu"`` or ``"cpu"`` (etc.) for the call: a concrete array's device, else the default.
+    """``"gpu"`` or ``"cpu"`` (etc.) for the call (:func:`mingru_jax._platform.platform_of`:
+    a concrete array's device, else the trace's mesh, the default device or backend)."""
+    from mingru_jax._platform import platform_of
 
-    Tracers carry no device at trace time, so traced calls use ``jax.default_backend()``.
-    """
-    import jax
-
-    for arg in args:
-        if isinstance(arg, jax.Array) and not isinstance(arg, jax.core.Tracer):
-            try:
-                platform = next(iter(arg.devices())).platform
-            except Exception:  # deleted or abstract array
-                break
-            return "gpu" if platform in ("gpu", "cuda", "rocm") else platform
-    backend = jax.default_backend()
-    return "gpu" if backend in ("gpu", "cuda", "rocm") else backend
-
-
-def _launcher_or_reason(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]):
-    """Return ``(launcher_module, None)`` if the kernel can run this call, else ``(None, why)``."""
-    status = available()
-    if status is not True:
-        return None, status
-    module_name = LAUNCHERS.get(op)
-    if module_name is None:
-        return None, f"no Triton kernel is registered for {op} in mingru_jax"
-    launcher = importlib.import_module(module_name)
-    why = launcher.unsupported_reason(*args, **kwargs)
-    if why is not None:
-        return None, f"{op}: {why}"
-    return launcher, None
+    return platform_of(args)
 
 
 def select(op: str, *args: Any, **kwargs: Any):
     """The launcher module that will run ``op`` on these arguments, or ``None`` for eager."""
     platform = _platform(args)
-
-    def off_gpu() -> str:
-        return (
-            f"no GPU backend in jax (the call runs on {platform}; set TRITON_INTERPRET=1 for "
-            "Triton's CPU interpreter)"
-        )
-
-    return choose_launcher(
-        op, args, kwargs, mode=scan_mode(), on_accelerator=platform == "gpu",
-        off_accelerator_reason=off_gpu, resolve=_launcher_or_reason, warn_once=_warn_once,
-    )
+    mode = scan_mode()
+    if not wants_kernel(op, mode=mode, on_accelerator=platform == "gpu", where=platform,
+                        off_accelerator=_OFF_GPU):
+        return None
+    return pick_launcher(op, args, kwargs, mode=mode, status=available(), registry=REGISTRY,
+                         warn=_warn_once)
 
 
 def call(op: str, eager: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -1,7 +1,8 @@
 """Every op's single entry (the twin of :mod:`mingru.scans`): the four public scan primitives
 and the two private ops behind the block-rotation and delta mixers (``_givens_recurrence``,
 ``_delta_rule``), and :func:`check_cu_seqlens`, the opt-in check of packed offsets under
-``jax.jit``. Each validates its inputs (here, and only here), then hands the call to the
+``jax.jit``. Each validates its inputs (here, and only here), then takes the op's unchecked
+route ``_run_<op>`` (which the mixers call with what they built and checked themselves) to the
 dispatch seam, which runs the eager twin (``mingru_jax._eager.<op>``) or a jax-triton
 launcher (``mingru_jax._launch.<op>``). All are jit-, grad- and vmap-compatible; the backend is
 chosen at trace time (see :mod:`mingru_jax.dispatch`).
@@ -24,7 +25,8 @@ from mingru_jax._eager.linear_recurrence import linear_recurrence_eager
 from mingru_jax._eager.linear_scan import linear_scan_eager
 from mingru_jax._eager.matrix_affine_scan import matrix_affine_scan_eager
 from mingru_jax._eager.parallel_scan_log import parallel_scan_log_eager
-from mingru_jax._packing import final_states, restart_log, segments
+from mingru_jax._packed_sharding import packed_call, row_length
+from mingru_jax._packing import restart_log, segments
 from mingru_jax._sharding import check_axis, sequence_parallel
 from mingru_jax.dispatch import call
 from mingru_kernels._spec import (
@@ -122,9 +124,9 @@ def linear_scan(
         N = cu.shape[0] - 1
         # P is the state of the same restarting recurrence with input 0 started from 1.
         start = jnp.concatenate([jnp.ones((N, D), a.dtype), jnp.zeros((N, D), a.dtype)], -1)
-        h = _linear_recurrence(jnp.concatenate([a, a], -1),
-                               jnp.concatenate([jnp.zeros_like(b), b], -1), start, False,
-                               cu_seqlens=cu, axis_name=None)
+        h = _run_linear_recurrence(
+            jnp.concatenate([a, a], -1), jnp.concatenate([jnp.zeros_like(b), b], -1),
+            initial_state=start, return_final_state=False, cu_seqlens=cu)
         return h[..., :D], h[..., D:]
     return call("linear_scan", linear_scan_eager, a, b)
 
@@ -156,8 +158,10 @@ def linear_recurrence(
             ``initial_state`` is then ``(N, D)`` and ``h_T`` is ``(N, D)``, each sequence's
             last state (an empty sequence's is its initial state, zeros when ``None``). The
             offsets' values are checked when concrete (a traced ``cu_seqlens`` under
-            :func:`jax.jit` gets its shape and dtype checked only). Not combinable with
-            ``axis_name`` yet.
+            :func:`jax.jit` gets its shape and dtype checked only). With ``axis_name`` too,
+            the offsets are those of the whole row (the same on every device, ending at
+            ``n · T_local`` for an axis of ``n`` devices) and sequences may straddle devices
+            (:mod:`mingru_jax._packed_sharding`).
         axis_name: a mesh axis bound by :func:`jax.shard_map` over which the sequence is
             split along T (the twin of ``sequence_group=`` in :mod:`mingru`): each device
             passes its contiguous slice ``a, b (B, T_local, D)`` (slices in
@@ -186,21 +190,18 @@ def linear_recurrence(
         >>> bool(jnp.allclose(jnp.concatenate([h, h2], 1), linear_recurrence(a, b), atol=1e-6))
         True
     """
-    return _validate.checked_call(
-        [("initial_state", initial_state)], _linear_recurrence, a, b, initial_state,
-        return_final_state, cu_seqlens=cu_seqlens, axis_name=axis_name)
+    _validate.check_states([("initial_state", initial_state)])
+    a, b, initial_state, cu = _check_linear_recurrence(
+        a, b, initial_state=initial_state, cu_seqlens=cu_seqlens, axis_name=axis_name)
+    return _run_linear_recurrence(a, b, initial_state=initial_state,
+                                  return_final_state=bool(return_final_state), cu_seqlens=cu,
+                                  axis_name=axis_name)
 
 
-def _linear_recurrence(
-    a: jax.Array,
-    b: jax.Array,
-    initial_state: jax.Array | None,
-    return_final_state: bool,
-    *,
-    cu_seqlens: jax.Array | None,
-    axis_name: str | None,
-) -> jax.Array | tuple[jax.Array, jax.Array]:
-    """:func:`linear_recurrence` without the NaN check of ``initial_state``."""
+def _check_linear_recurrence(a: object, b: object, *, initial_state: object,
+                             cu_seqlens: object, axis_name: str | None):
+    """The shape and dtype checks of :func:`linear_recurrence`: ``(a, b, initial_state,
+    cu_seqlens)`` as checked arrays (offsets ``None`` when not packed)."""
     a = _validate.float_array(a, "a", 3, "(B, T, D)")
     b = _validate.float_array(b, "b", 3, "(B, T, D)")
     named = [("a", a), ("b", b)]
@@ -208,17 +209,13 @@ def _linear_recurrence(
     _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
     if cu_seqlens is not None:
         B, T, D = a.shape
-        cu = _packing.check_cu_seqlens(cu_seqlens, B, T)
-        _check_not_sharded(axis_name)
+        cu = _packing.check_cu_seqlens(cu_seqlens, B, row_length(T, axis_name))
         if initial_state is not None:
             initial_state = _validate.float_array(initial_state, "initial_state", 2, "(N, D)")
             check_packed_state(initial_state, cu.shape[0] - 1, (D,), "initial_state")
             named.append(("initial_state", initial_state))
         _validate.same_dtype(named)
-        seg = segments(cu, T)
-        h = call("linear_recurrence", linear_recurrence_eager, a, b, initial_state, False,
-                 seg.seq_id)
-        return (h, final_states(h, seg, initial_state)) if return_final_state else h
+        return a, b, initial_state, cu
     if initial_state is not None:
         initial_state = _validate.float_array(initial_state, "initial_state", 2, "(B, D)")
         _validate.shape_is(initial_state, "initial_state", (a.shape[0], a.shape[2]), "(B, D)")
@@ -226,12 +223,36 @@ def _linear_recurrence(
     _validate.same_dtype(named)
     if axis_name is not None:
         check_axis(axis_name)
-        product = jnp.prod(a.astype(jnp.float32), axis=1).astype(a.dtype)
+    return a, b, initial_state, None
+
+
+def _run_linear_recurrence(a: jax.Array, b: jax.Array, *, initial_state: jax.Array | None,
+                           return_final_state: bool, cu_seqlens: jax.Array | None = None,
+                           axis_name: str | None = None) -> jax.Array | tuple[jax.Array, ...]:
+    """:func:`linear_recurrence` on arguments already checked (``cu_seqlens``: checked
+    offsets): no checks here."""
+    if cu_seqlens is not None:
+        return packed_call(
+            lambda table, seq_id: call(
+                "linear_recurrence", linear_recurrence_eager, a, b, initial_state=table,
+                return_final_state=False, seq_id=seq_id),
+            lambda: _transition_product(a), cu_seqlens, steps=a.shape[1],
+            initial_state=initial_state, axis_name=axis_name,
+            return_final_state=return_final_state)
+    if axis_name is not None:
         return sequence_parallel(
-            lambda h_in: call("linear_recurrence", linear_recurrence_eager, a, b, h_in, True),
-            product, initial_state, axis_name, bool(return_final_state))
-    return call("linear_recurrence", linear_recurrence_eager, a, b, initial_state,
-                bool(return_final_state))
+            lambda h_in: call("linear_recurrence", linear_recurrence_eager, a, b,
+                              initial_state=h_in, return_final_state=True),
+            _transition_product(a), initial_state=initial_state, axis_name=axis_name,
+            return_final_state=return_final_state)
+    return call("linear_recurrence", linear_recurrence_eager, a, b, initial_state=initial_state,
+                return_final_state=return_final_state)
+
+
+def _transition_product(a: jax.Array) -> jax.Array:
+    """``(B, D)`` product over T of the transitions ``a (B, T, D)``, in at least float32
+    inside (a slice's map for sequence parallelism)."""
+    return jnp.prod(a.astype(jnp.promote_types(a.dtype, jnp.float32)), axis=1).astype(a.dtype)
 
 
 def matrix_affine_scan(
@@ -270,8 +291,17 @@ def matrix_affine_scan(
         raise ValueError(
             f"Bm must have shape (B, T, n, k, v) = ({B}, {T}, {n}, {k}, v); got {tuple(Bm.shape)}"
         )
+    cu = None if cu_seqlens is None else _packing.check_cu_seqlens(cu_seqlens, B, T)
+    return _run_matrix_affine_scan(A, Bm, cu_seqlens=cu)
+
+
+def _run_matrix_affine_scan(A: jax.Array, Bm: jax.Array, *, cu_seqlens: jax.Array | None
+                            ) -> tuple[jax.Array, jax.Array]:
+    """:func:`matrix_affine_scan` on arguments already checked (``cu_seqlens``: checked
+    offsets): no checks here."""
     if cu_seqlens is not None:
-        seg = segments(_packing.check_cu_seqlens(cu_seqlens, B, T), T)
+        T, k = A.shape[1], A.shape[3]
+        seg = segments(cu_seqlens, T)
         starts = seg.starts.reshape(1, T, 1, 1, 1)
         zero = jnp.zeros_like(A)
         both = jnp.concatenate([jnp.where(starts, A, zero), Bm], axis=-1)
@@ -312,7 +342,9 @@ def matrix_scan(
     if tuple(M.shape[3:]) != (2, 2):
         raise ValueError(f"M must have shape (B, T, n, 2, 2); got {tuple(M.shape)}")
     _validate.shape_is(b, "b", M.shape[:4], "(B, T, n, 2)")
-    P, Z = matrix_affine_scan(M, b[..., None], cu_seqlens=cu_seqlens)
+    B, T = M.shape[:2]
+    cu = None if cu_seqlens is None else _packing.check_cu_seqlens(cu_seqlens, B, T)
+    P, Z = _run_matrix_affine_scan(M, b[..., None], cu_seqlens=cu)
     return P, Z[..., 0]
 
 
@@ -365,8 +397,18 @@ def _givens_recurrence(
         _validate.shape_is(log_gamma, "log_gamma", (B, T, n), "(B, T, n)")
         named.append(("log_gamma", log_gamma))
     _validate.same_dtype(named)
-    if cu is not None:
-        seg = segments(cu, T)
+    return _run_givens_recurrence(theta, b, h0=h0, scale=scale, log_gamma=log_gamma,
+                                  cu_seqlens=cu)
+
+
+def _run_givens_recurrence(theta: jax.Array, b: jax.Array, *, h0: jax.Array,
+                           scale: jax.Array | None, log_gamma: jax.Array | None,
+                           cu_seqlens: jax.Array | None = None) -> jax.Array:
+    """:func:`_givens_recurrence` on arguments already checked (by it, or by a mixer that
+    built them; ``cu_seqlens``: checked offsets): no checks here."""
+    if cu_seqlens is not None:
+        B, T, n, k = b.shape
+        seg = segments(cu_seqlens, T)
         starts = seg.starts.reshape(1, T, 1, 1)
         # M_t h0[seq_t] at every step (the steps as a batch of single tokens); kept at starts.
         entry = givens_step(h0[seg.seq_id], theta[0], jnp.zeros_like(b[0]),
@@ -376,7 +418,8 @@ def _givens_recurrence(
         kept = jnp.ones_like(b) if scale is None else scale
         scale = jnp.where(starts, jnp.zeros_like(kept), kept)  # transition 0 at a start
         h0 = jnp.zeros((B, n, k), b.dtype)
-    return call("givens_recurrence", givens_recurrence_eager, theta, b, h0, scale, log_gamma)
+    return call("givens_recurrence", givens_recurrence_eager, theta, b, h0=h0, scale=scale,
+                log_gamma=log_gamma)
 
 
 def _delta_rule(
@@ -418,21 +461,23 @@ def _delta_rule(
     positive_int(chunk_size, "chunk_size")
     check_flag(allow_tf32, "delta_rule: allow_tf32")
     check_delta_rule_shapes(q, k, v, beta, log_gamma, None if cu_seqlens is not None else h0)
+    cu = None
     if cu_seqlens is not None:
         B, T, _, H, dk = k.shape
         cu = _packing.check_cu_seqlens(cu_seqlens, B, T)
         check_packed_state(h0, cu.shape[0] - 1, (H, dk, v.shape[-1]), "h0")
-        return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size,
-                    cu_seqlens=cu, allow_tf32=allow_tf32)
-    return call("delta_rule", delta_rule_eager, q, k, v, beta, log_gamma, h0, chunk_size,
-                allow_tf32=allow_tf32)
+    return _run_delta_rule(q, k=k, v=v, beta=beta, log_gamma=log_gamma, h0=h0,
+                           chunk_size=chunk_size, cu_seqlens=cu, allow_tf32=allow_tf32)
 
 
-def _check_not_sharded(axis_name: str | None) -> None:
-    if axis_name is not None:
-        raise NotImplementedError(
-            "cu_seqlens together with axis_name is not supported yet: pack the sequences of "
-            "each device's slice without sharding, or shard one unpacked sequence")
+def _run_delta_rule(q: jax.Array, *, k: jax.Array, v: jax.Array, beta: jax.Array,
+                    log_gamma: jax.Array | None, h0: jax.Array | None, chunk_size: int,
+                    cu_seqlens: jax.Array | None = None, allow_tf32: bool = False
+                    ) -> tuple[jax.Array, jax.Array]:
+    """:func:`_delta_rule` on arguments already checked (by it, or by DeltaMinGRU, which
+    built them; ``cu_seqlens``: checked offsets): no checks here."""
+    return call("delta_rule", delta_rule_eager, q, k=k, v=v, beta=beta, log_gamma=log_gamma,
+                h0=h0, chunk_size=chunk_size, cu_seqlens=cu_seqlens, allow_tf32=allow_tf32)
 
 
 def check_cu_seqlens(cu_seqlens: jax.Array, total_length: int) -> jax.Array:

@@ -17,7 +17,8 @@ as such in the failure messages); relative imports are resolved. The rules:
   and its pure-Python parts (the package itself, ``mingru_kernels.launch.*``, ``_spec``,
   ``_seam``, ``_compat``) import no triton either;
 * nothing imports upward. Within a frontend the layers are, top to bottom: the package and
-  its entry points → mixers, block, stack (and ``convert``) → ``scans`` → ``dispatch`` →
+  its entry points, with the language model (``lm``, ``_generation``, ``hf``) → mixers, block,
+  stack (and ``convert``) → ``scans`` → ``dispatch`` →
   ``_launch.*`` (beside them ``_eager.*``, ``_validate`` and ``_compat``, the one home of the
   frontend's uses of private internals) → ``mingru_kernels``.
   In particular a launcher never imports its frontend's ``dispatch``, ``scans`` or mixers.
@@ -43,13 +44,14 @@ FRAMEWORKS = ("torch", "jax", "flax", "jax_triton")
 # frontend at its own layer or below, and mingru_kernels. Keys are module-name prefixes
 # after "<frontend>." ("" is the package itself); the longest matching key wins.
 LAYERS = {
-    "": 5, "__main__": 5,
+    "": 5, "__main__": 5, "lm": 5, "_generation": 5, "hf": 5,
     "mixers": 4, "block": 4, "stack": 4, "convert": 4,
     "scans": 3, "cells": 3, "_sharding": 3, "_packed_sharding": 3,
     "dispatch": 2,
     "_launch": 1, "_eager": 1, "_validate": 1, "_packing": 1, "_compat": 1,
+    "_platform": 1, "_vma": 1,
 }
-LAYER_NAMES = {5: "package/entry", 4: "mixers/block/stack", 3: "scans", 2: "dispatch",
+LAYER_NAMES = {5: "package/entry/lm", 4: "mixers/block/stack", 3: "scans", 2: "dispatch",
                1: "_launch/_eager/_validate/_compat"}
 
 

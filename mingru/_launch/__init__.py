@@ -1,7 +1,9 @@
 """Thin Triton launchers, one module per op, imported only by :mod:`mingru.dispatch`.
 
-``LAUNCHERS`` maps an op name to a loader returning the module that launches its kernel. Importing this package
-never imports Triton; a launcher module is imported only when dispatch routes a call to it.
+``LAUNCHERS`` maps an op name to a loader returning the module that launches its kernel, and
+``REGISTRY`` is that map as the shared seam reads it (:class:`mingru_kernels._seam.Registry`;
+``mingru_jax._launch`` is built the same way). Importing this package never imports Triton;
+a launcher module is imported only when dispatch routes a call to it.
 
 Each launcher module provides:
 
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import ModuleType
+
+from mingru_kernels._seam import Registry
 
 # Static import statements, one loader per op: torch.compile(fullgraph=True) can trace a
 # plain ``from … import …`` on the first call, but not importlib/__import__ with a name.
@@ -100,3 +104,5 @@ LAUNCHERS: dict[str, Callable[[], ModuleType]] = {
     "mingru_cell": _mingru_cell,
     "layer_norm": _layer_norm,
 }
+
+REGISTRY = Registry("mingru", LAUNCHERS)

@@ -16,7 +16,7 @@ from torch import nn
 
 from mingru._sharding import check_group, check_not_packed, matrix_sequence_parallel
 from mingru._validate import checks_state
-from mingru.cells import delta_inputs
+from mingru.cells import _run_delta_inputs
 from mingru.mixers._common import (
     TimeDecay,
     check_sequence,
@@ -25,7 +25,7 @@ from mingru.mixers._common import (
     packed_offsets,
     project,
 )
-from mingru.scans import _delta_rule
+from mingru.scans import _run_delta_rule
 from mingru_kernels._spec import KEY_NORM_EPS, check_delta, check_flag
 
 __all__ = ["KEY_NORM_EPS", "DeltaMinGRU"]
@@ -129,10 +129,11 @@ class DeltaMinGRU(nn.Module):
 
     def _project(self, x: torch.Tensor):
         """``q (…, H, d_k)``, ``k (…, nh, H, d_k)``, ``v (…, nh, H, d_v)``, ``β (…, nh, H)``,
-        from one GEMM over every projection and one fused pass (:func:`delta_inputs`)."""
+        from one GEMM over every projection and one fused pass (:func:`mingru.cells.delta_inputs`)."""
         H, dk, dv, nh = self.n_heads, self.d_k, self.d_v, self.nh
         layers = [self.linear_q, *self.linear_k, *self.linear_v, *self.linear_beta]
-        return delta_inputs(project(x, *layers), H, nh, dk, dv, KEY_NORM_EPS)
+        return _run_delta_inputs(project(x, *layers), n_heads=H, nh=nh, d_k=dk, d_v=dv,
+                                 eps=KEY_NORM_EPS)
 
     @checks_state("h_0")
     def forward(
@@ -178,11 +179,14 @@ class DeltaMinGRU(nn.Module):
             log_gamma = log_gamma.expand(B, T, H).contiguous()  # fixed rate: one channel
         q, k, v, beta = self._project(x)
         if sequence_group is not None:
-            o, h_T = _sharded_delta(q, k, v, beta, log_gamma, h0, self.chunk_size,
-                                    check_group(sequence_group), self.allow_tf32)
+            o, h_T = _sharded_delta(q, k=k, v=v, beta=beta, log_gamma=log_gamma, h0=h0,
+                                    chunk_size=self.chunk_size, group=check_group(sequence_group),
+                                    allow_tf32=self.allow_tf32)
         else:
-            o, h_T = _delta_rule(q, k, v, beta, log_gamma, h0, self.chunk_size, cu_seqlens=cu,
-                                 allow_tf32=self.allow_tf32)
+            # _delta_rule's checks would repeat the mixer's on what it built: its route.
+            o, h_T = _run_delta_rule(q, k=k, v=v, beta=beta, log_gamma=log_gamma, h0=h0,
+                                     chunk_size=self.chunk_size, cu_seqlens=cu,
+                                     allow_tf32=self.allow_tf32)
         y = self.out_proj(o.reshape(B, T, H * dv))
         if return_state:
             return y, h_T.reshape(n_states, 1, self.state_size)
@@ -194,7 +198,10 @@ class DeltaMinGRU(nn.Module):
         h_prev: torch.Tensor | None = None,
         delta_t: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One token, ``O(1)`` in ``T``: ``(y_t (B, hidden_size), h_t (B, Z))``."""
+        """One token, ``O(1)`` in ``T``: ``(y_t (B, hidden_size), h_t (B, Z))``.
+
+        Checks shapes, dtypes and devices, never values: no host synchronisation, so the
+        step can be captured in a CUDA graph or compiled with ``fullgraph=True``."""
         x_t = check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
         H, dk, dv = self.n_heads, self.d_k, self.d_v
@@ -225,6 +232,7 @@ class DeltaMinGRU(nn.Module):
 
 def _sharded_delta(
     q: torch.Tensor,
+    *,
     k: torch.Tensor,
     v: torch.Tensor,
     beta: torch.Tensor,
@@ -247,10 +255,10 @@ def _sharded_delta(
     eye = torch.eye(dk, dtype=v.dtype, device=v.device).expand(B, H, dk, dk)
     start = torch.cat([eye, v.new_zeros(B, H, dk, v.shape[-1])], dim=-1)
     wide_v = torch.cat([v.new_zeros(*v.shape[:-1], dk), v], dim=-1)
-    _, maps = _delta_rule(q, k, wide_v, beta, log_gamma, start, chunk_size,
-                          allow_tf32=allow_tf32)
+    _, maps = _run_delta_rule(q, k=k, v=wide_v, beta=beta, log_gamma=log_gamma, h0=start,
+                              chunk_size=chunk_size, allow_tf32=allow_tf32)
     product, zero_start = maps[..., :dk], maps[..., dk:]
     return matrix_sequence_parallel(
-        lambda h_in: _delta_rule(q, k, v, beta, log_gamma, h_in, chunk_size,
-                                 allow_tf32=allow_tf32),
-        product, zero_start, h0, group, True)
+        lambda h_in: _run_delta_rule(q, k=k, v=v, beta=beta, log_gamma=log_gamma, h0=h_in,
+                                     chunk_size=chunk_size, allow_tf32=allow_tf32),
+        product, zero_start=zero_start, initial_state=h0, group=group, return_final_state=True)

@@ -30,7 +30,7 @@ from mingru._sharding import (
     matrix_sequence_parallel,
 )
 from mingru._validate import checks_state
-from mingru.cells import givens_cell
+from mingru.cells import _run_givens_cell
 from mingru.mixers._common import (
     TimeDecay,
     check_sequence,
@@ -39,7 +39,7 @@ from mingru.mixers._common import (
     packed_offsets,
     project,
 )
-from mingru.scans import _givens_recurrence
+from mingru.scans import _run_givens_recurrence
 from mingru_kernels._spec import check_givens, check_size
 
 __all__ = ["BlockRotationBase", "GivensMinGRU"]
@@ -143,13 +143,15 @@ class BlockRotationBase(nn.Module):
             h0 = h0.reshape(n_states, n, k)
         log_gamma = self._log_gamma(delta_t, B, T, b)
         if sequence_group is not None:
-            out = _sharded_givens(theta.to(b.dtype), b, h0, _cast(scale, b), log_gamma,
-                                  check_group(sequence_group), return_state)
+            out = _sharded_givens(theta.to(b.dtype), b, h0=h0, scale=_cast(scale, b),
+                                  log_gamma=log_gamma, group=check_group(sequence_group),
+                                  return_final_state=return_state)
             if not return_state:
                 return out.reshape(B, T, self.hidden_size)
             return out[0].reshape(B, T, self.hidden_size), out[1].reshape(B, 1, self.hidden_size)
-        h = _givens_recurrence(theta.to(b.dtype), b, h0, _cast(scale, b), log_gamma,
-                               cu_seqlens=cu).reshape(B, T, self.hidden_size)
+        h = _run_givens_recurrence(theta.to(b.dtype), b, h0=h0, scale=_cast(scale, b),
+                                   log_gamma=log_gamma, cu_seqlens=cu
+                                   ).reshape(B, T, self.hidden_size)
         if not return_state:
             return h
         if cu is None:
@@ -186,7 +188,10 @@ class BlockRotationBase(nn.Module):
         delta_t: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One token: ``h_t (B, hidden)`` from ``x_t (B, input_size)`` and ``h_prev (B, hidden)``
-        (default: the learned ``h0``); rotates the state vector, never forms a matrix."""
+        (default: the learned ``h0``); rotates the state vector, never forms a matrix.
+
+        Checks shapes, dtypes and devices, never values: no host synchronisation, so the
+        step can be captured in a CUDA graph or compiled with ``fullgraph=True``."""
         check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
         n, k = self.n_blocks, self.block_size
@@ -204,6 +209,7 @@ class BlockRotationBase(nn.Module):
 def _sharded_givens(
     theta: torch.Tensor,
     b: torch.Tensor,
+    *,
     h0: torch.Tensor,
     scale: torch.Tensor | None,
     log_gamma: torch.Tensor | None,
@@ -220,13 +226,14 @@ def _sharded_givens(
     """
 
     def run(h_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = _givens_recurrence(theta, b, h_in[..., 0], scale, log_gamma)
+        h = _run_givens_recurrence(theta, b, h0=h_in[..., 0], scale=scale, log_gamma=log_gamma)
         return h, h[:, -1, ..., None]
 
     product = slice_product(theta, scale, log_gamma)
     _, zero_start = run(torch.zeros_like(h0).unsqueeze(-1))
-    out = matrix_sequence_parallel(run, product, zero_start, h0.unsqueeze(-1), group,
-                                   return_final_state)
+    out = matrix_sequence_parallel(run, product, zero_start=zero_start,
+                                   initial_state=h0.unsqueeze(-1), group=group,
+                                   return_final_state=return_final_state)
     return (out[0], out[1][..., 0]) if return_final_state else out
 
 
@@ -319,10 +326,12 @@ class GivensMinGRU(BlockRotationBase):
 
     def _cell_states(self, x: torch.Tensor, h_0: torch.Tensor | None,
                      delta_t: torch.Tensor | None) -> torch.Tensor:
-        """One GEMM, then :func:`mingru.cells.givens_cell`: on CUDA one kernel each way reads
-        the angles and gates from the projection in place (no per-gate tensor)."""
+        """One GEMM, then :func:`mingru.cells.givens_cell` (its checks hold by construction):
+        on CUDA one kernel each way reads the angles and gates from the projection in place
+        (no per-gate tensor)."""
         k, h0, log_gamma = self._cell_inputs(x, h_0, delta_t)
-        return givens_cell(k, h0, log_gamma, block_size=self.block_size, rounds=self.rounds)
+        return _run_givens_cell(k, initial_state=h0, log_gamma=log_gamma,
+                                block_size=self.block_size, rounds=self.rounds)
 
     def transition_from(self, parts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, None]:
         """Angles ``(..., n, rounds, k/2)`` from ``linear_theta``'s output; no scale."""

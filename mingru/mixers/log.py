@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mingru.cells import mingru_cell
+from mingru._sharding import check_group
+from mingru.cells import _run_mingru_cell
 from mingru.mixers._common import (
     TimeDecay,
     check_sequence,
@@ -51,8 +52,10 @@ class MinGRU(nn.Module):
     (B, T, 1)) -> h (B, T, hidden)``, the states ``h_1 … h_T``; ``step(x_t (B, input_size),
     h_prev=None (B, hidden), delta_t=None (B,) or (B, 1)) -> h_t (B, hidden)``. A given state
     must be non-negative (it enters the scan as ``log h_0``, so a zero entry is a valid start
-    but has no gradient; states this module returns are always positive). Computes in the
-    dtype of the projections (the input dtype, or the autocast dtype).
+    but has no gradient; states this module returns are always positive): ``forward`` checks
+    ``h_0`` in eager calls (one device read), ``step`` checks shapes only, never values, so
+    that it never waits for the device (CUDA graphs, ``torch.compile(fullgraph=True)``).
+    Computes in the dtype of the projections (the input dtype, or the autocast dtype).
 
     Example:
         >>> import torch
@@ -126,8 +129,13 @@ class MinGRU(nn.Module):
         cu, n_states = packed_offsets(cu_seqlens, x, sequence_group is not None)
         k = project(x, self.linear_z, self.linear_h)  # its dtype (autocast's, not x's) rules
         log_gamma = self.decay.log_gamma(delta_t, B, T, like=k)
-        out = mingru_cell(k, self._h0(h_0, n_states, k), log_gamma, return_state,
-                          cu_seqlens=cu, sequence_group=sequence_group)
+        h0 = self._h0(h_0, n_states, k)
+        if sequence_group is not None:
+            check_group(sequence_group)
+        # The cell's own checks would repeat the ones above on what they built: its route.
+        out = _run_mingru_cell(k, initial_state=h0, log_gamma=log_gamma, signed=False,
+                               coupled=False, return_final_state=bool(return_state),
+                               cu_seqlens=cu, sequence_group=sequence_group)
         return (out[0], out[1][:, None]) if return_state else out
 
     def step(
@@ -136,7 +144,10 @@ class MinGRU(nn.Module):
         h_prev: torch.Tensor | None = None,
         delta_t: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """One token: ``h_t (B, hidden)`` from ``x_t (B, input_size)``, ``h_prev (B, hidden)``."""
+        """One token: ``h_t (B, hidden)`` from ``x_t (B, input_size)``, ``h_prev (B, hidden)``.
+
+        Checks shapes, dtypes and devices, not values (no host synchronisation): a negative
+        ``h_prev`` is not caught here, unlike ``h_0`` in :meth:`forward`."""
         check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
         k_z = self.linear_z(x_t)
@@ -144,7 +155,6 @@ class MinGRU(nn.Module):
             h_prev = self._h0(None, B, k_z)
         else:
             h_prev = check_state(h_prev, B, self.hidden_size, "h_prev", sequence=False, like=k_z)
-            check_non_negative(h_prev, "h_prev")
         log_a = -F.softplus(k_z)
         log_gamma = self.decay.log_gamma(delta_t, B, None, like=k_z)
         if log_gamma is not None:

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from mingru._eager.rotation_cell import snap_angles
-from mingru.cells import _rotation_cell
+from mingru.cells import _run_rotation_cell
 from mingru.mixers._common import TimeDecay
 from mingru.mixers.givens import BlockRotationBase
 from mingru_kernels._spec import check_rotation_hidden, check_size, check_snap, snap_per_block
@@ -96,7 +96,8 @@ class RotationMinGRU(BlockRotationBase):
         """One GEMM, then :func:`mingru.cells.rotation_cell` (its checks hold by
         construction): on CUDA one kernel each way snaps the angles and forms the scale and
         the gates from the projection in place."""
-        return _rotation_cell(*self._cell_inputs(x, h_0, delta_t), self.snap_k)
+        k, h0, log_gamma = self._cell_inputs(x, h_0, delta_t)
+        return _run_rotation_cell(k, initial_state=h0, log_gamma=log_gamma, snap_k=self.snap_k)
 
     def transition_from(self, parts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Angles ``(..., n, 1, 1)`` and the scale ``[1, tanh(u)]`` ``(..., n, 2)`` from the

@@ -16,8 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from mingru._sharding import check_group
 from mingru._validate import checks_state
-from mingru.cells import signed_mingru_cell
+from mingru.cells import _run_mingru_cell
 from mingru.mixers._common import (
     TimeDecay,
     check_sequence,
@@ -135,9 +136,12 @@ class SignedMinGRU(nn.Module):
             h_0 = check_state(h_0, n_states, self.hidden_size, "h_0", sequence=True, like=k)[:, 0]
         elif self.h0 is not None:
             h_0 = self.h0.to(k.dtype).expand(n_states, self.hidden_size)
-        out = signed_mingru_cell(k, h_0, log_gamma, coupled=self.coupled,
-                                 return_final_state=return_state, cu_seqlens=cu,
-                                 sequence_group=sequence_group)
+        if sequence_group is not None:
+            check_group(sequence_group)
+        # The cell's own checks would repeat the ones above on what they built: its route.
+        out = _run_mingru_cell(k, initial_state=h_0, log_gamma=log_gamma, signed=True,
+                               coupled=self.coupled, return_final_state=bool(return_state),
+                               cu_seqlens=cu, sequence_group=sequence_group)
         return (out[0], out[1][:, None]) if return_state else out
 
     def step(
@@ -146,7 +150,10 @@ class SignedMinGRU(nn.Module):
         h_prev: torch.Tensor | None = None,
         delta_t: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """One token: ``h_t (B, hidden)`` from ``x_t (B, input_size)``, ``h_prev (B, hidden)``."""
+        """One token: ``h_t (B, hidden)`` from ``x_t (B, input_size)``, ``h_prev (B, hidden)``.
+
+        Checks shapes, dtypes and devices, never values: no host synchronisation, so the
+        step can be captured in a CUDA graph or compiled with ``fullgraph=True``."""
         check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
         a, b = self._gates(x_t, delta_t, None)

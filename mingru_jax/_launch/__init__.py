@@ -1,10 +1,10 @@
 """Thin jax-triton launchers, one module per op, imported only by :mod:`mingru_jax.dispatch`.
 
-``LAUNCHERS`` maps an op name (``"parallel_scan_log"``, ``"linear_scan"``,
-``"linear_recurrence"``, ``"matrix_affine_scan"``, ``"givens_recurrence"``, ``"delta_rule"``,
-``"mingru_cell"``, ``"givens_cell"``, ``"rotation_cell"``) to the module that
-launches its kernel from ``mingru_kernels``. Importing this package never imports Triton or
-jax-triton; a launcher module is imported only when dispatch routes a call to it.
+``LAUNCHERS`` maps an op name to a loader returning the module that launches its kernel from
+``mingru_kernels``, and ``REGISTRY`` is that map as the shared seam reads it
+(:class:`mingru_kernels._seam.Registry`; ``mingru._launch`` is built the same way). Importing
+this package never imports Triton or jax-triton; a launcher module is imported only when
+dispatch routes a call to it.
 
 Each launcher module provides (the same protocol as ``mingru._launch``):
 
@@ -16,38 +16,81 @@ Each launcher module provides (the same protocol as ``mingru._launch``):
   ``jax.custom_vjp`` over the backward kernel) and vmap-compatible.
 """
 
-import os
-from typing import Any
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+
+from mingru_jax._launch._jax_triton import import_jax_triton
+from mingru_kernels._seam import Registry
+
+# One loader per op, a static import each (as in mingru._launch).
 
 
-def import_jax_triton() -> Any:
-    """Import jax-triton without letting it break PyTorch's Triton in the same process.
+def _linear_scan() -> ModuleType:
+    from mingru_jax._launch import linear_scan
 
-    jax-triton 0.3 sets ``TRITON_CACHE_DIR=""`` when imported; after that every Triton kernel
-    that PyTorch compiles in this process fails with "Could not create or locate cache dir"
-    (one process that runs both frontends). jax-triton's own launches do not use that cache,
-    so the variable is put back as it was.
-    """
-    had = "TRITON_CACHE_DIR" in os.environ
-    before = os.environ.get("TRITON_CACHE_DIR")
-    try:
-        import jax_triton
-    finally:
-        if had:
-            os.environ["TRITON_CACHE_DIR"] = before
-        else:
-            os.environ.pop("TRITON_CACHE_DIR", None)
-    return jax_triton
+    return linear_scan
 
 
-LAUNCHERS: dict[str, str] = {
-    "linear_scan": "mingru_jax._launch.linear_scan",
-    "linear_recurrence": "mingru_jax._launch.linear_recurrence",
-    "parallel_scan_log": "mingru_jax._launch.parallel_scan_log",
-    "matrix_affine_scan": "mingru_jax._launch.matrix_affine_scan",
-    "givens_recurrence": "mingru_jax._launch.givens_recurrence",
-    "delta_rule": "mingru_jax._launch.delta_rule",
-    "mingru_cell": "mingru_jax._launch.mingru_cell",
-    "givens_cell": "mingru_jax._launch.givens_cell",
-    "rotation_cell": "mingru_jax._launch.rotation_cell",
+def _linear_recurrence() -> ModuleType:
+    from mingru_jax._launch import linear_recurrence
+
+    return linear_recurrence
+
+
+def _parallel_scan_log() -> ModuleType:
+    from mingru_jax._launch import parallel_scan_log
+
+    return parallel_scan_log
+
+
+def _matrix_affine_scan() -> ModuleType:
+    from mingru_jax._launch import matrix_affine_scan
+
+    return matrix_affine_scan
+
+
+def _givens_recurrence() -> ModuleType:
+    from mingru_jax._launch import givens_recurrence
+
+    return givens_recurrence
+
+
+def _delta_rule() -> ModuleType:
+    from mingru_jax._launch import delta_rule
+
+    return delta_rule
+
+
+def _mingru_cell() -> ModuleType:
+    from mingru_jax._launch import mingru_cell
+
+    return mingru_cell
+
+
+def _givens_cell() -> ModuleType:
+    from mingru_jax._launch import givens_cell
+
+    return givens_cell
+
+
+def _rotation_cell() -> ModuleType:
+    from mingru_jax._launch import rotation_cell
+
+    return rotation_cell
+
+
+LAUNCHERS: dict[str, Callable[[], ModuleType]] = {
+    "linear_scan": _linear_scan,
+    "linear_recurrence": _linear_recurrence,
+    "parallel_scan_log": _parallel_scan_log,
+    "matrix_affine_scan": _matrix_affine_scan,
+    "givens_recurrence": _givens_recurrence,
+    "delta_rule": _delta_rule,
+    "mingru_cell": _mingru_cell,
+    "givens_cell": _givens_cell,
+    "rotation_cell": _rotation_cell,
 }
+
+REGISTRY = Registry("mingru_jax", LAUNCHERS)

@@ -26,6 +26,7 @@ only.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,6 +36,8 @@ import numpy as np
 
 from mingru_jax import _compat
 from mingru_jax._launch import _compile
+from mingru_jax._platform import platform_of
+from mingru_jax._vma import as_varying, varying_axes
 from mingru_kernels._seam import interpreter_mode
 from mingru_kernels.launch._elementwise import DEFAULT_SM_COUNT
 from mingru_kernels.launch.switches import poison_outputs
@@ -42,9 +45,10 @@ from mingru_kernels.launch.switches import poison_outputs
 KERNEL_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
-def on_gpu() -> bool:
-    """True when this trace targets a jax GPU backend (the jax-triton route)."""
-    return jax.default_backend() in ("gpu", "cuda", "rocm")
+def on_gpu(*arrays: jax.Array) -> bool:
+    """True when a call on ``arrays`` runs on a jax GPU (the jax-triton route): the dispatch
+    seam's rule (:func:`mingru_jax._platform.platform_of`), so both agree on where it runs."""
+    return platform_of(arrays) == "gpu"
 
 
 def unsupported_dtype_or_device(x: jax.Array) -> str | None:
@@ -52,9 +56,32 @@ def unsupported_dtype_or_device(x: jax.Array) -> str | None:
     dtype = jnp.dtype(x.dtype)
     if dtype not in KERNEL_DTYPES:
         return f"dtype {dtype} runs eager (the kernels take float32, bfloat16, float16)"
-    if on_gpu() or interpreter_mode():
+    if on_gpu(x) or interpreter_mode():
         return None
     return "no GPU backend in jax (the kernels need a GPU, or TRITON_INTERPRET=1)"
+
+
+# ----------------------------------------------------------------------------- shard_map
+
+
+class custom_vjp:  # noqa: N801 - a drop-in for ``jax.custom_vjp``
+    """``jax.custom_vjp`` whose array arguments enter typed varying along every mesh axis any
+    of them varies along (inside ``jax.shard_map`` with ``check_vma=True``; a no-op
+    elsewhere): the kernels' outputs, cotangents included, are typed so (:func:`launch`),
+    and a cotangent must be typed like its argument. A launcher's own placeholders (zeros
+    for an absent state) need no care. Use it as ``jax.custom_vjp``: a decorator, with
+    ``nondiff_argnums``, then ``defvjp(fwd, bwd)``."""
+
+    def __init__(self, fn: Callable[..., Any], nondiff_argnums: tuple[int, ...] = ()) -> None:
+        self._op = jax.custom_vjp(fn, nondiff_argnums=nondiff_argnums)
+        functools.update_wrapper(self, fn)
+
+    def defvjp(self, fwd: Callable[..., Any], bwd: Callable[..., Any]) -> None:
+        self._op.defvjp(fwd, bwd)
+
+    def __call__(self, *args: Any) -> Any:
+        axes = varying_axes(*args)
+        return self._op(*(as_varying(a, axes) for a in args))
 
 
 # ----------------------------------------------------------------------------- vmap
@@ -135,7 +162,7 @@ def affine_scan_vjp(
     autodiff wiring is the same.
     """
 
-    @jax.custom_vjp
+    @custom_vjp
     def op(a, b):
         return forward(a, b)
 
@@ -205,6 +232,11 @@ class _HostTensor:
         return None
 
 
+# Triton's interpreter patches module-level state while a kernel runs: one kernel at a time
+# (XLA runs the callbacks of several CPU devices, e.g. under shard_map, on parallel threads).
+_INTERPRETER = threading.Lock()
+
+
 def _host_launch(kernel, grid, inputs, outputs, scalars, meta, zeroed=()):
     """The interpreter route of :func:`launch`: a pure callback running ``kernel`` on host
     buffers (outputs NaN-filled first when the poison switch is on, except ``zeroed``)."""
@@ -214,7 +246,8 @@ def _host_launch(kernel, grid, inputs, outputs, scalars, meta, zeroed=()):
         ins = [_HostTensor(np.ascontiguousarray(a)) for a in arrays]
         outs = [np.full(o.shape, np.nan, o.dtype) if poisoned and i not in zeroed
                 else np.zeros(o.shape, o.dtype) for i, o in enumerate(outputs)]
-        kernel[grid](*ins, *scalars, *(_HostTensor(o) for o in outs), **meta)
+        with _INTERPRETER:
+            kernel[grid](*ins, *scalars, *(_HostTensor(o) for o in outs), **meta)
         return tuple(outs)
 
     return tuple(jax.pure_callback(host, tuple(outputs), *inputs))
@@ -260,9 +293,11 @@ def launch(
     """
     scalars = tuple(int(s) if isinstance(s, np.integer) else s for s in scalars)
     _compile.note(kernel, inputs, outputs, scalars, meta)
-    if not on_gpu():
-        return _host_launch(kernel, grid, inputs, outputs, scalars, meta, tuple(zeroed))
-    from mingru_jax._launch import import_jax_triton
+    axes = varying_axes(*inputs)  # inside shard_map: type the outputs as the inputs vary
+    if not on_gpu(*inputs):
+        out = _host_launch(kernel, grid, inputs, outputs, scalars, meta, tuple(zeroed))
+        return tuple(as_varying(o, axes) for o in out)
+    from mingru_jax._launch._jax_triton import import_jax_triton
 
     jt = import_jax_triton()  # lazily: the GPU route only
     _compat.use_pytorch_compile(kernel)  # PyTorch's specialisation (see _compat)
@@ -272,7 +307,7 @@ def launch(
     out = jt.triton_call(
         *inputs, *scalars, kernel=kernel, out_shape=tuple(outputs), grid=grid, **meta
     )
-    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    return tuple(as_varying(o, axes) for o in (out if isinstance(out, (tuple, list)) else (out,)))
 
 
 def f32(shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:

@@ -280,7 +280,7 @@ def _make_op(tf32: bool):
         return _grads_of_present(log_gamma, h0, *_launch_backward(
             q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, None, tf32))
 
-    @jax.custom_vjp
+    @common.custom_vjp
     def op(q, k, v, beta, log_gamma, h0):
         o, h_T, *_ = forward(q, k, v, beta, log_gamma, h0)
         return o, h_T
@@ -315,7 +315,7 @@ def _make_packed_op(tf32: bool):
             q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T,
             (chunk_seq, chunk_end, cu), tf32))
 
-    @jax.custom_vjp
+    @common.custom_vjp
     def op(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu):
         o, h_T, *_ = forward(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu)
         return o, h_T

@@ -205,7 +205,7 @@ def _batched(rounds: int):
             common.batched(lambda k, h0, lg, h, dh: _backward(k, h0, lg, h, dh, rounds)))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+@functools.partial(common.custom_vjp, nondiff_argnums=(3, 4))
 def _op(k, h0, log_gamma, block_size, rounds):
     return _batched(rounds)[0](k, h0, log_gamma)[0]
 

@@ -162,7 +162,7 @@ def _backward(theta, h0, scale, log_gamma, h, dh):
                     dg if log_gamma is not None else None)
 
 
-@jax.custom_vjp
+@common.custom_vjp
 def _op(theta, b, h0, scale, log_gamma):
     return _forward(theta, b, h0, scale, log_gamma)[0]
 

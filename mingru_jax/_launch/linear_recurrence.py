@@ -140,7 +140,7 @@ _forward = common.batched(_launch_forward)
 _backward = common.batched(_launch_backward)
 
 
-@jax.custom_vjp
+@common.custom_vjp
 def _op(a, b, h0):
     return _forward(a, b, h0)
 
@@ -171,7 +171,7 @@ def _packed(has_h0: bool):
     return common.batched_by_map(forward), common.batched_by_map(backward)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+@functools.partial(common.custom_vjp, nondiff_argnums=(0,))
 def _packed_op(has_h0, a, b, h0, seq_id):
     return _packed(has_h0)[0](a, b, h0, seq_id)
 

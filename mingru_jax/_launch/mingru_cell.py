@@ -161,7 +161,7 @@ def _batched(signed: bool, coupled: bool):
     return forward, backward
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+@functools.partial(common.custom_vjp, nondiff_argnums=(0, 1))
 def _op(signed, coupled, k, h0, lg):
     return _batched(signed, coupled)[0](k, h0, lg)
 
@@ -197,7 +197,7 @@ def _packed(signed: bool, coupled: bool, has_h0: bool):
     return common.batched_by_map(forward), common.batched_by_map(backward)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+@functools.partial(common.custom_vjp, nondiff_argnums=(0, 1, 2))
 def _packed_op(signed, coupled, has_h0, k, h0, lg, seq_id):
     return _packed(signed, coupled, has_h0)[0](k, h0, lg, seq_id)
 

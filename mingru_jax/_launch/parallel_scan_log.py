@@ -85,7 +85,7 @@ _forward = common.batched(_launch_forward)
 _backward = common.batched(_launch_backward)
 
 
-@jax.custom_vjp
+@common.custom_vjp
 def _op(la, lv):
     return _forward(la, lv)[0]
 

@@ -69,7 +69,7 @@ _forward_batched = common.batched_by_map(_forward)
 _backward_batched = common.batched_by_map(_backward)
 
 
-@jax.custom_vjp
+@common.custom_vjp
 def _op(k, h0, log_gamma, snap):
     return _forward_batched(k, h0, log_gamma, snap)[0]
 

@@ -28,6 +28,7 @@ from flax import nnx
 from mingru_jax import _validate
 from mingru_jax._eager.mingru_cell import g as g
 from mingru_jax._eager.mingru_cell import log_g as log_g
+from mingru_jax._packed_sharding import row_length
 from mingru_jax._packing import check_cu_seqlens
 from mingru_kernels._spec import DECAY_MODES as DECAY_MODES
 from mingru_kernels._spec import MAX_GAP, check_decay, check_packed_state, inverse_softplus
@@ -279,19 +280,28 @@ def check_state(
     return h.astype(dtype)
 
 
-def packed_count(cu_seqlens: object, batch: int, steps: int) -> int:
-    """``N``, the number of sequences of a packed call's ``cu_seqlens`` (checked: ``(N+1,)``
-    integer offsets from 0 to ``T = steps``, ``B = batch = 1``; see
-    :func:`mingru_jax._packing.check_cu_seqlens`)."""
-    return check_cu_seqlens(cu_seqlens, batch, steps).shape[0] - 1
+def packed_offsets(
+    cu_seqlens: object, x: jax.Array, axis_name: str | None = None
+) -> tuple[jax.Array | None, int]:
+    """The checked offsets of a packed call on ``x (1, T, ·)`` (or ``None``) and the number of
+    states the call carries: ``N`` sequences when packed, else the batch size ``B``.
+    ``axis_name``: ``x`` is one device's slice of the packed row (the offsets are the whole
+    row's, ending at ``T`` times the axis size; see :mod:`mingru_jax._packed_sharding`)."""
+    if cu_seqlens is None:
+        return None, x.shape[0]
+    cu = check_cu_seqlens(cu_seqlens, x.shape[0], row_length(x.shape[1], axis_name))
+    return cu, cu.shape[0] - 1
 
 
-def check_packed_sequence_state(h: object, n_seq: int, size: int, name: str, *,
-                                dtype: Any) -> jax.Array:
-    """A packed ``__call__``'s per-sequence state: ``(N, 1, size)``, one row per sequence of
-    ``cu_seqlens``; returned in ``dtype``."""
+def check_call_state(h: object, cu_seqlens: jax.Array | None, n_states: int, size: int,
+                     name: str, *, dtype: Any) -> jax.Array:
+    """A ``__call__``'s initial state: ``(B, 1, size)``, or with ``cu_seqlens`` ``(N, 1,
+    size)``, one row per sequence (``n_states`` from :func:`packed_offsets`); returned in
+    ``dtype``."""
+    if cu_seqlens is None:
+        return check_state(h, n_states, size, name, sequence=True, dtype=dtype)
     h = _validate.float_array(h, name, 3, f"(N, 1, {size})")
-    check_packed_state(h, n_seq, (1, size), name)
+    check_packed_state(h, n_states, (1, size), name)
     return h.astype(dtype)
 
 

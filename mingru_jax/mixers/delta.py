@@ -13,20 +13,20 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from mingru_jax._sharding import check_axis, sequence_parallel
+from mingru_jax._sharding import check_axis, check_not_packed, sequence_parallel
 from mingru_jax._validate import checks_state
 from mingru_jax.mixers._common import (
     MixerCell,
     TimeDecay,
-    check_packed_sequence_state,
+    check_call_state,
     check_sequence,
     check_state,
     check_token,
     linear,
-    packed_count,
+    packed_offsets,
     project,
 )
-from mingru_jax.scans import _delta_rule
+from mingru_jax.scans import _run_delta_rule
 from mingru_kernels._spec import KEY_NORM_EPS, check_delta, check_flag
 
 __all__ = ["KEY_NORM_EPS", "DeltaMinGRU", "DeltaMinGRUCell"]
@@ -191,22 +191,11 @@ class DeltaMinGRU(nnx.Module):
         H, dk, dv = self.n_heads, self.d_k, self.d_v
         q, k, v, beta = self._project(x)
         dtype = q.dtype
-        if cu_seqlens is not None:
-            if axis_name is not None:
-                raise NotImplementedError(
-                    "cu_seqlens together with axis_name is not supported yet: pack the "
-                    "sequences of each device's slice without sharding, or shard one unpacked "
-                    "sequence")
-            n_states = packed_count(cu_seqlens, B, T)
-        else:
-            n_states = B
+        check_not_packed(cu_seqlens, axis_name, "DeltaMinGRU")
+        cu, n_states = packed_offsets(cu_seqlens, x)
         h0 = None
         if h_0 is not None:
-            if cu_seqlens is not None:
-                h0 = check_packed_sequence_state(h_0, n_states, self.state_size, "h_0",
-                                                 dtype=dtype)
-            else:
-                h0 = check_state(h_0, B, self.state_size, "h_0", sequence=True, dtype=dtype)
+            h0 = check_call_state(h_0, cu, n_states, self.state_size, "h_0", dtype=dtype)
             h0 = h0.reshape(n_states, H, dk, dv)
         log_gamma = self.decay.log_gamma(delta_t, B, T, dtype)
         if log_gamma is not None:
@@ -214,16 +203,19 @@ class DeltaMinGRU(nnx.Module):
         if axis_name is not None:
             check_axis(axis_name)
             eye = jnp.broadcast_to(jnp.eye(dk, dtype=dtype), (B, H, dk, dk))
-            _, product = _delta_rule(q, k, jnp.zeros((*k.shape[:-1], dk), dtype), beta,
-                                     log_gamma, eye, self.chunk_size,
-                                     allow_tf32=self.allow_tf32)
+            _, product = _run_delta_rule(q, k=k, v=jnp.zeros((*k.shape[:-1], dk), dtype),
+                                         beta=beta, log_gamma=log_gamma, h0=eye,
+                                         chunk_size=self.chunk_size, allow_tf32=self.allow_tf32)
             o, h_T = sequence_parallel(
-                lambda S: _delta_rule(q, k, v, beta, log_gamma, S, self.chunk_size,
-                                      allow_tf32=self.allow_tf32),
-                product, h0, axis_name, True, matrix=True)
+                lambda S: _run_delta_rule(q, k=k, v=v, beta=beta, log_gamma=log_gamma, h0=S,
+                                          chunk_size=self.chunk_size, allow_tf32=self.allow_tf32),
+                product, initial_state=h0, axis_name=axis_name, return_final_state=True,
+                matrix=True)
         else:
-            o, h_T = _delta_rule(q, k, v, beta, log_gamma, h0, self.chunk_size,
-                                 cu_seqlens=cu_seqlens, allow_tf32=self.allow_tf32)
+            # _delta_rule's checks would repeat the mixer's on what it built: its route.
+            o, h_T = _run_delta_rule(q, k=k, v=v, beta=beta, log_gamma=log_gamma, h0=h0,
+                                     chunk_size=self.chunk_size, cu_seqlens=cu,
+                                     allow_tf32=self.allow_tf32)
         y = self.out_proj(o.reshape(B, T, H * dv))
         if return_state:
             return y, h_T.reshape(n_states, 1, self.state_size)

@@ -23,12 +23,12 @@ from flax import nnx
 
 from mingru_jax._eager.givens_recurrence import givens_step
 from mingru_jax._packing import check_cu_seqlens, final_states, segments
-from mingru_jax._sharding import check_axis, gather_last, sequence_parallel
+from mingru_jax._sharding import check_axis, check_not_packed, gather_last, sequence_parallel
 from mingru_jax._validate import checks_state
 from mingru_jax.mixers._common import (
     MixerCell,
     TimeDecay,
-    check_packed_sequence_state,
+    check_call_state,
     check_sequence,
     check_size,
     check_state,
@@ -36,7 +36,7 @@ from mingru_jax.mixers._common import (
     linear,
     project,
 )
-from mingru_jax.scans import _givens_recurrence
+from mingru_jax.scans import _run_givens_recurrence
 from mingru_kernels._spec import check_givens
 
 __all__ = ["BlockRotationBase", "GivensMinGRU", "GivensMinGRUCell"]
@@ -129,8 +129,9 @@ class BlockRotationBase(nnx.Module):
         log_gamma = self._log_gamma(delta_t, B, T, dtype)
         theta = theta.astype(dtype)
         if cu_seqlens is not None:
-            return self._packed(theta, b, scale, log_gamma, h_0, cu_seqlens, return_state,
-                                axis_name)
+            return self._packed(theta, b, scale=scale, log_gamma=log_gamma, h_0=h_0,
+                                cu_seqlens=cu_seqlens, return_state=return_state,
+                                axis_name=axis_name)
         if h_0 is None:
             h0 = self.initial_state(B, dtype).reshape(B, n, k)
         else:
@@ -141,13 +142,14 @@ class BlockRotationBase(nnx.Module):
 
             def run(h_in):  # states (B, n, k, 1) for the maps' matrix products
                 start = jnp.zeros_like(h0) if h_in is None else h_in[..., 0]
-                h = _givens_recurrence(theta, b, start, scale, log_gamma)
+                h = _run_givens_recurrence(theta, b, h0=start, scale=scale, log_gamma=log_gamma)
                 return h, h[:, -1, ..., None]
 
             product = _block_transition_product(theta, scale, log_gamma)
-            h = sequence_parallel(run, product, h0[..., None], axis_name, False, matrix=True)
+            h = sequence_parallel(run, product, initial_state=h0[..., None], axis_name=axis_name,
+                                  return_final_state=False, matrix=True)
         else:
-            h = _givens_recurrence(theta, b, h0, scale, log_gamma)
+            h = _run_givens_recurrence(theta, b, h0=h0, scale=scale, log_gamma=log_gamma)
         h = h.reshape(B, T, self.hidden_size)
         if not return_state:
             return h
@@ -156,23 +158,21 @@ class BlockRotationBase(nnx.Module):
             state = gather_last(state, axis_name)
         return h, state
 
-    def _packed(self, theta, b, scale, log_gamma, h_0, cu_seqlens, return_state, axis_name):
+    def _packed(self, theta, b, *, scale, log_gamma, h_0, cu_seqlens, return_state, axis_name):
         """The packed ``__call__`` (``B = 1``): states ``(1, T, hidden)`` and, with
         ``return_state``, the per-sequence last states ``(N, 1, hidden)``."""
         _, T, n, k = b.shape
         dtype = b.dtype
-        if axis_name is not None:
-            raise NotImplementedError(
-                "cu_seqlens together with axis_name is not supported yet: pack the sequences "
-                "of each device's slice without sharding, or shard one unpacked sequence")
+        check_not_packed(cu_seqlens, axis_name, type(self).__name__)
         cu = check_cu_seqlens(cu_seqlens, b.shape[0], T)
         N = cu.shape[0] - 1
         if h_0 is None:
             h0 = self.initial_state(N, dtype)
         else:
-            h0 = check_packed_sequence_state(h_0, N, self.hidden_size, "h_0", dtype=dtype)[:, 0]
-        h = _givens_recurrence(theta, b, h0.reshape(N, n, k), scale, log_gamma,
-                               cu_seqlens=cu).reshape(1, T, self.hidden_size)
+            h0 = check_call_state(h_0, cu, N, self.hidden_size, "h_0", dtype=dtype)[:, 0]
+        h = _run_givens_recurrence(theta, b, h0=h0.reshape(N, n, k), scale=scale,
+                                   log_gamma=log_gamma, cu_seqlens=cu
+                                   ).reshape(1, T, self.hidden_size)
         if not return_state:
             return h
         return h, final_states(h, segments(cu, T), h0)[:, None]
@@ -213,8 +213,9 @@ def _block_transition_product(
                                                                                  *x.shape[1:])
 
     eye = jnp.broadcast_to(jnp.eye(k, dtype=theta.dtype)[:, None, None, :], (k, B, n, k))
-    h = _givens_recurrence(columns(theta), jnp.zeros((k * B, T, n, k), theta.dtype),
-                           eye.reshape(k * B, n, k), columns(scale), columns(log_gamma))
+    h = _run_givens_recurrence(columns(theta), jnp.zeros((k * B, T, n, k), theta.dtype),
+                               h0=eye.reshape(k * B, n, k), scale=columns(scale),
+                               log_gamma=columns(log_gamma))
     return jnp.moveaxis(h[:, -1].reshape(k, B, n, k), 0, -1)  # [b, blk, i, j] = (M e_j)_i
 
 

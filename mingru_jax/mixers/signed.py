@@ -17,19 +17,19 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from mingru_jax._sharding import gather_last
+from mingru_jax._sharding import check_axis
 from mingru_jax._validate import checks_state
-from mingru_jax.cells import signed_mingru_cell
+from mingru_jax.cells import _run_mingru_cell
 from mingru_jax.mixers._common import (
     MixerCell,
     TimeDecay,
-    check_packed_sequence_state,
+    check_call_state,
     check_sequence,
     check_size,
     check_state,
     check_token,
     linear,
-    packed_count,
+    packed_offsets,
     project,
 )
 
@@ -146,38 +146,31 @@ class SignedMinGRU(nnx.Module):
         sequence is split along T across that axis: ``x (B, T_local, input_size)`` and
         ``delta_t`` are this device's contiguous slice (slices in ``jax.lax.axis_index``
         order), ``h_0`` the state before the whole sequence (the same on every device), and
-        the result this slice's states ``(B, T_local, hidden)`` (see
-        :func:`mingru_jax.linear_recurrence`; the parameters are replicated).
+        the result this slice's states ``(B, T_local, hidden)``; a returned state is the
+        whole sequence's, the same on every device (see :func:`mingru_jax.linear_recurrence`;
+        the parameters are replicated). With ``cu_seqlens`` too, the offsets are those of the
+        whole packed row (the same on every device) and sequences may straddle devices.
 
         A NaN in ``h_0`` is a ``ValueError`` (checked when ``h_0`` is concrete, one small
         device read; not under ``jax.jit``)."""
         x = check_sequence(x, self.input_size, module=self)
         B, T, _ = x.shape
+        cu, n_states = packed_offsets(cu_seqlens, x, axis_name)
         # One matmul for the three projections; the cell forms the gates inside the kernel.
         k = project(x, self.linear_z, self.linear_s, self.linear_h)
         log_gamma = self.decay.log_gamma(delta_t, B, T, k.dtype)
-        if cu_seqlens is not None:
-            N = packed_count(cu_seqlens, B, T)
-            if h_0 is not None:
-                h_0 = check_packed_sequence_state(h_0, N, self.hidden_size, "h_0",
-                                                  dtype=k.dtype)[:, 0]
-            elif self.h0 is not None:
-                h_0 = jnp.broadcast_to(self.h0[...].astype(k.dtype), (N, self.hidden_size))
-            h, h_T = signed_mingru_cell(k, h_0, log_gamma, coupled=self.coupled,
-                                        return_final_state=True, cu_seqlens=cu_seqlens,
-                                        axis_name=axis_name)
-            return (h, h_T[:, None]) if return_state else h
         if h_0 is not None:
-            h_0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, dtype=k.dtype)[:, 0]
+            h_0 = check_call_state(h_0, cu, n_states, self.hidden_size, "h_0",
+                                   dtype=k.dtype)[:, 0]
         elif self.h0 is not None:
-            h_0 = jnp.broadcast_to(self.h0[...].astype(k.dtype), (B, self.hidden_size))
-        h = signed_mingru_cell(k, h_0, log_gamma, coupled=self.coupled, axis_name=axis_name)
-        if not return_state:
-            return h
-        state = h[:, -1:]
-        if axis_name is not None:  # the last device's last state is the sequence's
-            state = gather_last(state, axis_name)
-        return h, state
+            h_0 = jnp.broadcast_to(self.h0[...].astype(k.dtype), (n_states, self.hidden_size))
+        if axis_name is not None and cu is None:  # packed_offsets checked it otherwise
+            check_axis(axis_name)
+        # The cell's own checks would repeat the ones above on what they built: its route.
+        out = _run_mingru_cell(k, initial_state=h_0, log_gamma=log_gamma, signed=True,
+                               coupled=self.coupled, return_final_state=bool(return_state),
+                               cu_seqlens=cu, axis_name=axis_name)
+        return (out[0], out[1][:, None]) if return_state else out
 
     def step(
         self,

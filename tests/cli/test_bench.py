@@ -218,6 +218,23 @@ def test_unavailable_peer_is_a_reason_not_an_error():
         peers.check("fla", "cpu")
 
 
+@pytest.mark.parametrize("interpret", [False, True])
+def test_forced_kernels_on_cpu_are_skipped_on_a_gpu_machine(monkeypatch, interpret):
+    """``--device cpu`` with a GPU present (faked: Triton can serve): the ``triton`` rows are a
+    reason, not an error, unless Triton's interpreter runs the kernels on the CPU."""
+    from mingru_benchmarks import torch_side
+
+    monkeypatch.setattr(torch_side.mingru, "available", lambda: True)
+    monkeypatch.setattr(torch_side, "interpreter_mode", lambda: interpret)
+    case = registry.Case("host", "linear_scan", (2, 16, 16))
+    if interpret:
+        call, _ = torch_side.timed_call(case, "triton", "fwd", "cpu")
+        assert callable(call)
+    else:
+        with pytest.raises(registry.Skip, match="need CUDA tensors on cpu"):
+            torch_side.timed_call(case, "triton", "fwd", "cpu")
+
+
 # --------------------------------------------------------------------------- timers
 
 

@@ -39,8 +39,12 @@ CU = (0, 5, 5, 6, 24)
 CASES = [(1, False, False), (1, True, True), (2, True, False), (2, False, True)]
 CASE_IDS = [f"nh{nh}-{'decay' if d else 'nodecay'}-{'h0' if h else 'noh0'}" for nh, d, h in CASES]
 # The half inputs' plans forced on float32 inputs multiply in TF32: exactly in the interpreter,
-# on a GPU to TF32's accuracy (10-bit mantissas), this relative error.
-TF32_TOL = 1e-2
+# on a GPU to TF32's accuracy, this relative error (by decay). The tensor cores truncate the
+# operands to 10-bit mantissas (up to 2^-10 relative, always towards zero), and the error
+# compounds along a sequence's chain of micro-steps: undamped, over the longest sequence here
+# (18 tokens, 36 micro-steps at nh = 2), outputs and gradients drift by up to 4e-2 (Triton's
+# interpreter with its TF32 products truncated so), damped by a decay by 4e-3.
+TF32_TOL = {True: 1e-2, False: 6e-2}
 
 
 def _host():
@@ -148,7 +152,7 @@ def test_op_equals_each_sequence_alone(nh, decay, has_h0):
     plan = {}
     if nh == 2:
         plan = dict(half=True, few_rows=has_h0)
-    kernel_tols = (1e-5, 1e-4) if interpreter_mode() or not plan else (TF32_TOL, TF32_TOL)
+    kernel_tols = (1e-5, 1e-4) if interpreter_mode() or not plan else (TF32_TOL[decay],) * 2
     with use_backend("triton"), switches.forced("delta_rule", micro_chunk=16, **plan):
         fn = _value_and_grads(lambda *a: _delta_rule(*_spread(a, present), 4, cu_seqlens=cu32))
         kernel = fn([jnp.asarray(args[i], jnp.float32) for i in present],

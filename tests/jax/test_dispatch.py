@@ -18,6 +18,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import mingru_jax  # noqa: E402
 from mingru_jax import dispatch  # noqa: E402
+from mingru_jax._launch import LAUNCHERS  # noqa: E402
 
 _SUBPROCESS = textwrap.dedent(
     """
@@ -95,8 +96,7 @@ def _fake_launcher(monkeypatch, reason=None, prefer=True):
         return a * 0 + 7.0, b * 0 + 7.0
 
     mod.run = run
-    monkeypatch.setitem(sys.modules, "fake_jax_launcher", mod)
-    monkeypatch.setitem(dispatch.LAUNCHERS, "linear_scan", "fake_jax_launcher")
+    monkeypatch.setitem(LAUNCHERS, "linear_scan", lambda: mod)
     return calls
 
 
@@ -104,7 +104,7 @@ def test_triton_mode_routes_to_the_launcher_or_says_why(monkeypatch):
     pytest.importorskip("triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # CPU calls may use the kernels here
     a = jnp.full((1, 3, 2), 0.5)
-    monkeypatch.delitem(dispatch.LAUNCHERS, "linear_scan", raising=False)  # as if none existed
+    monkeypatch.delitem(LAUNCHERS, "linear_scan", raising=False)  # as if none existed
     with mingru_jax.use_backend("triton"):
         with pytest.raises(RuntimeError, match="no Triton kernel is registered for linear_scan"):
             mingru_jax.linear_scan(a, a)
@@ -120,7 +120,7 @@ def test_auto_on_gpu_falls_back_with_one_warning_per_reason(monkeypatch):
     monkeypatch.setattr(dispatch, "_platform", lambda args: "gpu")
     monkeypatch.setattr(dispatch, "available", lambda: True)
     monkeypatch.setattr(dispatch._warn_once, "seen", set())
-    monkeypatch.delitem(dispatch.LAUNCHERS, "linear_scan", raising=False)  # as if none existed
+    monkeypatch.delitem(LAUNCHERS, "linear_scan", raising=False)  # as if none existed
     a = jnp.full((1, 3, 2), 0.5)
     with mingru_jax.use_backend("auto"):
         with warnings.catch_warnings(record=True) as seen:
@@ -169,3 +169,45 @@ def test_jax_triton_import_leaves_triton_cache_dir_alone(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
     dispatch.import_jax_triton()
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "cache")
+
+
+def test_auto_runs_host_computations_eager_on_a_gpu_machine(monkeypatch):
+    """On a GPU machine (jax's default backend ``gpu``, faked here), ``auto`` picks the kernels
+    by where the call runs, not by the default backend: a traced call under
+    ``jax.default_device(cpu)``, inside ``shard_map`` over a CPU mesh or under a CPU mesh set
+    by ``jax.set_mesh``, a call on uncommitted arrays under ``jax.default_device(cpu)`` and one
+    on arrays committed to the CPU, all run eager (jax-triton's kernel
+    call cannot lower for the CPU); a traced call with none of these takes the kernel."""
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    try:
+        cpu = jax.devices("cpu")
+    except RuntimeError:
+        pytest.skip("JAX_PLATFORMS leaves the CPU out")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(dispatch, "available", lambda: True)
+    calls = _fake_launcher(monkeypatch)
+    a = jnp.full((1, 4, 2), 0.5)
+
+    def z_last(x):
+        return mingru_jax.linear_scan(x, x)[1][0, -1, 0]
+
+    def kernel_ran(run) -> bool:
+        calls.clear()
+        with mingru_jax.use_backend("auto"):
+            z = float(run())
+        assert z == (7.0 if calls else 0.9375), z  # the launcher's, or the eager result
+        return bool(calls)
+
+    assert kernel_ran(lambda: jax.jit(z_last)(a))  # the default backend: the kernel
+    with jax.default_device(cpu[0]):
+        assert not kernel_ran(lambda: jax.jit(lambda x: z_last(x))(a))
+        assert not kernel_ran(lambda: z_last(a))  # uncommitted: it follows the default device
+    mesh = Mesh(cpu[:1], ("seq",))
+    sharded = jax.shard_map(lambda x: mingru_jax.linear_scan(x, x)[1], mesh=mesh,
+                            in_specs=P(), out_specs=P())
+    assert not kernel_ran(lambda: jax.jit(sharded)(a)[0, -1, 0])
+    with jax.set_mesh(mesh):
+        assert not kernel_ran(lambda: jax.jit(lambda x: z_last(x))(a))
+    assert not kernel_ran(lambda: z_last(jax.device_put(a, cpu[0])))  # concrete CPU arrays

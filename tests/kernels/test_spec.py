@@ -136,58 +136,110 @@ def test_block_mixer_kwargs_and_stack_helpers():
 
 
 def test_both_dispatch_seams_share_one_rule_set():
-    """The mode names and the auto/eager/triton decision exist once, in mingru_kernels._seam."""
+    """The mode names, the decision, the registry and the override exist once, in
+    mingru_kernels._seam; each frontend registers its launchers and holds its override."""
+    import contextvars
+
     import mingru.dispatch as torch_dispatch
     import mingru_jax.dispatch as jax_dispatch
+    from mingru import _launch as torch_launch
+    from mingru_jax import _launch as jax_launch
     from mingru_kernels import _seam
 
     assert torch_dispatch.MODES is jax_dispatch.MODES is _seam.MODES
-    assert torch_dispatch.choose_launcher is jax_dispatch.choose_launcher is _seam.choose_launcher
+    assert torch_dispatch.pick_launcher is jax_dispatch.pick_launcher is _seam.pick_launcher
+    assert torch_dispatch.wants_kernel is jax_dispatch.wants_kernel is _seam.wants_kernel
+    for dispatch, launch in ((torch_dispatch, torch_launch), (jax_dispatch, jax_launch)):
+        assert isinstance(dispatch._override, contextvars.ContextVar)
+        assert isinstance(launch.REGISTRY, _seam.Registry)
+        assert launch.REGISTRY.launchers is launch.LAUNCHERS
+        assert all(callable(load) for load in launch.LAUNCHERS.values())
+    assert set(jax_launch.LAUNCHERS) <= set(torch_launch.LAUNCHERS)
 
 
-def test_choose_launcher_rules():
+class _Fast:
+    @staticmethod
+    def unsupported_reason(*args):
+        return None
+
+    @staticmethod
+    def prefer_over_eager(*args):
+        return args[0] > 1
+
+
+class _Refuses:
+    @staticmethod
+    def unsupported_reason(*args):
+        return "k=3 is not a supported block size"
+
+
+def test_wants_kernel_rules(monkeypatch):
     from mingru_kernels import _seam
 
-    class Fast:
-        @staticmethod
-        def prefer_over_eager(*args):
-            return args[0] > 1
-
-    warned: list[str] = []
-
-    def pick(mode, on_acc, resolve):
-        return _seam.choose_launcher(
-            "op", (2,), {}, mode=mode, on_accelerator=on_acc,
-            off_accelerator_reason=lambda: "not on the GPU", resolve=resolve,
-            warn_once=warned.append,
-        )
-
-    ok = lambda op, a, k: (Fast, None)  # noqa: E731
-    none = lambda op, a, k: (None, "no kernel")  # noqa: E731
-    assert pick("eager", True, ok) is None
-    assert pick("auto", False, ok) is None and not warned
-    assert pick("auto", True, ok) is Fast
-    assert pick("auto", True, none) is None and warned == ["no kernel"]
-    slow = _seam.choose_launcher("op", (1,), {}, mode="auto", on_accelerator=True,
-                                 off_accelerator_reason=str, resolve=ok, warn_once=warned.append)
-    assert slow is None  # prefer_over_eager said no: eager, silently
-    assert warned == ["no kernel"]
-    with pytest.raises(RuntimeError, match="cannot run op on Triton: no kernel"):
-        pick("triton", True, none)
-
-
-def test_choose_launcher_triton_off_accelerator_needs_the_interpreter(monkeypatch):
-    from mingru_kernels import _seam
-
-    def pick():
-        return _seam.choose_launcher(
-            "op", (), {}, mode="triton", on_accelerator=False,
-            off_accelerator_reason=lambda: "inputs are on cpu", resolve=lambda *a: ("L", None),
-            warn_once=lambda why: None,
-        )
+    def wants(mode, on_acc):
+        return _seam.wants_kernel("op", mode=mode, on_accelerator=on_acc, where="cpu",
+                                  off_accelerator="inputs are on {where}")
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert not wants("eager", True) and not wants("auto", False)
+    assert wants("auto", True) and wants("triton", True)
     with pytest.raises(RuntimeError, match="MINGRU_SCAN=triton: cannot run op on Triton: inputs are on cpu"):
-        pick()
+        wants("triton", False)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert pick() == "L"
+    assert wants("triton", False)
+
+
+def test_pick_launcher_asks_the_registry():
+    from mingru_kernels import _seam
+
+    warned: list[str] = []
+    loads: list[str] = []
+
+    def loader(module):
+        def load():
+            loads.append(module.__name__)
+            return module
+        return load
+
+    registry = _seam.Registry("pkg", {"fast": loader(_Fast), "refuses": loader(_Refuses)})
+
+    def pick(op, mode, first=2, status=True):
+        return _seam.pick_launcher(op, (first,), {}, mode=mode, status=status, registry=registry,
+                                   warn=warned.append)
+
+    assert pick("fast", "auto") is _Fast and loads == ["_Fast"]
+    assert pick("fast", "auto", first=1) is None and not warned  # eager is faster: silently
+    assert pick("fast", "triton", first=1) is _Fast  # triton mode never asks prefer_over_eager
+    assert pick("missing", "auto") is None
+    assert pick("refuses", "auto") is None
+    assert pick("fast", "auto", status="CUDA not available") is None
+    assert warned == ["no Triton kernel is registered for missing in pkg",
+                      "refuses: k=3 is not a supported block size", "CUDA not available"]
+    with pytest.raises(RuntimeError, match="cannot run refuses on Triton: refuses: k=3"):
+        pick("refuses", "triton")
+    with pytest.raises(RuntimeError, match="cannot run fast on Triton: triton not importable"):
+        pick("fast", "triton", status="triton not importable: test")
+
+
+def test_override_mode_is_a_context_variable():
+    """use_backend's body: the checked mode inside the block, the previous value after it, and
+    a new thread starts from no override."""
+    import contextvars
+    import threading
+
+    from mingru_kernels import _seam
+
+    override = contextvars.ContextVar("test_override", default=None)
+    with _seam.override_mode(override, "eager"):
+        assert _seam.mode_in_force(override.get()) == "eager"
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(override.get()))
+        thread.start()
+        thread.join()
+        assert seen == [None]
+        with _seam.override_mode(override, "triton"):
+            assert override.get() == "triton"
+        assert override.get() == "eager"
+    assert override.get() is None
+    with pytest.raises(ValueError, match="use_backend"), _seam.override_mode(override, "fast"):
+        pass

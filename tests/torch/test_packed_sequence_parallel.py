@@ -1,6 +1,7 @@
 """Packed and sharded together: a packed row (global ``cu_seqlens``, the same on every rank)
 split along T over 2 and 4 gloo processes, with sequences straddling ranks, one opening
-exactly at a rank's first step, an empty one and a one-step slice. Each rank's states, every
+exactly at a rank's first step, a rank wholly inside one sequence, an empty one and a one-step
+slice. Each rank's states, every
 sequence's final state and the gradients (inputs; summed over ranks for what they share:
 initial states, parameters) equal the single-process packed call on the whole row (itself
 checked against each sequence alone in ``test_packing.py``). All cases run in one spawn per
@@ -19,7 +20,9 @@ from tests.torch._distributed import rank_process, spawn
 
 CU = [0, 4, 4, 5, 12, 23]
 N = len(CU) - 1
-SLICES = {2: (9, 14), 4: (3, 8, 1, 11)}  # rank 3 of 4 opens with sequence 4 (at t = 12)
+# Of 4 ranks, rank 1 is one step, opening sequence 3 (at t = 5); rank 2 lies wholly inside it,
+# so its map carries that sequence's state on to rank 3, which continues it.
+SLICES = {2: (9, 14), 4: (5, 1, 5, 12)}
 F64 = torch.float64
 
 

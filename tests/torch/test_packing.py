@@ -1,7 +1,8 @@
 """Packed sequences (``cu_seqlens``): one call on sequences laid end to end in one row equals
 running each sequence alone — outputs, per-sequence final states and every gradient — for the
 scans, the fused cells, the mixers, the block and a heterogeneous stack; on the eager path
-(float64) and through the Triton kernels (the interpreter on CPU, fp32), with an empty and a
+(float64, on the host) and through the Triton kernels (fp32, on the device they run on: the
+GPU when there is one, else the CPU through Triton's interpreter), with an empty and a
 length-1 sequence among them; chaining through the per-sequence final states; bad offsets.
 
 The delta rule and DeltaMinGRU have their own file (``test_delta_packing.py``).
@@ -17,7 +18,7 @@ from mingru import MinGRUBlock, MinGRUStack
 from mingru.cells import mingru_cell, signed_mingru_cell
 from mingru.scans import _givens_recurrence
 from tests.helpers import close
-from tests.kernels.cases import PLANS, triton_plan
+from tests.kernels.cases import DEVICE, PLANS, triton_plan
 
 F64 = torch.float64
 CU = [0, 3, 3, 4, 11]  # an empty and a length-1 sequence among them
@@ -25,13 +26,21 @@ T, N = CU[-1], len(CU) - 1
 SPANS = [(CU[n], CU[n + 1]) for n in range(N)]
 
 
-def _rand(*shape, dtype=F64, seed=None):
+def _rand(*shape, dtype=F64, seed=None, device="cpu"):
     g = torch.Generator().manual_seed(seed) if seed is not None else None
-    return torch.randn(*shape, dtype=F64, generator=g).to(dtype)
+    return torch.randn(*shape, dtype=F64, generator=g).to(device, dtype)
 
 
-def _weights(shape, dtype):
-    return torch.linspace(-1.0, 1.0, int(torch.tensor(shape).prod()), dtype=dtype).view(shape)
+def _weights(shape, dtype, device="cpu"):
+    return torch.linspace(-1.0, 1.0, int(torch.tensor(shape).prod()), dtype=dtype,
+                          device=device).view(shape)
+
+
+def _device(path):
+    """Where a path's inputs live: the eager path's float64 checks on the host, the kernels'
+    on the device they run on (a GPU when there is one, else the CPU, where the ``interpreter``
+    tests run them through Triton's interpreter)."""
+    return "cpu" if path == "eager" else DEVICE
 
 
 def _backend(path):
@@ -54,8 +63,8 @@ def _check_against_alone(packed, alone, leaves, dtype):
     """``packed()`` → ``(h (1, T, …), finals (N, …))``; ``alone(n, s, e)`` → ``(h_n, final_n)``
     for sequence n. Outputs, final states and the gradients of ``leaves`` must agree."""
     h, finals = packed()
-    w = _weights(h.shape, h.dtype)
-    wf = _weights(finals.shape, finals.dtype) * 0.5
+    w = _weights(h.shape, h.dtype, h.device)
+    wf = _weights(finals.shape, finals.dtype, finals.device) * 0.5
     grads = torch.autograd.grad((h * w).sum() + (finals * wf).sum(), leaves, allow_unused=True)
     loss = 0.0
     for n, (s, e) in enumerate(SPANS):
@@ -76,10 +85,11 @@ def _check_against_alone(packed, alone, leaves, dtype):
 @pytest.mark.parametrize("path,dtype", LOOKBACK_PATHS)
 @pytest.mark.parametrize("with_h0", [True, False])
 def test_linear_recurrence(path, dtype, with_h0):
-    a = torch.tanh(_rand(1, T, 5, dtype=dtype)).requires_grad_()
-    b = _rand(1, T, 5, dtype=dtype).requires_grad_()
-    h0 = _rand(N, 5, dtype=dtype).requires_grad_() if with_h0 else None
-    cu = torch.tensor(CU)
+    dev = _device(path)
+    a = torch.tanh(_rand(1, T, 5, dtype=dtype, device=dev)).requires_grad_()
+    b = _rand(1, T, 5, dtype=dtype, device=dev).requires_grad_()
+    h0 = _rand(N, 5, dtype=dtype, device=dev).requires_grad_() if with_h0 else None
+    cu = torch.tensor(CU, device=dev)
 
     def packed():
         with _backend(path):
@@ -88,7 +98,7 @@ def test_linear_recurrence(path, dtype, with_h0):
     def alone(n, s, e):
         init = None if h0 is None else h0[n:n + 1]
         if e == s:
-            return None, h0[n] if h0 is not None else torch.zeros(5, dtype=dtype)
+            return None, h0[n] if h0 is not None else torch.zeros(5, dtype=dtype, device=dev)
         with mingru.use_backend("eager"):
             h, h_T = mingru.linear_recurrence(a[:, s:e], b[:, s:e], init, True)
         return h, h_T
@@ -101,12 +111,12 @@ def test_linear_recurrence(path, dtype, with_h0):
 @pytest.mark.parametrize("cell", ["log", "signed", "coupled"])
 @pytest.mark.parametrize("decay", [False, True])
 def test_cells(path, dtype, cell, decay):
-    D = 3
+    D, dev = 3, _device(path)
     gates = 2 if cell == "log" else 3
-    k = _rand(1, T, gates * D, dtype=dtype).requires_grad_()
-    h0 = _rand(N, D, dtype=dtype).abs().requires_grad_()  # MinGRU states are non-negative
-    lg = (-_rand(1, T, 1, dtype=dtype).abs()).requires_grad_() if decay else None
-    cu = torch.tensor(CU, dtype=torch.int32)
+    k = _rand(1, T, gates * D, dtype=dtype, device=dev).requires_grad_()
+    h0 = _rand(N, D, dtype=dtype, device=dev).abs().requires_grad_()  # MinGRU states are ≥ 0
+    lg = (-_rand(1, T, 1, dtype=dtype, device=dev).abs()).requires_grad_() if decay else None
+    cu = torch.tensor(CU, dtype=torch.int32, device=dev)
 
     def fn(*args, **kw):
         if cell == "log":
@@ -129,20 +139,21 @@ def test_cells(path, dtype, cell, decay):
 
 @pytest.mark.parametrize("path,dtype", LOOKBACK_PATHS)
 def test_public_scans(path, dtype):
-    cu = torch.tensor(CU)
-    a = torch.tanh(_rand(1, T, 4, dtype=dtype)).requires_grad_()
-    b = _rand(1, T, 4, dtype=dtype).requires_grad_()
-    la = (-_rand(1, T, 4, dtype=dtype).abs()).requires_grad_()
-    lv = _rand(1, T + N, 4, dtype=dtype).requires_grad_()
-    A = (0.5 * _rand(1, T, 2, 2, 2, dtype=dtype)).requires_grad_()
-    Bm = _rand(1, T, 2, 2, 1, dtype=dtype).requires_grad_()
+    dev = _device(path)
+    cu = torch.tensor(CU, device=dev)
+    a = torch.tanh(_rand(1, T, 4, dtype=dtype, device=dev)).requires_grad_()
+    b = _rand(1, T, 4, dtype=dtype, device=dev).requires_grad_()
+    la = (-_rand(1, T, 4, dtype=dtype, device=dev).abs()).requires_grad_()
+    lv = _rand(1, T + N, 4, dtype=dtype, device=dev).requires_grad_()
+    A = (0.5 * _rand(1, T, 2, 2, 2, dtype=dtype, device=dev)).requires_grad_()
+    Bm = _rand(1, T, 2, 2, 1, dtype=dtype, device=dev).requires_grad_()
     with _backend(path):
         P, Z = mingru.linear_scan(a, b, cu_seqlens=cu)
         h = mingru.parallel_scan_log(la, lv, cu_seqlens=cu)
         MP, MZ = mingru.matrix_affine_scan(A, Bm, cu_seqlens=cu)
         SP, SZ = mingru.matrix_scan(A, Bm[..., 0], cu_seqlens=cu)
     outs = [P, Z, h, MP, MZ, SP, SZ]
-    ws = [_weights(o.shape, o.dtype) for o in outs]
+    ws = [_weights(o.shape, o.dtype, o.device) for o in outs]
     leaves = [a, b, la, lv, A, Bm]
     grads = torch.autograd.grad(sum((o * w).sum() for o, w in zip(outs, ws, strict=True)), leaves)
     loss = 0.0
@@ -163,13 +174,13 @@ def test_public_scans(path, dtype):
 
 @pytest.mark.parametrize("path,dtype", PATHS)
 def test_givens_recurrence(path, dtype):
-    n, k = 2, 4
-    theta = _rand(1, T, n, 2, k // 2, dtype=dtype).requires_grad_()
-    b = _rand(1, T, n, k, dtype=dtype).requires_grad_()
-    h0 = _rand(N, n, k, dtype=dtype).requires_grad_()
-    scale = torch.tanh(_rand(1, T, n, k, dtype=dtype)).requires_grad_()
-    lg = (-_rand(1, T, n, dtype=dtype).abs()).requires_grad_()
-    cu = torch.tensor(CU)
+    n, k, dev = 2, 4, _device(path)
+    theta = _rand(1, T, n, 2, k // 2, dtype=dtype, device=dev).requires_grad_()
+    b = _rand(1, T, n, k, dtype=dtype, device=dev).requires_grad_()
+    h0 = _rand(N, n, k, dtype=dtype, device=dev).requires_grad_()
+    scale = torch.tanh(_rand(1, T, n, k, dtype=dtype, device=dev)).requires_grad_()
+    lg = (-_rand(1, T, n, dtype=dtype, device=dev).abs()).requires_grad_()
+    cu = torch.tensor(CU, device=dev)
 
     def packed():
         with _backend(path):
@@ -231,15 +242,15 @@ def test_mixers(name, decay, given_h0):
 def test_mixers_on_the_kernels(name):
     cls, kw = MIXERS[name]
     torch.manual_seed(0)
-    m = cls(6, 8, **kw, decay="learnable")
-    x = _rand(1, T, 6, dtype=torch.float32, seed=1).requires_grad_()
-    dt = torch.rand(1, T) * 2
-    cu = torch.tensor(CU)
+    m = cls(6, 8, **kw, decay="learnable").to(DEVICE)  # both paths where the kernels run
+    x = _rand(1, T, 6, dtype=torch.float32, seed=1, device=DEVICE).requires_grad_()
+    dt = (torch.rand(1, T) * 2).to(DEVICE)
+    cu = torch.tensor(CU, device=DEVICE)
     outs = []
     for path in ("eager", "lookback"):
         with _backend(path):
             y, state = m(x, None, dt, return_state=True, cu_seqlens=cu)
-        grads = torch.autograd.grad((y * _weights(y.shape, y.dtype)).sum() + state.sum(),
+        grads = torch.autograd.grad((y * _weights(y.shape, y.dtype, DEVICE)).sum() + state.sum(),
                                     [x, *m.parameters()])
         outs.append((y, state, grads))
     (y1, s1, g1), (y2, s2, g2) = outs

@@ -8,8 +8,6 @@ state and of the parameters.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -116,9 +114,12 @@ def test_sharded_equals_one_process_on_the_eager_path(kind, world, tmp_path):
 @pytest.mark.interpreter
 @pytest.mark.parametrize(("kind", "with_h0"), [("linear_recurrence", False), ("MinGRU", True),
                                                ("signed_mingru_cell", False)])
-def test_sharded_through_the_kernels(kind, with_h0, tmp_path):
-    if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
-        pytest.skip("needs Triton's interpreter or a GPU")
+def test_sharded_through_the_kernels(kind, with_h0, tmp_path, monkeypatch):
+    """The gloo ranks hold CPU tensors, on a GPU machine too: they run the kernels through
+    Triton's interpreter, set in the environment they inherit (fresh processes: no kernel is
+    decorated before it is read)."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
     _spawn(2, kind, with_h0, "triton", tmp_path)
 
 
