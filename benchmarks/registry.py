@@ -12,7 +12,9 @@ Backends:
   ``torch.compile`` of the eager path (skipped by ``--quick`` unless named);
 * peers, where a library solves the same recurrence: ``fla``, ``accelerated-scan``,
   ``minGRU-pytorch``;
-* ``jax`` (the ``mingru_jax`` eager path under ``jax.jit``) and ``jax-triton`` (its kernels).
+* ``jax`` (the ``mingru_jax`` eager path under ``jax.jit``) and ``jax-triton`` (its kernels);
+* the ``decode`` suite's own (:mod:`mingru_benchmarks.decode`): ``ours`` (CUDA-graph decoding),
+  ``step-loop``, ``gpt2`` (transformers), ``jax``; ``chunked`` and ``unchunked`` prefill.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ ELEMENTWISE = ("parallel_scan_log", "linear_scan", "linear_recurrence", "mingru_
 DELTA = ("delta_rule nh1", "delta_rule nh2 decay")
 HOOKS = ("triton_launch", "jax_triton_compile", "all")
 TRAIN_MIXERS = ("MinGRU", "SignedMinGRU", "GivensMinGRU", "DeltaMinGRU")
+DECODE_BACKENDS = ("ours", "step-loop", "gpt2", "jax")
+PREFILL_BACKENDS = ("chunked", "unchunked")
 BACKENDS = ("ours", "triton", "eager", "compile", "fla", "accelerated-scan", "minGRU-pytorch",
-            "jax", "jax-triton")
+            "jax", "jax-triton", "step-loop", "gpt2", *PREFILL_BACKENDS)
 PEERS: dict[str, tuple[str, ...]] = {  # case -> peers computing the same recurrence
     "parallel_scan_log": ("minGRU-pytorch",),
     "linear_recurrence": ("accelerated-scan", "fla"),
@@ -40,10 +44,11 @@ PEERS: dict[str, tuple[str, ...]] = {  # case -> peers computing the same recurr
     "SignedMinGRU": ("accelerated-scan",),
 }
 SUITES = ("headline", "ops", "mixers", "train-step", "hooks", "host", "delta", "memory-floor",
-          "jax")
+          "jax", "decode")
 
 # (cuda, cpu, quick) shapes: (B, T, D) for ops, mixers, host and jax; (B, T, d, layers) for the
-# training step; lists for delta (B, T, heads, d_k) and memory-floor.
+# training step; lists for delta (B, T, heads, d_k), memory-floor and decode (B, prompt, new
+# tokens, d, layers).
 SHAPES: dict[str, dict[str, list[tuple[int, ...]]]] = {
     "ops": {"cuda": [(16, 4096, 256)], "cpu": [(4, 512, 64)], "quick": [(2, 32, 16)]},
     "train-step": {"cuda": [(8, 2048, 512, 4)], "cpu": [(4, 256, 128, 2)],
@@ -53,6 +58,9 @@ SHAPES: dict[str, dict[str, list[tuple[int, ...]]]] = {
               "quick": [(2, 32, 2, 8)]},
     "memory-floor": {"cuda": [(8, 65536, 1536), (16, 16384, 128)], "cpu": [(4, 4096, 64)],
                      "quick": [(2, 64, 16)]},
+    "decode": {"cuda": [(b, p, 256, 512, 4) for p in (128, 8192) for b in (1, 64)],
+               "cpu": [(1, 64, 16, 128, 2), (4, 256, 16, 128, 2)],
+               "quick": [(1, 8, 8, 32, 2), (2, 8, 8, 32, 2)]},
 }
 
 
@@ -67,7 +75,8 @@ class Case:
     ``precision`` is ``fp32`` or ``bf16`` (inputs in bf16 for ops and the delta rule, bf16
     autocast over fp32 parameters for mixers and the training step); ``modes`` are ``fwd``
     (under ``no_grad``), ``fwd+bwd`` (forward, then ``.float().sum()`` of every output
-    backward) or ``step`` (one optimizer step)."""
+    backward), ``step`` (one optimizer step), or the decode suite's ``decode`` (per new token)
+    and ``prefill``."""
 
     suite: str
     name: str
@@ -79,7 +88,8 @@ class Case:
     @property
     def shape(self) -> str:
         """``B16 T4096 D256``, ``B8 T2048 d512 L4`` (training step), ``B32 T4096 H4 d64`` (delta)."""
-        letters = {"train-step": "BTdL", "hooks": "BTdL", "delta": "BTHd", "mixers": "BTd"}
+        letters = {"train-step": "BTdL", "hooks": "BTdL", "delta": "BTHd", "mixers": "BTd",
+                   "decode": "BPNdL"}
         return " ".join(f"{p}{v}" for p, v in zip(letters.get(self.suite, "BTD"), self.dims,
                                                    strict=False))
 
@@ -124,4 +134,9 @@ def cases(suite: str, device: str, quick: bool) -> list[Case]:
                 for dims in SHAPES["memory-floor"][kind] for n in ELEMENTWISE]
     if suite == "jax":
         return [Case(suite, n, op_dims, backends=jax_backends) for n in (*OPS, *MIXERS)]
+    if suite == "decode":  # GPT-2 does not depend on the mixer: measured with MinGRU only
+        return [Case(suite, n, dims, p, ("decode", "prefill"),
+                     tuple(b for b in (*DECODE_BACKENDS, *PREFILL_BACKENDS)
+                           if b != "gpt2" or n == "MinGRU"))
+                for n in TRAIN_MIXERS for dims in SHAPES["decode"][kind] for p in ("fp32", "bf16")]
     raise ValueError(f"--suite: unknown suite {suite!r}; choose from {', '.join(SUITES)}")

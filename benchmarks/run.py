@@ -186,6 +186,10 @@ def _log(msg: str) -> None:
 
 def _time(case: Case, backend: str, mode: str, s: Settings) -> dict[str, Any]:
     """One row's measurement: ``ms`` (and ``enqueue_ms``, ``first_s``, extra fields)."""
+    if case.suite == "decode":  # times whole generate() calls its own way
+        from mingru_benchmarks import decode
+
+        return decode.measure(case, backend, s.device, s.warmup, s.repeats)
     jax = backend.startswith("jax")
     if jax:
         from mingru_benchmarks import jax_side as side
@@ -243,6 +247,8 @@ def run_case(case: Case, s: Settings) -> list[dict[str, Any]]:
     rows = []
     for mode in case.modes:
         for backend, why in backends_for(case, s):
+            if case.suite == "decode" and (mode == "prefill") != (backend in registry.PREFILL_BACKENDS):
+                continue
             row = {**base, "mode": mode, "backend": backend}
             try:
                 if why:

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from mingru_benchmarks.registry import BACKENDS, SUITES
+from mingru_benchmarks.registry import BACKENDS, PREFILL_BACKENDS, SUITES
 
 __all__ = ["markdown", "plot", "stamp", "table"]
 
@@ -38,6 +38,15 @@ NOTES = {
     "hooks": "The training step (jax_triton_compile: MinGRU fwd+bwd through jax-triton) with "
              "each private hook off and on, paired in one process; off / on = median of "
              "per-round ratios.",
+    "decode": "Greedy `generate()` of a byte-level MinGRULM (vocab 256, random weights, cast "
+              "with `.to(dtype)`). ms/token = (t(N + 1 new tokens) − t(1)) / N, the decode loop "
+              "without the prefill, median of paired rounds, wall clock with a sync; tokens/s = "
+              "batch × 1000 / ms/token. ours = CUDA-graph decoding, step loop = "
+              "`cuda_graph=False`; × GPT-2 = transformers' GPT-2 of the same width and depth "
+              "(heads of 64, KV cache, `generate(do_sample=False)`) per token / ours. Prefill = "
+              "generate with one new token, default `prefill_chunk` / `prefill_chunk=prompt`; "
+              "peak = `torch.cuda.max_memory_allocated`, weights included. JAX = "
+              "`mingru_jax.MinGRULM.generate`, same recipe.",
 }
 
 
@@ -102,6 +111,8 @@ def table(name: str, rows: list[Row]) -> list[str]:
     if name == "headline":
         return _headline(rows)
     rows = [r for r in rows if r["suite"] == name]
+    if name == "decode":
+        return _decode(rows)
     if name == "hooks":
         lines = []
         for (hook,), cell in _cells(rows, ("case",)).items():
@@ -145,6 +156,29 @@ def _ratios(times: tuple, base: tuple) -> str:
 
 def _pair(cell: dict[tuple, dict[str, Row]], key: tuple, backend: str) -> tuple:
     return tuple(cell.get((*key, m), {}).get(backend, {}).get("ms") for m in ("fwd", "fwd+bwd"))
+
+
+def _decode(rows: list[Row]) -> list[str]:
+    """Per model, batch, prompt and precision: ours per token, against the step loop, GPT-2
+    (measured once per shape and precision) and JAX, and the prefill chunked / unchunked."""
+    gpt2 = {(r["shape"], r["precision"]): r.get("ms") for r in rows if r["backend"] == "gpt2"}
+    lines = []
+    for (case, shape, precision), cell in _cells(rows, ("case", "shape", "precision")).items():
+        dims = {word[0]: word[1:] for word in shape.split()}  # B, P, N, d, L
+        ms = {b: cell.get(b, {}).get("ms") for b in ("ours", "step-loop", "jax", *PREFILL_BACKENDS)}
+        speed = cell.get("ours", {}).get("tokens_per_s")
+        peaks = [cell.get(b, {}).get("peak_gb") for b in PREFILL_BACKENDS]
+        lines.append([f"{case} d{dims['d']} L{dims['L']}", dims["B"], dims["P"], dims["N"],
+                      precision, _fmt(ms["ours"]), f"{speed:,.0f}" if speed else "—",
+                      _ratio(ms["step-loop"], ms["ours"]),
+                      _ratio(gpt2.get((shape, precision)), ms["ours"]),
+                      " / ".join(_fmt(ms[b]) for b in PREFILL_BACKENDS),
+                      " / ".join("—" if p is None else f"{p:.2f}" for p in peaks),
+                      _fmt(ms["jax"])])
+    header = ["model", "batch", "prompt", "new tokens", "precision", "ours ms/token", "tokens/s",
+              "× step loop", "× GPT-2", "prefill ms chunked / unchunked",
+              "prefill peak GB chunked / unchunked", "JAX ms/token"]
+    return [*_grid(header, lines), *_notes(rows)]
 
 
 def _headline(rows: list[Row]) -> list[str]:
@@ -209,11 +243,12 @@ def plot(result: dict[str, Any], path: Path) -> bool:
     fig, axes = plt.subplots(len(suites), 1, figsize=(12, 3.5 * len(suites)), squeeze=False)
     for ax, suite in zip(axes[:, 0], suites, strict=True):
         rows = [r for r in result["rows"] if r["suite"] == suite and "ms" in r]
-        keys = list(dict.fromkeys((r["case"], r["precision"], r["mode"]) for r in rows))
+        key = lambda r: (r["case"], r["shape"], r["precision"], r["mode"])
+        keys = list(dict.fromkeys(map(key, rows)))
         names = list(dict.fromkeys(r["backend"] for r in rows))
         width = 0.8 / len(names)
         for i, b in enumerate(names):
-            ms = {(r["case"], r["precision"], r["mode"]): r["ms"] for r in rows if r["backend"] == b}
+            ms = {key(r): r["ms"] for r in rows if r["backend"] == b}
             ax.bar([j + i * width for j in range(len(keys))], [ms.get(k, 0) for k in keys],
                    width, label=b)
         ax.set_xticks([j + 0.4 for j in range(len(keys))], ["\n".join(k) for k in keys],

@@ -23,17 +23,19 @@ import dataclasses
 import json
 import math
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 from mingru_kernels._spec import check_size, stack_layer_specs
 
 __all__ = [
     "CONFIG_NAME",
+    "EMBEDDING_STD",
     "FORMAT_VERSION",
     "MODEL_TYPE",
     "PREFILL_TOKENS",
     "WEIGHTS_NAME",
     "LMConfig",
+    "Sampling",
     "check_generate_args",
     "check_token_bounds",
     "default_prefill_chunk",
@@ -43,6 +45,10 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 MODEL_TYPE = "mingru"
 FORMAT_VERSION = 1
+# Standard deviation of the embedding (and untied head) initialisation, as in GPT-2: with a
+# tied head and unit-variance features the first logits are near zero, so training starts
+# from an almost uniform next-token distribution.
+EMBEDDING_STD = 0.02
 # Tokens (batch × chunk) one prefill chunk processes by default: the chunk's activations, not
 # the prompt's length, bound the prefill's peak memory.
 PREFILL_TOKENS = 1 << 15
@@ -81,6 +87,11 @@ class LMConfig:
                     "MinGRULM takes no time gaps, so mixer_kwargs must not set decay "
                     f"(got decay={kwargs['decay']!r}); use MinGRUStack for decayed mixers"
                 )
+
+    def __hash__(self) -> int:
+        # Hashable despite the mixer_kwargs dict: a Flax module keeps its config as a static
+        # attribute, and jit hashes the module's static structure.
+        return hash(json.dumps(self.to_dict(), sort_keys=True, default=repr))
 
     def layer_specs(self) -> list[tuple[str, dict[str, Any]]]:
         """Each layer's ``(mixer name, kwargs)``; raises on a bad mixer or kwargs."""
@@ -189,3 +200,28 @@ def default_prefill_chunk(batch_size: int) -> int:
     across the batch, at least 64 (a power of two, so chunks reuse the scans' tiles)."""
     chunk = max(64, PREFILL_TOKENS // max(1, batch_size))
     return 1 << (chunk.bit_length() - 1)
+
+
+class Sampling(NamedTuple):
+    """How ``generate()`` picks each token, the same in both frontends: ``temperature == 0``
+    is greedy (argmax); otherwise the logits are divided by ``temperature``, cut to the
+    ``top_k`` largest, then to the nucleus (the smallest set of most probable tokens whose
+    probability reaches ``top_p``; the most probable is always kept), and ONE uniform number
+    per row and token picks by inverse CDF. ``eos_token_id``: a row that emitted it keeps
+    emitting it. Hashable: it keys compiled decoding loops and captured graphs."""
+
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    eos_token_id: int | None
+
+    @classmethod
+    def of(cls, temperature: float, top_k: int | None, top_p: float | None,
+           eos_token_id: int | None) -> Sampling:
+        """From ``generate()``'s (checked) arguments, numbers as Python floats."""
+        return cls(float(temperature), top_k, None if top_p is None else float(top_p),
+                   eos_token_id)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0

@@ -48,6 +48,7 @@ _EXPORTS: dict[str, str] = {
     "DeltaMinGRU": "mingru.mixers.delta",
     "MinGRUBlock": "mingru.block",
     "MinGRUStack": "mingru.stack",
+    "MinGRULM": "mingru.lm",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -70,6 +71,7 @@ if TYPE_CHECKING:  # static analysers see the real names
     from mingru.block import MinGRUBlock
     from mingru.cells import mingru_cell, signed_mingru_cell
     from mingru.dispatch import MinGRUFallbackWarning, available, scan_mode, use_backend
+    from mingru.lm import MinGRULM
     from mingru.mixers.delta import DeltaMinGRU
     from mingru.mixers.givens import GivensMinGRU
     from mingru.mixers.log import MinGRU

@@ -3,8 +3,8 @@
 Not library code: it uses the frontends (``mingru`` for PyTorch, ``mingru_jax`` for Flax) and
 the kernels (``mingru_kernels``); none of them imports this package. Importing it, building
 the parser, ``mingru --help`` and ``mingru info`` need neither torch nor jax;
-``train --framework jax`` and ``bench --suite jax`` need no torch, the rest of ``train`` and
-``bench`` does.
+``train``/``generate --framework jax`` and ``bench --suite jax`` need no torch, the rest of
+``train``, ``generate`` and ``bench`` does.
 
 Modules: :mod:`mingru_cli.cli` (the entry point, ``main``), :mod:`mingru_cli.config`
 (``TrainConfig`` and the names of tasks and mixers, pure Python), :mod:`mingru_cli.tasks`

@@ -17,13 +17,14 @@ from typing import Any
 import numpy as np
 
 from mingru_cli.config import TrainConfig
-from mingru_cli.tasks import Batch, Task, make_task
+from mingru_cli.tasks import Batch, ByteText, Task, make_task
 
 __all__ = [
     "build_task",
     "chance_accuracy",
     "eval_sets",
     "fit_loop",
+    "lm_metrics",
     "lr_at",
     "train_batches",
 ]
@@ -39,6 +40,9 @@ def lr_at(step: int, steps: int, peak: float, warmup: float) -> float:
 
 
 def build_task(cfg: TrainConfig) -> Task:
+    if cfg.task == "lm":  # errors name --data
+        assert cfg.data is not None
+        return ByteText.from_file(cfg.data, cfg.val_fraction, cfg.train_len)
     if cfg.task == "mqar":
         return make_task("mqar", n_pairs=cfg.mqar_pairs, n_keys=cfg.mqar_keys, n_values=cfg.mqar_values)
     return make_task(cfg.task)
@@ -85,11 +89,19 @@ def _progress(total: int, desc: str, enabled: bool):
     return _Silent()
 
 
+def lm_metrics(loss: float) -> dict[str, float]:
+    """``val_loss`` (mean cross-entropy in nats per byte) and ``val_bpb`` (bits per byte)."""
+    return {"val_loss": round(loss, 5), "val_bpb": round(loss / math.log(2), 5)}
+
+
 def fit_loop(spec: str, task: Task, cfg: TrainConfig, val: Batch | None,
              step_fn: Callable[[Batch, float], tuple[float, float]],
              evaluate: Callable[[Batch], float], snapshot: Callable[[], Any],
-             restore: Callable[[Any], Any]) -> dict[str, Any]:
-    """The framework-neutral loop: schedule, progress bar, validation-based checkpoint choice."""
+             restore: Callable[[Any], Any],
+             on_eval: Callable[[], dict[str, float]] | None = None) -> dict[str, Any]:
+    """The framework-neutral loop: schedule, progress bar, validation-based checkpoint choice.
+    ``on_eval`` adds its metrics to every evaluation point (the language model's validation
+    loss)."""
     assert cfg.eval_every is not None and cfg.steps is not None
     bar = _progress(cfg.steps, f"{cfg.task}/{spec}", cfg.progress)
     curve: list[dict[str, float]] = []
@@ -109,9 +121,10 @@ def fit_loop(spec: str, task: Task, cfg: TrainConfig, val: Batch | None,
                 point["val_acc"] = round(v, 5)
                 if v >= best[0]:  # ties keep the later (longer-trained) checkpoint
                     best = (v, step + 1, snapshot())
+            point.update(on_eval() if on_eval is not None else {})
             curve.append(point)
-            bar.set_postfix(loss=f"{loss_avg:.3f}", acc=f"{acc_avg:.3f}",
-                            **({"val": f"{point['val_acc']:.3f}"} if val is not None else {}))
+            shown = {k: f"{v:.3f}" for k, v in point.items() if k.startswith("val_")}
+            bar.set_postfix(loss=f"{loss_avg:.3f}", acc=f"{acc_avg:.3f}", **shown)
         bar.update(1)
     bar.close()
     seconds = time.perf_counter() - start

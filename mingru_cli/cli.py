@@ -5,14 +5,17 @@ Commands:
 * ``mingru info``  — which frontends are installed (``mingru`` for PyTorch, ``mingru_jax`` for
   Flax) and the backend status of each, versions, GPU, and the ``MINGRU_SCAN`` mode in force.
 * ``mingru train`` — train small models on synthetic state-tracking tasks and print accuracy
-  per evaluation length (see :mod:`mingru_cli.train`).
+  per evaluation length (see :mod:`mingru_cli.train`); ``--task lm --data FILE --out DIR``
+  trains a byte-level ``MinGRULM`` on a text file and saves it (:func:`mingru_cli.runner.run_lm`).
+* ``mingru generate`` — continue a prompt with such a checkpoint
+  (:func:`mingru_cli.runner.generate_text`).
 * ``mingru bench`` — the benchmark harness (:mod:`mingru_benchmarks.run`: its flags, its runs).
 
 Importing this module, building the parser, ``--help`` and ``info`` import neither torch nor
 jax up front: ``info`` imports each framework only to report on it (and reports a missing one
-as not installed). ``train --framework torch`` and the torch suites of ``bench`` import torch
-when they run and exit with a one-line error when it is missing; ``train --framework jax`` and
-``bench --suite jax`` run without it.
+as not installed). ``train``/``generate --framework torch`` and the torch suites of ``bench``
+import torch when they run and exit with a one-line error when it is missing;
+``train``/``generate --framework jax`` and ``bench --suite jax`` run without it.
 
 Example:
     >>> from mingru_cli.cli import main
@@ -210,6 +213,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         description=(
             "Train embedding → MinGRUStack → linear head on a synthetic task at --train-len and "
             "evaluate at --eval-lens. Each --mixer trains its own model on the same data. "
+            "--task lm --data FILE --out DIR trains a byte-level MinGRULM on a text file "
+            "(windows of --seq-len bytes; validation loss and bits per byte on its last "
+            "--val-fraction) and saves it there (save_pretrained, train.json). "
             f"Default mixers per task: {defaults}."
         ),
     )
@@ -230,7 +236,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (AdamW)")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--train-len", type=int, default=d.train_len)
+    p.add_argument("--train-len", "--seq-len", dest="train_len", type=int, default=d.train_len,
+                   help="training sequence length (--task lm: window of bytes; default 64)")
     p.add_argument("--eval-lens", type=_int_list, default=d.eval_lens,
                    help="comma-separated evaluation lengths (default 64,256,1024)")
     p.add_argument("--val-len", type=int, default=d.val_len,
@@ -239,7 +246,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-every", type=int, default=None,
                    help="validation interval in steps (default steps/20)")
     p.add_argument("--eval-size", type=int, default=d.eval_size,
-                   help="sequences per evaluation length")
+                   help="sequences per evaluation length (--task lm: validation windows)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--device", default=None,
                    help="cpu, cuda or cuda:N (default cuda when the framework sees a GPU); "
@@ -250,7 +257,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mqar-pairs", type=int, default=d.mqar_pairs)
     p.add_argument("--mqar-keys", type=int, default=d.mqar_keys)
     p.add_argument("--mqar-values", type=int, default=d.mqar_values)
-    p.add_argument("--out", default=None, help="directory for train_results.json and a PNG plot")
+    p.add_argument("--data", default=None, help="--task lm: the text file to train on")
+    p.add_argument("--val-fraction", type=float, default=d.val_fraction,
+                   help="--task lm: the last fraction of the bytes held out (default 0.1)")
+    p.add_argument("--sample-tokens", type=int, default=d.sample_tokens,
+                   help="--task lm: bytes of the sample printed at the end (0: none)")
+    p.add_argument("--out", default=None, help="directory for train_results.json and a PNG plot "
+                   "(--task lm: the checkpoint and train.json)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=_cmd_train)
 
@@ -268,8 +281,41 @@ def _cmd_train(args: argparse.Namespace) -> int:
         val_len=args.val_len or None, eval_every=args.eval_every, eval_size=args.eval_size,
         seed=args.seed, device=args.device or "auto", threads=args.threads or None, out=args.out, progress=not args.no_progress,
         mqar_pairs=args.mqar_pairs, mqar_keys=args.mqar_keys, mqar_values=args.mqar_values,
+        data=args.data, val_fraction=args.val_fraction, sample_tokens=args.sample_tokens,
     )
     run(cfg, command=args.command_line)
+    return 0
+
+
+def _add_generate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "generate", help="continue a prompt with a byte-level MinGRULM checkpoint",
+        description="Load a checkpoint written by `mingru train --task lm` (or save_pretrained "
+                    "of a MinGRULM with vocab_size 256) and print the continuation of --prompt "
+                    "(its UTF-8 bytes are the tokens; bytes that are not UTF-8 print as �).")
+    p.add_argument("--checkpoint", required=True, help="the checkpoint folder")
+    p.add_argument("--prompt", required=True, help="the text to continue")
+    p.add_argument("--max-new-tokens", type=int, required=True, help="bytes to generate")
+    p.add_argument("--temperature", type=float, default=1.0, help="0 is greedy (default 1)")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None, help="default: a fresh random seed")
+    p.add_argument("--framework", choices=("torch", "jax"), default="torch")
+    p.add_argument("--device", default="auto", help="cpu, cuda or cuda:N (default cuda when "
+                   "the framework sees a GPU)")
+    p.set_defaults(func=_cmd_generate)
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    if args.framework == "torch":
+        _need_torch(" for --framework torch (--framework jax runs without it)")
+    from mingru_cli.runner import generate_text
+
+    text = generate_text(args.checkpoint, args.prompt, args.max_new_tokens,
+                         framework=args.framework, device=args.device,
+                         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                         seed=args.seed)
+    print(text)
     return 0
 
 
@@ -289,8 +335,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``mingru`` argument parser (subcommands ``info``, ``train``, ``bench``); imports
-    neither torch nor jax."""
+    """The ``mingru`` argument parser (subcommands ``info``, ``train``, ``generate``,
+    ``bench``); imports neither torch nor jax."""
     parser = argparse.ArgumentParser(
         prog="mingru", description="mingru-scans: parallel-scan minGRU mixers (PyTorch + Flax)."
     )
@@ -301,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_info.add_argument("--json", action="store_true", help="print as JSON")
     p_info.set_defaults(func=_cmd_info)
     _add_train(sub)
+    _add_generate(sub)
     sub.add_parser("bench", add_help=False, help="benchmark the ops, mixers and training step "
                    "against eager, torch.compile, peers and JAX (JSON + markdown + PNG; "
                    "mingru bench --help)")

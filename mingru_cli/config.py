@@ -28,7 +28,7 @@ __all__ = [
 
 MIXER_NAMES = ("log", "signed", "rotation", "givens", "delta")
 
-TASKS = ("parity", "s3", "s5", "mqar")
+TASKS = ("parity", "s3", "s5", "mqar", "lm")
 
 # Per-task defaults used when the command line leaves a choice open. They were picked by
 # measurement on a 2-core CPU (see docs/results/ladder.md) so the no-flag demo is quick and
@@ -40,6 +40,8 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     # Recall needs two layers: the first carries the key into the value's position, the
     # second stores the pair. MinGRU is the first layer in both, only the memory differs.
     "mqar": {"mixers": ["log,delta", "log"], "layers": 2, "steps": 1000},
+    # A byte-level language model on --data: one model, saved with save_pretrained.
+    "lm": {"mixers": ["log"], "layers": 2, "steps": 1000},
 }
 
 
@@ -74,6 +76,9 @@ class TrainConfig:
     mqar_pairs: int = 8
     mqar_keys: int = 32
     mqar_values: int = 32
+    data: str | None = None  # --task lm: the text file
+    val_fraction: float = 0.1  # --task lm: the last fraction of the file's bytes, held out
+    sample_tokens: int = 200  # --task lm: bytes of the sample printed after training
 
     def resolved(self) -> TrainConfig:
         """A copy with task defaults filled in and every field checked."""
@@ -105,7 +110,23 @@ class TrainConfig:
             cfg.eval_every = max(10, cfg.steps // 20)
         for spec in cfg.mixers:
             parse_mixer_spec(spec, cfg.layers)
+        if cfg.task == "lm":
+            _check_lm(cfg)
         return cfg
+
+
+def _check_lm(cfg: TrainConfig) -> None:
+    """The arguments only ``--task lm`` reads (the file itself: :mod:`mingru_cli.tasks`)."""
+    if not cfg.data:
+        raise ValueError("--data: --task lm trains on a text file; give --data FILE")
+    if not cfg.out:
+        raise ValueError("--out: --task lm saves its checkpoint there; give --out DIR")
+    if len(cfg.mixers) != 1:
+        raise ValueError(f"--mixer: --task lm trains one model; got {len(cfg.mixers)} specs")
+    if not 0 < cfg.val_fraction < 1:
+        raise ValueError(f"--val-fraction must be in (0, 1); got {cfg.val_fraction!r}")
+    if not isinstance(cfg.sample_tokens, int) or cfg.sample_tokens < 0:
+        raise ValueError(f"--sample-tokens must be an int ≥ 0; got {cfg.sample_tokens!r}")
 
 
 def parse_mixer_spec(spec: str, layers: int) -> str | list[str]:

@@ -1,10 +1,13 @@
 """Run ``mingru train`` on either framework: train every requested mixer, evaluate per length,
-print the table and write ``--out`` files.
+print the table and write ``--out`` files; ``--task lm`` trains a byte-level ``MinGRULM`` and
+saves it, and :func:`generate_text` (``mingru generate``) continues a prompt with one.
 
 Framework-free itself: it imports the chosen training path (:mod:`mingru_cli.train` for
 PyTorch, :mod:`mingru_cli.train_jax` for Flax) only when it runs, so a Flax-only install never
 loads torch. Each path provides ``session(cfg)`` (checks ``cfg.device``, resolves ``"auto"``,
-places the work) and ``fit(spec, task, cfg, evals, val)`` (one model's record).
+places the work), ``fit(spec, task, cfg, evals, val)`` (one model's record), and for the
+language model ``fit_lm(spec, task, cfg, val)``, ``load_lm(directory, device)`` and
+``generate_bytes(model, prompt, max_new_tokens, **sampling)``.
 
 Example:
     >>> from mingru_cli.runner import TrainConfig, run
@@ -28,7 +31,11 @@ from typing import Any
 from mingru_cli._train_common import build_task, chance_accuracy, eval_sets
 from mingru_cli.config import TrainConfig
 
-__all__ = ["TrainConfig", "format_table", "run", "save_plot", "versions"]
+__all__ = ["TrainConfig", "format_table", "generate_text", "run", "save_plot", "versions"]
+
+# The sample printed after ``--task lm``: the first bytes of the validation split, continued.
+SAMPLE_PROMPT_BYTES = 32
+SAMPLE_SAMPLING = {"temperature": 0.8, "top_k": None, "top_p": 0.95}
 
 
 def versions() -> dict[str, str]:
@@ -93,16 +100,93 @@ def save_plot(result: dict[str, Any], path: Path) -> bool:
     return True
 
 
-def run(cfg: TrainConfig, command: str | None = None) -> dict[str, Any]:
-    """Train every requested mixer on ``cfg.framework``, evaluate per length, optionally write
-    ``--out`` files. ``cfg.device`` may be ``"auto"`` (a GPU when the framework sees one)."""
-    cfg = cfg.resolved()
-    if cfg.framework == "jax":
+def _path(framework: str) -> Any:
+    """The training path of ``framework``: :mod:`mingru_cli.train` or :mod:`mingru_cli.train_jax`."""
+    if framework == "jax":
         from mingru_cli import train_jax as path
     else:
         from mingru_cli import train as path  # type: ignore[no-redef]
+    return path
+
+
+def run(cfg: TrainConfig, command: str | None = None) -> dict[str, Any]:
+    """Train every requested mixer on ``cfg.framework``, evaluate per length, optionally write
+    ``--out`` files. ``cfg.device`` may be ``"auto"`` (a GPU when the framework sees one).
+    ``--task lm``: :func:`run_lm`."""
+    cfg = cfg.resolved()
+    path = _path(cfg.framework)
     with path.session(cfg):  # a bad --device fails here, before any data or output
+        if cfg.task == "lm":
+            return run_lm(cfg, path, command)
         return _run(cfg, path.fit, command)
+
+
+def run_lm(cfg: TrainConfig, path: Any, command: str | None) -> dict[str, Any]:
+    """Train a byte-level ``MinGRULM`` on ``cfg.data`` (windows of ``cfg.train_len`` bytes of
+    the training split), report the validation loss and bits per byte (over up to
+    ``cfg.eval_size`` consecutive windows of the validation split) at every evaluation point,
+    save the model with ``save_pretrained(cfg.out)`` next to ``train.json`` (the run: command,
+    configuration, versions, split, losses, sample), and print a sample."""
+    task = build_task(cfg)
+    val = task.validation(cfg.train_len, cfg.eval_size)
+    record, model = path.fit_lm(cfg.mixers[0], task, cfg, val)
+    out = Path(cfg.out)
+    model.save_pretrained(out)
+    prompt = bytes(task.val[:SAMPLE_PROMPT_BYTES].tolist())
+    sampling = {**SAMPLE_SAMPLING, "seed": cfg.seed}
+    sample = path.generate_bytes(model, prompt, cfg.sample_tokens, **sampling)
+    result = {"task": "lm", "command": command, "config": asdict(cfg), "seed": cfg.seed,
+              "split": task.split(), "versions": versions(), "cpu_count": os.cpu_count(),
+              "model": record, "sample": {"prompt": prompt.decode(errors="replace"),
+                                          "text": sample.decode(errors="replace"), **sampling}}
+    (out / "train.json").write_text(json.dumps(result, indent=2) + "\n")
+    if cfg.verbose:
+        split = result["split"]
+        print(f"{task.describe()}: train {split['train_bytes']} bytes, validation (the last "
+              f"{cfg.val_fraction:.0%}) {split['val_bytes']} bytes; {record['parameters']} "
+              f"parameters, {record['train_seconds']:.1f}s")
+        print("step".rjust(7) + "  train loss  val loss  val bits/byte")
+        for point in record["curve"]:
+            print(f"{point['step']:7d}  {point['loss']:10.4f}  {point['val_loss']:8.4f}  "
+                  f"{point['val_bpb']:13.4f}")
+        print(f"saved {out} (save_pretrained) and {out / 'train.json'}")
+        print(f"sample (temperature {sampling['temperature']}, top_p {sampling['top_p']}):\n"
+              + (prompt + sample).decode(errors="replace"))
+    return result
+
+
+def generate_text(checkpoint: str, prompt: str, max_new_tokens: int, *, framework: str = "torch",
+                  device: str = "auto", **sampling: Any) -> str:
+    """``mingru generate``: the continuation of ``prompt`` (its UTF-8 bytes are the tokens) by
+    the byte-level checkpoint in ``checkpoint`` on ``framework``, decoded with
+    ``errors="replace"``. ``sampling``: ``generate()``'s ``temperature``, ``top_k``,
+    ``top_p``, ``seed``."""
+    from mingru_kernels._lm import LMConfig, check_generate_args
+
+    data = prompt.encode()
+    if not data:
+        raise ValueError("--prompt must not be empty: generation continues at least one byte")
+    try:  # checked before any framework is imported: a flag's error is immediate
+        check_generate_args(max_new_tokens=max_new_tokens, prefill_chunk=None, eos_token_id=None,
+                            vocab_size=256, **{k: sampling.get(k) for k in ("top_k", "top_p")},
+                            temperature=sampling.get("temperature", 1.0))
+    except (ValueError, TypeError) as exc:  # "temperature must ...": name the flag
+        first, _, rest = str(exc).partition(" ")
+        raise ValueError(f"--{first.replace('_', '-')} {rest}") from None
+    try:
+        config = LMConfig.load(checkpoint)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--checkpoint: {exc}") from None
+    if config.vocab_size != 256:
+        raise ValueError(f"--checkpoint {checkpoint!r} has vocab_size {config.vocab_size}: "
+                         "mingru generate reads byte-level models (256, as mingru train "
+                         "--task lm writes)")
+    cfg = TrainConfig(framework=framework, device=device)
+    path = _path(framework)
+    with path.session(cfg):
+        model = path.load_lm(checkpoint, cfg.device)
+        new = path.generate_bytes(model, data, max_new_tokens, **sampling)
+    return new.decode(errors="replace")
 
 
 def _run(cfg: TrainConfig, fit: Any, command: str | None) -> dict[str, Any]:

@@ -12,6 +12,8 @@ which positions are scored:
 * ``mqar`` — multi-query associative recall: ``n_pairs`` key–value pairs, then filler with
   the keys asked again at random positions; the label at a query is the value stored with
   that key. Needs a matrix-valued (associative) memory such as the delta rule.
+* ``lm`` — next-byte prediction on a text file (:class:`ByteText`, ``--task lm --data FILE``):
+  random windows of the file's first bytes for training, its last bytes held out.
 
 The data is generated with NumPy on the host, so both training paths (PyTorch and Flax) share
 it and neither framework is needed to make it.
@@ -28,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +42,7 @@ __all__ = [
     "Batch",
     "GroupWordTask",
     "MQARTask",
+    "ByteText",
     "ParityTask",
     "Task",
     "make_task",
@@ -177,6 +181,93 @@ class MQARTask(Task):
         tokens[rows, slots] = np.take_along_axis(keys, order, axis=1) + 1
         labels[rows, slots] = np.take_along_axis(values, order, axis=1)
         return Batch(tokens, labels, labels >= 0)
+
+
+class ByteText(Task):
+    """Next-byte prediction on a text: the label at ``t`` is byte ``t + 1`` (vocabulary: the
+    256 byte values; every position is scored).
+
+    The split is fixed: the last ``val_fraction`` of the bytes (rounded, at least one) are
+    the validation split, the rest the training split. :meth:`sample` draws windows at random
+    offsets of the training split; :meth:`validation` cuts the validation split into
+    consecutive windows, the same every time.
+
+    Example:
+        >>> import numpy as np
+        >>> from mingru_cli.tasks import ByteText
+        >>> text = ByteText(b"abcdefghijklmnopqrst", val_fraction=0.25)
+        >>> len(text.train), len(text.val)
+        (15, 5)
+        >>> batch = text.sample(2, 4, np.random.default_rng(0))
+        >>> bool((batch.tokens[:, 1:] == batch.labels[:, :-1]).all())
+        True
+        >>> bytes(text.validation(2, 8).tokens[0].tolist()), bytes(text.validation(2, 8).labels[0].tolist())
+        (b'pq', b'qr')
+    """
+
+    name = "lm"
+    vocab_size = 256
+    n_classes = 256
+
+    def __init__(self, data: bytes, val_fraction: float = 0.1, source: str = "") -> None:
+        if len(data) < 2:
+            raise ValueError(f"a text of at least 2 bytes is needed; got {len(data)}")
+        n_val = min(len(data) - 1, max(1, round(len(data) * val_fraction)))
+        tokens = np.frombuffer(data, dtype=np.uint8).astype(np.int64)
+        self.train, self.val = tokens[:-n_val], tokens[-n_val:]
+        self.val_fraction, self.source = val_fraction, source
+
+    @classmethod
+    def from_file(cls, path: str, val_fraction: float, seq_len: int) -> ByteText:
+        """The text of file ``path``; errors name ``--data`` (missing, empty, or too short
+        for windows of ``seq_len + 1`` bytes in both splits)."""
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise ValueError(f"--data {path!r} cannot be read: {exc.strerror or exc}") from None
+        if not data:
+            raise ValueError(f"--data {path!r} is empty: give a text file to train on")
+        text = cls(data, val_fraction, source=path) if len(data) >= 2 else None
+        if text is None or min(len(text.train), len(text.val)) < seq_len + 1:
+            need = math.ceil((seq_len + 1) / min(val_fraction, 1 - val_fraction))
+            raise ValueError(
+                f"--data {path!r} is too short: {len(data)} bytes, and windows of --seq-len "
+                f"{seq_len} + 1 bytes in both the training split and the validation split (the "
+                f"last {val_fraction:.0%}) need at least {need}"
+            )
+        return text
+
+    def sample(self, batch: int, length: int, rng: np.random.Generator) -> Batch:
+        self.check_length(length)
+        starts = rng.integers(0, len(self.train) - length, batch)
+        return self._windows(self.train, starts, length)
+
+    def validation(self, length: int, count: int) -> Batch:
+        """Up to ``count`` consecutive windows of ``length`` inputs from the validation split."""
+        self.check_length(length)
+        starts = np.arange(0, len(self.val) - length, length)[:count]
+        return self._windows(self.val, starts, length)
+
+    def check_length(self, length: int) -> None:
+        super().check_length(length)
+        if min(len(self.train), len(self.val)) < length + 1:
+            raise ValueError(f"length {length} needs windows of {length + 1} bytes; the splits "
+                             f"hold {len(self.train)} and {len(self.val)}")
+
+    def split(self) -> dict[str, int | float | str]:
+        """The split as ``train.json`` records it."""
+        return {"data": self.source, "bytes": len(self.train) + len(self.val),
+                "train_bytes": len(self.train), "val_bytes": len(self.val),
+                "val_fraction": self.val_fraction, "val_start": len(self.train)}
+
+    def describe(self) -> str:
+        return f"lm({self.source!r}, {len(self.train) + len(self.val)} bytes)"
+
+    @staticmethod
+    def _windows(tokens: np.ndarray, starts: np.ndarray, length: int) -> Batch:
+        windows = tokens[starts[:, None] + np.arange(length + 1)]
+        return Batch(windows[:, :-1], windows[:, 1:], np.ones((len(starts), length), dtype=bool))
 
 
 def make_task(name: str, **kwargs: int) -> Task:

@@ -3,7 +3,9 @@ lengths beyond the training length.
 
 Model: token embedding → :class:`mingru.MinGRUStack` → linear head, one label per position.
 Each requested mixer spec trains its own model on the same data stream (same seed), so the
-final per-length table compares mixers side by side. The PyTorch path lives here; the JAX
+final per-length table compares mixers side by side. ``--task lm`` trains a
+:class:`mingru.MinGRULM` instead (:func:`fit_lm`; :func:`load_lm` and :func:`generate_bytes`
+serve ``mingru generate``). The PyTorch path lives here; the JAX
 path (``framework="jax"``) is in :mod:`mingru_cli.train_jax`. Both share the configuration
 (:mod:`mingru_cli.config`) and the data, schedule and fit loop
 (:mod:`mingru_cli._train_common`); neither imports the other. :func:`mingru_cli.runner.run`
@@ -21,13 +23,14 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from mingru_cli._train_common import fit_loop, lr_at
+from mingru_cli._train_common import fit_loop, lm_metrics, lr_at
 from mingru_cli.config import (
     MIXER_NAMES,
     TASK_DEFAULTS,
@@ -46,7 +49,10 @@ __all__ = [
     "TrainConfig",
     "check_device",
     "fit",
+    "fit_lm",
     "fit_torch",
+    "generate_bytes",
+    "load_lm",
     "lr_at",
     "parse_mixer_spec",
     "session",
@@ -105,6 +111,45 @@ def fit_torch(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
     torch.manual_seed(cfg.seed)
     model = SequenceModel(task.vocab_size, task.n_classes, cfg.d_model, n_layers, mixer, mkw,
                           cfg.mlp_expansion).to(cfg.device)
+    record = _fit(model, model, spec, task, cfg, val,
+                  evaluate=lambda b: torch_accuracy(model, b, cfg.device))
+    record["accuracy"] = {str(n): torch_accuracy(model, b, cfg.device) for n, b in evals.items()}
+    return record
+
+
+def fit_lm(spec: str, task: Task, cfg: TrainConfig, val: Batch) -> tuple[dict[str, Any], nn.Module]:
+    """Train a :class:`mingru.MinGRULM` for ``spec`` on ``task`` (``--task lm``), reporting
+    the loss on the windows ``val`` at every evaluation point; ``(record, model)``."""
+    from mingru.lm import MinGRULM
+
+    mixer, n_layers, mkw = stack_arguments(spec, cfg)
+    torch.manual_seed(cfg.seed)
+    model = MinGRULM(task.vocab_size, cfg.d_model, n_layers, mixer=mixer, mixer_kwargs=mkw,
+                     mlp_expansion=cfg.mlp_expansion).to(cfg.device)
+
+    def logits(tokens: torch.Tensor) -> torch.Tensor:  # no token read-back: no sync per step
+        return model.head(model.features(tokens)[0])
+
+    def val_loss() -> dict[str, float]:
+        model.eval()
+        total = 0.0
+        with torch.no_grad():
+            for i in range(0, val.tokens.shape[0], 64):
+                tok = torch.from_numpy(val.tokens[i : i + 64]).to(cfg.device)
+                lab = torch.from_numpy(val.labels[i : i + 64]).to(cfg.device)
+                out = logits(tok).float()
+                total += float(F.cross_entropy(out.flatten(0, 1), lab.flatten(), reduction="sum"))
+        model.train()
+        return lm_metrics(total / val.labels.size)
+
+    record = _fit(model, logits, spec, task, cfg, None, evaluate=lambda b: 0.0, on_eval=val_loss)
+    return record, model
+
+
+def _fit(model: nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor], spec: str,
+         task: Task, cfg: TrainConfig, val: Batch | None, evaluate: Callable[[Batch], float],
+         on_eval: Callable[[], dict[str, float]] | None = None) -> dict[str, Any]:
+    """AdamW on ``model`` through :func:`fit_loop`; ``logits_of(tokens)`` is its output."""
     # Fused AdamW on CUDA: one kernel family for the whole update instead of foreach's
     # several per parameter group, which a small model's step notices.
     fused = torch.device(cfg.device).type == "cuda"
@@ -117,7 +162,7 @@ def fit_torch(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
             group["lr"] = lr
         tok = torch.from_numpy(batch.tokens).to(cfg.device)
         lab = torch.from_numpy(batch.labels).to(cfg.device)
-        logits = model(tok)
+        logits = logits_of(tok)
         loss = loss_fn(logits.reshape(-1, logits.shape[-1]), lab.reshape(-1))
         opt.zero_grad(set_to_none=True)
         # On this thread, not the autograd engine's device thread: a small model's step is
@@ -133,14 +178,26 @@ def fit_torch(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
         return float(loss.detach()), float(acc)
 
     snapshot = lambda: {k: v.detach().clone() for k, v in model.state_dict().items()}
-    record = fit_loop(
-        spec, task, cfg, val, step_fn,
-        evaluate=lambda b: torch_accuracy(model, b, cfg.device),
-        snapshot=snapshot, restore=model.load_state_dict,
-    )
+    record = fit_loop(spec, task, cfg, val, step_fn, evaluate, snapshot=snapshot,
+                      restore=model.load_state_dict, on_eval=on_eval)
     record["parameters"] = sum(p.numel() for p in model.parameters())
-    record["accuracy"] = {str(n): torch_accuracy(model, b, cfg.device) for n, b in evals.items()}
     return record
+
+
+def load_lm(directory: str, device: str) -> nn.Module:
+    """The :class:`mingru.MinGRULM` checkpoint in ``directory``, on ``device``."""
+    from mingru.lm import MinGRULM
+
+    return MinGRULM.from_pretrained(directory, device=device)
+
+
+def generate_bytes(model: nn.Module, prompt: bytes, max_new_tokens: int,
+                   **sampling: Any) -> bytes:
+    """The ``max_new_tokens`` bytes ``model.generate`` continues ``prompt`` with."""
+    device = model.embedding.weight.device
+    tokens = torch.tensor([list(prompt)], dtype=torch.long, device=device)
+    out = model.generate(tokens, max_new_tokens, **sampling)
+    return bytes(out[0, len(prompt):].tolist())
 
 
 def check_device(device: str) -> None:

@@ -58,6 +58,7 @@ _EXPORTS: dict[str, str] = {
     "DeltaMinGRUCell": "mingru_jax.mixers.delta",
     "MinGRUBlock": "mingru_jax.block",
     "MinGRUStack": "mingru_jax.stack",
+    "MinGRULM": "mingru_jax.lm",
     "torch_to_nnx": "mingru_jax.convert",
     "nnx_to_torch": "mingru_jax.convert",
 }
@@ -72,6 +73,7 @@ __all__ = [
     "MinGRUBlock",
     "MinGRUCell",
     "MinGRUFallbackWarning",
+    "MinGRULM",
     "MinGRUStack",
     "RotationMinGRU",
     "RotationMinGRUCell",
@@ -114,6 +116,7 @@ if TYPE_CHECKING:  # static analysers see the real names
     from mingru_jax.cells import givens_cell, mingru_cell, rotation_cell, signed_mingru_cell
     from mingru_jax.convert import nnx_to_torch, torch_to_nnx
     from mingru_jax.dispatch import MinGRUFallbackWarning, available, scan_mode, use_backend
+    from mingru_jax.lm import MinGRULM
     from mingru_jax.mixers.delta import DeltaMinGRU, DeltaMinGRUCell
     from mingru_jax.mixers.givens import GivensMinGRU, GivensMinGRUCell
     from mingru_jax.mixers.log import MinGRU, MinGRUCell

@@ -2,7 +2,7 @@
 
 Both frontends use the same attribute names (``linear_z``, ``blocks.0.mixer.linear_k.1``,
 ``decay.rho``, ``h0``, ...), so a parameter's path is the same on both sides except for the
-layout of two layer types:
+names and layout inside the framework's own layers:
 
 ===========================  ======================================
 PyTorch                      Flax NNX
@@ -11,6 +11,7 @@ PyTorch                      Flax NNX
 ``nn.Linear.bias``           ``nnx.Linear.bias``
 ``nn.LayerNorm.weight``      ``nnx.LayerNorm.scale``
 ``nn.LayerNorm.bias``        ``nnx.LayerNorm.bias``
+``nn.Embedding.weight``      ``nnx.Embed.embedding``
 ``nn.Sequential[i]``         ``nnx.Sequential.layers[i]``
 anything else (``h0``,       the same name
 ``decay.rho``)
@@ -20,7 +21,12 @@ Every parameter on each side must be matched (none missing, none left over, equa
 and the architecture settings that change the numbers (sizes, ``snap``, ``rounds``,
 ``block_size``, heads, decay mode, ...) must agree; otherwise a :class:`ValueError` says
 where. Values are copied exactly (float32 ↔ float32 round-trips bit for bit); each side keeps
-its own parameter dtype. This module imports ``torch`` (only when used).
+its own parameter dtype.
+
+The rules live in one place, :func:`torch_names`; :func:`to_state_dict` and
+:func:`from_state_dict` map an NNX module to and from a flat ``{PyTorch name: np.ndarray}``
+dict (no torch needed: the checkpoints of :class:`mingru_jax.MinGRULM` use them), and
+:func:`torch_to_nnx` / :func:`nnx_to_torch` go through them. Only those two import ``torch``.
 
 Example:
     >>> import torch, jax.numpy as jnp, numpy as np
@@ -41,6 +47,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -48,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-__all__ = ["nnx_to_torch", "torch_to_nnx"]
+__all__ = ["from_state_dict", "nnx_to_torch", "to_state_dict", "torch_names", "torch_to_nnx"]
 
 # Constructor settings that change the numbers; compared wherever both modules have them.
 _CONFIG_ATTRS = (
@@ -71,16 +78,6 @@ _CONFIG_ATTRS = (
     "log1p_delta",
     "channels",
 )
-
-
-def _torch_kind(module: Any) -> str:
-    from torch import nn
-
-    if isinstance(module, nn.Linear):
-        return "linear"
-    if isinstance(module, nn.LayerNorm):
-        return "layernorm"
-    return "other"
 
 
 def _dotted(path: tuple) -> str:
@@ -116,12 +113,105 @@ def _check_config(t_mod: Any, n_mod: Any, where: str) -> None:
                 )
 
 
+def torch_names(nnx_module: nnx.Module) -> dict[str, tuple[nnx.Param, bool]]:
+    """Every ``nnx.Param`` of ``nnx_module`` under its PyTorch ``state_dict`` name:
+    ``{name: (variable, transpose)}``, ``transpose`` when PyTorch stores it transposed (the
+    naming rules of the table above, the only copy of them)."""
+    out: dict[str, tuple[nnx.Param, bool]] = {}
+    for path, var in nnx.to_flat_state(nnx.state(nnx_module, nnx.Param)):
+        node, parts = nnx_module, []
+        for part in path[:-1]:
+            if part == "layers" and isinstance(node, nnx.Sequential):
+                node = node.layers  # nn.Sequential indexes its children directly
+            else:
+                node = node[part] if isinstance(part, int) else getattr(node, part)
+                parts.append(str(part))
+        leaf, transpose = path[-1], False
+        if isinstance(node, nnx.Linear):
+            leaf, transpose = {"kernel": "weight"}.get(leaf, leaf), leaf == "kernel"
+        elif isinstance(node, nnx.LayerNorm):
+            leaf = {"scale": "weight"}.get(leaf, leaf)
+        elif isinstance(node, nnx.Embed):
+            leaf = {"embedding": "weight"}.get(leaf, leaf)
+        out[".".join([*parts, str(leaf)])] = (var, transpose)
+    return out
+
+
+def _match(names: dict[str, tuple[nnx.Param, bool]], shapes: dict[str, tuple[int, ...]],
+           source: str) -> None:
+    """``ValueError`` unless ``shapes`` (PyTorch names and layout, from ``source``) has
+    exactly the parameters of ``names`` (:func:`torch_names`), with matching shapes."""
+    unexpected = sorted(set(shapes) - set(names))
+    if unexpected:
+        raise ValueError(f"{source} parameters without a Flax counterpart (unexpected keys): "
+                         f"{unexpected}")
+    missing = sorted(set(names) - set(shapes))
+    if missing:
+        raise ValueError(f"Flax parameters without a {source} counterpart (missing keys): "
+                         f"{missing}")
+    for name, shape in shapes.items():
+        var, transpose = names[name]
+        want = tuple(shape[::-1]) if transpose else tuple(shape)
+        if tuple(var.shape) != want:
+            raise ValueError(
+                f"{name}: shape {tuple(shape)} in {source} does not match "
+                f"{tuple(var.shape)} in Flax (expected {want})"
+            )
+
+
+def to_state_dict(nnx_module: nnx.Module, *, widen: bool = False) -> dict[str, np.ndarray]:
+    """``nnx_module``'s parameters as ``{PyTorch state_dict name: np.ndarray}`` in PyTorch's
+    layout (``nn.Linear.weight`` is ``(out, in)``), each in its own dtype; ``widen`` casts
+    float16 and bfloat16 to float32 (exactly; ``torch.from_numpy`` takes no bfloat16).
+
+    Example:
+        >>> from flax import nnx
+        >>> from mingru_jax import MinGRU
+        >>> from mingru_jax.convert import to_state_dict
+        >>> sorted(to_state_dict(MinGRU(4, 6, rngs=nnx.Rngs(0))).items())[0][1].shape
+        (6,)
+    """
+    out = {}
+    for name, (var, transpose) in torch_names(nnx_module).items():
+        value = var[...]
+        if widen and value.dtype in (jnp.bfloat16, jnp.float16):
+            value = value.astype(jnp.float32)
+        array = np.asarray(jax.device_get(value))
+        out[name] = np.ascontiguousarray(array.T if transpose else array)
+    return out
+
+
+def from_state_dict(nnx_module: nnx.Module, state_dict: Mapping[str, Any], *,
+                    source: str = "PyTorch") -> nnx.Module:
+    """Copy ``{PyTorch state_dict name: array}`` (PyTorch layout; NumPy or JAX arrays) into
+    ``nnx_module`` (in place; values cast to its parameter dtypes) and return it.
+
+    Raises:
+        ValueError: naming the keys that are missing or unexpected, or a shape mismatch
+            (``source`` names where the arrays come from in the message).
+
+    Example:
+        >>> from flax import nnx
+        >>> from mingru_jax import MinGRU
+        >>> from mingru_jax.convert import from_state_dict, to_state_dict
+        >>> a, b = MinGRU(4, 6, rngs=nnx.Rngs(0)), MinGRU(4, 6, rngs=nnx.Rngs(1))
+        >>> b = from_state_dict(b, to_state_dict(a))
+        >>> bool((a.linear_z.kernel[...] == b.linear_z.kernel[...]).all())
+        True
+    """
+    names = torch_names(nnx_module)
+    _match(names, {name: tuple(value.shape) for name, value in state_dict.items()}, source)
+    for name, value in state_dict.items():
+        var, transpose = names[name]
+        value = jnp.asarray(value, dtype=var.dtype)
+        var.set_value(value.T if transpose else value)
+    return nnx_module
+
+
 def _pairs(torch_module: Any, nnx_module: nnx.Module):
-    """Yield ``(torch_param, nnx_variable, transpose, name)`` for every torch parameter,
-    after checking names, types, settings and shapes; then check no NNX ``Param`` is left."""
-    if type(torch_module).__name__ != type(nnx_module).__name__ and not (
-        _torch_kind(torch_module) == "linear" and isinstance(nnx_module, nnx.Linear)
-    ):
+    """``[(torch_param, nnx_variable, transpose, name)]`` for every torch parameter, after
+    checking types, settings, names and shapes (none missing, none left over)."""
+    if type(torch_module).__name__ != type(nnx_module).__name__:
         raise ValueError(
             f"cannot convert between {type(torch_module).__name__} (PyTorch) and "
             f"{type(nnx_module).__name__} (Flax): they are not twins"
@@ -136,46 +226,10 @@ def _pairs(torch_module: Any, nnx_module: nnx.Module):
             continue  # parameter-free torch modules (Identity, Dropout, GELU) may be absent
         _check_config(t_mod, node, name)
 
-    seen: set[tuple] = set()
-    out = []
-    for name, param in torch_module.named_parameters():
-        *owner_path, leaf = name.split(".")
-        t_owner = torch_module.get_submodule(".".join(owner_path))
-        node, path = nnx_module, ()
-        for part in owner_path:
-            node, path = _nnx_child(node, part, path)
-        kind = _torch_kind(t_owner)
-        if kind == "linear":
-            if not isinstance(node, nnx.Linear):
-                raise ValueError(f"{name}: nn.Linear in PyTorch but {type(node).__name__} in Flax")
-            target, transpose = {"weight": "kernel", "bias": "bias"}[leaf], leaf == "weight"
-        elif kind == "layernorm":
-            if not isinstance(node, nnx.LayerNorm):
-                raise ValueError(
-                    f"{name}: nn.LayerNorm in PyTorch but {type(node).__name__} in Flax"
-                )
-            target, transpose = {"weight": "scale", "bias": "bias"}[leaf], False
-        else:
-            target, transpose = leaf, False
-        var = getattr(node, target, None)
-        if not isinstance(var, nnx.Param):
-            raise ValueError(
-                f"{name}: the Flax module has no parameter {_dotted((*path, target))}"
-            )
-        want = tuple(param.shape[::-1]) if transpose else tuple(param.shape)
-        if tuple(var.shape) != want:
-            raise ValueError(
-                f"{name}: shape {tuple(param.shape)} in PyTorch does not match "
-                f"{tuple(var.shape)} in Flax (expected {want})"
-            )
-        seen.add((*path, target))
-        out.append((param, var, transpose, name))
-
-    flat = nnx.to_flat_state(nnx.state(nnx_module, nnx.Param))
-    left = sorted(_dotted(p) for p, _ in flat if tuple(p) not in seen)
-    if left:
-        raise ValueError(f"Flax parameters without a PyTorch counterpart: {left}")
-    return out
+    names = torch_names(nnx_module)
+    params = dict(torch_module.named_parameters())
+    _match(names, {name: tuple(param.shape) for name, param in params.items()}, "PyTorch")
+    return [(param, *names[name], name) for name, param in params.items()]
 
 
 def _check_arguments(fn: str, torch_module: Any, nnx_module: Any) -> None:
@@ -228,15 +282,14 @@ def torch_to_nnx(torch_module: Any, nnx_module: nnx.Module) -> nnx.Module:
     _check_arguments("torch_to_nnx", torch_module, nnx_module)
     import torch
 
-    for param, var, transpose, _ in _pairs(torch_module, nnx_module):
+    _pairs(torch_module, nnx_module)  # settings first: a clearer error than a shape
+    state_dict = {}
+    for name, param in torch_module.named_parameters():
         t = param.detach().cpu()
         if t.dtype in (torch.bfloat16, torch.float16):
             t = t.float()  # numpy has no bfloat16; the widening is exact
-        value = t.numpy()
-        if transpose:
-            value = value.T
-        var[...] = jnp.asarray(value, dtype=var.dtype)
-    return nnx_module
+        state_dict[name] = t.numpy()
+    return from_state_dict(nnx_module, state_dict)
 
 
 def nnx_to_torch(nnx_module: nnx.Module, torch_module: Any) -> Any:
@@ -263,13 +316,9 @@ def nnx_to_torch(nnx_module: nnx.Module, torch_module: Any) -> Any:
     _check_arguments("nnx_to_torch", torch_module, nnx_module)
     import torch
 
+    pairs = _pairs(torch_module, nnx_module)
+    state_dict = to_state_dict(nnx_module, widen=True)  # torch casts back below
     with torch.no_grad():
-        for param, var, transpose, _ in _pairs(torch_module, nnx_module):
-            value = var[...]
-            if value.dtype in (jnp.bfloat16, jnp.float16):
-                value = value.astype(jnp.float32)  # exact widening; torch casts back below
-            arr = np.asarray(jax.device_get(value))
-            if transpose:
-                arr = arr.T
-            param.copy_(torch.from_numpy(np.array(arr)).to(param.dtype))
+        for param, _, _, name in pairs:
+            param.copy_(torch.from_numpy(state_dict[name]).to(param.dtype))
     return torch_module

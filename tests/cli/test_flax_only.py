@@ -21,9 +21,21 @@ pytest.importorskip("optax")
 pytest.importorskip("mingru_jax")
 
 
+def _run_without_torch(script: str) -> dict:
+    """Run ``script`` (dedented) with torch blocked; the JSON it printed after ``RESULT``,
+    plus ``torch_loaded``."""
+    code = textwrap.dedent(BLOCK_TORCH) + "import json\n" + textwrap.dedent(script) + (
+        '\nRESULT["torch_loaded"] = "torch" in sys.modules\n'
+        'print("RESULT" + json.dumps(RESULT))\n')
+    env = {k: v for k, v in os.environ.items() if k != "MINGRU_SCAN"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=240, env=env)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    return json.loads(proc.stdout.split("RESULT", 1)[1])
+
+
 def test_train_and_bench_jax_without_torch(tmp_path):
-    code = textwrap.dedent(BLOCK_TORCH) + textwrap.dedent(f"""
-        import json
+    res = _run_without_torch(f"""
         from mingru_cli.cli import main
 
         train = main(["train", "--framework", "jax", "--task", "s3", "--mixer", "signed",
@@ -34,15 +46,9 @@ def test_train_and_bench_jax_without_torch(tmp_path):
         bench = main(["bench", "--device", "cpu", "--quick", "--suite", "jax", "--only",
                       "linear_scan", "--backends", "ours,jax", "--out",
                       {str(tmp_path / "b")!r}])
-        print("RESULT" + json.dumps({{"train": train, "bench": bench,
-                                     "torch_loaded": "torch" in sys.modules}}))
+        RESULT = {{"train": train, "bench": bench}}
     """)
-    env = {k: v for k, v in os.environ.items() if k != "MINGRU_SCAN"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=240, env=env)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-    res = json.loads(proc.stdout.split("RESULT", 1)[1])
-    assert res == {"train": 0, "bench": 0, "torch_loaded": False}, proc.stderr
+    assert res == {"train": 0, "bench": 0, "torch_loaded": False}
     trained = json.loads((tmp_path / "t" / "train_results.json").read_text())
     assert trained["config"]["device"] == "cpu" and "torch" not in trained["versions"]
     (model,) = trained["models"]
@@ -84,3 +90,35 @@ def test_jax_device_picks_the_named_device():
     with pytest.raises(RuntimeError, match="not a JAX device"):
         jax_device(fake, "cuda:x")
     assert jax_device(jax, "cpu").platform == "cpu"
+
+
+def test_lm_train_and_generate_jax_without_torch(tmp_path):
+    """``train --task lm`` and ``generate`` on the JAX frontend with torch absent; the
+    checkpoint's validation loss and greedy text are then checked with the PyTorch frontend."""
+    from tests.cli.test_lm import greedy_oracle, make_text, val_loss_oracle
+
+    data = make_text(tmp_path / "text.txt")
+    ckpt = tmp_path / "ckpt"
+    res = _run_without_torch(f"""
+        import contextlib, io
+        from mingru_cli.cli import main
+
+        train = main(["train", "--task", "lm", "--framework", "jax", "--data",
+                      {str(tmp_path / "text.txt")!r}, "--out", {str(ckpt)!r}, "--steps", "40",
+                      "--d-model", "16", "--batch-size", "8", "--seq-len", "16", "--lr", "1e-2",
+                      "--eval-every", "20", "--eval-size", "4", "--sample-tokens", "8",
+                      "--device", "cpu", "--no-progress"])
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            generate = main(["generate", "--framework", "jax", "--checkpoint", {str(ckpt)!r},
+                             "--prompt", "the ", "--max-new-tokens", "12", "--temperature", "0",
+                             "--device", "cpu"])
+        RESULT = {{"train": train, "generate": generate, "text": text.getvalue()}}
+    """)
+    assert res["train"] == res["generate"] == 0 and not res["torch_loaded"], res
+    run = json.loads((ckpt / "train.json").read_text())
+    assert run["model"]["framework"] == "jax" and "torch" not in run["versions"]
+    pytest.importorskip("torch")  # the checks below read the checkpoint with PyTorch
+    last = run["model"]["curve"][-1]
+    assert last["val_loss"] == pytest.approx(val_loss_oracle(ckpt, data, 16, 4), rel=1e-3)
+    assert res["text"] == greedy_oracle(ckpt, "the ", 12) + "\n"
