@@ -96,7 +96,7 @@ class LMConfig:
     def layer_specs(self) -> list[tuple[str, dict[str, Any]]]:
         """Each layer's ``(mixer name, kwargs)``; raises on a bad mixer or kwargs."""
         mixer = list(self.mixer) if isinstance(self.mixer, tuple) else self.mixer
-        return stack_layer_specs(mixer, self.mixer_kwargs, self.n_layers, "all")
+        return stack_layer_specs(mixer, self.mixer_kwargs, self.n_layers, decay_layers="all")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the fields plus ``model_type`` and ``format_version``."""
@@ -188,7 +188,7 @@ def check_generate_args(
             raise ValueError(f"prefill_chunk must be >= 1; got {prefill_chunk}")
 
 
-def check_token_bounds(low: int, high: int, vocab_size: int, name: str) -> None:
+def check_token_bounds(low: int, high: int, vocab_size: int, *, name: str) -> None:
     """Tokens whose minimum is ``low`` and maximum ``high`` must lie in ``[0, vocab_size)``."""
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
@@ -217,7 +217,7 @@ class Sampling(NamedTuple):
 
     @classmethod
     def of(cls, temperature: float, top_k: int | None, top_p: float | None,
-           eos_token_id: int | None) -> Sampling:
+           *, eos_token_id: int | None) -> Sampling:
         """From ``generate()``'s (checked) arguments, numbers as Python floats."""
         return cls(float(temperature), top_k, None if top_p is None else float(top_p),
                    eos_token_id)

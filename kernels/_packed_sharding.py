@@ -47,7 +47,7 @@ def slice_sequences(xp: Any, cu_seqlens: Any, step: Any) -> tuple[Any, Any]:
     return xp.where(continued, n_seq, seq), starts.any()
 
 
-def slice_final_states(xp: Any, h: Any, cu_seqlens: Any, start: Any, initial_state: Any,
+def slice_final_states(xp: Any, h: Any, cu_seqlens: Any, *, start: Any, initial_state: Any,
                        first: Any) -> Any:
     """``(N, D)`` one slice's share of every sequence's final state: the last state of each
     sequence that ends in the slice, the initial state of each empty sequence on the first

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
+import importlib
 import os
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -102,6 +104,21 @@ class Registry:
         """The launcher module registered for ``op``, or ``None``."""
         load = self.launchers.get(op)
         return None if load is None else load()
+
+
+def import_loaders(package: str, ops: Iterable[str]) -> dict[str, Callable[[], ModuleType]]:
+    """``op -> loader`` of :attr:`Registry.launchers` whose loader imports the module
+    ``<package>.<op>`` by name when first called (importing the registry imports no
+    launcher). For ``mingru_jax._launch``: ``jax.jit`` traces plain Python.
+    ``torch.compile(fullgraph=True)`` cannot trace an import by a computed name, so
+    ``mingru._launch`` writes one loader per op with a static import instead.
+
+    Example:
+        >>> loaders = import_loaders("json", ["decoder"])
+        >>> loaders["decoder"]().__name__
+        'json.decoder'
+    """
+    return {op: functools.partial(importlib.import_module, f"{package}.{op}") for op in ops}
 
 
 def wants_kernel(op: str, *, mode: str, on_accelerator: bool, where: object,

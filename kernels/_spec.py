@@ -202,24 +202,25 @@ def check_delta(
         d_k = hidden_size // n_heads
     d_k = positive_int(d_k, "d_k")
     d_v = d_k if d_v is None else positive_int(d_v, "d_v")
-    return DeltaSizes(input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size)
+    return DeltaSizes(input_size, hidden_size, n_heads, nh=nh, d_k=d_k, d_v=d_v,
+                      chunk_size=chunk_size)
 
 
 # -- the delta-rule op ---------------------------------------------------------------------
 
 
-def _shape_error(name: str, x: Any, expected: str, op: str = "delta_rule") -> ValueError:
+def _shape_error(name: str, x: Any, expected: str, *, op: str = "delta_rule") -> ValueError:
     return ValueError(f"{op}: {name} must have shape {expected}; got {tuple(x.shape)}")
 
 
 def check_cell_shapes(k: Any, n_gates: int, initial_state: Any = None,
-                      log_gamma: Any = None) -> int:
+                      *, log_gamma: Any = None) -> int:
     """The state width ``D`` of a fused cell's pre-activations ``k (B, T, n_gates·D)``; raise
     ``ValueError`` naming the argument whose shape does not fit. Reads ``.shape`` only: both
     frontends' ``cells`` call it (after their dtype checks)."""
     shape = f"(B, T, {n_gates}·D)"
     if len(k.shape) != 3:
-        raise _shape_error("k", k, shape, "mingru_cell")
+        raise _shape_error("k", k, shape, op="mingru_cell")
     B, T, S = tuple(k.shape)
     if T < 1 or B < 1:
         raise ValueError(f"k must have shape {shape} with at least one time step (dim 1) and "
@@ -229,14 +230,14 @@ def check_cell_shapes(k: Any, n_gates: int, initial_state: Any = None,
                          f"multiple of {n_gates} (the gates side by side)")
     D = S // n_gates
     if initial_state is not None and tuple(initial_state.shape) != (B, D):
-        raise _shape_error("initial_state", initial_state, f"(B, D) = {(B, D)}", "mingru_cell")
+        raise _shape_error("initial_state", initial_state, f"(B, D) = {(B, D)}", op="mingru_cell")
     if log_gamma is not None and tuple(log_gamma.shape) not in ((B, T, D), (B, T, 1)):
         raise _shape_error("log_gamma", log_gamma, f"(B, T, D) = {(B, T, D)} or (B, T, 1)",
-                           "mingru_cell")
+                           op="mingru_cell")
     return D
 
 
-def check_delta_rule_shapes(q: Any, k: Any, v: Any, beta: Any, log_gamma: Any = None,
+def check_delta_rule_shapes(q: Any, k: Any, v: Any, *, beta: Any, log_gamma: Any = None,
                             h0: Any = None) -> None:
     """Raise ``ValueError`` naming the argument whose shape does not fit ``k (B, T, nh, H,
     d_k)``. Reads ``.shape`` only: both frontends' ``scans._delta_rule`` call it."""
@@ -374,7 +375,7 @@ def check_cu_seqlens_values(offsets: Sequence[int], steps: int,
                              f"{name}[{i + 1}] = {hi}")
 
 
-def check_packed_state(state: Any, n_seq: int, trailing: tuple[int, ...], name: str) -> None:
+def check_packed_state(state: Any, n_seq: int, trailing: tuple[int, ...], *, name: str) -> None:
     """A packed call's per-sequence state must be ``(N, *trailing)``; reads ``.shape`` only."""
     expected = (n_seq, *trailing)
     if state is not None and tuple(state.shape) != expected:

@@ -71,6 +71,7 @@ def _end_rows(token: torch.Tensor, done: torch.Tensor | None,
 
 def decode_step(
     model: nn.Module, token: torch.Tensor, state: list[torch.Tensor],
+    *,
     uniform: torch.Tensor | None, done: torch.Tensor | None, sampling: Sampling,
 ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None]:
     """Feed ``token (B,)`` and pick the next: ``(next (B,), state, done)``. No device read."""
@@ -98,8 +99,8 @@ class _DecodeGraph:
 
     def advance(self) -> None:
         """One token, from the buffers into the buffers (what the graph holds)."""
-        nxt, state, done = decode_step(self.model, self.token, self.state, self.uniform,
-                                       self.done, self.sampling)
+        nxt, state, done = decode_step(self.model, self.token, self.state, uniform=self.uniform,
+                                       done=self.done, sampling=self.sampling)
         self.token.copy_(nxt)
         for buffer, value in zip(self.state, state, strict=True):
             buffer.copy_(value)
@@ -142,7 +143,7 @@ def _weights_key(model: nn.Module) -> tuple[int, ...]:
 
 
 def _decode_graph(model: nn.Module, token: torch.Tensor, state: list[torch.Tensor],
-                  uniform: torch.Tensor | None, done: torch.Tensor | None,
+                  *, uniform: torch.Tensor | None, done: torch.Tensor | None,
                   sampling: Sampling) -> _DecodeGraph:
     """The cached graph for this batch size, dtype, device and sampling (captured on first
     use); graphs of replaced weights are dropped."""
@@ -156,7 +157,8 @@ def _decode_graph(model: nn.Module, token: torch.Tensor, state: list[torch.Tenso
     for stale in [k for k, graph in cache.items() if graph.weights != weights]:
         del cache[stale]
     if key not in cache:
-        cache[key] = _DecodeGraph(model, token, state, uniform, done, sampling)
+        cache[key] = _DecodeGraph(model, token, state, uniform=uniform, done=done,
+                                  sampling=sampling)
     graph = cache[key]
     graph.load(token, state, done)
     return graph
@@ -182,7 +184,7 @@ def _use_graph(cuda_graph: object, device: torch.device) -> bool:
 
 
 def _uniforms(steps: int, batch: int, seed: int | None,
-              device: torch.device) -> torch.Tensor:
+              *, device: torch.device) -> torch.Tensor:
     """``(steps, batch)`` float32 uniform numbers in ``[0, 1)`` on ``device``."""
     if seed is None:
         seed = int(torch.randint(0, 2**62, ()))  # torch's default (CPU) generator: no sync
@@ -262,13 +264,13 @@ def generate(
     out[:, :prompt_len] = prompt
     if max_new_tokens == 0:
         return out
-    sampling = Sampling.of(temperature, top_k, top_p, eos_token_id)
+    sampling = Sampling.of(temperature, top_k, top_p, eos_token_id=eos_token_id)
     chunk = default_prefill_chunk(batch) if prefill_chunk is None else prefill_chunk
     training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            _decode(model, prompt, out, sampling, seed=seed, chunk=chunk, graph=graph)
+            _decode(model, prompt, out, sampling=sampling, seed=seed, chunk=chunk, graph=graph)
     finally:
         model.train(training)
     return out
@@ -279,7 +281,7 @@ def _decode(model: nn.Module, prompt: torch.Tensor, out: torch.Tensor, sampling:
     """Fill ``out[:, T0:]`` with the new tokens."""
     batch, start = prompt.shape
     steps = out.shape[1] - start
-    uniforms = None if sampling.greedy else _uniforms(steps, batch, seed, out.device)
+    uniforms = None if sampling.greedy else _uniforms(steps, batch, seed, device=out.device)
     logits, state = _prefill(model, prompt, chunk)
     done = (None if sampling.eos_token_id is None
             else torch.zeros(batch, dtype=torch.bool, device=out.device))
@@ -288,15 +290,17 @@ def _decode(model: nn.Module, prompt: torch.Tensor, out: torch.Tensor, sampling:
     out[:, start] = token
     runner: Any = None
     if graph and steps > 1:
-        runner = _decode_graph(model, token, state, None if uniforms is None else uniforms[1],
-                               done, sampling)
+        runner = _decode_graph(model, token, state,
+                               uniform=None if uniforms is None else uniforms[1], done=done,
+                               sampling=sampling)
     for i in range(1, steps):
         if done is not None and i % DONE_CHECK_EVERY == 0 and bool(done.all()):
             out[:, start + i:] = sampling.eos_token_id
             return
         uniform = None if uniforms is None else uniforms[i]
         if runner is None:
-            token, state, done = decode_step(model, token, state, uniform, done, sampling)
+            token, state, done = decode_step(model, token, state, uniform=uniform, done=done,
+                                             sampling=sampling)
         else:
             runner.replay(uniform)
             token, done = runner.token, runner.done

@@ -110,6 +110,6 @@ def packed_sequence_parallel(
                           return_final_state=False)
     if not return_final_state:
         return h
-    mine = slice_final_states(torch, h, cu_seqlens, start, h0.to(h.dtype),
-                              dist.get_rank(group) == 0)
+    mine = slice_final_states(torch, h, cu_seqlens, start=start, initial_state=h0.to(h.dtype),
+                              first=dist.get_rank(group) == 0)
     return h, torch.stack(_AllGather.apply(mine, group)).sum(0)

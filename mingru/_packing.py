@@ -113,7 +113,7 @@ def segments_of(seq_id: torch.Tensor) -> Segments:
 
 
 def restart(a: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None,
-            seg: Segments) -> tuple[torch.Tensor, torch.Tensor]:
+            *, seg: Segments) -> tuple[torch.Tensor, torch.Tensor]:
     """``(a', b')`` whose plain recurrence restarts every sequence from its own state:
     ``a' = 0`` and ``b' = b + a·h_0[n]`` at the first step of sequence ``n``.
 
@@ -127,7 +127,7 @@ def restart(a: torch.Tensor, b: torch.Tensor, initial_state: torch.Tensor | None
 
 
 def restart_log(log_a: torch.Tensor, log_b: torch.Tensor, log_h0: torch.Tensor | None,
-                seg: Segments) -> tuple[torch.Tensor, torch.Tensor]:
+                *, seg: Segments) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`restart` in log space (``a, b > 0``): ``log a' = −∞`` and
     ``log b' = logaddexp(log b, log a + log h_0[n])`` at the first step of sequence ``n``
     (``log_h0 (N, …)``; ``None`` is ``h_0 = 0``). The log-space scans take ``−∞``

@@ -101,6 +101,7 @@ def sequence_parallel(
     run: Callable[[torch.Tensor | None], tuple[torch.Tensor, torch.Tensor]],
     transition_product: torch.Tensor,
     initial_state: torch.Tensor | None,
+    *,
     group: Any,
     return_final_state: bool,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -115,14 +116,15 @@ def sequence_parallel(
         return_final_state: also return the whole sequence's final state ``(B, D)``.
     """
     _, zero_start = run(None)
-    return _sharded(run, transition_product, zero_start, initial_state, group,
-                    return_final_state, torch.mul)
+    return _sharded(run, transition_product, zero_start, initial_state=initial_state, group=group,
+                    return_final_state=return_final_state, act=torch.mul)
 
 
 def matrix_sequence_parallel(
     run: Callable[[torch.Tensor], tuple[Any, torch.Tensor]],
     transition_product: torch.Tensor,
     zero_start: torch.Tensor,
+    *,
     initial_state: torch.Tensor | None,
     group: Any,
     return_final_state: bool,
@@ -143,8 +145,8 @@ def matrix_sequence_parallel(
     Returns:
         ``out`` of ``run`` from this rank's incoming state, or ``(out, H_T)``.
     """
-    return _sharded(run, transition_product, zero_start, initial_state, group,
-                    return_final_state, torch.matmul)
+    return _sharded(run, transition_product, zero_start, initial_state=initial_state, group=group,
+                    return_final_state=return_final_state, act=torch.matmul)
 
 
 def chain_product(M: torch.Tensor) -> torch.Tensor:
@@ -161,6 +163,7 @@ def _sharded(
     run: Callable[[torch.Tensor], tuple[Any, torch.Tensor]],
     product: torch.Tensor,
     zero_start: torch.Tensor,
+    *,
     initial_state: torch.Tensor | None,
     group: Any,
     return_final_state: bool,

@@ -88,12 +88,9 @@ def signed_mingru_cell(
         log_gamma: ``(B, T, D)`` or ``(B, T, 1)`` log-decay of the transition.
         coupled: multiply the transition by ``1 − z``.
         return_final_state: also return ``h_T``.
-        cu_seqlens: packed sequences: ``(N+1,)`` integer offsets of ``N`` sequences laid end
-            to end in one row (``B = 1``; as in :func:`mingru.linear_recurrence`): each
-            restarts from its own ``initial_state`` row (``(N, D)``) and ``h_T`` is ``(N, D)``;
-            with ``sequence_group`` too, the offsets are the whole row's.
-        sequence_group: a ``torch.distributed`` process group over which the sequence is
-            split along T (as in :func:`mingru.linear_recurrence`).
+        cu_seqlens: packed sequences, as in :func:`mingru_cell`.
+        sequence_group: a process group splitting the sequence along T, as in
+            :func:`mingru_cell`.
 
     Returns:
         ``h`` ``(B, T, D)`` or ``(h, h_T)``, in ``k``'s dtype; differentiable in ``k``,
@@ -124,12 +121,12 @@ def _check_cell(k: object, *, n_gates: int, initial_state: object, log_gamma: ob
             named.append((name, _validate.floating(x, name)))
     cu = None
     if cu_seqlens is not None:
-        D = check_cell_shapes(k, n_gates, None, log_gamma)
+        D = check_cell_shapes(k, n_gates, None, log_gamma=log_gamma)
         B, T = k.shape[:2]
-        cu = check_cu_seqlens(cu_seqlens, B, T, k.device, sharded=sequence_group is not None)
-        check_packed_state(initial_state, cu.shape[0] - 1, (D,), "initial_state")
+        cu = check_cu_seqlens(cu_seqlens, B, T, device=k.device, sharded=sequence_group is not None)
+        check_packed_state(initial_state, cu.shape[0] - 1, (D,), name="initial_state")
     else:
-        check_cell_shapes(k, n_gates, initial_state, log_gamma)
+        check_cell_shapes(k, n_gates, initial_state, log_gamma=log_gamma)
     _validate.same_kind(named)
     if sequence_group is not None:
         check_group(sequence_group)
@@ -261,9 +258,9 @@ def rotation_cell(
             ``None`` for unsnapped angles.
 
     Returns:
-        ``h`` ``(B, T, D)`` in ``k``'s dtype (float32 inside the kernel), differentiable in
-        ``k``, ``initial_state`` and ``log_gamma``. On CUDA one Triton kernel each way reads
-        ``k``'s columns in place and writes its whole gradient in place.
+        ``h`` ``(B, T, D)`` in ``k``'s dtype, differentiable in ``k``, ``initial_state`` and
+        ``log_gamma`` (not in ``snap_k``); on CUDA one kernel each way, as in
+        :func:`givens_cell`.
 
     Example:
         >>> import torch
@@ -340,6 +337,6 @@ def _transition_product(k, log_gamma, *, signed, coupled):
     for sequence parallelism)."""
     work = torch.promote_types(k.dtype, torch.float32)
     lg = None if log_gamma is None else log_gamma.to(work)
-    a = transitions(k.to(work), lg, signed, coupled)
+    a = transitions(k.to(work), lg, signed, coupled=coupled)
     product = a.prod(dim=1) if signed else a.sum(dim=1).exp()  # MinGRU: log a, positive
     return product.to(k.dtype)

@@ -60,7 +60,7 @@ def check_tokens(
         raise ValueError(f"{name} must be on the model's device {device}; got {tokens.device}")
     if read_values and not _tracing(tokens):
         low, high = torch.stack(list(torch.aminmax(tokens))).tolist()
-        check_token_bounds(low, high, vocab_size, name)
+        check_token_bounds(low, high, vocab_size, name=name)
     return tokens if dtype in (torch.int32, torch.int64) else tokens.long()
 
 
@@ -181,7 +181,7 @@ class MinGRULM(nn.Module):
         weight = self.embedding.weight
         device = weight.device if device is None else torch.device(device)
         dtype = weight.dtype if dtype is None else dtype
-        return [_start_state(block.mixer, batch_size, size, device, dtype)
+        return [_start_state(block.mixer, batch_size, size, device=device, dtype=dtype)
                 for block, size in zip(self.stack.blocks, self.state_sizes, strict=True)]
 
     def _check_state(self, state: object, batch: int) -> list[torch.Tensor | None]:
@@ -194,13 +194,13 @@ class MinGRULM(nn.Module):
         for i, (entry, size) in enumerate(zip(state, self.state_sizes, strict=True)):
             if entry is None:
                 continue
-            _validate.float_tensor(entry, f"state[{i}]", 2, f"(B, {size})")
+            _validate.float_tensor(entry, f"state[{i}]", 2, shape=f"(B, {size})")
             if tuple(entry.shape) != (batch, size):
                 raise ValueError(f"state[{i}] must have shape (B, {size}) = ({batch}, {size}); "
                                  f"got {tuple(entry.shape)}")
         return list(state)
 
-    def _tokens(self, tokens: object, name: str, ndim: int, read_values: bool) -> torch.Tensor:
+    def _tokens(self, tokens: object, name: str, ndim: int, *, read_values: bool) -> torch.Tensor:
         return check_tokens(tokens, name, ndim=ndim, vocab_size=self.vocab_size,
                             device=self.embedding.weight.device, read_values=read_values)
 
@@ -313,7 +313,7 @@ class MinGRULM(nn.Module):
         return model.to(device=device, dtype=dtype)
 
 
-def _start_state(mixer: nn.Module, batch: int, size: int, device: torch.device,
+def _start_state(mixer: nn.Module, batch: int, size: int, *, device: torch.device,
                  dtype: torch.dtype) -> torch.Tensor:
     """``(batch, size)``: what ``mixer`` starts from when its state is None."""
     h0 = getattr(mixer, "h0", None)

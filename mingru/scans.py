@@ -69,23 +69,23 @@ def parallel_scan_log(
         >>> h.shape
         torch.Size([2, 5, 3])
     """
-    _validate.float_tensor(log_coeffs, "log_coeffs", 3, "(B, T, D)")
-    _validate.float_tensor(log_values, "log_values", 3, "(B, T+1, D)")
+    _validate.float_tensor(log_coeffs, "log_coeffs", 3, shape="(B, T, D)")
+    _validate.float_tensor(log_values, "log_values", 3, shape="(B, T+1, D)")
     _validate.same_kind([("log_coeffs", log_coeffs), ("log_values", log_values)])
     _validate.nonempty_time(log_coeffs, "log_coeffs")
     B, T, D = log_coeffs.shape
     if cu_seqlens is not None:
-        cu = _packing.check_cu_seqlens(cu_seqlens, B, T, log_coeffs.device)
+        cu = _packing.check_cu_seqlens(cu_seqlens, B, T, device=log_coeffs.device)
         N = cu.shape[0] - 1
-        _validate.shape_is(log_values, "log_values", (1, T + N, D), "(1, T+N, D)")
+        _validate.shape_is(log_values, "log_values", (1, T + N, D), shape="(1, T+N, D)")
         seg = segments(cu, T)
         # Sequence n's slot log h_0 sits at cu[n] + n; its step t at t + n + 1.
         log_h0 = log_values[0, cu[:-1] + torch.arange(N, device=cu.device)]
         log_b = log_values[:, torch.arange(T, device=cu.device) + seg.seq_id + 1]
-        log_a, log_b = restart_log(log_coeffs, log_b, log_h0, seg)
+        log_a, log_b = restart_log(log_coeffs, log_b, log_h0, seg=seg)
         log_values = torch.cat([torch.full_like(log_b[:, :1], float("-inf")), log_b], dim=1)
         return call("parallel_scan_log", parallel_scan_log_eager, log_a, log_values)
-    _validate.shape_is(log_values, "log_values", (B, T + 1, D), "(B, T+1, D)")
+    _validate.shape_is(log_values, "log_values", (B, T + 1, D), shape="(B, T+1, D)")
     return call("parallel_scan_log", parallel_scan_log_eager, log_coeffs, log_values)
 
 
@@ -112,14 +112,14 @@ def linear_scan(
         >>> P, Z = linear_scan(torch.tanh(torch.randn(2, 7, 4)), torch.randn(2, 7, 4))
         >>> h = P * torch.ones(2, 1, 4) + Z   # h_0 = 1
     """
-    _validate.float_tensor(a, "a", 3, "(B, T, D)")
-    _validate.float_tensor(b, "b", 3, "(B, T, D)")
+    _validate.float_tensor(a, "a", 3, shape="(B, T, D)")
+    _validate.float_tensor(b, "b", 3, shape="(B, T, D)")
     _validate.same_kind([("a", a), ("b", b)])
     _validate.nonempty_time(a, "a")
-    _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
+    _validate.shape_is(b, "b", a.shape, shape="(B, T, D) like a")
     if cu_seqlens is not None:
         B, T, D = a.shape
-        cu = _packing.check_cu_seqlens(cu_seqlens, B, T, a.device)
+        cu = _packing.check_cu_seqlens(cu_seqlens, B, T, device=a.device)
         # P is the state of the same restarting recurrence with input 0 started from 1.
         start = torch.cat([torch.ones_like(a[0, :1]), torch.zeros_like(a[0, :1])], dim=-1)
         h = _run_linear_recurrence(
@@ -193,22 +193,22 @@ def _check_linear_recurrence(a: object, b: object, *, initial_state: object, cu_
                              sequence_group: Any) -> torch.Tensor | None:
     """The shape, dtype and device checks of :func:`linear_recurrence`; returns the checked
     offsets (``None`` when not packed)."""
-    _validate.float_tensor(a, "a", 3, "(B, T, D)")
-    _validate.float_tensor(b, "b", 3, "(B, T, D)")
+    _validate.float_tensor(a, "a", 3, shape="(B, T, D)")
+    _validate.float_tensor(b, "b", 3, shape="(B, T, D)")
     named = [("a", a), ("b", b)]
     _validate.nonempty_time(a, "a")
-    _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
+    _validate.shape_is(b, "b", a.shape, shape="(B, T, D) like a")
     B, T, D = a.shape
     cu = None
     if cu_seqlens is not None:
-        cu = _packing.check_cu_seqlens(cu_seqlens, B, T, a.device,
+        cu = _packing.check_cu_seqlens(cu_seqlens, B, T, device=a.device,
                                        sharded=sequence_group is not None)
         if initial_state is not None:
-            _validate.float_tensor(initial_state, "initial_state", 2, "(N, D)")
-            check_packed_state(initial_state, cu.shape[0] - 1, (D,), "initial_state")
+            _validate.float_tensor(initial_state, "initial_state", 2, shape="(N, D)")
+            check_packed_state(initial_state, cu.shape[0] - 1, (D,), name="initial_state")
     elif initial_state is not None:
-        _validate.float_tensor(initial_state, "initial_state", 2, "(B, D)")
-        _validate.shape_is(initial_state, "initial_state", (B, D), "(B, D)")
+        _validate.float_tensor(initial_state, "initial_state", 2, shape="(B, D)")
+        _validate.shape_is(initial_state, "initial_state", (B, D), shape="(B, D)")
     if initial_state is not None:
         named.append(("initial_state", initial_state))
     _validate.same_kind(named)
@@ -270,8 +270,8 @@ def matrix_affine_scan(
         >>> Z.shape
         torch.Size([1, 9, 3, 4, 2])
     """
-    _validate.float_tensor(A, "A", 5, "(B, T, n, k, k)")
-    _validate.float_tensor(Bm, "Bm", 5, "(B, T, n, k, v)")
+    _validate.float_tensor(A, "A", 5, shape="(B, T, n, k, k)")
+    _validate.float_tensor(Bm, "Bm", 5, shape="(B, T, n, k, v)")
     _validate.same_kind([("A", A), ("Bm", Bm)])
     _validate.nonempty_time(A, "A")
     B, T, n, k, k2 = A.shape
@@ -281,7 +281,8 @@ def matrix_affine_scan(
         raise ValueError(
             f"Bm must have shape (B, T, n, k, v) = ({B}, {T}, {n}, {k}, v); got {tuple(Bm.shape)}"
         )
-    cu = None if cu_seqlens is None else _packing.check_cu_seqlens(cu_seqlens, B, T, A.device)
+    cu = None if cu_seqlens is None else _packing.check_cu_seqlens(
+        cu_seqlens, B, T, device=A.device)
     return _run_matrix_affine_scan(A, Bm, cu_seqlens=cu)
 
 
@@ -324,15 +325,16 @@ def matrix_scan(
         >>> from mingru import matrix_scan
         >>> P, Z = matrix_scan(0.7 * torch.randn(2, 5, 3, 2, 2), torch.randn(2, 5, 3, 2))
     """
-    _validate.float_tensor(M, "M", 5, "(B, T, n, 2, 2)")
-    _validate.float_tensor(b, "b", 4, "(B, T, n, 2)")
+    _validate.float_tensor(M, "M", 5, shape="(B, T, n, 2, 2)")
+    _validate.float_tensor(b, "b", 4, shape="(B, T, n, 2)")
     _validate.same_kind([("M", M), ("b", b)])
     _validate.nonempty_time(M, "M")
     if tuple(M.shape[3:]) != (2, 2):
         raise ValueError(f"M must have shape (B, T, n, 2, 2); got {tuple(M.shape)}")
-    _validate.shape_is(b, "b", M.shape[:4], "(B, T, n, 2)")
+    _validate.shape_is(b, "b", M.shape[:4], shape="(B, T, n, 2)")
     B, T = M.shape[:2]
-    cu = None if cu_seqlens is None else _packing.check_cu_seqlens(cu_seqlens, B, T, M.device)
+    cu = None if cu_seqlens is None else _packing.check_cu_seqlens(
+        cu_seqlens, B, T, device=M.device)
     P, Z = _run_matrix_affine_scan(M, b.unsqueeze(-1), cu_seqlens=cu)
     return P, Z.squeeze(-1)
 
@@ -373,9 +375,9 @@ def _givens_recurrence(
         >>> h.shape
         torch.Size([2, 5, 3, 2])
     """
-    _validate.float_tensor(theta, "theta", 5, "(B, T, n, R, k/2)")
-    _validate.float_tensor(b, "b", 4, "(B, T, n, k)")
-    _validate.float_tensor(h0, "h0", 3, "(B, n, k)")
+    _validate.float_tensor(theta, "theta", 5, shape="(B, T, n, R, k/2)")
+    _validate.float_tensor(b, "b", 4, shape="(B, T, n, k)")
+    _validate.float_tensor(h0, "h0", 3, shape="(B, n, k)")
     named = [("theta", theta), ("b", b), ("h0", h0)]
     _validate.nonempty_time(theta, "theta")
     B, T, n, R, half = theta.shape
@@ -384,20 +386,20 @@ def _givens_recurrence(
             f"theta must have shape (B, T, n, R, k/2) with R ≥ 1, k ≥ 2; got {tuple(theta.shape)}"
         )
     k = 2 * half
-    _validate.shape_is(b, "b", (B, T, n, k), "(B, T, n, k)")
+    _validate.shape_is(b, "b", (B, T, n, k), shape="(B, T, n, k)")
     cu = None
     if cu_seqlens is not None:
-        cu = _packing.check_cu_seqlens(cu_seqlens, B, T, theta.device)
-        check_packed_state(h0, cu.shape[0] - 1, (n, k), "h0")
+        cu = _packing.check_cu_seqlens(cu_seqlens, B, T, device=theta.device)
+        check_packed_state(h0, cu.shape[0] - 1, (n, k), name="h0")
     else:
-        _validate.shape_is(h0, "h0", (B, n, k), "(B, n, k)")
+        _validate.shape_is(h0, "h0", (B, n, k), shape="(B, n, k)")
     if scale is not None:
-        _validate.float_tensor(scale, "scale", 4, "(B, T, n, k)")
-        _validate.shape_is(scale, "scale", (B, T, n, k), "(B, T, n, k)")
+        _validate.float_tensor(scale, "scale", 4, shape="(B, T, n, k)")
+        _validate.shape_is(scale, "scale", (B, T, n, k), shape="(B, T, n, k)")
         named.append(("scale", scale))
     if log_gamma is not None:
-        _validate.float_tensor(log_gamma, "log_gamma", 3, "(B, T, n)")
-        _validate.shape_is(log_gamma, "log_gamma", (B, T, n), "(B, T, n)")
+        _validate.float_tensor(log_gamma, "log_gamma", 3, shape="(B, T, n)")
+        _validate.shape_is(log_gamma, "log_gamma", (B, T, n), shape="(B, T, n)")
         named.append(("log_gamma", log_gamma))
     _validate.same_kind(named)
     return _run_givens_recurrence(theta, b, h0=h0, scale=scale, log_gamma=log_gamma,
@@ -421,7 +423,8 @@ def _restart_givens(theta, b, *, h0, scale, log_gamma, seg: Segments):
     """Packed inputs of the Givens recurrence: at each sequence's first step the transition is
     zeroed (``scale = 0``) and its action on that sequence's ``h0`` moves into the input."""
     starts = seg.starts.reshape(1, -1, 1, 1)
-    entry = givens_step(h0[seg.seq_id.long()].unsqueeze(0), theta, b, scale, log_gamma)
+    entry = givens_step(h0[seg.seq_id.long()].unsqueeze(0), theta, b, scale=scale,
+                        log_gamma=log_gamma)
     b = torch.where(starts, entry, b)
     keep = torch.ones_like(b) if scale is None else scale
     scale = torch.where(starts, torch.zeros_like(keep), keep)
@@ -484,7 +487,8 @@ def _delta_rule(
         _validate.floating(t, f"delta_rule: {name}")
     positive_int(chunk_size, "chunk_size")
     check_flag(allow_tf32, "delta_rule: allow_tf32")
-    check_delta_rule_shapes(q, k, v, beta, log_gamma, None if cu_seqlens is not None else h0)
+    check_delta_rule_shapes(q, k, v, beta=beta, log_gamma=log_gamma,
+                            h0=None if cu_seqlens is not None else h0)
     devices = {t.device for _, t in named}
     if len(devices) > 1:
         raise ValueError(
@@ -493,8 +497,8 @@ def _delta_rule(
     cu = None
     if cu_seqlens is not None:
         B, T, _, H, dk = k.shape
-        cu = _packing.check_cu_seqlens(cu_seqlens, B, T, q.device)
-        check_packed_state(h0, cu.shape[0] - 1, (H, dk, v.shape[-1]), "h0")
+        cu = _packing.check_cu_seqlens(cu_seqlens, B, T, device=q.device)
+        check_packed_state(h0, cu.shape[0] - 1, (H, dk, v.shape[-1]), name="h0")
     return _run_delta_rule(q, k=k, v=v, beta=beta, log_gamma=log_gamma, h0=h0,
                            chunk_size=chunk_size, cu_seqlens=cu, allow_tf32=allow_tf32)
 
@@ -549,7 +553,8 @@ def check_cu_seqlens(cu_seqlens: torch.Tensor, total_length: int) -> torch.Tenso
     if isinstance(total_length, bool) or not isinstance(total_length, (int, torch.SymInt)):
         raise TypeError(f"total_length must be an int (the packed length T); got "
                         f"{type(total_length).__name__}")
-    _packing.check_cu_seqlens(cu_seqlens, 1, total_length, getattr(cu_seqlens, "device", None))
+    _packing.check_cu_seqlens(cu_seqlens, 1, total_length,
+                              device=getattr(cu_seqlens, "device", None))
     if torch.compiler.is_compiling():
         assert_async(cu_seqlens[0] == 0, "cu_seqlens must start at 0")
         assert_async(cu_seqlens[-1] == total_length,

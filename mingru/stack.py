@@ -72,11 +72,12 @@ class MinGRUStack(nn.Module):
         self.input_size = check_size(input_size, "input_size")
         self.d_model = check_size(d_model, "d_model")
         self.n_layers = check_size(n_layers, "n_layers")
-        specs = stack_layer_specs(mixer, mixer_kwargs, n_layers, decay_layers)
+        specs = stack_layer_specs(mixer, mixer_kwargs, n_layers, decay_layers=decay_layers)
         self.decay_layers = decay_layers
         self.in_proj = nn.Linear(input_size, d_model) if input_size != d_model else nn.Identity()
         self.blocks = nn.ModuleList(
-            MinGRUBlock(d_model, mlp_expansion, dropout, learnable_h0, name, kwargs)
+            MinGRUBlock(d_model, mlp_expansion, dropout, learnable_h0=learnable_h0, mixer=name,
+                        mixer_kwargs=kwargs)
             for name, kwargs in specs
         )
         self.norm = nn.LayerNorm(d_model, eps=1e-5)

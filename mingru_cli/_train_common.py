@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 
-def lr_at(step: int, steps: int, peak: float, warmup: float) -> float:
+def lr_at(step: int, steps: int, peak: float, *, warmup: float) -> float:
     """Linear warm-up over ``warmup·steps`` steps, then cosine decay to 10% of ``peak``."""
     n_warm = max(1, int(round(warmup * steps)))
     if step < n_warm:
@@ -94,7 +94,7 @@ def lm_metrics(loss: float) -> dict[str, float]:
     return {"val_loss": round(loss, 5), "val_bpb": round(loss / math.log(2), 5)}
 
 
-def fit_loop(spec: str, task: Task, cfg: TrainConfig, val: Batch | None,
+def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
              step_fn: Callable[[Batch, float], tuple[float, float]],
              evaluate: Callable[[Batch], float], snapshot: Callable[[], Any],
              restore: Callable[[Any], Any],
@@ -110,7 +110,7 @@ def fit_loop(spec: str, task: Task, cfg: TrainConfig, val: Batch | None,
     start = time.perf_counter()
     batches = train_batches(task, cfg)
     for step in range(cfg.steps):
-        loss, acc = step_fn(next(batches), lr_at(step, cfg.steps, cfg.lr, cfg.warmup))
+        loss, acc = step_fn(next(batches), lr_at(step, cfg.steps, cfg.lr, warmup=cfg.warmup))
         loss_avg = loss if loss_avg is None else 0.9 * loss_avg + 0.1 * loss
         acc_avg = acc if acc_avg is None else 0.9 * acc_avg + 0.1 * acc
         last = step == cfg.steps - 1

@@ -129,7 +129,7 @@ def run_lm(cfg: TrainConfig, path: Any, command: str | None) -> dict[str, Any]:
     configuration, versions, split, losses, sample), and print a sample."""
     task = build_task(cfg)
     val = task.validation(cfg.train_len, cfg.eval_size)
-    record, model = path.fit_lm(cfg.mixers[0], task, cfg, val)
+    record, model = path.fit_lm(cfg.mixers[0], task, cfg, val=val)
     out = Path(cfg.out)
     model.save_pretrained(out)
     prompt = bytes(task.val[:SAMPLE_PROMPT_BYTES].tolist())
@@ -194,7 +194,7 @@ def _run(cfg: TrainConfig, fit: Any, command: str | None) -> dict[str, Any]:
     for n in [cfg.train_len, *cfg.eval_lens, *([cfg.val_len] if cfg.val_len else [])]:
         task.check_length(n)
     evals, val = eval_sets(task, cfg)
-    models = [fit(spec, task, cfg, evals, val) for spec in cfg.mixers]
+    models = [fit(spec, task, cfg, evals=evals, val=val) for spec in cfg.mixers]
     result = {
         "task": cfg.task,
         "task_description": task.describe(),

@@ -109,9 +109,10 @@ def fit_torch(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
     """Train one PyTorch model for ``spec``; returns its result record."""
     mixer, n_layers, mkw = stack_arguments(spec, cfg)
     torch.manual_seed(cfg.seed)
-    model = SequenceModel(task.vocab_size, task.n_classes, cfg.d_model, n_layers, mixer, mkw,
-                          cfg.mlp_expansion).to(cfg.device)
-    record = _fit(model, model, spec, task, cfg, val,
+    model = SequenceModel(task.vocab_size, task.n_classes, cfg.d_model, n_layers=n_layers,
+                          mixer=mixer, mixer_kwargs=mkw, mlp_expansion=cfg.mlp_expansion)
+    model = model.to(cfg.device)
+    record = _fit(model, model, spec, task=task, cfg=cfg, val=val,
                   evaluate=lambda b: torch_accuracy(model, b, cfg.device))
     record["accuracy"] = {str(n): torch_accuracy(model, b, cfg.device) for n, b in evals.items()}
     return record
@@ -142,12 +143,13 @@ def fit_lm(spec: str, task: Task, cfg: TrainConfig, val: Batch) -> tuple[dict[st
         model.train()
         return lm_metrics(total / val.labels.size)
 
-    record = _fit(model, logits, spec, task, cfg, None, evaluate=lambda b: 0.0, on_eval=val_loss)
+    record = _fit(model, logits, spec, task=task, cfg=cfg, val=None, evaluate=lambda b: 0.0,
+                  on_eval=val_loss)
     return record, model
 
 
 def _fit(model: nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor], spec: str,
-         task: Task, cfg: TrainConfig, val: Batch | None, evaluate: Callable[[Batch], float],
+         *, task: Task, cfg: TrainConfig, val: Batch | None, evaluate: Callable[[Batch], float],
          on_eval: Callable[[], dict[str, float]] | None = None) -> dict[str, Any]:
     """AdamW on ``model`` through :func:`fit_loop`; ``logits_of(tokens)`` is its output."""
     # Fused AdamW on CUDA: one kernel family for the whole update instead of foreach's
@@ -167,7 +169,7 @@ def _fit(model: nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor], sp
         opt.zero_grad(set_to_none=True)
         # On this thread, not the autograd engine's device thread: a small model's step is
         # bound by host time, and the hand-off to that thread is host time. No effect on the CPU.
-        with torch.autograd.set_multithreading_enabled(False):
+        with torch.autograd.set_multithreading_enabled(mode=False):
             loss.backward()
         if cfg.grad_clip:
             nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -178,8 +180,8 @@ def _fit(model: nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor], sp
         return float(loss.detach()), float(acc)
 
     snapshot = lambda: {k: v.detach().clone() for k, v in model.state_dict().items()}
-    record = fit_loop(spec, task, cfg, val, step_fn, evaluate, snapshot=snapshot,
-                      restore=model.load_state_dict, on_eval=on_eval)
+    record = fit_loop(spec, task, cfg, val=val, step_fn=step_fn, evaluate=evaluate,
+                      snapshot=snapshot, restore=model.load_state_dict, on_eval=on_eval)
     record["parameters"] = sum(p.numel() for p in model.parameters())
     return record
 

@@ -109,7 +109,7 @@ def fit_jax(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
             total += int(mask.sum())
         return correct / max(1, total)
 
-    record = trainer.fit(spec, task, cfg, val, evaluate)
+    record = trainer.fit(spec, task, cfg, val=val, evaluate=evaluate)
     record["accuracy"] = {str(n): evaluate(b) for n, b in evals.items()}
     record["framework"] = "jax"
     return record
@@ -136,7 +136,7 @@ def fit_lm(spec: str, task: Task, cfg: TrainConfig, val: Batch) -> tuple[dict[st
                 out.astype(jnp.float32), labels).sum())
         return lm_metrics(total / val.labels.size)
 
-    record = trainer.fit(spec, task, cfg, None, lambda b: 0.0, on_eval=val_loss)
+    record = trainer.fit(spec, task, cfg, val=None, evaluate=lambda b: 0.0, on_eval=val_loss)
     record["framework"] = "jax"
     return record, trainer.model()
 
@@ -189,7 +189,7 @@ class _Trainer:
             evaluate: Callable[[Batch], float],
             on_eval: Callable[[], dict[str, float]] | None = None) -> dict[str, Any]:
         """:func:`fit_loop` with this trainer's steps; the record counts the parameters."""
-        record = fit_loop(spec, task, cfg, val, self.step, evaluate,
+        record = fit_loop(spec, task, cfg, val=val, step_fn=self.step, evaluate=evaluate,
                           snapshot=lambda: self.state["params"],
                           restore=lambda p: self.state.update(params=p), on_eval=on_eval)
         jax = _imports()[0]

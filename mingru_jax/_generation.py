@@ -36,7 +36,7 @@ from mingru_kernels._lm import (
 __all__ = ["Sampling", "check_tokens", "generate", "select_tokens"]
 
 
-def check_tokens(tokens: object, name: str, dims: tuple[str, ...], vocab_size: int, *,
+def check_tokens(tokens: object, name: str, dims: tuple[str, ...], *, vocab_size: int,
                  read_values: bool = True) -> jax.Array:
     """Token ids: an integer array with one axis per name in ``dims`` (``("B", "T")`` or
     ``("B",)``), none empty, every value in ``[0, vocab_size)``. The values are checked only
@@ -55,7 +55,7 @@ def check_tokens(tokens: object, name: str, dims: tuple[str, ...], vocab_size: i
     tokens = jnp.asarray(tokens)
     if read_values and not isinstance(tokens, jax.core.Tracer):
         low, high = jax.device_get((tokens.min(), tokens.max()))
-        check_token_bounds(int(low), int(high), vocab_size, name)
+        check_token_bounds(int(low), int(high), vocab_size, name=name)
     return tokens
 
 
@@ -120,7 +120,7 @@ def _decode(graphdef: nnx.GraphDef, sampling: Sampling, params: nnx.State,
     steps = uniforms.shape[0]
     eos = sampling.eos_token_id
 
-    def emit(i, logits, done, out):
+    def emit(i, logits, done, *, out):
         token = select_tokens(logits, uniforms[i], sampling)
         if eos is not None:
             token = jnp.where(done, eos, token)  # a finished row keeps emitting eos
@@ -129,7 +129,7 @@ def _decode(graphdef: nnx.GraphDef, sampling: Sampling, params: nnx.State,
 
     done = jnp.zeros((batch,), bool)
     out = jnp.full((batch, steps), 0 if eos is None else eos, jnp.int32)
-    token, done, out = emit(0, model._logits(hidden), done, out)
+    token, done, out = emit(0, model._logits(hidden), done, out=out)
 
     def cond(carry):
         i, _, _, done, _ = carry
@@ -138,7 +138,7 @@ def _decode(graphdef: nnx.GraphDef, sampling: Sampling, params: nnx.State,
     def body(carry):
         i, token, state, done, out = carry
         logits, state = model.step(token, state)
-        token, done, out = emit(i, logits, done, out)
+        token, done, out = emit(i, logits, done, out=out)
         return i + 1, token, state, done, out
 
     carry = (jnp.array(1, jnp.int32), token, state, done, out)
@@ -214,7 +214,7 @@ def generate(
                         top_p=top_p, eos_token_id=eos_token_id, prefill_chunk=prefill_chunk,
                         vocab_size=vocab_size)
     key = _key(seed, key)
-    prompt = check_tokens(prompt, "prompt", ("B", "T"), vocab_size).astype(jnp.int32)
+    prompt = check_tokens(prompt, "prompt", ("B", "T"), vocab_size=vocab_size).astype(jnp.int32)
     if max_new_tokens == 0:
         return prompt
     batch, length = prompt.shape
@@ -228,8 +228,8 @@ def generate(
     chunk = prefill_chunk or default_prefill_chunk(batch)
     state = model.init_state(batch)
     for start in range(0, length, chunk):
-        hidden, state = _prefill(graphdef, params, prompt[:, start:start + chunk], state)
+        hidden, state = _prefill(graphdef, params, prompt[:, start:start + chunk], state=state)
     uniforms = jax.random.uniform(key, (max_new_tokens, batch), jnp.float32)
-    sampling = Sampling.of(temperature, top_k, top_p, eos_token_id)
-    new = _decode(graphdef, sampling, params, hidden, state, uniforms)
+    sampling = Sampling.of(temperature, top_k, top_p, eos_token_id=eos_token_id)
+    new = _decode(graphdef, sampling, params, hidden=hidden, state=state, uniforms=uniforms)
     return jnp.concatenate([prompt, new], axis=1)

@@ -96,5 +96,6 @@ def packed_sequence_parallel(
                           return_final_state=False)
     if not return_final_state:
         return h
-    mine = slice_final_states(jnp, h, cu_seqlens, start, h0.astype(h.dtype), index == 0)
+    mine = slice_final_states(jnp, h, cu_seqlens, start=start, initial_state=h0.astype(h.dtype),
+                              first=index == 0)
     return h, _all_gather(mine, axis_name).sum(0)

@@ -100,7 +100,7 @@ def segments_of(seq_id: jax.Array) -> Segments:
 
 
 def restart(a: jax.Array, b: jax.Array, initial_state: jax.Array | None,
-            seg: Segments) -> tuple[jax.Array, jax.Array]:
+            *, seg: Segments) -> tuple[jax.Array, jax.Array]:
     """``(a', b')`` whose plain recurrence restarts every sequence from its own state:
     ``a' = 0`` and ``b' = b + a·h_0[n]`` at the first step of sequence ``n``.
 
@@ -114,7 +114,7 @@ def restart(a: jax.Array, b: jax.Array, initial_state: jax.Array | None,
 
 
 def restart_log(log_a: jax.Array, log_b: jax.Array, log_h0: jax.Array | None,
-                seg: Segments) -> tuple[jax.Array, jax.Array]:
+                *, seg: Segments) -> tuple[jax.Array, jax.Array]:
     """:func:`restart` in log space (``a, b > 0``): ``log a' = −∞`` and
     ``log b' = logaddexp(log b, log a + log h_0[n])`` at the first step of sequence ``n``
     (``log_h0 (N, …)``; ``None`` is ``h_0 = 0``). The log-space scans take ``−∞``

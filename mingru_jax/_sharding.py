@@ -83,9 +83,9 @@ def sequence_parallel(
     run: Callable[[jax.Array | None], tuple[jax.Array, jax.Array]],
     transition_product: jax.Array,
     initial_state: jax.Array | None,
+    *,
     axis_name: str,
     return_final_state: bool,
-    *,
     matrix: bool = False,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """This device's outputs of a recurrence sharded along T over the mesh axis ``axis_name``.
@@ -122,7 +122,7 @@ def sequence_parallel(
     def compose(earlier, later):  # the map "earlier, then later"
         (P1, Z1), (P2, Z2) = earlier, later
         if matrix:
-            return jnp.matmul(P2, P1, precision=_HIGHEST), _apply(P2, Z2, Z1, True)
+            return jnp.matmul(P2, P1, precision=_HIGHEST), _apply(P2, Z2, Z1, matrix=True)
         return P2 * P1, P2 * Z1 + Z2
 
     P_pre, Z_pre = jax.lax.associative_scan(compose, (P, Z))  # maps of devices 0..r
@@ -131,7 +131,7 @@ def sequence_parallel(
         before = jnp.zeros((1, *z_shape), work)
     else:
         h0 = initial_state.astype(work)
-        after = _apply(P_pre, Z_pre, h0[None], matrix)
+        after = _apply(P_pre, Z_pre, h0[None], matrix=matrix)
         before = h0[None]
     states = jnp.concatenate([before, after])  # states[r]: the state before device r
     index = jax.lax.axis_index(axis_name)

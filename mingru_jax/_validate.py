@@ -7,19 +7,21 @@ value check, :func:`no_nan` on initial states, reads concrete arrays only.
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable, Sequence
-from contextvars import ContextVar
-from typing import TypeVar
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-R = TypeVar("R")
+from mingru_kernels._checks import ArrayKind, OncePerCall, check_float, nonempty_time, shape_is
+
+__all__ = [
+    "FLOAT_DTYPES", "check_states", "checked_call", "checks_state", "float_array", "floating",
+    "no_nan", "nonempty_time", "same_dtype", "shape_is",
+]
 
 FLOAT_DTYPES = tuple(np.dtype(d) for d in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64))
+_ARRAY = ArrayKind((jax.Array, np.ndarray), "jax.Array", "array", float_dtypes=FLOAT_DTYPES)
 
 
 def float_array(x: object, name: str, ndim: int, shape: str) -> jax.Array:
@@ -27,15 +29,7 @@ def float_array(x: object, name: str, ndim: int, shape: str) -> jax.Array:
 
     NumPy arrays are accepted and converted; anything else is a :class:`TypeError`.
     """
-    if not isinstance(x, (jax.Array, np.ndarray)):
-        raise TypeError(f"{name} must be a jax.Array of shape {shape}; got {type(x).__name__}")
-    if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(
-            f"{name} must be a floating array (float16, bfloat16, float32 or float64); "
-            f"got {x.dtype}"
-        )
-    if x.ndim != ndim:
-        raise ValueError(f"{name} must have shape {shape} ({ndim} dims); got {tuple(x.shape)}")
+    check_float(x, name, ndim=ndim, shape=shape, kind=_ARRAY)
     return jnp.asarray(x)
 
 
@@ -56,23 +50,6 @@ def same_dtype(arrays: Sequence[tuple[str, jax.Array]]) -> None:
             raise TypeError(f"{n} must have the dtype of {n0} ({a0.dtype}); got {a.dtype}")
 
 
-def shape_is(x: jax.Array, name: str, expected: Sequence[int], shape: str) -> None:
-    if tuple(x.shape) != tuple(expected):
-        raise ValueError(
-            f"{name} must have shape {shape} = {tuple(expected)}; got {tuple(x.shape)}"
-        )
-
-
-def nonempty_time(x: jax.Array, name: str) -> None:
-    if x.shape[1] < 1:
-        raise ValueError(f"{name} must have at least one time step (dim 1); got {tuple(x.shape)}")
-
-
-# True inside a public call whose initial states were checked: the calls it makes (a stack's
-# blocks, a block's mixer) skip the check, so one public call checks each state once.
-_STATES_CHECKED: ContextVar[bool] = ContextVar("mingru_jax_states_checked", default=False)
-
-
 def no_nan(states: Sequence[tuple[str, object]]) -> None:
     """A ``ValueError`` naming the first of the named initial states that holds NaN (a NaN
     state makes every later state NaN). Only concrete floating arrays are read (a tracer under
@@ -91,43 +68,11 @@ def no_nan(states: Sequence[tuple[str, object]]) -> None:
                 "initial state makes every later state NaN (pass None for the default)")
 
 
-def check_states(states: Sequence[tuple[str, object]]) -> bool:
-    """:func:`no_nan` on ``states`` at the entry of a public call that takes an initial state
-    (``linear_recurrence``, and through :func:`checked_call` a mixer's ``__call__``, a
-    block's, a stack's). The check reads concrete arrays only (nothing under ``jax.jit``),
-    and not inside a :func:`checked_call` (whose entry checked its own states); ``step``
-    never checks. Returns whether it ran."""
-    if _STATES_CHECKED.get():
-        return False
-    no_nan(states)
-    return True
-
-
-def checked_call(states: Sequence[tuple[str, object]], fn: Callable[..., R], /,
-                 *args: object, **kwargs: object) -> R:
-    """``fn(*args, **kwargs)`` after :func:`check_states` on ``states``; the calls ``fn``
-    makes (a stack's blocks, a block's mixer) skip the check."""
-    if not check_states(states):
-        return fn(*args, **kwargs)
-    token = _STATES_CHECKED.set(True)
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        _STATES_CHECKED.reset(token)
-
-
-def checks_state(param: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
-    """Decorate a public call whose argument ``param`` is an initial state: the call runs
-    through :func:`checked_call` with that state named ``param``."""
-
-    def decorate(fn: Callable[..., R]) -> Callable[..., R]:
-        index = list(inspect.signature(fn).parameters).index(param)
-
-        @functools.wraps(fn)
-        def call(*args: object, **kwargs: object) -> R:
-            state = kwargs.get(param, args[index] if index < len(args) else None)
-            return checked_call([(param, state)], fn, *args, **kwargs)
-
-        return call
-
-    return decorate
+# The NaN check of initial states, once per public call and of concrete arrays only (no_nan
+# reads nothing under jax.jit): check_states(states) at an entry; checked_call(states, fn,
+# *args, **kwargs) runs fn after it, and the calls fn makes (a stack's blocks, a block's mixer)
+# skip it; @checks_state("h_0") does the same for a public call whose argument h_0 is a state.
+_ONCE = OncePerCall("mingru_jax_states_checked", no_nan=no_nan)
+check_states = _ONCE.check_states
+checked_call = _ONCE.checked_call
+checks_state = _ONCE.checks_state

@@ -260,12 +260,12 @@ def _check_cell(k: object, *, n_gates: int, initial_state: object, log_gamma: ob
     cu = None
     if cu_seqlens is not None:
         B, T = k.shape[:2] if k.ndim == 3 else (1, 0)
-        D = check_cell_shapes(k, n_gates, None, log_gamma)
+        D = check_cell_shapes(k, n_gates, None, log_gamma=log_gamma)
         cu = check_cu_seqlens(cu_seqlens, B, row_length(T, axis_name))
-        check_packed_state(initial_state, cu.shape[0] - 1, (D,), "initial_state")
+        check_packed_state(initial_state, cu.shape[0] - 1, (D,), name="initial_state")
         _validate.same_dtype(named)
         return k, initial_state, log_gamma, cu
-    check_cell_shapes(k, n_gates, initial_state, log_gamma)
+    check_cell_shapes(k, n_gates, initial_state, log_gamma=log_gamma)
     _validate.same_dtype(named)
     if axis_name is not None:
         check_axis(axis_name)
@@ -305,6 +305,6 @@ def _transition_product(k, log_gamma, *, signed, coupled):
     map for sequence parallelism)."""
     work = jnp.promote_types(k.dtype, jnp.float32)
     lg = None if log_gamma is None else log_gamma.astype(work)
-    a = transitions(k.astype(work), lg, signed, coupled)
+    a = transitions(k.astype(work), lg, signed, coupled=coupled)
     product = jnp.prod(a, axis=1) if signed else jnp.exp(jnp.sum(a, axis=1))  # MinGRU: log a
     return product.astype(k.dtype)

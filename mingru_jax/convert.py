@@ -304,8 +304,8 @@ def nnx_to_torch(nnx_module: nnx.Module, torch_module: Any) -> Any:
         its device).
 
     Raises:
-        TypeError: when an argument is not a module of the expected framework (e.g. swapped).
-        ValueError: when the modules are not twins (names, shapes or settings differ).
+        TypeError, ValueError: as :func:`torch_to_nnx` (an argument of the wrong framework;
+            modules that are not twins).
 
     Example:
         >>> import mingru, mingru_jax

@@ -113,10 +113,10 @@ class MinGRULM(nnx.Module):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         init = nnx.initializers.normal(EMBEDDING_STD)
         self.embedding = nnx.Embed(vocab_size, d_model, embedding_init=init, **kw)
-        self.stack = MinGRUStack(
-            d_model, d_model, n_layers, mlp_expansion, dropout, learnable_h0,
-            list(mixer) if isinstance(mixer, tuple) else mixer, mixer_kwargs, **kw,
-        )
+        self.stack = MinGRUStack(d_model, d_model, n_layers, mlp_expansion=mlp_expansion,
+                                 dropout=dropout, learnable_h0=learnable_h0,
+                                 mixer=list(mixer) if isinstance(mixer, tuple) else mixer,
+                                 mixer_kwargs=mixer_kwargs, **kw)
         if tie_embeddings:
             self.head = nnx.data(None)
         else:
@@ -149,7 +149,7 @@ class MinGRULM(nnx.Module):
             if entry is None:
                 continue
             name, shape = f"state[{index}]", (batch, size)
-            entry = _validate.float_array(entry, name, 2, f"(B, {size})")
+            entry = _validate.float_array(entry, name, 2, shape=f"(B, {size})")
             if tuple(entry.shape) != shape:
                 raise ValueError(f"{name} must have shape (B, {size}) = {shape}; got "
                                  f"{tuple(entry.shape)}")
@@ -163,7 +163,7 @@ class MinGRULM(nnx.Module):
         """``(features (B, T, d_model), state)``: ``__call__`` before the head (the stack's
         normalised output), for a loss or a head applied to some positions only. The token
         values are not checked here."""
-        tokens = check_tokens(tokens, "tokens", ("B", "T"), self.config.vocab_size,
+        tokens = check_tokens(tokens, "tokens", ("B", "T"), vocab_size=self.config.vocab_size,
                               read_values=False)
         state = self._check_state(state, tokens.shape[0])
         sequence_state = [None if entry is None else entry[:, None] for entry in state]
@@ -186,7 +186,7 @@ class MinGRULM(nnx.Module):
         ``[0, vocab_size)``; the values are checked on concrete arrays only). ``state`` is
         ``None`` or a previous call's state: chunks carried this way give the logits of one
         call on the whole sequence."""
-        tokens = check_tokens(tokens, "tokens", ("B", "T"), self.config.vocab_size)
+        tokens = check_tokens(tokens, "tokens", ("B", "T"), vocab_size=self.config.vocab_size)
         hidden, state = self.features(tokens, state)
         return self._logits(hidden), state
 
@@ -195,7 +195,7 @@ class MinGRULM(nnx.Module):
         """``(logits (B, vocab_size), state)`` for one token per row, ``token (B,)``
         (integer, in ``[0, vocab_size)``: checked on concrete arrays only, so a jitted step
         never reads values back)."""
-        token = check_tokens(token, "token", ("B",), self.config.vocab_size)
+        token = check_tokens(token, "token", ("B",), vocab_size=self.config.vocab_size)
         state = self._check_state(state, token.shape[0])
         hidden, state = self.stack.step(self.embedding(token), state)
         return self._logits(hidden), state

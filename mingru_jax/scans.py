@@ -69,8 +69,8 @@ def parallel_scan_log(
         >>> h.shape
         (2, 5, 3)
     """
-    log_coeffs = _validate.float_array(log_coeffs, "log_coeffs", 3, "(B, T, D)")
-    log_values = _validate.float_array(log_values, "log_values", 3, "(B, T+1, D)")
+    log_coeffs = _validate.float_array(log_coeffs, "log_coeffs", 3, shape="(B, T, D)")
+    log_values = _validate.float_array(log_values, "log_values", 3, shape="(B, T+1, D)")
     _validate.same_dtype([("log_coeffs", log_coeffs), ("log_values", log_values)])
     _validate.nonempty_time(log_coeffs, "log_coeffs")
     B, T, D = log_coeffs.shape
@@ -78,15 +78,15 @@ def parallel_scan_log(
         cu = _packing.check_cu_seqlens(cu_seqlens, B, T)
         N = cu.shape[0] - 1
         _validate.shape_is(log_values, "log_values", (1, T + N, D),
-                           "(1, T+N, D) with cu_seqlens")
+                           shape="(1, T+N, D) with cu_seqlens")
         seg = segments(cu, T)
         # Sequence n's slot log h_0 sits at cu[n] + n; its step t at t + n + 1.
         log_h0 = log_values[0, cu[:-1] + jnp.arange(N, dtype=jnp.int32)]
         log_b = log_values[:, jnp.arange(T, dtype=jnp.int32) + seg.seq_id + 1]
-        log_a, log_b = restart_log(log_coeffs, log_b, log_h0, seg)
+        log_a, log_b = restart_log(log_coeffs, log_b, log_h0, seg=seg)
         log_values = jnp.concatenate([jnp.full_like(log_b[:, :1], -jnp.inf), log_b], axis=1)
         return call("parallel_scan_log", parallel_scan_log_eager, log_a, log_values)
-    _validate.shape_is(log_values, "log_values", (B, T + 1, D), "(B, T+1, D)")
+    _validate.shape_is(log_values, "log_values", (B, T + 1, D), shape="(B, T+1, D)")
     return call("parallel_scan_log", parallel_scan_log_eager, log_coeffs, log_values)
 
 
@@ -113,11 +113,11 @@ def linear_scan(
         >>> P, Z = linear_scan(jnp.full((2, 7, 4), -0.5), jnp.ones((2, 7, 4)))
         >>> h = P * jnp.ones((2, 1, 4)) + Z   # h_0 = 1
     """
-    a = _validate.float_array(a, "a", 3, "(B, T, D)")
-    b = _validate.float_array(b, "b", 3, "(B, T, D)")
+    a = _validate.float_array(a, "a", 3, shape="(B, T, D)")
+    b = _validate.float_array(b, "b", 3, shape="(B, T, D)")
     _validate.same_dtype([("a", a), ("b", b)])
     _validate.nonempty_time(a, "a")
-    _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
+    _validate.shape_is(b, "b", a.shape, shape="(B, T, D) like a")
     if cu_seqlens is not None:
         B, T, D = a.shape
         cu = _packing.check_cu_seqlens(cu_seqlens, B, T)
@@ -202,23 +202,23 @@ def _check_linear_recurrence(a: object, b: object, *, initial_state: object,
                              cu_seqlens: object, axis_name: str | None):
     """The shape and dtype checks of :func:`linear_recurrence`: ``(a, b, initial_state,
     cu_seqlens)`` as checked arrays (offsets ``None`` when not packed)."""
-    a = _validate.float_array(a, "a", 3, "(B, T, D)")
-    b = _validate.float_array(b, "b", 3, "(B, T, D)")
+    a = _validate.float_array(a, "a", 3, shape="(B, T, D)")
+    b = _validate.float_array(b, "b", 3, shape="(B, T, D)")
     named = [("a", a), ("b", b)]
     _validate.nonempty_time(a, "a")
-    _validate.shape_is(b, "b", a.shape, "(B, T, D) like a")
+    _validate.shape_is(b, "b", a.shape, shape="(B, T, D) like a")
     if cu_seqlens is not None:
         B, T, D = a.shape
         cu = _packing.check_cu_seqlens(cu_seqlens, B, row_length(T, axis_name))
         if initial_state is not None:
-            initial_state = _validate.float_array(initial_state, "initial_state", 2, "(N, D)")
-            check_packed_state(initial_state, cu.shape[0] - 1, (D,), "initial_state")
+            initial_state = _validate.float_array(initial_state, "initial_state", 2, shape="(N, D)")
+            check_packed_state(initial_state, cu.shape[0] - 1, (D,), name="initial_state")
             named.append(("initial_state", initial_state))
         _validate.same_dtype(named)
         return a, b, initial_state, cu
     if initial_state is not None:
-        initial_state = _validate.float_array(initial_state, "initial_state", 2, "(B, D)")
-        _validate.shape_is(initial_state, "initial_state", (a.shape[0], a.shape[2]), "(B, D)")
+        initial_state = _validate.float_array(initial_state, "initial_state", 2, shape="(B, D)")
+        _validate.shape_is(initial_state, "initial_state", (a.shape[0], a.shape[2]), shape="(B, D)")
         named.append(("initial_state", initial_state))
     _validate.same_dtype(named)
     if axis_name is not None:
@@ -280,8 +280,8 @@ def matrix_affine_scan(
         >>> Z.shape
         (1, 9, 3, 4, 2)
     """
-    A = _validate.float_array(A, "A", 5, "(B, T, n, k, k)")
-    Bm = _validate.float_array(Bm, "Bm", 5, "(B, T, n, k, v)")
+    A = _validate.float_array(A, "A", 5, shape="(B, T, n, k, k)")
+    Bm = _validate.float_array(Bm, "Bm", 5, shape="(B, T, n, k, v)")
     _validate.same_dtype([("A", A), ("Bm", Bm)])
     _validate.nonempty_time(A, "A")
     B, T, n, k, k2 = A.shape
@@ -335,13 +335,13 @@ def matrix_scan(
         >>> P.shape, Z.shape
         ((2, 5, 3, 2, 2), (2, 5, 3, 2))
     """
-    M = _validate.float_array(M, "M", 5, "(B, T, n, 2, 2)")
-    b = _validate.float_array(b, "b", 4, "(B, T, n, 2)")
+    M = _validate.float_array(M, "M", 5, shape="(B, T, n, 2, 2)")
+    b = _validate.float_array(b, "b", 4, shape="(B, T, n, 2)")
     _validate.same_dtype([("M", M), ("b", b)])
     _validate.nonempty_time(M, "M")
     if tuple(M.shape[3:]) != (2, 2):
         raise ValueError(f"M must have shape (B, T, n, 2, 2); got {tuple(M.shape)}")
-    _validate.shape_is(b, "b", M.shape[:4], "(B, T, n, 2)")
+    _validate.shape_is(b, "b", M.shape[:4], shape="(B, T, n, 2)")
     B, T = M.shape[:2]
     cu = None if cu_seqlens is None else _packing.check_cu_seqlens(cu_seqlens, B, T)
     P, Z = _run_matrix_affine_scan(M, b[..., None], cu_seqlens=cu)
@@ -370,9 +370,9 @@ def _givens_recurrence(
     the transition is zeroed (``scale' = 0``) and the input takes ``M_t h0[n]`` (one
     :func:`~mingru_jax._eager.givens_recurrence.givens_step` per step, batched).
     """
-    theta = _validate.float_array(theta, "theta", 5, "(B, T, n, R, k/2)")
-    b = _validate.float_array(b, "b", 4, "(B, T, n, k)")
-    h0 = _validate.float_array(h0, "h0", 3, "(B, n, k)")
+    theta = _validate.float_array(theta, "theta", 5, shape="(B, T, n, R, k/2)")
+    b = _validate.float_array(b, "b", 4, shape="(B, T, n, k)")
+    h0 = _validate.float_array(h0, "h0", 3, shape="(B, n, k)")
     named = [("theta", theta), ("b", b), ("h0", h0)]
     _validate.nonempty_time(theta, "theta")
     B, T, n, R, half = theta.shape
@@ -381,20 +381,20 @@ def _givens_recurrence(
             f"theta must have shape (B, T, n, R, k/2) with R ≥ 1, k ≥ 2; got {tuple(theta.shape)}"
         )
     k = 2 * half
-    _validate.shape_is(b, "b", (B, T, n, k), "(B, T, n, k)")
+    _validate.shape_is(b, "b", (B, T, n, k), shape="(B, T, n, k)")
     cu = None
     if cu_seqlens is not None:
         cu = _packing.check_cu_seqlens(cu_seqlens, B, T)
-        check_packed_state(h0, cu.shape[0] - 1, (n, k), "h0")
+        check_packed_state(h0, cu.shape[0] - 1, (n, k), name="h0")
     else:
-        _validate.shape_is(h0, "h0", (B, n, k), "(B, n, k)")
+        _validate.shape_is(h0, "h0", (B, n, k), shape="(B, n, k)")
     if scale is not None:
-        scale = _validate.float_array(scale, "scale", 4, "(B, T, n, k)")
-        _validate.shape_is(scale, "scale", (B, T, n, k), "(B, T, n, k)")
+        scale = _validate.float_array(scale, "scale", 4, shape="(B, T, n, k)")
+        _validate.shape_is(scale, "scale", (B, T, n, k), shape="(B, T, n, k)")
         named.append(("scale", scale))
     if log_gamma is not None:
-        log_gamma = _validate.float_array(log_gamma, "log_gamma", 3, "(B, T, n)")
-        _validate.shape_is(log_gamma, "log_gamma", (B, T, n), "(B, T, n)")
+        log_gamma = _validate.float_array(log_gamma, "log_gamma", 3, shape="(B, T, n)")
+        _validate.shape_is(log_gamma, "log_gamma", (B, T, n), shape="(B, T, n)")
         named.append(("log_gamma", log_gamma))
     _validate.same_dtype(named)
     return _run_givens_recurrence(theta, b, h0=h0, scale=scale, log_gamma=log_gamma,
@@ -412,8 +412,8 @@ def _run_givens_recurrence(theta: jax.Array, b: jax.Array, *, h0: jax.Array,
         starts = seg.starts.reshape(1, T, 1, 1)
         # M_t h0[seq_t] at every step (the steps as a batch of single tokens); kept at starts.
         entry = givens_step(h0[seg.seq_id], theta[0], jnp.zeros_like(b[0]),
-                            None if scale is None else scale[0],
-                            None if log_gamma is None else log_gamma[0])
+                            scale=None if scale is None else scale[0],
+                            log_gamma=None if log_gamma is None else log_gamma[0])
         b = jnp.where(starts, b + entry[None], b)
         kept = jnp.ones_like(b) if scale is None else scale
         scale = jnp.where(starts, jnp.zeros_like(kept), kept)  # transition 0 at a start
@@ -460,12 +460,13 @@ def _delta_rule(
         _validate.floating(t, f"delta_rule: {name}")
     positive_int(chunk_size, "chunk_size")
     check_flag(allow_tf32, "delta_rule: allow_tf32")
-    check_delta_rule_shapes(q, k, v, beta, log_gamma, None if cu_seqlens is not None else h0)
+    check_delta_rule_shapes(q, k, v, beta=beta, log_gamma=log_gamma,
+                            h0=None if cu_seqlens is not None else h0)
     cu = None
     if cu_seqlens is not None:
         B, T, _, H, dk = k.shape
         cu = _packing.check_cu_seqlens(cu_seqlens, B, T)
-        check_packed_state(h0, cu.shape[0] - 1, (H, dk, v.shape[-1]), "h0")
+        check_packed_state(h0, cu.shape[0] - 1, (H, dk, v.shape[-1]), name="h0")
     return _run_delta_rule(q, k=k, v=v, beta=beta, log_gamma=log_gamma, h0=h0,
                            chunk_size=chunk_size, cu_seqlens=cu, allow_tf32=allow_tf32)
 

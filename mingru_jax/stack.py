@@ -79,7 +79,7 @@ class MinGRUStack(nnx.Module):
         self.input_size = check_size(input_size, "input_size")
         self.d_model = check_size(d_model, "d_model")
         self.n_layers = check_size(n_layers, "n_layers")
-        specs = stack_layer_specs(mixer, mixer_kwargs, n_layers, decay_layers)
+        specs = stack_layer_specs(mixer, mixer_kwargs, n_layers, decay_layers=decay_layers)
         self.decay_layers = decay_layers
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         if input_size != d_model:
@@ -88,7 +88,8 @@ class MinGRUStack(nnx.Module):
             self.in_proj = nnx.data(None)  # identity (torch: nn.Identity, no parameters)
         self.blocks = nnx.List(
             [
-                MinGRUBlock(d_model, mlp_expansion, dropout, learnable_h0, name, kwargs, **kw)
+                MinGRUBlock(d_model, mlp_expansion, dropout, learnable_h0=learnable_h0, mixer=name,
+                            mixer_kwargs=kwargs, **kw)
                 for name, kwargs in specs
             ]
         )

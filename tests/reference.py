@@ -259,17 +259,22 @@ def gammas(module, delta_t, channels: int, B: int, T: int) -> np.ndarray:
     return np.exp(-gap(delta_t, dec.log1p_delta)[..., None] * lam)
 
 
+def _start(m, h0, B: int, *, learned=lambda h: h, default: float = 0.0) -> np.ndarray:
+    """A loop's first state ``(B, hidden_size)``: the call's ``h0 (B, 1, hidden_size)``, else
+    ``learned`` of the mixer's learned ``m.h0``, else ``default`` everywhere."""
+    if h0 is not None:
+        return to_numpy(h0)[:, 0].copy()
+    if m.h0 is not None:
+        return np.broadcast_to(learned(to_numpy(m.h0)), (B, m.hidden_size)).copy()
+    return np.full((B, m.hidden_size), default)
+
+
 def mingru(m, x, h0=None, delta_t=None) -> np.ndarray:
     """MinGRU states: ``h_t = γ_t (1 − z_t) h_{t-1} + z_t g(h̃_t)``."""
     x = to_numpy(x)
     B, T, _ = x.shape
     gam = gammas(m, delta_t, m.hidden_size, B, T)
-    if h0 is not None:
-        h = to_numpy(h0)[:, 0]
-    elif m.h0 is not None:
-        h = np.broadcast_to(g(to_numpy(m.h0)), (B, m.hidden_size))
-    else:
-        h = np.full((B, m.hidden_size), 0.5)
+    h = _start(m, h0, B, learned=g, default=0.5)  # the default h_0 is 0.5 = g(0)
     out = []
     for t in range(T):
         z = sigmoid(lin(m.linear_z, x[:, t]))
@@ -284,12 +289,7 @@ def signed(m, x, h0=None, delta_t=None) -> np.ndarray:
     x = to_numpy(x)
     B, T, _ = x.shape
     gam = gammas(m, delta_t, m.hidden_size, B, T)
-    if h0 is not None:
-        h = to_numpy(h0)[:, 0]
-    elif m.h0 is not None:
-        h = np.broadcast_to(to_numpy(m.h0), (B, m.hidden_size))
-    else:
-        h = np.zeros((B, m.hidden_size))
+    h = _start(m, h0, B)
     out = []
     for t in range(T):
         z = sigmoid(lin(m.linear_z, x[:, t]))
@@ -299,12 +299,6 @@ def signed(m, x, h0=None, delta_t=None) -> np.ndarray:
         h = gam[:, t] * a * h + z * lin(m.linear_h, x[:, t])
         out.append(h)
     return np.stack(out, 1)
-
-
-def _start(m, h0, B: int) -> np.ndarray:
-    if h0 is not None:
-        return to_numpy(h0)[:, 0].copy()
-    return np.broadcast_to(to_numpy(m.h0), (B, m.hidden_size)).copy()
 
 
 def rotation(m, x, h0=None, delta_t=None) -> np.ndarray:

@@ -1,10 +1,11 @@
 """Which arguments one public call validates, and where: the recorder behind both frontends'
 ``test_validate_once.py``. Framework-free (no torch, no jax import).
 
-A *validator* is a function of a checking module (``_validate``, ``mixers/_common``'s
-``check_*``, ``mingru_kernels._spec``'s ``check_*``, ``check_cu_seqlens``, ``check_group`` /
-``check_axis``), wherever its caller imported it from: calls are caught with
-:func:`sys.setprofile`, by the file and name of the code that runs, not by patching names.
+A *validator* is a function of a checking module (``_validate``, the shared
+``mingru_kernels._checks``, ``mixers/_common``'s ``check_*``, ``mingru_kernels._spec``'s
+``check_*``, ``check_cu_seqlens``, ``check_group`` / ``check_axis``), wherever its caller
+imported it from: calls are caught with :func:`sys.setprofile`, by the file and name of the
+code that runs, not by patching names.
 Each call is recorded as the arguments it validates, ``(name, object)``, at its *site*: the
 nearest calling function outside the checking modules (a mixer's ``forward``, a cell's
 ``_check_cell``, ...). An argument validated once is validated at one site; the NaN check of
@@ -24,6 +25,7 @@ from typing import Any
 # (file suffix, function-name filter): the checking modules of both frontends and the kernels.
 _CHECKING = (
     ("/_validate.py", lambda name: True),
+    ("/kernels/_checks.py", lambda name: True),
     ("/mixers/_common.py", lambda name: name.startswith("check")),
     ("/kernels/_spec.py", lambda name: name.startswith("check")),
     ("/_packing.py", lambda name: name.startswith("check")),

@@ -9,9 +9,15 @@ Example:
 
 from __future__ import annotations
 
-from mingru_kernels.launch._elementwise import pow2_floor
+from collections.abc import Sequence
+from typing import NamedTuple
 
-__all__ = ["PLAN_KEYS", "SINGLE_PASS_MAX_T", "SUPPORTED_SIZES", "affine_config", "segment_plan"]
+from mingru_kernels.launch._elementwise import cdiv, pow2_floor
+
+__all__ = [
+    "PLAN_KEYS", "SINGLE_PASS_MAX_T", "SUPPORTED_SIZES", "WalkPlan", "affine_config",
+    "segment_plan", "walk_plan",
+]
 
 PLAN_KEYS = ("seg_len",)
 """The choices a test may force (see :mod:`mingru_kernels.launch.switches`)."""
@@ -66,3 +72,32 @@ def affine_config(k: int, v: int) -> dict[str, int]:
     lp = min(_MAX_PAIRS, pow2_floor(_ELEMENT_BUDGET // per_pair))
     warps = 8 if lp * per_pair > _ELEMENT_BUDGET else 4
     return {"LP": lp, "num_warps": warps}
+
+
+class WalkPlan(NamedTuple):
+    """One launch of the walk kernels (forward or backward), from :func:`walk_plan`."""
+
+    grid: tuple[int, int]  # (programs over the block pairs, segments)
+    constants: dict[str, int]  # the kernels' K, V, LP and num_warps
+    scalars: tuple[int, int, int, int, int]  # the kernels' (npair, n, T, seg_len, nseg)
+    npair: int  # B·n block pairs
+    nseg: int  # segments along T; more than one: a composites pass runs first
+
+
+def walk_plan(a_shape: Sequence[int], v: int, seg_len: int | None = None) -> WalkPlan:
+    """The launch over transitions of shape ``a_shape = (B, T, n, k, k)`` and ``k×v`` states
+    (``seg_len``: a forced segment length, see :func:`segment_plan`); both frontends launch
+    from it.
+
+    Example:
+        >>> plan = walk_plan((2, 1024, 3, 2, 2), 1)
+        >>> plan.grid, plan.scalars
+        ((1, 32), (6, 3, 1024, 32, 32))
+    """
+    B, T, n, k, _ = a_shape
+    npair = B * n
+    config = affine_config(k, v)
+    seg_len, nseg = segment_plan(T, seg_len)
+    return WalkPlan(grid=(cdiv(npair, config["LP"]), nseg),
+                    constants=dict(K=k, V=v, LP=config["LP"], num_warps=config["num_warps"]),
+                    scalars=(npair, n, T, seg_len, nseg), npair=npair, nseg=nseg)

@@ -120,7 +120,8 @@ def packed_layout(cu_seqlens: torch.Tensor, steps: int, chunk: int) -> PackedLay
         return out.scatter(0, slot, ids)[:nc]
 
     last = (end - 1).clamp_min(0)
-    return PackedLayout(pos, table(first), table(last), last, nonempty, chunk, nc)
+    return PackedLayout(pos, table(first), table(last), last_chunk=last, nonempty=nonempty,
+                        chunk=chunk, n_chunks=nc)
 
 
 def scatter_packed(x: torch.Tensor, layout: PackedLayout) -> torch.Tensor:
@@ -147,7 +148,7 @@ def packed_final_states(ends: torch.Tensor, layout: PackedLayout,
 # --- the chunked WY form -------------------------------------------------------------------
 
 
-def _chunk_maps(q, k, v, beta, log_gamma, C):
+def _chunk_maps(q, k, v, *, beta, log_gamma, C):
     """Per-chunk ``q_eff, o_u (B, H, NC, C, ·)`` and maps ``M, N (B, H, NC, ·, ·)`` with
     ``o = q_eff S_0 + o_u`` and ``S_L = M S_0 + N`` for chunks of ``C`` tokens (the sequence
     zero-padded to whole chunks)."""
@@ -236,7 +237,8 @@ def delta_rule_eager(
     """
     positive_int(chunk_size, "chunk_size")
     if cu_seqlens is not None:
-        return _packed(q, k, v, beta, log_gamma, h0, chunk_size, cu_seqlens)
+        return _packed(q, k, v, beta=beta, log_gamma=log_gamma, h0=h0, chunk_size=chunk_size,
+                       cu_seqlens=cu_seqlens)
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
     dtype = q.dtype
@@ -244,7 +246,7 @@ def delta_rule_eager(
         h0 = torch.zeros(B, H, dk, dv, dtype=dtype, device=q.device)
 
     C = min(chunk_size, T)  # tokens per chunk; a chunk longer than T changes nothing
-    q_eff, o_u, M, N = _chunk_maps(q, k, v, beta, log_gamma, C)
+    q_eff, o_u, M, N = _chunk_maps(q, k, v, beta=beta, log_gamma=log_gamma, C=C)
     n_chunks = M.shape[2]
     S = h0.to(dtype)
     outs = []
@@ -256,7 +258,7 @@ def delta_rule_eager(
     return o, S
 
 
-def _packed(q, k, v, beta, log_gamma, h0, chunk_size, cu_seqlens):
+def _packed(q, k, v, *, beta, log_gamma, h0, chunk_size, cu_seqlens):
     """The packed form on the chunk-aligned layout (see the module docstring)."""
     _, T, nh, H, dk = k.shape
     dv = v.shape[-1]
@@ -265,7 +267,7 @@ def _packed(q, k, v, beta, log_gamma, h0, chunk_size, cu_seqlens):
     q, k, v, beta = (scatter_packed(x, lay) for x in (q, k, v, beta))
     if log_gamma is not None:
         log_gamma = scatter_packed(log_gamma, lay)
-    q_eff, o_u, M, N = _chunk_maps(q, k, v, beta, log_gamma, lay.chunk)
+    q_eff, o_u, M, N = _chunk_maps(q, k, v, beta=beta, log_gamma=log_gamma, C=lay.chunk)
     starts = lay.chunk_seq >= 0  # (NC,)
     if h0 is None:
         first = q.new_zeros(lay.n_chunks, H, dk, dv)

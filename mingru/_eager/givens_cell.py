@@ -21,7 +21,7 @@ def split_projection(k: torch.Tensor, block_size: int, rounds: int
             k_z.unflatten(-1, (n, block_size)), k_h.unflatten(-1, (n, block_size)))
 
 
-def block_start(k: torch.Tensor, h0: torch.Tensor | None, n: int, block_size: int
+def block_start(k: torch.Tensor, h0: torch.Tensor | None, n: int, *, block_size: int
                 ) -> torch.Tensor:
     """A block cell's start state ``(B, n, block_size)``: ``h0 (B, D)`` by block, or zeros
     in ``k``'s dtype and device when ``None``."""
@@ -44,5 +44,6 @@ def givens_cell_eager(k: torch.Tensor, h0: torch.Tensor | None, log_gamma: torch
     theta, k_z, k_h = split_projection(k, block_size, rounds)
     B, T, n, _ = k_z.shape
     b = torch.sigmoid(k_z) * k_h
-    return givens_recurrence_eager(theta, b, block_start(k, h0, n, block_size), None,
-                                   log_gamma).reshape(B, T, n * block_size)
+    start = block_start(k, h0, n, block_size=block_size)
+    h = givens_recurrence_eager(theta, b, start, scale=None, log_gamma=log_gamma)
+    return h.reshape(B, T, n * block_size)

@@ -103,6 +103,7 @@ def givens_step(
     h_prev: torch.Tensor,
     theta: torch.Tensor,
     b: torch.Tensor,
+    *,
     scale: torch.Tensor | None = None,
     log_gamma: torch.Tensor | None = None,
 ) -> torch.Tensor:

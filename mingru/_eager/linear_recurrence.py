@@ -37,7 +37,7 @@ def linear_recurrence_eager(
         ([3.0, 2.5, 2.25], [[2.25]])
     """
     if seq_id is not None:
-        a, b = restart(a, b, initial_state, segments_of(seq_id))
+        a, b = restart(a, b, initial_state, seg=segments_of(seq_id))
     elif initial_state is not None:
         b = torch.cat([b[:, :1] + a[:, :1] * initial_state[:, None], b[:, 1:]], dim=1)
     _, h = linear_scan_eager(a, b)

@@ -19,7 +19,7 @@ class _LinearScan(torch.autograd.Function):
     def forward(ctx, a: torch.Tensor, b: torch.Tensor):
         P, Z = odd_even_scan(a, b, diagonal)
         ctx.save_for_backward(a, P, Z)
-        ctx.set_materialize_grads(False)
+        ctx.set_materialize_grads(value=False)
         return P, Z
 
     @staticmethod

@@ -26,7 +26,7 @@ class _MatrixAffineScan(torch.autograd.Function):
     def forward(ctx, A: torch.Tensor, Bm: torch.Tensor):
         P, Z = odd_even_scan(A, Bm, block_matrix)
         ctx.save_for_backward(A, P, Z)
-        ctx.set_materialize_grads(False)
+        ctx.set_materialize_grads(value=False)
         return P, Z
 
     @staticmethod

@@ -29,7 +29,7 @@ def log_g(x: torch.Tensor) -> torch.Tensor:
 
 
 def transitions(k: torch.Tensor, log_gamma: torch.Tensor | None, signed: bool,
-                coupled: bool) -> torch.Tensor:
+                *, coupled: bool) -> torch.Tensor:
     """The cell's transitions from its pre-activations: ``a = γ tanh(k_s) [(1 − σ(k_z))]``
     (signed), or ``log a = −softplus(k_z) + log γ`` (MinGRU, whose ``a`` is positive)."""
     if signed:
@@ -64,16 +64,16 @@ def mingru_cell_eager(
     """
     if signed:
         k_z, _, k_h = k.chunk(3, dim=-1)
-        a = transitions(k, log_gamma, signed, coupled)
+        a = transitions(k, log_gamma, signed, coupled=coupled)
         return linear_recurrence_eager(a, torch.sigmoid(k_z) * k_h, initial_state,
-                                       return_final_state, seq_id)
+                                       return_final_state=return_final_state, seq_id=seq_id)
     k_z, k_h = k.chunk(2, dim=-1)
-    log_a = transitions(k, log_gamma, signed, coupled)
+    log_a = transitions(k, log_gamma, signed, coupled=coupled)
     log_b = -F.softplus(-k_z) + log_g(k_h)
     B, _, D = log_a.shape
     if seq_id is not None:
         log_h0 = None if initial_state is None else torch.log(initial_state)
-        log_a, log_b = restart_log(log_a, log_b, log_h0, segments_of(seq_id))
+        log_a, log_b = restart_log(log_a, log_b, log_h0, seg=segments_of(seq_id))
         initial_state = None
     if initial_state is None:
         log_h0 = log_a.new_full((B, 1, D), float("-inf"))

@@ -55,5 +55,5 @@ def rotation_cell_eager(k: torch.Tensor, h0: torch.Tensor | None, log_gamma: tor
     s = torch.tanh(k_u)
     scale = torch.stack([torch.ones_like(s), s], dim=-1)
     b = torch.sigmoid(k_z) * k_h
-    return givens_recurrence_eager(theta, b, block_start(k, h0, n, 2), scale,
-                                   log_gamma).reshape(B, T, 2 * n)
+    return givens_recurrence_eager(theta, b, block_start(k, h0, n, block_size=2), scale=scale,
+                                   log_gamma=log_gamma).reshape(B, T, 2 * n)

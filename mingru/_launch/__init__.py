@@ -1,9 +1,9 @@
 """Thin Triton launchers, one module per op, imported only by :mod:`mingru.dispatch`.
 
 ``LAUNCHERS`` maps an op name to a loader returning the module that launches its kernel, and
-``REGISTRY`` is that map as the shared seam reads it (:class:`mingru_kernels._seam.Registry`;
-``mingru_jax._launch`` is built the same way). Importing this package never imports Triton;
-a launcher module is imported only when dispatch routes a call to it.
+``REGISTRY`` is that map as the shared seam reads it (:class:`mingru_kernels._seam.Registry`,
+as in ``mingru_jax._launch``, whose loaders import by name). Importing this package never
+imports Triton; a launcher module is imported only when dispatch routes a call to it.
 
 Each launcher module provides:
 

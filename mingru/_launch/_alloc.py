@@ -19,7 +19,7 @@ __all__ = ["device_guard", "new_tensor", "poison"]
 
 
 def new_tensor(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
-               poisoned: bool | None = None) -> torch.Tensor:
+               *, poisoned: bool | None = None) -> torch.Tensor:
     """An uninitialised output or scratch tensor, NaN-filled when ``poisoned`` (default:
     :func:`poison`)."""
     if poison() if poisoned is None else poisoned:

@@ -65,12 +65,12 @@ def make_plan(op: str, x: torch.Tensor, tiles: Mapping[str, Any] | None = None,
     choices = switches.plan_choices(op)
     n_sm = sm_count(x)
     B, T, D = x.shape if shape is None else shape
-    return _cached_plan(B, T, D, n_sm, tuple(sorted(choices.items())),
-                        tuple(sorted((tiles or {}).items())))
+    return _cached_plan(B, T, D, n_sm=n_sm, choices=tuple(sorted(choices.items())),
+                        tiles=tuple(sorted((tiles or {}).items())))
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached_plan(B: int, T: int, D: int, n_sm: int, choices: tuple[tuple[str, Any], ...],
+def _cached_plan(B: int, T: int, D: int, *, n_sm: int, choices: tuple[tuple[str, Any], ...],
                  tiles: tuple[tuple[str, Any], ...] = ()) -> Mapping[str, int | str]:
     kwargs = {**dict(tiles), **dict(choices)}
     if n_sm:
@@ -78,7 +78,7 @@ def _cached_plan(B: int, T: int, D: int, n_sm: int, choices: tuple[tuple[str, An
     return types.MappingProxyType(elementwise_plan.plan(B, T, D, **kwargs))
 
 
-def run_scan(kernel: Any, cfg: Mapping[str, int | str], B: int, D: int,
+def run_scan(kernel: Any, cfg: Mapping[str, int | str], B: int, *, D: int,
              pointers: tuple[torch.Tensor, ...], scalars: tuple[int, ...], **consts: Any) -> None:
     """Launch a single-state scan whose kernels have a look-back mode with the plan's
     strategy: the walk, or the single pass of the look-back.
@@ -94,12 +94,12 @@ def run_scan(kernel: Any, cfg: Mapping[str, int | str], B: int, D: int,
         return
     if cfg["strategy"] != "lookback":
         raise ValueError(f"this op's kernels run the walk or the look-back; got {cfg['strategy']!r}")
-    values, status = lookback_scratch(B, cfg, D, pointers[0].device)
+    values, status = lookback_scratch(B, cfg, D, device=pointers[0].device)
     kernel[grid](*pointers, values, status, *scalars, MODE=elementwise_plan.LOOKBACK, **consts)
 
 
 def lookback_scratch(B: int, cfg: Mapping[str, int | str], D: int,
-                     device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+                     *, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """The look-back strategy's buffers: fp32 ``(B, n_chunks, 3, D)`` chunk values (written
     before they are read) and the int32 status words, zeroed (layout in
     :func:`mingru_kernels._scan_common.lookback_carry`; the first word is the plan's

@@ -28,6 +28,7 @@ def dual_entry(
     name: str,
     op: Callable[..., Any],
     forward: Callable[..., Any],
+    *,
     setup_context: Callable[[Any, tuple[Any, ...], Any], None],
     formula: Callable[..., Any],
     bwd_impl: Callable[..., Any],

@@ -57,7 +57,7 @@ def _fwd_impl(p, n_heads, nh, d_k, d_v, eps):
     p2 = _rows(p)
     N, W = p2.shape
     G = nh * n_heads
-    *shapes, norm_shape = _out_shapes(p, n_heads, nh, d_k, d_v)
+    *shapes, norm_shape = _out_shapes(p, n_heads, nh, d_k=d_k, d_v=d_v)
     q, k, v, beta = (new_tensor(s, p.dtype, p.device) for s in shapes)
     norm = new_tensor(norm_shape, torch.float32, p.device)
     if N:
@@ -73,7 +73,7 @@ def _fwd_impl(p, n_heads, nh, d_k, d_v, eps):
 def _bwd_impl(k, beta, norm, dq, dk, dv, dbeta, n_heads, nh, d_k, d_v, eps):
     N = k.shape[0]
     G = nh * n_heads
-    W = meta.width(n_heads, nh, d_k, d_v)
+    W = meta.width(n_heads, nh, d_k, d_v=d_v)
     dp = new_tensor((N, W), k.dtype, k.device)
     if N:
         cfg = meta.config(d_k, d_v, G)
@@ -88,7 +88,7 @@ def _bwd_impl(k, beta, norm, dq, dk, dv, dbeta, n_heads, nh, d_k, d_v, eps):
     return dp
 
 
-def _out_shapes(p: torch.Tensor, n_heads: int, nh: int, d_k: int, d_v: int):
+def _out_shapes(p: torch.Tensor, n_heads: int, nh: int, *, d_k: int, d_v: int):
     """Shapes of ``(q, k, v, β, norms)`` as ``(N, ·)`` rows of ``p``."""
     N = p.numel() // p.shape[-1] if p.shape[-1] else 0
     G = nh * n_heads
@@ -100,12 +100,12 @@ def delta_inputs_fwd(p: torch.Tensor, n_heads: int, nh: int, d_k: int, d_v: int,
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                                 torch.Tensor]:
     """Forward op: ``(q, k, v, β, norms)`` as ``(N, ·)`` rows; ``norms`` float32 ``(N, nh·H)``."""
-    return _fwd_impl(p, n_heads, nh, d_k, d_v, eps)
+    return _fwd_impl(p, n_heads, nh, d_k=d_k, d_v=d_v, eps=eps)
 
 
 @delta_inputs_fwd.register_fake
 def _(p, n_heads, nh, d_k, d_v, eps):
-    shapes = _out_shapes(p, n_heads, nh, d_k, d_v)
+    shapes = _out_shapes(p, n_heads, nh, d_k=d_k, d_v=d_v)
     return (*(p.new_empty(s) for s in shapes[:4]), p.new_empty(shapes[4], dtype=torch.float32))
 
 
@@ -115,12 +115,13 @@ def delta_inputs_bwd(k: torch.Tensor, beta: torch.Tensor, norm: torch.Tensor,
                      dbeta: torch.Tensor | None, n_heads: int, nh: int, d_k: int, d_v: int,
                      eps: float) -> torch.Tensor:
     """Backward op: ``dp (N, W)`` in ``k``'s dtype (zeros where a gradient is absent)."""
-    return _bwd_impl(k, beta, norm, dq, dk, dv, dbeta, n_heads, nh, d_k, d_v, eps)
+    return _bwd_impl(k, beta, norm, dq=dq, dk=dk, dv=dv, dbeta=dbeta, n_heads=n_heads, nh=nh,
+                     d_k=d_k, d_v=d_v, eps=eps)
 
 
 @delta_inputs_bwd.register_fake
 def _(k, beta, norm, dq, dk, dv, dbeta, n_heads, nh, d_k, d_v, eps):
-    return k.new_empty((k.shape[0], meta.width(n_heads, nh, d_k, d_v)))
+    return k.new_empty((k.shape[0], meta.width(n_heads, nh, d_k, d_v=d_v)))
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -130,7 +131,7 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.p_shape = p.shape
     ctx.mark_non_differentiable(norm)
     ctx.save_for_backward(k, beta, norm)
-    ctx.set_materialize_grads(False)
+    ctx.set_materialize_grads(value=False)
 
 
 def _backward_formula(ctx, dq, dk, dv, dbeta, dnorm, bwd=delta_inputs_bwd):
@@ -141,5 +142,5 @@ def _backward_formula(ctx, dq, dk, dv, dbeta, dnorm, bwd=delta_inputs_bwd):
     return dp.view(ctx.p_shape), None, None, None, None, None
 
 
-_entry = dual_entry("delta_inputs", delta_inputs_fwd, _fwd_impl, _setup_context,
-                    _backward_formula, _bwd_impl)
+_entry = dual_entry("delta_inputs", delta_inputs_fwd, _fwd_impl, setup_context=_setup_context,
+                    formula=_backward_formula, bwd_impl=_bwd_impl)

@@ -117,7 +117,7 @@ def run(
     if cu_seqlens is None:
         o, h_T, *_ = _entry(q, k, v, beta, log_gamma, h0, tuning, None, None, None)
         return o, h_T
-    lay = packed_layout(cu_seqlens, q.shape[1], _config(q, k, v, tuning)["C"])
+    lay = packed_layout(cu_seqlens, q.shape[1], _config(q, k, v, tuning=tuning)["C"])
     q, k, v, beta = (scatter_packed(x, lay) for x in (q, k, v, beta))
     if log_gamma is not None:
         log_gamma = scatter_packed(log_gamma, lay)
@@ -176,7 +176,7 @@ def _n_seq(cu: Tensor | None, B: int) -> int:
 def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=None, cu=None):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
-    cfg = _config(q, k, v, tuning)
+    cfg = _config(q, k, v, tuning=tuning)
     dev = q.device
     q, k, v, beta = q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous()
     has_decay = log_gamma is not None
@@ -232,14 +232,15 @@ def delta_rule_fwd(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Forward op: ``(o, h_T, states, Wk, Tm)``; ``chunk_seq, chunk_end, cu`` (int32) are
     the packed layout's tables, or all ``None``."""
-    return _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq, chunk_end, cu)
+    return _fwd_impl(q, k, v, beta=beta, log_gamma=log_gamma, h0=h0, tuning=tuning,
+                     chunk_seq=chunk_seq, chunk_end=chunk_end, cu=cu)
 
 
 @delta_rule_fwd.register_fake
 def _(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=None, cu=None):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
-    cfg = _config(q, k, v, tuning)
+    cfg = _config(q, k, v, tuning=tuning)
     shp = meta.scratch_shapes(B * H, T, cfg)
     f32 = torch.float32
     return (
@@ -251,7 +252,7 @@ def _(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=None, cu=N
     )
 
 
-def _grad_buffers(q, k, v, beta, log_gamma):
+def _grad_buffers(q, k, v, *, beta, log_gamma):
     """``dq, dk, dv, dβ, d log γ`` (an empty ``d log γ`` without decay), unwritten."""
     dev = q.device
     dlg = (new_tensor(log_gamma.shape, log_gamma.dtype, dev) if log_gamma is not None
@@ -264,7 +265,7 @@ def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning, ch
               chunk_end, cu):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
-    cfg = _config(q, k, v, tuning)
+    cfg = _config(q, k, v, tuning=tuning)
     dev = q.device
     q, k, v, beta, do = (t.contiguous() for t in (q, k, v, beta, do))
     has_decay = log_gamma is not None
@@ -279,7 +280,7 @@ def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning, ch
     packed = cu is not None
     tables = (chunk_seq, chunk_end, cu) if packed else (q, q, q)  # placeholders, never read
     if cfg["FUSED_BWD"]:
-        dq, dk_, dv_, dbeta, dlg = _grad_buffers(q, k, v, beta, log_gamma)
+        dq, dk_, dv_, dbeta, dlg = _grad_buffers(q, k, v, beta=beta, log_gamma=log_gamma)
         # Ticket counters and per-chunk flags of the one launch (see delta_rule_bwd_kernel).
         sync = torch.zeros(meta.sync_size(T, BH, cfg), dtype=torch.int32, device=dev)
         kernels.delta_rule_bwd_kernel[meta.grid_fused_bwd(T, BH, cfg)](
@@ -296,7 +297,7 @@ def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning, ch
         **meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=has_decay, HAS_DHT=has_dht,
                              HAS_H0=has_h0, PACKED=packed),
     )
-    dq, dk_, dv_, dbeta, dlg = _grad_buffers(q, k, v, beta, log_gamma)
+    dq, dk_, dv_, dbeta, dlg = _grad_buffers(q, k, v, beta=beta, log_gamma=log_gamma)
     kernels.delta_rule_bwd_grads_kernel[meta.grid_chunks(T, BH, cfg)](
         q, k, v, beta, lg, states, dstates, tm, do, dq, dk_, dv_, dbeta,
         dlg if has_decay else q, T, H, dk, dv, nc,
@@ -324,8 +325,9 @@ def delta_rule_bwd(
     cu: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward op: ``(dq, dk, dv, dbeta, dlog_gamma, dh0)``; empty tensors stand for ``None``."""
-    return _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning,
-                     chunk_seq, chunk_end, cu)
+    return _bwd_impl(q, k, v, beta=beta, log_gamma=log_gamma, h0=h0, states=states, wk=wk, tm=tm,
+                     do=do, dh_T=dh_T, tuning=tuning, chunk_seq=chunk_seq, chunk_end=chunk_end,
+                     cu=cu)
 
 
 @delta_rule_bwd.register_fake
@@ -347,7 +349,7 @@ def _setup_context(ctx, inputs, output):
     chunk_seq, chunk_end, cu = (*tables, None, None, None)[:3]  # absent: not packed
     _, _, states, wk, tm = output
     ctx.mark_non_differentiable(states, wk, tm)
-    ctx.set_materialize_grads(False)  # the formula handles absent gradients itself
+    ctx.set_materialize_grads(value=False)  # the formula handles absent gradients itself
     ctx.has_decay = log_gamma is not None
     ctx.has_h0 = h0 is not None
     ctx.tuning = tuning
@@ -373,5 +375,5 @@ def _backward(ctx, do, dh_T, _d_states, _d_wk, _d_tm, bwd=delta_rule_bwd):
     )
 
 
-_entry = dual_entry("delta_rule", delta_rule_fwd, _fwd_impl, _setup_context, _backward,
-                    _bwd_impl)
+_entry = dual_entry("delta_rule", delta_rule_fwd, _fwd_impl, setup_context=_setup_context,
+                    formula=_backward, bwd_impl=_bwd_impl)

@@ -56,8 +56,8 @@ def _forward(k, h0, log_gamma, block_size, rounds) -> torch.Tensor:
     theta, k_z, k_h = split_projection(k, block_size, rounds)
     B, T, n, _ = k_z.shape
     row = k.shape[-1]  # every view's rows are W apart
-    h = walk_forward(theta, k_h, k_z, block_start(k, h0, n, block_size), None, log_gamma, row,
-                     row)
+    h = walk_forward(theta, k_h, k_z, h0=block_start(k, h0, n, block_size=block_size), scale=None,
+                     log_gamma=log_gamma, th_row=row, in_row=row)
     return h.reshape(B, T, n * block_size)
 
 
@@ -69,9 +69,10 @@ def _backward(k, h0, log_gamma, h, dh, block_size, rounds):
     dk = new_tensor(k.shape, k.dtype, k.device)
     d_theta, d_z, d_h = split_projection(dk, block_size, rounds)
     shape = (B, T, n, block_size)
-    dh0, _, dlog_gamma = walk_backward(theta, block_start(k, h0, n, block_size), None,
-                                       log_gamma, h.reshape(shape), dh.reshape(shape), k_h, k_z,
-                                       d_theta, d_h, d_z, row, row)
+    dh0, _, dlog_gamma = walk_backward(theta, block_start(k, h0, n, block_size=block_size), None,
+                                       log_gamma=log_gamma, h=h.reshape(shape),
+                                       dh=dh.reshape(shape), hh=k_h, z=k_z, dtheta=d_theta, db=d_h,
+                                       dz=d_z, th_row=row, in_row=row)
     return dk, dh0.reshape(B, n * block_size), dlog_gamma
 
 
@@ -82,7 +83,7 @@ def _backward(k, h0, log_gamma, h, dh, block_size, rounds):
 def givens_cell_fwd(k: torch.Tensor, h0: torch.Tensor | None, log_gamma: torch.Tensor | None,
                     block_size: int, rounds: int) -> torch.Tensor:
     """``h`` of GivensMinGRU's fused cell on the Triton kernels."""
-    return _forward(k, h0, log_gamma, block_size, rounds)
+    return _forward(k, h0, log_gamma, block_size=block_size, rounds=rounds)
 
 
 @givens_cell_fwd.register_fake
@@ -96,7 +97,8 @@ def givens_cell_bwd(k: torch.Tensor, h0: torch.Tensor | None, log_gamma: torch.T
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dk, dh0, dlog_gamma)``; an absent ``log_gamma`` gets an empty placeholder gradient
     (``dh0`` is always formed: the gradient of the zero start when ``h0`` is absent)."""
-    dk, dh0, dlog_gamma = _backward(k, h0, log_gamma, h, dh, block_size, rounds)
+    dk, dh0, dlog_gamma = _backward(k, h0, log_gamma, h=h, dh=dh, block_size=block_size,
+                                    rounds=rounds)
     return dk, dh0, k.new_empty(0) if dlog_gamma is None else dlog_gamma
 
 
@@ -122,5 +124,5 @@ def _autograd_backward(ctx, dh, bwd=givens_cell_bwd):
             None)
 
 
-_entry = dual_entry("givens_cell", givens_cell_fwd, _forward, _setup_context,
-                    _autograd_backward, _backward)
+_entry = dual_entry("givens_cell", givens_cell_fwd, _forward, setup_context=_setup_context,
+                    formula=_autograd_backward, bwd_impl=_backward)

@@ -80,7 +80,7 @@ def _contig(x: torch.Tensor | None) -> torch.Tensor | None:
     return None if x is None else x.contiguous()
 
 
-def _constexprs(k2, R, cfg, scale, log_gamma, z, rotation, snap) -> dict:
+def _constexprs(k2, R, cfg, *, scale, log_gamma, z, rotation, snap) -> dict:
     """The kernels' mode constexprs for a walk (forward and backward alike)."""
     return dict(K2=k2, R=R, RP=cfg["RP"], HAS_SCALE=scale is not None,
                 HAS_GAMMA=log_gamma is not None, GATED=z is not None, ROTATION=rotation,
@@ -90,10 +90,11 @@ def _constexprs(k2, R, cfg, scale, log_gamma, z, rotation, snap) -> dict:
 def _forward(theta, b, h0, scale, log_gamma) -> torch.Tensor:
     theta, b = theta.contiguous(), b.contiguous()
     n, R, k2 = theta.shape[2:]
-    return walk_forward(theta, b, None, h0, scale, log_gamma, n * R * k2, n * 2 * k2)
+    return walk_forward(theta, b, None, h0=h0, scale=scale, log_gamma=log_gamma, th_row=n * R * k2,
+                        in_row=n * 2 * k2)
 
 
-def walk_forward(theta, b, z, h0, scale, log_gamma, th_row: int, in_row: int,
+def walk_forward(theta, b, z, *, h0, scale, log_gamma, th_row: int, in_row: int,
                  rotation: bool = False, snap: torch.Tensor | None = None) -> torch.Tensor:
     """``h (B, T, n, k)`` from ``theta (B, T, n, R, k/2)`` and ``b`` (with ``z``: the gated
     cell's ``h̃`` and ``z``, ``b = σ(z) ⊙ h̃``), whose token rows are ``th_row`` / ``in_row``
@@ -111,7 +112,8 @@ def walk_forward(theta, b, z, h0, scale, log_gamma, th_row: int, in_row: int,
         return h
     cfg = meta.givens_config(k, R)
     seg_len, nseg = _segments(T)
-    consts = _constexprs(k2, R, cfg, scale, log_gamma, z, rotation, snap)
+    consts = _constexprs(k2, R, cfg, scale=scale, log_gamma=log_gamma, z=z, rotation=rotation,
+                         snap=snap)
     s_arg = h if scale is None else scale  # dummy pointers when absent
     g_arg = h if log_gamma is None else log_gamma
     z_arg = b if z is None else z
@@ -137,12 +139,13 @@ def _backward(theta, h0, scale, log_gamma, h, dh):
     theta = theta.contiguous()
     n, R, k2 = theta.shape[2:]
     dtheta, db = _empty(theta.shape, theta), _empty(h.shape, h)
-    dh0, dscale, dlog_gamma = walk_backward(theta, h0, scale, log_gamma, h, dh, None, None,
-                                            dtheta, db, None, n * R * k2, n * 2 * k2)
+    dh0, dscale, dlog_gamma = walk_backward(theta, h0, scale, log_gamma=log_gamma, h=h, dh=dh,
+                                            hh=None, z=None, dtheta=dtheta, db=db, dz=None,
+                                            th_row=n * R * k2, in_row=n * 2 * k2)
     return dtheta, db, dh0, dscale, dlog_gamma
 
 
-def walk_backward(theta, h0, scale, log_gamma, h, dh, hh, z, dtheta, db, dz, th_row: int,
+def walk_backward(theta, h0, scale, *, log_gamma, h, dh, hh, z, dtheta, db, dz, th_row: int,
                   in_row: int, rotation: bool = False, snap: torch.Tensor | None = None,
                   du: torch.Tensor | None = None):
     """Fill ``dtheta`` and ``db`` (with ``hh``, ``z``: the gated cell's ``dh̃`` and ``dz``,
@@ -165,7 +168,8 @@ def walk_backward(theta, h0, scale, log_gamma, h, dh, hh, z, dtheta, db, dz, th_
         return dh0, dscale, dlog_gamma
     cfg = meta.givens_config(k, R)
     seg_len, nseg = _segments(T)
-    consts = _constexprs(k2, R, cfg, scale, log_gamma, z, rotation, snap)
+    consts = _constexprs(k2, R, cfg, scale=scale, log_gamma=log_gamma, z=z, rotation=rotation,
+                         snap=snap)
     s_arg = h if scale is None else scale  # dummy pointers when absent
     g_arg = h if log_gamma is None else log_gamma
     ds_arg = db if dscale is None else dscale
@@ -202,7 +206,7 @@ def givens_recurrence_fwd(
     log_gamma: torch.Tensor | None,
 ) -> torch.Tensor:
     """``h`` of the fused Givens recurrence on the Triton kernels."""
-    return _forward(theta, b, h0, scale, log_gamma)
+    return _forward(theta, b, h0, scale=scale, log_gamma=log_gamma)
 
 
 @givens_recurrence_fwd.register_fake
@@ -221,7 +225,7 @@ def givens_recurrence_bwd(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dtheta, db, dh0, dscale, dlog_gamma)`` from the saved inputs, ``h`` and ``dh``;
     an absent ``scale`` / ``log_gamma`` gets an empty placeholder gradient."""
-    grads = _backward(theta, h0, scale, log_gamma, h, dh)
+    grads = _backward(theta, h0, scale, log_gamma=log_gamma, h=h, dh=dh)
     return tuple(theta.new_empty(0) if g is None else g for g in grads)
 
 
@@ -252,5 +256,5 @@ def _autograd_backward(ctx, dh, bwd=givens_recurrence_bwd):
             dlog_gamma if ctx.has_gamma else None)
 
 
-_entry = dual_entry("givens_recurrence", givens_recurrence_fwd, _forward, _setup_context,
-                    _autograd_backward, _backward)
+_entry = dual_entry("givens_recurrence", givens_recurrence_fwd, _forward,
+                    setup_context=_setup_context, formula=_autograd_backward, bwd_impl=_backward)

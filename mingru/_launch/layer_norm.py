@@ -94,7 +94,7 @@ def _bwd_impl(x, weight, stats, dy, bias_dtype):
 def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                    eps: float, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward op: ``(y, stats)``; ``stats`` float32 ``(2, N)``: each row's mean and rstd."""
-    return _fwd_impl(x, weight, bias, eps, out_dtype)
+    return _fwd_impl(x, weight, bias, eps=eps, out_dtype=out_dtype)
 
 
 @layer_norm_fwd.register_fake
@@ -110,7 +110,7 @@ def layer_norm_bwd(x: torch.Tensor, weight: torch.Tensor | None, stats: torch.Te
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward op: ``(dx, dweight, dbias)``, the parameter gradients in the weight's and
     ``bias_dtype`` (empty where there is no weight, or ``bias_dtype`` is ``None``)."""
-    return _bwd_impl(x, weight, stats, dy, bias_dtype)
+    return _bwd_impl(x, weight, stats, dy=dy, bias_dtype=bias_dtype)
 
 
 @layer_norm_bwd.register_fake
@@ -128,7 +128,7 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.has_weight = weight is not None
     ctx.mark_non_differentiable(stats)
     ctx.save_for_backward(x, weight, stats)
-    ctx.set_materialize_grads(False)
+    ctx.set_materialize_grads(value=False)
 
 
 def _backward_formula(ctx, dy, dstats, bwd=layer_norm_bwd):
@@ -139,5 +139,5 @@ def _backward_formula(ctx, dy, dstats, bwd=layer_norm_bwd):
     return (dx, dw if ctx.has_weight else None, None if ctx.bias_dtype is None else db, None, None)
 
 
-_entry = dual_entry("layer_norm", layer_norm_fwd, _fwd_impl, _setup_context,
-                    _backward_formula, _bwd_impl)
+_entry = dual_entry("layer_norm", layer_norm_fwd, _fwd_impl, setup_context=_setup_context,
+                    formula=_backward_formula, bwd_impl=_bwd_impl)

@@ -23,14 +23,9 @@ kernels = CachedKernels(linear_recurrence_kernels)
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
 
-def unsupported_reason(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    initial_state: torch.Tensor | None = None,
-    return_final_state: bool = False,
-    seq_id: torch.Tensor | None = None,
-) -> str | None:
-    """Why the kernel cannot run this call, or ``None``."""
+def unsupported_reason(a: torch.Tensor, *args, **kwargs) -> str | None:
+    """Why the kernel cannot run this call (``run``'s arguments; ``a``'s dtype and device
+    decide), or ``None``."""
     return elementwise.unsupported_reason(a)
 
 
@@ -61,9 +56,9 @@ def _forward(a, b, h0, seq_id, h, h_T, cfg) -> None:
     h0 = a if h0 is None else h0  # placeholder pointers when absent
     seq_id = a if seq_id is None else seq_id
     with device_guard(a):
-        elementwise.run_scan(kernels.linear_recurrence_fwd_kernel, cfg, B, D,
-                             (a, b, h0, seq_id, h, h_T), meta.dims(cfg, T, D), **flags,
-                             **meta.launch_kwargs(cfg))
+        elementwise.run_scan(kernels.linear_recurrence_fwd_kernel, cfg, B, D=D,
+                             pointers=(a, b, h0, seq_id, h, h_T), scalars=meta.dims(cfg, T, D),
+                             **flags, **meta.launch_kwargs(cfg))
 
 
 def _backward(a, h, h0, seq_id, dh, dh_T, da, db, dh0, cfg) -> None:
@@ -74,9 +69,9 @@ def _backward(a, h, h0, seq_id, dh, dh_T, da, db, dh0, cfg) -> None:
     dh_T = a if dh_T is None else dh_T
     dh0 = da if dh0 is None else dh0
     with device_guard(a):
-        elementwise.run_scan(kernels.linear_recurrence_bwd_kernel, cfg, B, D,
-                             (a, h, h0, seq_id, dh, dh_T, da, db, dh0),
-                             (*meta.dims(cfg, T, D), *dh.stride()), **flags,
+        elementwise.run_scan(kernels.linear_recurrence_bwd_kernel, cfg, B, D=D,
+                             pointers=(a, h, h0, seq_id, dh, dh_T, da, db, dh0),
+                             scalars=(*meta.dims(cfg, T, D), *dh.stride()), **flags,
                              **meta.launch_kwargs(cfg))
 
 
@@ -87,9 +82,9 @@ def _fwd_impl(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None,
     cfg = elementwise.make_plan("linear_recurrence", a, meta.TILES)
     poisoned = poison()
     B, _, D = a.shape
-    h = new_tensor(a.shape, a.dtype, a.device, poisoned)
-    h_T = new_tensor((B, D), a.dtype, a.device, poisoned)
-    _forward(a, b, h0, seq_id, h, h_T, cfg)
+    h = new_tensor(a.shape, a.dtype, a.device, poisoned=poisoned)
+    h_T = new_tensor((B, D), a.dtype, a.device, poisoned=poisoned)
+    _forward(a, b, h0, seq_id=seq_id, h=h, h_T=h_T, cfg=cfg)
     return h, h_T
 
 
@@ -101,14 +96,14 @@ def _bwd_impl(a, h, h0, seq_id, dh, dh_T) -> tuple[torch.Tensor, torch.Tensor, t
     dh = h.new_zeros(()).expand(h.shape) if dh is None else dh
     dh_T = None if dh_T is None else dh_T.contiguous()
     poisoned = poison()
-    da = new_tensor(a.shape, a.dtype, a.device, poisoned)
-    db = new_tensor(a.shape, a.dtype, a.device, poisoned)
+    da = new_tensor(a.shape, a.dtype, a.device, poisoned=poisoned)
+    db = new_tensor(a.shape, a.dtype, a.device, poisoned=poisoned)
     dh0 = None
     if h0 is not None:
         # Packed: written at each sequence's first step only; an empty sequence's stays 0.
         dh0 = (torch.zeros_like(h0) if seq_id is not None
-               else new_tensor(h0.shape, h0.dtype, h0.device, poisoned))
-    _backward(a, h, h0, seq_id, dh, dh_T, da, db, dh0, cfg)
+               else new_tensor(h0.shape, h0.dtype, h0.device, poisoned=poisoned))
+    _backward(a, h, h0, seq_id=seq_id, dh=dh, dh_T=dh_T, da=da, db=db, dh0=dh0, cfg=cfg)
     return da, db, a.new_empty(0) if dh0 is None else dh0
 
 
@@ -117,7 +112,7 @@ def linear_recurrence_fwd(
     a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None, seq_id: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward op: ``(h (B, T, D), h_T (B, D))``."""
-    return _fwd_impl(a, b, h0, seq_id)
+    return _fwd_impl(a, b, h0, seq_id=seq_id)
 
 
 @linear_recurrence_fwd.register_fake
@@ -137,7 +132,7 @@ def linear_recurrence_bwd(
     dh_T: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward op: ``(da, db, dh0)`` (an empty ``dh0`` when there is no ``h0``)."""
-    return _bwd_impl(a, h, h0, seq_id, dh, dh_T)
+    return _bwd_impl(a, h, h0, seq_id=seq_id, dh=dh, dh_T=dh_T)
 
 
 @linear_recurrence_bwd.register_fake
@@ -155,7 +150,7 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.has_h0 = h0 is not None
     ctx.save_for_backward(a, h, h0, seq_id)
     # Unused outputs arrive as None (in eager): a missing dh_T skips its fold.
-    ctx.set_materialize_grads(False)
+    ctx.set_materialize_grads(value=False)
 
 
 def _backward_formula(ctx, dh, dh_T, bwd=linear_recurrence_bwd):
@@ -166,5 +161,5 @@ def _backward_formula(ctx, dh, dh_T, bwd=linear_recurrence_bwd):
     return da, db, dh0 if ctx.has_h0 else None, None
 
 
-_entry = dual_entry("linear_recurrence", linear_recurrence_fwd, _fwd_impl, _setup_context,
-                    _backward_formula, _bwd_impl)
+_entry = dual_entry("linear_recurrence", linear_recurrence_fwd, _fwd_impl,
+                    setup_context=_setup_context, formula=_backward_formula, bwd_impl=_bwd_impl)

@@ -45,7 +45,7 @@ def _forward(a, b, P, Z, cfg) -> None:
         if cfg["strategy"] == "walk":
             kernels.linear_scan_fwd_kernel[grid](a, b, P, Z, P, Z, *dims, MODE=meta.WALK, **kw)
             return
-        sa, sb, ca, cb = elementwise.scratch(meta.FWD_SCRATCH, B, cfg, D, a.device)
+        sa, sb, ca, cb = elementwise.scratch(meta.FWD_SCRATCH, B, cfg, D=D, device=a.device)
         kernels.linear_scan_fwd_kernel[grid](a, b, P, Z, sa, sb, *dims, MODE=meta.SUMMARY, **kw)
         kernels.linear_carry_kernel[meta.carry_grid(cfg, B)](
             sa, sb, sb, ca, cb, cb, n_chunks, D, n_dblk,
@@ -67,7 +67,7 @@ def _backward(a, P, Z, dP, dZ, da, db, cfg) -> None:
                 a, P, Z, dP, dZ, da, db, da, da, da, *dims, MODE=meta.WALK, HAS_DP=has_dp, **kw
             )
             return
-        sc, sg, sgp, cg, cgp = elementwise.scratch(meta.BWD_SCRATCH, B, cfg, D, a.device)
+        sc, sg, sgp, cg, cgp = elementwise.scratch(meta.BWD_SCRATCH, B, cfg, D=D, device=a.device)
         kernels.linear_scan_bwd_kernel[grid](
             a, P, Z, dP, dZ, da, db, sc, sg, sgp, *dims, MODE=meta.SUMMARY, HAS_DP=has_dp, **kw
         )
@@ -84,9 +84,9 @@ def _fwd_impl(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     a, b = a.contiguous(), b.contiguous()
     cfg = elementwise.make_plan("linear_scan", a)
     poisoned = poison()
-    P = new_tensor(a.shape, a.dtype, a.device, poisoned)
-    Z = new_tensor(a.shape, a.dtype, a.device, poisoned)
-    _forward(a, b, P, Z, cfg)
+    P = new_tensor(a.shape, a.dtype, a.device, poisoned=poisoned)
+    Z = new_tensor(a.shape, a.dtype, a.device, poisoned=poisoned)
+    _forward(a, b, P, Z=Z, cfg=cfg)
     return P, Z
 
 
@@ -97,9 +97,9 @@ def _bwd_impl(a, P, Z, dP, dZ) -> tuple[torch.Tensor, torch.Tensor]:
     # not copied); a missing dZ is a zero read with stride 0.
     dZ = Z.new_zeros(()).expand(Z.shape) if dZ is None else dZ
     poisoned = poison()
-    da = new_tensor(a.shape, a.dtype, a.device, poisoned)
-    db = new_tensor(a.shape, a.dtype, a.device, poisoned)
-    _backward(a, P.contiguous(), Z.contiguous(), dP, dZ, da, db, cfg)
+    da = new_tensor(a.shape, a.dtype, a.device, poisoned=poisoned)
+    db = new_tensor(a.shape, a.dtype, a.device, poisoned=poisoned)
+    _backward(a, P.contiguous(), Z.contiguous(), dP=dP, dZ=dZ, da=da, db=db, cfg=cfg)
     return da, db
 
 
@@ -125,7 +125,7 @@ def linear_scan_bwd(
     dZ: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backward op: ``(da, db)`` from the saved ``a, P, Z`` and the output gradients."""
-    return _bwd_impl(a, P, Z, dP, dZ)
+    return _bwd_impl(a, P, Z, dP=dP, dZ=dZ)
 
 
 @linear_scan_bwd.register_fake
@@ -140,7 +140,7 @@ def _setup_context(ctx, inputs, output) -> None:
     P, Z = output
     ctx.save_for_backward(a, P, Z)
     # Unused outputs arrive as None (in eager), which skips the dP scan entirely.
-    ctx.set_materialize_grads(False)
+    ctx.set_materialize_grads(value=False)
 
 
 def _backward_formula(ctx, dP, dZ, bwd=linear_scan_bwd):
@@ -150,5 +150,5 @@ def _backward_formula(ctx, dP, dZ, bwd=linear_scan_bwd):
     return bwd(a, P, Z, dP, dZ)
 
 
-_entry = dual_entry("linear_scan", linear_scan_fwd, _fwd_impl, _setup_context,
-                    _backward_formula, _bwd_impl)
+_entry = dual_entry("linear_scan", linear_scan_fwd, _fwd_impl, setup_context=_setup_context,
+                    formula=_backward_formula, bwd_impl=_bwd_impl)

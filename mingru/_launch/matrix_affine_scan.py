@@ -21,7 +21,6 @@ from mingru_kernels import matrix_affine_scan as matrix_affine_scan_kernels
 from mingru_kernels._seam import interpreter_mode
 from mingru_kernels.launch import matrix_affine_scan as meta
 from mingru_kernels.launch import switches
-from mingru_kernels.launch._elementwise import cdiv
 
 kernels = CachedKernels(matrix_affine_scan_kernels)
 
@@ -58,38 +57,44 @@ def run(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _empty(shape, like: torch.Tensor, dtype: torch.dtype | None = None,
-           poisoned: bool = False) -> torch.Tensor:
-    return new_tensor(shape, like.dtype if dtype is None else dtype, like.device, poisoned)
+           *, poisoned: bool = False) -> torch.Tensor:
+    return new_tensor(shape, like.dtype if dtype is None else dtype, like.device, poisoned=poisoned)
 
 
-def _segments(T: int) -> tuple[int, int]:
-    return meta.segment_plan(T, switches.plan_choices("matrix_affine_scan").get("seg_len"))
+def _plan(A: torch.Tensor, v: int) -> meta.WalkPlan:
+    """The launch over ``A``'s blocks with ``k×v`` states (a test may force the segments)."""
+    return meta.walk_plan(A.shape, v,
+                          seg_len=switches.plan_choices("matrix_affine_scan").get("seg_len"))
+
+
+def _walk(kernel, tensors: tuple, *, unread: tuple, v: int, width: int, poisoned: bool,
+          **flags: bool) -> None:
+    """Run the walk ``kernel`` on ``tensors`` (its arguments before the composites' scratch,
+    ``A`` first) for ``k×v`` states. Where T is split, a composites pass first writes float32
+    scratch (per pair and segment a ``k×k`` transition and a ``k×width`` map); on one segment
+    ``unread`` stands in for the scratch. ``flags``: the kernel's constexprs beyond the plan's."""
+    A = tensors[0]
+    k = A.shape[-1]
+    plan = _plan(A, v)
+    with device_guard(A):
+        m, c = unread
+        if plan.nseg > 1:
+            m = _empty((plan.npair, plan.nseg, k, k), A, torch.float32, poisoned=poisoned)
+            c = _empty((plan.npair, plan.nseg, k, width), A, torch.float32, poisoned=poisoned)
+            kernel[plan.grid](*tensors, m, c, *plan.scalars, COMPOSITE=True, **flags,
+                              **plan.constants)
+        kernel[plan.grid](*tensors, m, c, *plan.scalars, COMPOSITE=False, **flags,
+                          **plan.constants)
 
 
 def _forward(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     A, Bm = A.contiguous(), Bm.contiguous()
-    B, T, n, k, _ = A.shape
-    v = Bm.shape[-1]
     poisoned = poison()
     P, Z = _empty(A.shape, A, poisoned=poisoned), _empty(Bm.shape, Bm, poisoned=poisoned)
-    npair = B * n
-    if npair == 0:
-        return P, Z
-    cfg = meta.affine_config(k, v)
-    seg_len, nseg = _segments(T)
-    grid = (cdiv(npair, cfg["LP"]), nseg)
-    consts = dict(K=k, V=v, LP=cfg["LP"], num_warps=cfg["num_warps"])
-    with device_guard(A):
-        m, c = A, Bm  # unread when nseg == 1
-        if nseg > 1:
-            m = _empty((npair, nseg, k, k), A, torch.float32, poisoned)
-            c = _empty((npair, nseg, k, v), A, torch.float32, poisoned)
-            kernels.matrix_affine_scan_fwd_kernel[grid](
-                A, Bm, P, Z, m, c, npair, n, T, seg_len, nseg, COMPOSITE=True, **consts
-            )
-        kernels.matrix_affine_scan_fwd_kernel[grid](
-            A, Bm, P, Z, m, c, npair, n, T, seg_len, nseg, COMPOSITE=False, **consts
-        )
+    if A.shape[0] * A.shape[2] > 0:  # any block pairs
+        v = Bm.shape[-1]
+        _walk(kernels.matrix_affine_scan_fwd_kernel, (A, Bm, P, Z), unread=(A, Bm), v=v,
+              width=v, poisoned=poisoned)
     return P, Z
 
 
@@ -100,29 +105,27 @@ def _backward(
     A, P, Z, dZ = A.contiguous(), P.contiguous(), Z.contiguous(), dZ.contiguous()
     has_dp = dP is not None
     dP = dP.contiguous() if has_dp else dZ  # dummy pointer when absent
-    B, T, n, k, _ = A.shape
-    v = Z.shape[-1]
     poisoned = poison()
     dA, dB = _empty(A.shape, A, poisoned=poisoned), _empty(Z.shape, Z, poisoned=poisoned)
-    npair = B * n
-    if npair == 0:
-        return dA, dB
-    cfg = meta.affine_config(k, v)
-    seg_len, nseg = _segments(T)
-    grid = (cdiv(npair, cfg["LP"]), nseg)
-    consts = dict(K=k, V=v, LP=cfg["LP"], HAS_DP=has_dp, num_warps=cfg["num_warps"])
+    if A.shape[0] * A.shape[2] > 0:  # any block pairs
+        k, v = A.shape[-1], Z.shape[-1]
+        # The adjoint scan carries [dZ | dP]: its maps are k×(v + k).
+        _walk(kernels.matrix_affine_scan_bwd_kernel, (A, P, Z, dP, dZ, dA, dB), unread=(A, Z),
+              v=v, width=v + k, poisoned=poisoned, HAS_DP=has_dp)
+    return dA, dB
+    plan = _plan(A, v)
     with device_guard(A):
         m, c = A, Z  # unread when nseg == 1
-        if nseg > 1:
-            m = _empty((npair, nseg, k, k), A, torch.float32, poisoned)
-            c = _empty((npair, nseg, k, v + k), A, torch.float32, poisoned)
-            kernels.matrix_affine_scan_bwd_kernel[grid](
-                A, P, Z, dP, dZ, dA, dB, m, c, npair, n, T, seg_len, nseg,
-                COMPOSITE=True, **consts,
+        if plan.nseg > 1:
+            m = _empty((plan.npair, plan.nseg, k, k), A, torch.float32, poisoned=poisoned)
+            c = _empty((plan.npair, plan.nseg, k, v + k), A, torch.float32, poisoned=poisoned)
+            kernels.matrix_affine_scan_bwd_kernel[plan.grid](
+                A, P, Z, dP, dZ, dA, dB, m, c, *plan.scalars,
+                COMPOSITE=True, HAS_DP=has_dp, **plan.constants,
             )
-        kernels.matrix_affine_scan_bwd_kernel[grid](
-            A, P, Z, dP, dZ, dA, dB, m, c, npair, n, T, seg_len, nseg,
-            COMPOSITE=False, **consts,
+        kernels.matrix_affine_scan_bwd_kernel[plan.grid](
+            A, P, Z, dP, dZ, dA, dB, m, c, *plan.scalars,
+            COMPOSITE=False, HAS_DP=has_dp, **plan.constants,
         )
     return dA, dB
 
@@ -147,7 +150,7 @@ def matrix_affine_scan_bwd(
     dP: torch.Tensor | None, dZ: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(dA, dBm)`` from the saved ``A, P, Z`` and the output gradients."""
-    return _backward(A, P, Z, dP, dZ)
+    return _backward(A, P, Z, dP=dP, dZ=dZ)
 
 
 @matrix_affine_scan_bwd.register_fake
@@ -159,7 +162,7 @@ def _setup_context(ctx, inputs, output) -> None:
     A, _ = inputs
     P, Z = output
     ctx.save_for_backward(A, P, Z)
-    ctx.set_materialize_grads(False)  # dP = None skips its scan; dZ = None becomes zeros
+    ctx.set_materialize_grads(value=False)  # dP = None skips its scan; dZ = None becomes zeros
 
 
 def _autograd_backward(ctx, dP, dZ, bwd=matrix_affine_scan_bwd):
@@ -171,5 +174,5 @@ def _autograd_backward(ctx, dP, dZ, bwd=matrix_affine_scan_bwd):
     return bwd(A, P, Z, dP, dZ)
 
 
-_entry = dual_entry("matrix_affine_scan", matrix_affine_scan_fwd, _forward, _setup_context,
-                    _autograd_backward, _backward)
+_entry = dual_entry("matrix_affine_scan", matrix_affine_scan_fwd, _forward,
+                    setup_context=_setup_context, formula=_autograd_backward, bwd_impl=_backward)

@@ -64,7 +64,7 @@ def _decay_strides(lg: torch.Tensor | None) -> tuple[int, int]:
     return (1, 0) if lg.shape[-1] == 1 else (lg.shape[-1], 1)
 
 
-def _flags(h0, lg, signed, coupled, seq_id) -> dict:
+def _flags(h0, lg, signed, *, coupled, seq_id) -> dict:
     return dict(HAS_H0=h0 is not None, SIGNED=signed, COUPLED=coupled, HAS_DECAY=lg is not None,
                 PACKED=seq_id is not None)
 
@@ -76,14 +76,16 @@ def _fwd_impl(k, h0, lg, signed, coupled, seq_id=None):
     B, T, D = _state_shape(k, signed)
     cfg = elementwise.make_plan("mingru_cell", k, meta.TILES[signed], shape=(B, T, D))
     poisoned = poison()
-    h = new_tensor((B, T, D), k.dtype, k.device, poisoned)
-    h_T = new_tensor((B, D), k.dtype, k.device, poisoned)
+    h = new_tensor((B, T, D), k.dtype, k.device, poisoned=poisoned)
+    h_T = new_tensor((B, D), k.dtype, k.device, poisoned=poisoned)
     scalars = (*meta.dims(cfg, T, D), *_decay_strides(lg))
     ptrs = (k, k if lg is None else lg, k if h0 is None else h0,  # placeholders if absent
             k if seq_id is None else seq_id, h, h_T)
     with device_guard(k):
-        elementwise.run_scan(kernels.mingru_cell_fwd_kernel, cfg, B, D, ptrs, scalars,
-                             **_flags(h0, lg, signed, coupled, seq_id), **meta.launch_kwargs(cfg))
+        elementwise.run_scan(kernels.mingru_cell_fwd_kernel, cfg, B, D=D, pointers=ptrs,
+                             scalars=scalars,
+                             **_flags(h0, lg, signed, coupled=coupled, seq_id=seq_id),
+                             **meta.launch_kwargs(cfg))
     return h, h_T
 
 
@@ -98,23 +100,23 @@ def _bwd_impl(k, h, h0, lg, dh, dh_T, signed, coupled, seq_id=None):
         dh = k.new_zeros(()).expand(B, T, D)
     dh_T = None if dh_T is None else dh_T.contiguous()
     poisoned = poison()
-    dk = new_tensor(k.shape, k.dtype, k.device, poisoned)
+    dk = new_tensor(k.shape, k.dtype, k.device, poisoned=poisoned)
     # The decay gradient per channel; a (B, T, 1) decay sums it over D below.
-    dlg = None if lg is None else new_tensor((B, T, D), lg.dtype, k.device, poisoned)
+    dlg = None if lg is None else new_tensor((B, T, D), lg.dtype, k.device, poisoned=poisoned)
     dh0 = None
     if h0 is not None:
         # Packed: written at each sequence's first step only; an empty sequence's stays 0.
         dh0 = (torch.zeros_like(h0) if seq_id is not None
-               else new_tensor(h0.shape, h0.dtype, h0.device, poisoned))
+               else new_tensor(h0.shape, h0.dtype, h0.device, poisoned=poisoned))
     scalars = (*meta.dims(cfg, T, D), *_decay_strides(lg), *dh.stride())
-    flags = dict(_flags(h0, lg, signed, coupled, seq_id), HAS_DHT=dh_T is not None)
+    flags = dict(_flags(h0, lg, signed, coupled=coupled, seq_id=seq_id), HAS_DHT=dh_T is not None)
     ptrs = (k, k if lg is None else lg, k if h0 is None else h0, h,
             k if seq_id is None else seq_id, dh,
             k if dh_T is None else dh_T, dk, dk if dlg is None else dlg,
             dk if dh0 is None else dh0)
     with device_guard(k):
-        elementwise.run_scan(kernels.mingru_cell_bwd_kernel, cfg, B, D, ptrs, scalars, **flags,
-                             **meta.launch_kwargs(cfg))
+        elementwise.run_scan(kernels.mingru_cell_bwd_kernel, cfg, B, D=D, pointers=ptrs,
+                             scalars=scalars, **flags, **meta.launch_kwargs(cfg))
     if dlg is not None and lg.shape[-1] == 1:
         dlg = dlg.sum(-1, keepdim=True, dtype=torch.float32).to(lg.dtype)
     # Distinct empties: outputs of a custom op may not alias each other (torch.compile).
@@ -128,7 +130,7 @@ def mingru_cell_fwd(
     coupled: bool, seq_id: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward op: ``(h (B, T, D), h_T (B, D))``."""
-    return _fwd_impl(k, h0, lg, signed, coupled, seq_id)
+    return _fwd_impl(k, h0, lg, signed=signed, coupled=coupled, seq_id=seq_id)
 
 
 @mingru_cell_fwd.register_fake
@@ -144,7 +146,8 @@ def mingru_cell_bwd(
     seq_id: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward op: ``(dk, dh0, dlog_gamma)`` (empty tensors for absent inputs)."""
-    return _bwd_impl(k, h, h0, lg, dh, dh_T, signed, coupled, seq_id)
+    return _bwd_impl(k, h, h0, lg=lg, dh=dh, dh_T=dh_T, signed=signed, coupled=coupled,
+                     seq_id=seq_id)
 
 
 @mingru_cell_bwd.register_fake
@@ -162,7 +165,7 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.flags = (h0 is not None, lg is not None, signed, coupled)
     ctx.save_for_backward(k, h, h0, lg, seq_id)
     # Unused outputs arrive as None (in eager): a missing dh_T skips its fold.
-    ctx.set_materialize_grads(False)
+    ctx.set_materialize_grads(value=False)
 
 
 def _backward_formula(ctx, dh, dh_T, bwd=mingru_cell_bwd):
@@ -174,5 +177,5 @@ def _backward_formula(ctx, dh, dh_T, bwd=mingru_cell_bwd):
     return dk, dh0 if has_h0 else None, dlg if has_lg else None, None, None, None
 
 
-_entry = dual_entry("mingru_cell", mingru_cell_fwd, _fwd_impl, _setup_context,
-                    _backward_formula, _bwd_impl)
+_entry = dual_entry("mingru_cell", mingru_cell_fwd, _fwd_impl, setup_context=_setup_context,
+                    formula=_backward_formula, bwd_impl=_bwd_impl)

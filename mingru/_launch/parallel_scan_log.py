@@ -42,15 +42,17 @@ def run(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
 def _forward(la, lv, h, cfg) -> None:
     B, T, D = la.shape
     with device_guard(la):
-        elementwise.run_scan(kernels.parallel_scan_log_fwd_kernel, cfg, B, D, (la, lv, h),
-                             meta.dims(cfg, T, D), **meta.launch_kwargs(cfg))
+        elementwise.run_scan(kernels.parallel_scan_log_fwd_kernel, cfg, B, D=D,
+                             pointers=(la, lv, h), scalars=meta.dims(cfg, T, D),
+                             **meta.launch_kwargs(cfg))
 
 
 def _backward(la, lv, h, dh, dla, dlv, cfg) -> None:
     B, T, D = la.shape
     with device_guard(la):
-        elementwise.run_scan(kernels.parallel_scan_log_bwd_kernel, cfg, B, D,
-                             (la, lv, h, dh, dla, dlv), (*meta.dims(cfg, T, D), *dh.stride()),
+        elementwise.run_scan(kernels.parallel_scan_log_bwd_kernel, cfg, B, D=D,
+                             pointers=(la, lv, h, dh, dla, dlv),
+                             scalars=(*meta.dims(cfg, T, D), *dh.stride()),
                              **meta.launch_kwargs(cfg))
 
 
@@ -58,7 +60,7 @@ def _fwd_impl(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tenso
     la, lv = log_coeffs.contiguous(), log_values.contiguous()
     cfg = elementwise.make_plan("parallel_scan_log", la, meta.TILES)
     h = new_tensor(la.shape, la.dtype, la.device)
-    _forward(la, lv, h, cfg)
+    _forward(la, lv, h, cfg=cfg)
     return h
 
 
@@ -66,10 +68,10 @@ def _bwd_impl(log_coeffs, log_values, h, dh) -> tuple[torch.Tensor, torch.Tensor
     la, lv = log_coeffs.contiguous(), log_values.contiguous()
     cfg = elementwise.make_plan("parallel_scan_log", la, meta.bwd_tiles(la.element_size()))
     poisoned = poison()
-    dla = new_tensor(la.shape, la.dtype, la.device, poisoned)
-    dlv = new_tensor(lv.shape, lv.dtype, lv.device, poisoned)
+    dla = new_tensor(la.shape, la.dtype, la.device, poisoned=poisoned)
+    dlv = new_tensor(lv.shape, lv.dtype, lv.device, poisoned=poisoned)
     # dh is read through its strides (an expanded gradient of a sum is not copied).
-    _backward(la, lv, h.contiguous(), dh, dla, dlv, cfg)
+    _backward(la, lv, h.contiguous(), dh=dh, dla=dla, dlv=dlv, cfg=cfg)
     return dla, dlv
 
 
@@ -92,7 +94,7 @@ def parallel_scan_log_bwd(
     dh: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backward op: ``(d log_coeffs, d log_values)`` from the inputs, ``h`` and ``dh``."""
-    return _bwd_impl(log_coeffs, log_values, h, dh)
+    return _bwd_impl(log_coeffs, log_values, h, dh=dh)
 
 
 @parallel_scan_log_bwd.register_fake
@@ -113,5 +115,5 @@ def _backward_formula(ctx, dh, bwd=parallel_scan_log_bwd):
     return bwd(log_coeffs, log_values, h, dh)
 
 
-_entry = dual_entry("parallel_scan_log", parallel_scan_log_fwd, _fwd_impl, _setup_context,
-                    _backward_formula, _bwd_impl)
+_entry = dual_entry("parallel_scan_log", parallel_scan_log_fwd, _fwd_impl,
+                    setup_context=_setup_context, formula=_backward_formula, bwd_impl=_bwd_impl)

@@ -55,8 +55,8 @@ def _forward(k, h0, log_gamma, snap_k) -> torch.Tensor:
     theta, u, k_z, k_h = split_projection(k)
     B, T, n, _ = k_z.shape
     row = k.shape[-1]  # every view's rows are W apart
-    h = walk_forward(theta, k_h, k_z, block_start(k, h0, n, 2), u, log_gamma, row, row,
-                     rotation=True, snap=snap_k)
+    h = walk_forward(theta, k_h, k_z, h0=block_start(k, h0, n, block_size=2), scale=u,
+                     log_gamma=log_gamma, th_row=row, in_row=row, rotation=True, snap=snap_k)
     return h.reshape(B, T, 2 * n)
 
 
@@ -68,9 +68,11 @@ def _backward(k, h0, log_gamma, snap_k, h, dh):
     dk = new_tensor(k.shape, k.dtype, k.device)
     d_theta, d_u, d_z, d_h = split_projection(dk)
     shape = (B, T, n, 2)
-    dh0, _, dlog_gamma = walk_backward(theta, block_start(k, h0, n, 2), u, log_gamma,
-                                       h.reshape(shape), dh.reshape(shape), k_h, k_z, d_theta,
-                                       d_h, d_z, row, row, rotation=True, snap=snap_k, du=d_u)
+    dh0, _, dlog_gamma = walk_backward(theta, block_start(k, h0, n, block_size=2), u,
+                                       log_gamma=log_gamma, h=h.reshape(shape),
+                                       dh=dh.reshape(shape), hh=k_h, z=k_z, dtheta=d_theta, db=d_h,
+                                       dz=d_z, th_row=row, in_row=row, rotation=True, snap=snap_k,
+                                       du=d_u)
     return dk, dh0.reshape(B, 2 * n), dlog_gamma
 
 
@@ -81,7 +83,7 @@ def _backward(k, h0, log_gamma, snap_k, h, dh):
 def rotation_cell_fwd(k: torch.Tensor, h0: torch.Tensor | None, log_gamma: torch.Tensor | None,
                       snap_k: torch.Tensor | None) -> torch.Tensor:
     """``h`` of RotationMinGRU's fused cell on the Triton kernels."""
-    return _forward(k, h0, log_gamma, snap_k)
+    return _forward(k, h0, log_gamma, snap_k=snap_k)
 
 
 @rotation_cell_fwd.register_fake
@@ -95,7 +97,7 @@ def rotation_cell_bwd(k: torch.Tensor, h0: torch.Tensor | None, log_gamma: torch
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dk, dh0, dlog_gamma)``; an absent ``log_gamma`` gets an empty placeholder gradient
     (``dh0`` is always formed: the gradient of the zero start when ``h0`` is absent)."""
-    dk, dh0, dlog_gamma = _backward(k, h0, log_gamma, snap_k, h, dh)
+    dk, dh0, dlog_gamma = _backward(k, h0, log_gamma, snap_k=snap_k, h=h, dh=dh)
     return dk, dh0, k.new_empty(0) if dlog_gamma is None else dlog_gamma
 
 
@@ -119,5 +121,5 @@ def _autograd_backward(ctx, dh, bwd=rotation_cell_bwd):
     return dk, dh0 if ctx.has_h0 else None, dlog_gamma if ctx.has_gamma else None, None
 
 
-_entry = dual_entry("rotation_cell", rotation_cell_fwd, _forward, _setup_context,
-                    _autograd_backward, _backward)
+_entry = dual_entry("rotation_cell", rotation_cell_fwd, _forward, setup_context=_setup_context,
+                    formula=_autograd_backward, bwd_impl=_backward)

@@ -119,11 +119,11 @@ class TimeDecay(nn.Module):
 
 
 def check_sequence(
-    x: object, input_size: int, name: str = "x", module: nn.Module | None = None
+    x: object, input_size: int, name: str = "x", *, module: nn.Module | None = None
 ) -> torch.Tensor:
     """``x`` must be a floating ``(B, T, input_size)`` tensor with ``T ≥ 1`` (and of
     ``module``'s dtype, see :func:`check_input_dtype`)."""
-    _validate.float_tensor(x, name, 3, f"(B, T, {input_size})")
+    _validate.float_tensor(x, name, 3, shape=f"(B, T, {input_size})")
     if x.shape[-1] != input_size or x.shape[1] < 1 or x.shape[0] < 1:
         raise ValueError(f"{name} must have shape (B, T, {input_size}) with B, T ≥ 1; got {tuple(x.shape)}")
     if module is not None:
@@ -132,10 +132,10 @@ def check_sequence(
 
 
 def check_token(
-    x: object, input_size: int, name: str = "x_t", module: nn.Module | None = None
+    x: object, input_size: int, name: str = "x_t", *, module: nn.Module | None = None
 ) -> torch.Tensor:
     """``x_t`` must be a floating ``(B, input_size)`` tensor (of ``module``'s dtype)."""
-    _validate.float_tensor(x, name, 2, f"(B, {input_size})")
+    _validate.float_tensor(x, name, 2, shape=f"(B, {input_size})")
     if x.shape[-1] != input_size:
         raise ValueError(f"{name} must have shape (B, {input_size}); got {tuple(x.shape)}")
     if module is not None:
@@ -179,12 +179,12 @@ def first_parameter(module: nn.Module) -> nn.Parameter | None:
 
 
 def check_state(
-    h: object, batch: int, size: int, name: str, *, sequence: bool, like: torch.Tensor
+    h: object, batch: int, size: int, *, name: str, sequence: bool, like: torch.Tensor
 ) -> torch.Tensor:
     """A state: ``(B, 1, size)`` for ``forward`` (``sequence=True``) or ``(B, size)`` for ``step``."""
     shape = (batch, 1, size) if sequence else (batch, size)
     txt = f"(B, 1, {size})" if sequence else f"(B, {size})"
-    _validate.float_tensor(h, name, len(shape), txt)
+    _validate.float_tensor(h, name, len(shape), shape=txt)
     if tuple(h.shape) != shape:
         raise ValueError(f"{name} must have shape {txt} = {shape}; got {tuple(h.shape)}")
     if h.device != like.device:
@@ -200,5 +200,5 @@ def packed_offsets(
     ``sharded``: ``x`` is one rank's slice of the packed row (the offsets are the row's)."""
     if cu_seqlens is None:
         return None, x.shape[0]
-    cu = check_cu_seqlens(cu_seqlens, x.shape[0], x.shape[1], x.device, sharded=sharded)
+    cu = check_cu_seqlens(cu_seqlens, x.shape[0], x.shape[1], device=x.device, sharded=sharded)
     return cu, cu.shape[0] - 1

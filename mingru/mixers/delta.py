@@ -100,7 +100,8 @@ class DeltaMinGRU(nn.Module):
     ) -> None:
         super().__init__()
         check_flag(allow_tf32, "DeltaMinGRU: allow_tf32")
-        sizes = check_delta(input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size)
+        sizes = check_delta(input_size, hidden_size, n_heads, nh=nh, d_k=d_k, d_v=d_v,
+                            chunk_size=chunk_size)
         input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size = sizes
 
         self.input_size = input_size
@@ -172,7 +173,7 @@ class DeltaMinGRU(nn.Module):
         cu, n_states = packed_offsets(cu_seqlens, x)
         h0 = None
         if h_0 is not None:
-            h0 = check_state(h_0, n_states, self.state_size, "h_0", sequence=True, like=x)
+            h0 = check_state(h_0, n_states, self.state_size, name="h_0", sequence=True, like=x)
             h0 = h0.reshape(n_states, H, dk, dv)
         log_gamma = self.decay.log_gamma(delta_t, B, T, like=x)
         if log_gamma is not None:
@@ -208,7 +209,7 @@ class DeltaMinGRU(nn.Module):
         if h_prev is None:
             S = x_t.new_zeros(B, H, dk, dv)
         else:
-            S = check_state(h_prev, B, self.state_size, "h_prev", sequence=False, like=x_t)
+            S = check_state(h_prev, B, self.state_size, name="h_prev", sequence=False, like=x_t)
             S = S.reshape(B, H, dk, dv)
         log_gamma = self.decay.log_gamma(delta_t, B, None, like=x_t)
         if log_gamma is not None:

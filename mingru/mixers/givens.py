@@ -88,7 +88,7 @@ class BlockRotationBase(nn.Module):
         *parts, k_z, k_h = k.split([layer.out_features for layer in layers], dim=-1)
         return (self._input_term(k_z, k_h), *self.transition_from(parts))
 
-    def _log_gamma(self, delta_t, batch: int, steps: int | None, like: torch.Tensor):
+    def _log_gamma(self, delta_t, batch: int, steps: int | None, *, like: torch.Tensor):
         lg = self.decay.log_gamma(delta_t, batch, steps, like=like)
         if lg is None:
             return None
@@ -139,9 +139,9 @@ class BlockRotationBase(nn.Module):
         if h_0 is None:
             h0 = self.h0.to(b.dtype).reshape(1, n, k).expand(n_states, n, k).contiguous()
         else:
-            h0 = check_state(h_0, n_states, self.hidden_size, "h_0", sequence=True, like=b)
+            h0 = check_state(h_0, n_states, self.hidden_size, name="h_0", sequence=True, like=b)
             h0 = h0.reshape(n_states, n, k)
-        log_gamma = self._log_gamma(delta_t, B, T, b)
+        log_gamma = self._log_gamma(delta_t, B, T, like=b)
         if sequence_group is not None:
             out = _sharded_givens(theta.to(b.dtype), b, h0=h0, scale=_cast(scale, b),
                                   log_gamma=log_gamma, group=check_group(sequence_group),
@@ -177,9 +177,9 @@ class BlockRotationBase(nn.Module):
         if h_0 is None:
             h0 = self.h0.to(k.dtype).expand(B, self.hidden_size)
         else:
-            h0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, like=k)
+            h0 = check_state(h_0, B, self.hidden_size, name="h_0", sequence=True, like=k)
         return (k, h0.reshape(B, self.hidden_size).contiguous(),
-                self._log_gamma(delta_t, B, T, k))
+                self._log_gamma(delta_t, B, T, like=k))
 
     def step(
         self,
@@ -199,10 +199,10 @@ class BlockRotationBase(nn.Module):
         if h_prev is None:
             h = self.h0.to(b.dtype).reshape(1, n, k).expand(B, n, k)
         else:
-            h = check_state(h_prev, B, self.hidden_size, "h_prev", sequence=False, like=b)
+            h = check_state(h_prev, B, self.hidden_size, name="h_prev", sequence=False, like=b)
             h = h.reshape(B, n, k)
-        log_gamma = self._log_gamma(delta_t, B, None, b)
-        h = givens_step(h, theta.to(b.dtype), b, _cast(scale, b), log_gamma)
+        log_gamma = self._log_gamma(delta_t, B, None, like=b)
+        h = givens_step(h, theta.to(b.dtype), b, scale=_cast(scale, b), log_gamma=log_gamma)
         return h.reshape(B, self.hidden_size)
 
 

@@ -97,7 +97,7 @@ class MinGRU(nn.Module):
             if self.h0 is not None:
                 return g(self.h0.to(like.dtype)).expand(batch, H)
             return like.new_full((batch, H), 0.5)
-        h_0 = check_state(h_0, batch, H, "h_0", sequence=True, like=like)
+        h_0 = check_state(h_0, batch, H, name="h_0", sequence=True, like=like)
         check_non_negative(h_0, "h_0")
         return h_0[:, 0]
 
@@ -154,7 +154,8 @@ class MinGRU(nn.Module):
         if h_prev is None:
             h_prev = self._h0(None, B, k_z)
         else:
-            h_prev = check_state(h_prev, B, self.hidden_size, "h_prev", sequence=False, like=k_z)
+            h_prev = check_state(h_prev, B, self.hidden_size, name="h_prev", sequence=False,
+                                 like=k_z)
         log_a = -F.softplus(k_z)
         log_gamma = self.decay.log_gamma(delta_t, B, None, like=k_z)
         if log_gamma is not None:

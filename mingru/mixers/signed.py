@@ -133,7 +133,8 @@ class SignedMinGRU(nn.Module):
         k = project(x, self.linear_z, self.linear_s, self.linear_h)
         log_gamma = self.decay.log_gamma(delta_t, B, T, like=k)
         if h_0 is not None:
-            h_0 = check_state(h_0, n_states, self.hidden_size, "h_0", sequence=True, like=k)[:, 0]
+            h_0 = check_state(h_0, n_states, self.hidden_size, name="h_0", sequence=True,
+                              like=k)[:, 0]
         elif self.h0 is not None:
             h_0 = self.h0.to(k.dtype).expand(n_states, self.hidden_size)
         if sequence_group is not None:
@@ -158,7 +159,7 @@ class SignedMinGRU(nn.Module):
         B = x_t.shape[0]
         a, b = self._gates(x_t, delta_t, None)
         if h_prev is not None:
-            h_prev = check_state(h_prev, B, self.hidden_size, "h_prev", sequence=False, like=b)
+            h_prev = check_state(h_prev, B, self.hidden_size, name="h_prev", sequence=False, like=b)
         elif self.h0 is not None:
             h_prev = self.h0.to(b.dtype)
         return b if h_prev is None else a * h_prev + b

@@ -118,7 +118,8 @@ def packed_layout(cu_seqlens: jax.Array, steps: int, chunk: int) -> PackedLayout
         return jnp.full((nc + 1,), -1, jnp.int32).at[slot].set(ids)[:nc]
 
     last = jnp.maximum(end - 1, 0).astype(jnp.int32)
-    return PackedLayout(pos, table(first), table(last), last, nonempty, chunk, nc)
+    return PackedLayout(pos, table(first), table(last), last_chunk=last, nonempty=nonempty,
+                        chunk=chunk, n_chunks=nc)
 
 
 def scatter_packed(x: jax.Array, layout: PackedLayout) -> jax.Array:
@@ -144,7 +145,7 @@ def packed_final_states(ends: jax.Array, layout: PackedLayout,
 # ----------------------------------------------------------------------------- chunked WY form
 
 
-def _chunk_maps(q, k, v, beta, log_gamma, C):
+def _chunk_maps(q, k, v, *, beta, log_gamma, C):
     """Per-chunk ``q_eff, o_u (B, H, NC, C, ·)`` and maps ``M, N (B, H, NC, ·, ·)`` with
     ``o = q_eff S_0 + o_u`` and ``S_L = M S_0 + N`` for chunks of ``C`` tokens (the sequence
     zero-padded to whole chunks)."""
@@ -243,7 +244,8 @@ def delta_rule_eager(
     """
     positive_int(chunk_size, "chunk_size")
     if cu_seqlens is not None:
-        return _packed(q, k, v, beta, log_gamma, h0, chunk_size, cu_seqlens)
+        return _packed(q, k, v, beta=beta, log_gamma=log_gamma, h0=h0, chunk_size=chunk_size,
+                       cu_seqlens=cu_seqlens)
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
     dtype = q.dtype
@@ -251,7 +253,7 @@ def delta_rule_eager(
         h0 = jnp.zeros((B, H, dk, dv), dtype)
 
     C = min(chunk_size, T)  # tokens per chunk; a chunk longer than T changes nothing
-    q_eff, o_u, M, N = _chunk_maps(q, k, v, beta, log_gamma, C)
+    q_eff, o_u, M, N = _chunk_maps(q, k, v, beta=beta, log_gamma=log_gamma, C=C)
     n_chunks = M.shape[2]
 
     # Chunk end states by an associative scan over the chunk maps (chunks on axis 1).
@@ -263,7 +265,7 @@ def delta_rule_eager(
     return o.astype(dtype), ends[:, -1].astype(dtype)
 
 
-def _packed(q, k, v, beta, log_gamma, h0, chunk_size, cu_seqlens):
+def _packed(q, k, v, *, beta, log_gamma, h0, chunk_size, cu_seqlens):
     """The packed form on the chunk-aligned layout (see the module docstring)."""
     _, T, nh, H, dk = k.shape
     dv = v.shape[-1]
@@ -272,7 +274,7 @@ def _packed(q, k, v, beta, log_gamma, h0, chunk_size, cu_seqlens):
     q, k, v, beta = (scatter_packed(x, lay) for x in (q, k, v, beta))
     if log_gamma is not None:
         log_gamma = scatter_packed(log_gamma, lay)
-    q_eff, o_u, M, N = _chunk_maps(q, k, v, beta, log_gamma, lay.chunk)
+    q_eff, o_u, M, N = _chunk_maps(q, k, v, beta=beta, log_gamma=log_gamma, C=lay.chunk)
     M, N = jnp.swapaxes(M[0], 0, 1), jnp.swapaxes(N[0], 0, 1)  # (NC, H, ·, ·)
     starts = (lay.chunk_seq >= 0)[:, None, None, None]
     if h0 is None:

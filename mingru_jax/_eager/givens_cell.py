@@ -24,7 +24,7 @@ def split_projection(k: jax.Array, block_size: int, rounds: int
             k[..., a + D:].reshape(B, T, n, block_size))
 
 
-def block_start(k: jax.Array, h0: jax.Array | None, n: int, block_size: int) -> jax.Array:
+def block_start(k: jax.Array, h0: jax.Array | None, n: int, *, block_size: int) -> jax.Array:
     """A block cell's start state ``(B, n, block_size)``: ``h0 (B, D)`` by block, or zeros in
     ``k``'s dtype when ``None``."""
     if h0 is None:
@@ -46,5 +46,6 @@ def givens_cell_eager(k: jax.Array, h0: jax.Array | None, log_gamma: jax.Array |
     theta, k_z, k_h = split_projection(k, block_size, rounds)
     B, T, n, _ = k_z.shape
     b = jax.nn.sigmoid(k_z) * k_h
-    return givens_recurrence_eager(theta, b, block_start(k, h0, n, block_size), None,
-                                   log_gamma).reshape(B, T, n * block_size)
+    start = block_start(k, h0, n, block_size=block_size)
+    h = givens_recurrence_eager(theta, b, start, scale=None, log_gamma=log_gamma)
+    return h.reshape(B, T, n * block_size)

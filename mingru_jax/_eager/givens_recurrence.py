@@ -95,6 +95,7 @@ def givens_step(
     h_prev: jax.Array,
     theta: jax.Array,
     b: jax.Array,
+    *,
     scale: jax.Array | None = None,
     log_gamma: jax.Array | None = None,
 ) -> jax.Array:

@@ -37,7 +37,7 @@ def linear_recurrence_eager(
         ([3.0, 2.5, 2.25], [[2.25]])
     """
     if seq_id is not None:
-        a, b = restart(a, b, initial_state, segments_of(seq_id))
+        a, b = restart(a, b, initial_state, seg=segments_of(seq_id))
     elif initial_state is not None:
         b = b.at[:, 0].add(a[:, 0] * initial_state)
     _, h = scan(a, b, diagonal)

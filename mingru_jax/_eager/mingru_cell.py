@@ -28,7 +28,7 @@ def log_g(x: jax.Array) -> jax.Array:
 
 
 def transitions(k: jax.Array, log_gamma: jax.Array | None, signed: bool,
-                coupled: bool) -> jax.Array:
+                *, coupled: bool) -> jax.Array:
     """The cell's transitions ``(B, T, D)`` from its pre-activations ``k (B, T, n·D)``:
     ``a = γ tanh(k_s) [(1 − σ(k_z))]`` (signed), or ``log a = −softplus(k_z) + log γ``
     (MinGRU, whose ``a`` is positive)."""
@@ -64,16 +64,16 @@ def mingru_cell_eager(
     """
     if signed:
         k_z, _, k_h = jnp.split(k, 3, axis=-1)
-        a = transitions(k, log_gamma, signed, coupled)
+        a = transitions(k, log_gamma, signed, coupled=coupled)
         return linear_recurrence_eager(a, jax.nn.sigmoid(k_z) * k_h, initial_state,
-                                       return_final_state, seq_id)
+                                       return_final_state=return_final_state, seq_id=seq_id)
     k_z, k_h = jnp.split(k, 2, axis=-1)
-    log_a = transitions(k, log_gamma, signed, coupled)
+    log_a = transitions(k, log_gamma, signed, coupled=coupled)
     log_b = -jax.nn.softplus(-k_z) + log_g(k_h)
     B, _, D = log_a.shape
     if seq_id is not None:
         log_h0 = None if initial_state is None else jnp.log(initial_state)
-        log_a, log_b = restart_log(log_a, log_b, log_h0, segments_of(seq_id))
+        log_a, log_b = restart_log(log_a, log_b, log_h0, seg=segments_of(seq_id))
         initial_state = None
     if initial_state is None:
         log_h0 = jnp.full((B, 1, D), -jnp.inf, log_a.dtype)

@@ -54,5 +54,5 @@ def rotation_cell_eager(k: jax.Array, h0: jax.Array | None, log_gamma: jax.Array
     s = jnp.tanh(k_u)
     scale = jnp.stack([jnp.ones_like(s), s], axis=-1)
     b = jax.nn.sigmoid(k_z) * k_h
-    return givens_recurrence_eager(theta, b, block_start(k, h0, n, 2), scale,
-                                   log_gamma).reshape(B, T, 2 * n)
+    return givens_recurrence_eager(theta, b, block_start(k, h0, n, block_size=2), scale=scale,
+                                   log_gamma=log_gamma).reshape(B, T, 2 * n)

@@ -2,9 +2,9 @@
 
 ``LAUNCHERS`` maps an op name to a loader returning the module that launches its kernel from
 ``mingru_kernels``, and ``REGISTRY`` is that map as the shared seam reads it
-(:class:`mingru_kernels._seam.Registry`; ``mingru._launch`` is built the same way). Importing
-this package never imports Triton or jax-triton; a launcher module is imported only when
-dispatch routes a call to it.
+(:class:`mingru_kernels._seam.Registry`, as in ``mingru._launch``; here the loaders import by
+name, :func:`mingru_kernels._seam.import_loaders`). Importing this package never imports
+Triton or jax-triton; a launcher module is imported only when dispatch routes a call to it.
 
 Each launcher module provides (the same protocol as ``mingru._launch``):
 
@@ -22,75 +22,13 @@ from collections.abc import Callable
 from types import ModuleType
 
 from mingru_jax._launch._jax_triton import import_jax_triton
-from mingru_kernels._seam import Registry
+from mingru_kernels._seam import Registry, import_loaders
 
-# One loader per op, a static import each (as in mingru._launch).
-
-
-def _linear_scan() -> ModuleType:
-    from mingru_jax._launch import linear_scan
-
-    return linear_scan
-
-
-def _linear_recurrence() -> ModuleType:
-    from mingru_jax._launch import linear_recurrence
-
-    return linear_recurrence
-
-
-def _parallel_scan_log() -> ModuleType:
-    from mingru_jax._launch import parallel_scan_log
-
-    return parallel_scan_log
-
-
-def _matrix_affine_scan() -> ModuleType:
-    from mingru_jax._launch import matrix_affine_scan
-
-    return matrix_affine_scan
-
-
-def _givens_recurrence() -> ModuleType:
-    from mingru_jax._launch import givens_recurrence
-
-    return givens_recurrence
-
-
-def _delta_rule() -> ModuleType:
-    from mingru_jax._launch import delta_rule
-
-    return delta_rule
-
-
-def _mingru_cell() -> ModuleType:
-    from mingru_jax._launch import mingru_cell
-
-    return mingru_cell
-
-
-def _givens_cell() -> ModuleType:
-    from mingru_jax._launch import givens_cell
-
-    return givens_cell
-
-
-def _rotation_cell() -> ModuleType:
-    from mingru_jax._launch import rotation_cell
-
-    return rotation_cell
-
-
-LAUNCHERS: dict[str, Callable[[], ModuleType]] = {
-    "linear_scan": _linear_scan,
-    "linear_recurrence": _linear_recurrence,
-    "parallel_scan_log": _parallel_scan_log,
-    "matrix_affine_scan": _matrix_affine_scan,
-    "givens_recurrence": _givens_recurrence,
-    "delta_rule": _delta_rule,
-    "mingru_cell": _mingru_cell,
-    "givens_cell": _givens_cell,
-    "rotation_cell": _rotation_cell,
-}
+# Loaders that import by name: jax.jit traces plain Python, so the static imports that
+# mingru._launch needs for torch.compile are not needed here.
+LAUNCHERS: dict[str, Callable[[], ModuleType]] = import_loaders("mingru_jax._launch", (
+    "linear_scan", "linear_recurrence", "parallel_scan_log", "matrix_affine_scan",
+    "givens_recurrence", "delta_rule", "mingru_cell", "givens_cell", "rotation_cell",
+))
 
 REGISTRY = Registry("mingru_jax", LAUNCHERS)

@@ -237,7 +237,7 @@ class _HostTensor:
 _INTERPRETER = threading.Lock()
 
 
-def _host_launch(kernel, grid, inputs, outputs, scalars, meta, zeroed=()):
+def _host_launch(kernel, grid, inputs, *, outputs, scalars, meta, zeroed=()):
     """The interpreter route of :func:`launch`: a pure callback running ``kernel`` on host
     buffers (outputs NaN-filled first when the poison switch is on, except ``zeroed``)."""
     poisoned = poison_outputs()
@@ -292,10 +292,11 @@ def launch(
     shape class reuses one compiled kernel, as under PyTorch.
     """
     scalars = tuple(int(s) if isinstance(s, np.integer) else s for s in scalars)
-    _compile.note(kernel, inputs, outputs, scalars, meta)
+    _compile.note(kernel, inputs, outputs, scalars=scalars, meta=meta)
     axes = varying_axes(*inputs)  # inside shard_map: type the outputs as the inputs vary
     if not on_gpu(*inputs):
-        out = _host_launch(kernel, grid, inputs, outputs, scalars, meta, tuple(zeroed))
+        out = _host_launch(kernel, grid, inputs, outputs=outputs, scalars=scalars, meta=meta,
+                           zeroed=tuple(zeroed))
         return tuple(as_varying(o, axes) for o in out)
     from mingru_jax._launch._jax_triton import import_jax_triton
 

@@ -65,7 +65,7 @@ def scalar_tags(kernel: Any, first: int, scalars: Sequence[Any]) -> tuple[str, .
 
 
 def variant_key(kernel: Any, inputs: Sequence[Any], outputs: Sequence[Any],
-                scalars: Sequence[Any], meta: dict[str, Any]) -> tuple:
+                *, scalars: Sequence[Any], meta: dict[str, Any]) -> tuple:
     """What one compiled variant of ``kernel`` is keyed on (device aside): its name, the
     array dtypes, the scalars' tags and the constexprs / options."""
     fn = getattr(kernel, "fn", kernel)
@@ -87,9 +87,9 @@ def recorded_variants() -> Iterator[set]:
 
 
 def note(kernel: Any, inputs: Sequence[Any], outputs: Sequence[Any],
-         scalars: Sequence[Any], meta: dict[str, Any]) -> None:
+         *, scalars: Sequence[Any], meta: dict[str, Any]) -> None:
     """Record a launch with every active :func:`recorded_variants`."""
     if _recorders:
-        key = variant_key(kernel, inputs, outputs, scalars, meta)
+        key = variant_key(kernel, inputs, outputs, scalars=scalars, meta=meta)
         for seen in _recorders:
             seen.add(key)

@@ -67,17 +67,17 @@ def lookback_specs(cfg: dict, B: int, D: int) -> tuple[jax.ShapeDtypeStruct, ...
     return common.f32(values_shape), common.i32((n_status,))
 
 
-def lookback_launch(adapter, cfg: dict, B: int, D: int, inputs: tuple, outs: tuple,
+def lookback_launch(adapter, cfg: dict, B: int, *, D: int, inputs: tuple, outs: tuple,
                     scalars: tuple, **consts) -> tuple:
     """The single pass of the look-back strategy: ``adapter(*inputs, *scalars, *outs,
     values, status, MODE=LOOKBACK, ...)``; returns ``outs``' results."""
     specs = lookback_specs(cfg, B, D)
-    results = common.launch(adapter, meta.grid(cfg, B), inputs, (*outs, *specs), scalars,
-                            zeroed=(len(outs) + 1,), MODE=meta.LOOKBACK, **consts)
+    results = common.launch(adapter, meta.grid(cfg, B), inputs, outputs=(*outs, *specs),
+                            scalars=scalars, zeroed=(len(outs) + 1,), MODE=meta.LOOKBACK, **consts)
     return results[:len(outs)]
 
 
-def run_scan(adapter, cfg: dict, B: int, D: int, inputs: tuple, outs: tuple, scalars: tuple,
+def run_scan(adapter, cfg: dict, B: int, *, D: int, inputs: tuple, outs: tuple, scalars: tuple,
              **consts) -> tuple:
     """Launch a single-state scan whose kernels have a look-back mode with the plan's strategy
     (the twin of ``mingru._launch._elementwise.run_scan``): the walk or the look-back.
@@ -85,9 +85,10 @@ def run_scan(adapter, cfg: dict, B: int, D: int, inputs: tuple, outs: tuple, sca
     look-back's values and status words as its last two outputs (placeholders for the walk).
     Returns ``outs``' results."""
     if cfg["strategy"] == "lookback":
-        return lookback_launch(adapter, cfg, B, D, inputs, outs, scalars, **consts)
+        return lookback_launch(adapter, cfg, B, D=D, inputs=inputs, outs=outs, scalars=scalars,
+                               **consts)
     if cfg["strategy"] != "walk":
         raise ValueError(f"this op's kernels run the walk or the look-back; got {cfg['strategy']!r}")
     specs = lookback_specs(cfg, B, D)
-    return common.launch(adapter, meta.grid(cfg, B), inputs, (*outs, *specs), scalars,
-                         MODE=meta.WALK, **consts)[:len(outs)]
+    return common.launch(adapter, meta.grid(cfg, B), inputs, outputs=(*outs, *specs),
+                         scalars=scalars, MODE=meta.WALK, **consts)[:len(outs)]

@@ -179,7 +179,7 @@ def _tables(q, tables):
 def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None, tf32=False):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
-    cfg = _config(q, k, v, tf32)
+    cfg = _config(q, k, v, tf32=tf32)
     BH, nc = B * H, meta.n_chunks(T, cfg)
     shp = meta.scratch_shapes(BH, T, cfg)
     has_decay = log_gamma is not None
@@ -187,10 +187,11 @@ def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None, tf32=False):
     h0_in = q if h0 is None else h0
     wk, u, tm = common.launch(
         _fwd_prep, meta.grid_chunks(T, BH, cfg), (k, v, beta, lg),
-        (*(jax.ShapeDtypeStruct(shp[name], q.dtype) if cfg["WU_HALF"] else common.f32(shp[name])
+        outputs=(*(jax.ShapeDtypeStruct(shp[name],
+                                        q.dtype) if cfg["WU_HALF"] else common.f32(shp[name])
            for name in ("Wk", "U")),
          jax.ShapeDtypeStruct(shp["Tm"], q.dtype) if cfg["TM_HALF"] else common.f32(shp["Tm"])),
-        (T, H, dk, dv, nc),
+        scalars=(T, H, dk, dv, nc),
         **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
     )
     packed, tabs, n_states = _tables(q, tables)
@@ -200,14 +201,14 @@ def _launch_forward(q, k, v, beta, log_gamma, h0, tables=None, tf32=False):
                 jax.ShapeDtypeStruct((n_states, H, dk, dv), q.dtype))
     states, o, h_T = common.launch(
         _fwd_state, meta.grid_state(BH, cfg), (q, k, v, beta, lg, h0_in, wk, u, tm, *tabs),
-        walk_out, (T, H, dk, dv, nc, n_states),
+        outputs=walk_out, scalars=(T, H, dk, dv, nc, n_states),
         **meta.launch_kwargs(cfg, "fwd_state", HAS_DECAY=has_decay, HAS_H0=h0 is not None,
                              PACKED=packed),
     )
     if cfg["OUT_PASS"]:
         (o,) = common.launch(
             _fwd_out, meta.grid_out(T, BH, cfg), (q, k, lg, states, wk, u),
-            (jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),), (T, H, dk, dv, nc),
+            outputs=(jax.ShapeDtypeStruct((B, T, H, dv), q.dtype),), scalars=(T, H, dk, dv, nc),
             **meta.launch_kwargs(cfg, "fwd_out", HAS_DECAY=has_decay),
         )
     return o, h_T, states, wk, tm
@@ -217,7 +218,7 @@ def _launch_backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tab
                      tf32=False):
     B, T, nh, H, dk = k.shape
     dv = v.shape[-1]
-    cfg = _config(q, k, v, tf32)
+    cfg = _config(q, k, v, tf32=tf32)
     BH, nc = B * H, meta.n_chunks(T, cfg)
     dummy = common.f32((1,))
     packed, tabs, n_states = _tables(q, tables)
@@ -230,9 +231,9 @@ def _launch_backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tab
         _, dh0, dq, dk_, dv_, dbeta, dlg, _ = common.launch(
             _bwd, meta.grid_fused_bwd(T, BH, cfg),
             (q, k, v, beta, lg, q if dh_T is None else dh_T, do, wk, tm, states, *tabs),
-            (common.like(states), dummy if h0 is None else common.like(h0), *grads_out,
+            outputs=(common.like(states), dummy if h0 is None else common.like(h0), *grads_out,
              common.i32((meta.sync_size(T, BH, cfg),))),
-            (T, H, dk, dv, nc, n_states), zeroed=(7,),
+            scalars=(T, H, dk, dv, nc, n_states), zeroed=(7,),
             **meta.launch_kwargs(cfg, "bwd", HAS_DECAY=has_decay, HAS_DHT=dh_T is not None,
                                  HAS_H0=h0 is not None, PACKED=packed),
         )
@@ -240,14 +241,14 @@ def _launch_backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tab
     dstates, dh0 = common.launch(
         _bwd_state, meta.grid_state(BH, cfg),
         (q, k, beta, lg, q if dh_T is None else dh_T, do, wk, tm, *tabs),
-        (common.like(states), dummy if h0 is None else common.like(h0)),
-        (T, H, dk, dv, nc, n_states),
+        outputs=(common.like(states), dummy if h0 is None else common.like(h0)),
+        scalars=(T, H, dk, dv, nc, n_states),
         **meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=has_decay, HAS_DHT=dh_T is not None,
                              HAS_H0=h0 is not None, PACKED=packed),
     )
     dq, dk_, dv_, dbeta, dlg = common.launch(
         _bwd_grads, meta.grid_chunks(T, BH, cfg),
-        (q, k, v, beta, lg, states, dstates, tm, do), grads_out, (T, H, dk, dv, nc),
+        (q, k, v, beta, lg, states, dstates, tm, do), outputs=grads_out, scalars=(T, H, dk, dv, nc),
         **meta.launch_kwargs(cfg, "bwd_grads", HAS_DECAY=has_decay),
     )
     return dq, dk_, dv_, dbeta, dlg, dh0
@@ -278,7 +279,8 @@ def _make_op(tf32: bool):
     @common.batched
     def backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T):
         return _grads_of_present(log_gamma, h0, *_launch_backward(
-            q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, None, tf32))
+            q, k, v, beta=beta, log_gamma=log_gamma, h0=h0, states=states, wk=wk, tm=tm, do=do,
+            dh_T=dh_T, tables=None, tf32=tf32))
 
     @common.custom_vjp
     def op(q, k, v, beta, log_gamma, h0):
@@ -306,14 +308,15 @@ def _make_op(tf32: bool):
 def _make_packed_op(tf32: bool):
     @common.batched_by_map
     def forward(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu):
-        return _launch_forward(q, k, v, beta, log_gamma, h0, (chunk_seq, chunk_end, cu), tf32)
+        return _launch_forward(q, k, v, beta=beta, log_gamma=log_gamma, h0=h0,
+                               tables=(chunk_seq, chunk_end, cu), tf32=tf32)
 
     @common.batched_by_map
     def backward(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, chunk_seq,
                  chunk_end, cu):
         return _grads_of_present(log_gamma, h0, *_launch_backward(
-            q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T,
-            (chunk_seq, chunk_end, cu), tf32))
+            q, k, v, beta=beta, log_gamma=log_gamma, h0=h0, states=states, wk=wk, tm=tm, do=do,
+            dh_T=dh_T, tables=(chunk_seq, chunk_end, cu), tf32=tf32))
 
     @common.custom_vjp
     def op(q, k, v, beta, log_gamma, h0, chunk_seq, chunk_end, cu):

@@ -54,7 +54,7 @@ def run(k: jax.Array, h0: jax.Array | None, log_gamma: jax.Array | None, block_s
     ``log_gamma``."""
     B, T, W = k.shape
     D = 2 * W // (rounds + 4)
-    start = block_start(k, h0, D // block_size, block_size)
+    start = block_start(k, h0, D // block_size, block_size=block_size)
     h = _op(k, start, log_gamma, block_size, rounds)
     return h.reshape(B, T, D)
 
@@ -110,26 +110,26 @@ def _bwd_adapter(k, g, snap, h, h0, dh, s1, s2, npair, n, T, seg_len, nseg, row,
 # ----------------------------------------------------------------------------- launch sequences
 
 
-def _setup(B: int, T: int, n: int, k: int, R: int):
+def _setup(B: int, T: int, n: int, *, k: int, R: int):
     cfg = meta.givens_config(k, R)
     seg_len, nseg = meta.segment_plan(T, switches.plan_choices("givens_recurrence").get("seg_len"))
     return B * n, cfg, (B * n, n, T, seg_len, nseg), nseg
 
 
-def _consts(k: int, R: int, cfg: dict, log_gamma, rotation: bool, snap) -> dict:
+def _consts(k: int, R: int, cfg: dict, *, log_gamma, rotation: bool, snap) -> dict:
     return dict(K2=k // 2, R=R, RP=cfg["RP"], HAS_GAMMA=log_gamma is not None,
                 ROTATION=rotation, SNAP=snap is not None)
 
 
 def walk_forward(k: jax.Array, h0: jax.Array, log_gamma: jax.Array | None,
-                 snap: jax.Array | None, *, R: int, cols: tuple[int, int, int],
+                 *, snap: jax.Array | None, R: int, cols: tuple[int, int, int],
                  rotation: bool = False) -> tuple[jax.Array]:
     """``(h,)``, ``h (B, T, n, bk)`` from the projection ``k (B, T, W)`` whose columns
     ``(u, k_z, k_h)`` start at ``cols`` (θ at 0) and the start state ``h0 (B, n, bk)``."""
     B, T, W = k.shape
     _, n, bk = h0.shape
-    npair, cfg, dims, nseg = _setup(B, T, n, bk, R)
-    consts = _consts(bk, R, cfg, log_gamma, rotation, snap)
+    npair, cfg, dims, nseg = _setup(B, T, n, k=bk, R=R)
+    consts = _consts(bk, R, cfg, log_gamma=log_gamma, rotation=rotation, snap=snap)
     g = k if log_gamma is None else log_gamma  # dummy pointers when absent
     sn = k if snap is None else snap
     scalars = (*dims, W, *cols)
@@ -137,27 +137,27 @@ def walk_forward(k: jax.Array, h0: jax.Array, log_gamma: jax.Array | None,
     if nseg > 1:
         m, c = common.launch(
             _fwd_adapter, (cdiv(npair, cfg["LP_COMP"]), nseg), (k, g, sn, h0, k, k),
-            (common.f32((npair, nseg, bk, bk)), common.f32((npair, nseg, bk))), scalars,
-            LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **consts,
-        )
+            outputs=(common.f32((npair, nseg, bk, bk)), common.f32((npair, nseg, bk))),
+            scalars=scalars, LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"],
+            **consts)
     h, _ = common.launch(
         _fwd_adapter, (cdiv(npair, cfg["LP"]), nseg), (k, g, sn, h0, m, c),
-        (jax.ShapeDtypeStruct((B, T, n, bk), k.dtype), common.f32((1,))), scalars,
+        outputs=(jax.ShapeDtypeStruct((B, T, n, bk), k.dtype), common.f32((1,))), scalars=scalars,
         LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
     )
     return (h,)
 
 
 def walk_backward(k: jax.Array, h0: jax.Array, log_gamma: jax.Array | None,
-                  snap: jax.Array | None, h: jax.Array, dh: jax.Array, *, R: int,
+                  *, snap: jax.Array | None, h: jax.Array, dh: jax.Array, R: int,
                   cols: tuple[int, int, int], rotation: bool = False
                   ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``(dk, dh0, dlog_gamma)`` (``dlog_gamma`` a one-element placeholder when
     ``log_gamma`` is absent) for ``h`` of :func:`walk_forward` and its cotangent ``dh``."""
     B, T, W = k.shape
     _, n, bk = h0.shape
-    npair, cfg, dims, nseg = _setup(B, T, n, bk, R)
-    consts = _consts(bk, R, cfg, log_gamma, rotation, snap)
+    npair, cfg, dims, nseg = _setup(B, T, n, k=bk, R=R)
+    consts = _consts(bk, R, cfg, log_gamma=log_gamma, rotation=rotation, snap=snap)
     g = k if log_gamma is None else log_gamma
     sn = k if snap is None else snap
     scalars = (*dims, W, *cols)
@@ -166,14 +166,14 @@ def walk_backward(k: jax.Array, h0: jax.Array, log_gamma: jax.Array | None,
     if nseg > 1:
         m, c = common.launch(
             _bwd_adapter, (cdiv(npair, cfg["LP_COMP"]), nseg), (*ins, k, k),
-            (common.f32((npair, nseg, bk, bk)), common.f32((npair, nseg, bk)),
-             common.f32((1,))), scalars,
+            outputs=(common.f32((npair, nseg, bk, bk)), common.f32((npair, nseg, bk)),
+             common.f32((1,))), scalars=scalars,
             LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **consts,
         )[:2]
     outs = (common.like(k), common.f32((1,)) if log_gamma is None else common.like(log_gamma),
             common.like(h0))
     dk, dg, dh0 = common.launch(
-        _bwd_adapter, (cdiv(npair, cfg["LP"]), nseg), (*ins, m, c), outs, scalars,
+        _bwd_adapter, (cdiv(npair, cfg["LP"]), nseg), (*ins, m, c), outputs=outs, scalars=scalars,
         LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
     )
     return dk, dh0, dg
@@ -189,11 +189,11 @@ def _cols(W: int, rounds: int) -> tuple[int, int, int]:
 
 
 def _forward(k, h0, log_gamma, rounds):
-    return walk_forward(k, h0, log_gamma, None, R=rounds, cols=_cols(k.shape[-1], rounds))
+    return walk_forward(k, h0, log_gamma, snap=None, R=rounds, cols=_cols(k.shape[-1], rounds))
 
 
 def _backward(k, h0, log_gamma, h, dh, rounds):
-    dk, dh0, dg = walk_backward(k, h0, log_gamma, None, h, dh, R=rounds,
+    dk, dh0, dg = walk_backward(k, h0, log_gamma, snap=None, h=h, dh=dh, R=rounds,
                                 cols=_cols(k.shape[-1], rounds))
     # Only present inputs get a gradient; the batch rule needs a leading B on every output.
     return (dk, dh0) if log_gamma is None else (dk, dh0, dg)
@@ -201,8 +201,9 @@ def _backward(k, h0, log_gamma, h, dh, rounds):
 
 @functools.cache
 def _batched(rounds: int):
-    return (common.batched(lambda k, h0, lg: _forward(k, h0, lg, rounds)),
-            common.batched(lambda k, h0, lg, h, dh: _backward(k, h0, lg, h, dh, rounds)))
+    return (common.batched(lambda k, h0, lg: _forward(k, h0, lg, rounds=rounds)),
+            common.batched(lambda k, h0, lg, h,
+                           dh: _backward(k, h0, lg, h=h, dh=dh, rounds=rounds)))
 
 
 @functools.partial(common.custom_vjp, nondiff_argnums=(3, 4))

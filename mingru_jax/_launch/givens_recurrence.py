@@ -108,12 +108,12 @@ def _launch_forward(theta, b, h0, scale, log_gamma):
     if nseg > 1:
         m, c = common.launch(
             _fwd_adapter, (cdiv(npair, cfg["LP_COMP"]), nseg), (theta, b, s, g, h0, b, b),
-            (common.f32((npair, nseg, k, k)), common.f32((npair, nseg, k))), dims,
+            outputs=(common.f32((npair, nseg, k, k)), common.f32((npair, nseg, k))), scalars=dims,
             LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **consts,
         )
     h, _ = common.launch(
         _fwd_adapter, (cdiv(npair, cfg["LP"]), nseg), (theta, b, s, g, h0, m, c),
-        (common.like(b), common.f32((1,))), dims,
+        outputs=(common.like(b), common.f32((1,))), scalars=dims,
         LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
     )
     return (h,)
@@ -130,15 +130,15 @@ def _launch_backward(theta, h0, scale, log_gamma, h, dh):
     if nseg > 1:
         m, c = common.launch(
             _bwd_adapter, (cdiv(npair, cfg["LP_COMP"]), nseg), (*ins, h, h),
-            (common.f32((npair, nseg, k, k)), common.f32((npair, nseg, k)),
-             common.f32((1,)), common.f32((1,)), common.f32((1,))), dims,
+            outputs=(common.f32((npair, nseg, k, k)), common.f32((npair, nseg, k)),
+             common.f32((1,)), common.f32((1,)), common.f32((1,))), scalars=dims,
             LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **consts,
         )[:2]
     dummy = common.f32((1,))
     outs = (common.like(theta), common.like(h), dummy if scale is None else common.like(scale),
             dummy if log_gamma is None else common.like(log_gamma), common.like(h0))
     dth, db, ds, dg, dh0 = common.launch(
-        _bwd_adapter, (cdiv(npair, cfg["LP"]), nseg), (*ins, m, c), outs, dims,
+        _bwd_adapter, (cdiv(npair, cfg["LP"]), nseg), (*ins, m, c), outputs=outs, scalars=dims,
         LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
     )
     return dth, db, dh0, ds, dg
@@ -156,7 +156,7 @@ _forward = common.batched(_launch_forward)
 
 @common.batched
 def _backward(theta, h0, scale, log_gamma, h, dh):
-    dth, db, dh0, ds, dg = _launch_backward(theta, h0, scale, log_gamma, h, dh)
+    dth, db, dh0, ds, dg = _launch_backward(theta, h0, scale, log_gamma=log_gamma, h=h, dh=dh)
     # Only present inputs get a gradient; the batch rule needs a leading B on every output.
     return _present(dth, db, dh0, ds if scale is not None else None,
                     dg if log_gamma is not None else None)

@@ -27,9 +27,9 @@ from mingru_kernels.launch import linear_recurrence as meta
 __all__ = ["prefer_over_eager", "run", "unsupported_reason"]
 
 
-def unsupported_reason(a, b, initial_state=None, return_final_state=False,
-                       seq_id=None) -> str | None:
-    """Why the kernel cannot run this call, or ``None``."""
+def unsupported_reason(a, *args, **kwargs) -> str | None:
+    """Why the kernel cannot run this call (``run``'s arguments; ``a``'s dtype and device
+    decide), or ``None``."""
     return common.unsupported_dtype_or_device(a)
 
 
@@ -109,9 +109,9 @@ def _launch_forward(a, b, h0, seq_id=None, has_h0=True):
     B, T, D = a.shape
     cfg = elementwise.plan("linear_recurrence", a, meta.TILES)
     seq = a if seq_id is None else seq_id  # a placeholder unless packed
-    return elementwise.run_scan(_fwd_adapter, cfg, B, D, (a, b, h0, seq),
-                                (common.like(a), jax.ShapeDtypeStruct((B, D), a.dtype)),
-                                elementwise.dims(cfg, T, D), HAS_H0=has_h0,
+    return elementwise.run_scan(_fwd_adapter, cfg, B, D=D, inputs=(a, b, h0, seq),
+                                outs=(common.like(a), jax.ShapeDtypeStruct((B, D), a.dtype)),
+                                scalars=elementwise.dims(cfg, T, D), HAS_H0=has_h0,
                                 PACKED=seq_id is not None, **meta.launch_kwargs(cfg))
 
 
@@ -119,18 +119,18 @@ def _launch_backward(a, h, h0, dh, dh_T, seq_id=None, has_h0=True):
     B, T, D = a.shape
     cfg = elementwise.plan("linear_recurrence", a, meta.bwd_tiles(a.dtype.itemsize))
     seq = a if seq_id is None else seq_id
-    return elementwise.run_scan(_bwd_adapter, cfg, B, D, (a, h, h0, seq, dh, dh_T),
-                                (common.like(a), common.like(a), common.like(h0)),
-                                elementwise.dims(cfg, T, D), HAS_H0=has_h0,
+    return elementwise.run_scan(_bwd_adapter, cfg, B, D=D, inputs=(a, h, h0, seq, dh, dh_T),
+                                outs=(common.like(a), common.like(a), common.like(h0)),
+                                scalars=elementwise.dims(cfg, T, D), HAS_H0=has_h0,
                                 PACKED=seq_id is not None, **meta.launch_kwargs(cfg))
 
 
 def _launch_packed_forward(has_h0, a, b, h0, seq_id):
-    return _launch_forward(a, b, h0, seq_id, has_h0)
+    return _launch_forward(a, b, h0, seq_id=seq_id, has_h0=has_h0)
 
 
 def _launch_packed_backward(has_h0, a, h, h0, seq_id, dh, dh_T):
-    return _launch_backward(a, h, h0, dh, dh_T, seq_id, has_h0)
+    return _launch_backward(a, h, h0, dh=dh, dh_T=dh_T, seq_id=seq_id, has_h0=has_h0)
 
 
 # ----------------------------------------------------------------------------- custom_vjp

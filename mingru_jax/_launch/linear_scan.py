@@ -83,15 +83,18 @@ def _launch_forward(a, b):
     grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), elementwise.dims(cfg, T, D)
     outs = (common.like(a), common.like(a))
     if cfg["strategy"] == "walk":
-        return common.launch(_fwd_adapter, grid, (a, b, a, b), outs, dims, MODE=meta.WALK, **kw)
+        return common.launch(_fwd_adapter, grid, (a, b, a, b), outputs=outs, scalars=dims,
+                             MODE=meta.WALK, **kw)
     s = common.f32((B, int(cfg["n_chunks"]), D))
-    sa, sb = common.launch(_fwd_adapter, grid, (a, b, a, b), (s, s), dims, MODE=meta.SUMMARY, **kw)
+    sa, sb = common.launch(_fwd_adapter, grid, (a, b, a, b), outputs=(s, s), scalars=dims,
+                           MODE=meta.SUMMARY, **kw)
     ca, cb, _ = common.launch(
         elementwise.carry_adapter, meta.carry_grid(cfg, B), (sa, sb, sb),
-        (s, s, common.f32((1,))), (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
+        outputs=(s, s, common.f32((1,))), scalars=(int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
         REVERSE=False, STORE_A=True, HAS_Y=False, **meta.carry_kwargs(cfg),
     )
-    return common.launch(_fwd_adapter, grid, (a, b, ca, cb), outs, dims, MODE=meta.APPLY, **kw)
+    return common.launch(_fwd_adapter, grid, (a, b, ca, cb), outputs=outs, scalars=dims,
+                         MODE=meta.APPLY, **kw)
 
 
 def _launch_backward(a, P, Z, dP, dZ):
@@ -101,18 +104,18 @@ def _launch_backward(a, P, Z, dP, dZ):
     ins = (a, P, Z, dP, dZ)
     outs = (common.like(a), common.like(a), common.f32((1,)))
     if cfg["strategy"] == "walk":
-        da, db, _ = common.launch(_bwd_adapter, grid, (*ins, a, a, a), outs, dims,
+        da, db, _ = common.launch(_bwd_adapter, grid, (*ins, a, a, a), outputs=outs, scalars=dims,
                                MODE=meta.WALK, HAS_DP=True, **kw)
         return da, db
     s = common.f32((B, int(cfg["n_chunks"]), D))
-    sc, sg, sgp = common.launch(_bwd_adapter, grid, (*ins, a, a, a), (s, s, s), dims,
-                             MODE=meta.SUMMARY, HAS_DP=True, **kw)
+    sc, sg, sgp = common.launch(_bwd_adapter, grid, (*ins, a, a, a), outputs=(s, s, s),
+                                scalars=dims, MODE=meta.SUMMARY, HAS_DP=True, **kw)
     _, cg, cgp = common.launch(
         elementwise.carry_adapter, meta.carry_grid(cfg, B), (sc, sg, sgp),
-        (common.f32((1,)), s, s), (int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
+        outputs=(common.f32((1,)), s, s), scalars=(int(cfg["n_chunks"]), D, int(cfg["n_dblk"])),
         REVERSE=True, STORE_A=False, HAS_Y=True, **meta.carry_kwargs(cfg),
     )
-    da, db, _ = common.launch(_bwd_adapter, grid, (*ins, sc, cg, cgp), outs, dims,
+    da, db, _ = common.launch(_bwd_adapter, grid, (*ins, sc, cg, cgp), outputs=outs, scalars=dims,
                            MODE=meta.APPLY, HAS_DP=True, **kw)
     return da, db
 

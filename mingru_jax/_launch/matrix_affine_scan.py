@@ -15,7 +15,6 @@ import triton.language as tl
 from mingru_jax._launch import _common as common
 from mingru_kernels.launch import matrix_affine_scan as meta
 from mingru_kernels.launch import switches
-from mingru_kernels.launch._elementwise import cdiv
 from mingru_kernels.matrix_affine_scan import (
     matrix_affine_scan_bwd_kernel,
     matrix_affine_scan_fwd_kernel,
@@ -73,45 +72,41 @@ def _bwd_adapter(a, P, Z, dP, dZ, s1, s2, npair, n, T, seg_len, nseg, o1, o2,
 # ----------------------------------------------------------------------------- launch sequences
 
 
-def _segments(T: int) -> tuple[int, int]:
-    return meta.segment_plan(T, switches.plan_choices("matrix_affine_scan").get("seg_len"))
+def _plan(A, v: int) -> meta.WalkPlan:
+    """The launch over ``A``'s blocks with ``k×v`` states (a test may force the segments)."""
+    return meta.walk_plan(A.shape, v,
+                          seg_len=switches.plan_choices("matrix_affine_scan").get("seg_len"))
 
 
 def _launch_forward(A, Bm):
-    B, T, n, k, _ = A.shape
-    v = Bm.shape[-1]
-    npair = B * n
-    cfg = meta.affine_config(k, v)
-    seg_len, nseg = _segments(T)
-    grid = (cdiv(npair, cfg["LP"]), nseg)
-    consts = dict(K=k, V=v, LP=cfg["LP"], num_warps=cfg["num_warps"])
-    dims = (npair, n, T, seg_len, nseg)
+    k, v = A.shape[-1], Bm.shape[-1]
+    plan = _plan(A, v)
     m, c = A, Bm  # unread when nseg == 1
-    if nseg > 1:
-        m, c = common.launch(_fwd_adapter, grid, (A, Bm, A, Bm),
-                          (common.f32((npair, nseg, k, k)), common.f32((npair, nseg, k, v))), dims,
-                          COMPOSITE=True, **consts)
-    return common.launch(_fwd_adapter, grid, (A, Bm, m, c), (common.like(A), common.like(Bm)), dims,
-                      COMPOSITE=False, **consts)
+    if plan.nseg > 1:
+        m, c = common.launch(
+            _fwd_adapter, plan.grid, (A, Bm, A, Bm),
+            outputs=(common.f32((plan.npair, plan.nseg, k, k)),
+                     common.f32((plan.npair, plan.nseg, k, v))),
+            scalars=plan.scalars, COMPOSITE=True, **plan.constants)
+    return common.launch(_fwd_adapter, plan.grid, (A, Bm, m, c),
+                         outputs=(common.like(A), common.like(Bm)), scalars=plan.scalars,
+                         COMPOSITE=False, **plan.constants)
 
 
 def _launch_backward(A, P, Z, dP, dZ):
-    B, T, n, k, _ = A.shape
-    v = Z.shape[-1]
-    npair = B * n
-    cfg = meta.affine_config(k, v)
-    seg_len, nseg = _segments(T)
-    grid = (cdiv(npair, cfg["LP"]), nseg)
-    consts = dict(K=k, V=v, LP=cfg["LP"], HAS_DP=True, num_warps=cfg["num_warps"])
-    dims = (npair, n, T, seg_len, nseg)
+    k, v = A.shape[-1], Z.shape[-1]
+    plan = _plan(A, v)
     ins = (A, P, Z, dP, dZ)
     m, c = A, Z
-    if nseg > 1:
-        m, c = common.launch(_bwd_adapter, grid, (*ins, A, Z),
-                          (common.f32((npair, nseg, k, k)), common.f32((npair, nseg, k, v + k))), dims,
-                          COMPOSITE=True, **consts)
-    return common.launch(_bwd_adapter, grid, (*ins, m, c), (common.like(A), common.like(Z)), dims,
-                      COMPOSITE=False, **consts)
+    if plan.nseg > 1:
+        m, c = common.launch(
+            _bwd_adapter, plan.grid, (*ins, A, Z),
+            outputs=(common.f32((plan.npair, plan.nseg, k, k)),
+                     common.f32((plan.npair, plan.nseg, k, v + k))),
+            scalars=plan.scalars, COMPOSITE=True, HAS_DP=True, **plan.constants)
+    return common.launch(_bwd_adapter, plan.grid, (*ins, m, c),
+                         outputs=(common.like(A), common.like(Z)), scalars=plan.scalars,
+                         COMPOSITE=False, HAS_DP=True, **plan.constants)
 
 
 # ----------------------------------------------------------------------------- custom_vjp

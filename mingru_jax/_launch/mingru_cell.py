@@ -126,8 +126,8 @@ def _launch_forward(signed, coupled, k, h0, lg, seq_id=None, has_h0=True):
     # Packed (B = 1): the per-step sequence index as one more input (a placeholder if not).
     ins = (k, lg_in, h0, k if seq_id is None else seq_id)
     extra = dict(HAS_H0=has_h0, PACKED=seq_id is not None)
-    return elementwise.run_scan(_fwd_adapter, cfg, B, D, ins, outs,
-                                (*elementwise.dims(cfg, T, D), *strides), SIGNED=signed,
+    return elementwise.run_scan(_fwd_adapter, cfg, B, D=D, inputs=ins, outs=outs,
+                                scalars=(*elementwise.dims(cfg, T, D), *strides), SIGNED=signed,
                                 COUPLED=coupled, HAS_DECAY=has_decay, **extra,
                                 **meta.launch_kwargs(cfg))
 
@@ -140,9 +140,10 @@ def _launch_backward(signed, coupled, k, h0, lg, h, dh, dh_T, seq_id=None, has_h
     outs = (common.like(k), dlg, common.like(h0))
     ins = (k, lg_in, h0, h, k if seq_id is None else seq_id, dh, dh_T)
     extra = dict(HAS_H0=has_h0, PACKED=seq_id is not None)
-    dk, dlg, dh0 = elementwise.run_scan(
-        _bwd_adapter, cfg, B, D, ins, outs, (*elementwise.dims(cfg, T, D), *strides),
-        SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay, **extra, **meta.launch_kwargs(cfg))
+    dk, dlg, dh0 = elementwise.run_scan(_bwd_adapter, cfg, B, D=D, inputs=ins, outs=outs,
+                                        scalars=(*elementwise.dims(cfg, T, D), *strides),
+                                        SIGNED=signed, COUPLED=coupled, HAS_DECAY=has_decay,
+                                        **extra, **meta.launch_kwargs(cfg))
     if not has_decay:
         return dk, dh0
     if lg.shape[-1] == 1:
@@ -189,10 +190,11 @@ def _packed(signed: bool, coupled: bool, has_h0: bool):
     """The packed forward and backward launch sequences of one cell variant (one row each;
     vmapped calls run one after another)."""
     def forward(k, h0, lg, seq_id):
-        return _launch_forward(signed, coupled, k, h0, lg, seq_id, has_h0)
+        return _launch_forward(signed, coupled, k, h0=h0, lg=lg, seq_id=seq_id, has_h0=has_h0)
 
     def backward(k, h0, lg, h, seq_id, dh, dh_T):
-        return _launch_backward(signed, coupled, k, h0, lg, h, dh, dh_T, seq_id, has_h0)
+        return _launch_backward(signed, coupled, k, h0=h0, lg=lg, h=h, dh=dh, dh_T=dh_T,
+                                seq_id=seq_id, has_h0=has_h0)
 
     return common.batched_by_map(forward), common.batched_by_map(backward)
 

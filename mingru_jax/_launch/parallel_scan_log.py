@@ -66,16 +66,16 @@ def _bwd_adapter(la, lv, h, dh, T, D, chunk_len, n_chunks_p1, n_dblk, dla, dlv, 
 def _launch_forward(la, lv):
     B, T, D = la.shape
     cfg = elementwise.plan("parallel_scan_log", la, meta.TILES)
-    return elementwise.run_scan(_fwd_adapter, cfg, B, D, (la, lv), (common.like(la),),
-                                elementwise.dims(cfg, T, D), **meta.launch_kwargs(cfg))
+    return elementwise.run_scan(_fwd_adapter, cfg, B, D=D, inputs=(la, lv), outs=(common.like(la),),
+                                scalars=elementwise.dims(cfg, T, D), **meta.launch_kwargs(cfg))
 
 
 def _launch_backward(la, lv, h, dh):
     B, T, D = la.shape
     cfg = elementwise.plan("parallel_scan_log", la, meta.bwd_tiles(la.dtype.itemsize))
-    return elementwise.run_scan(_bwd_adapter, cfg, B, D, (la, lv, h, dh),
-                                (common.like(la), common.like(lv)), elementwise.dims(cfg, T, D),
-                                **meta.launch_kwargs(cfg))
+    return elementwise.run_scan(_bwd_adapter, cfg, B, D=D, inputs=(la, lv, h, dh),
+                                outs=(common.like(la), common.like(lv)),
+                                scalars=elementwise.dims(cfg, T, D), **meta.launch_kwargs(cfg))
 
 
 # ----------------------------------------------------------------------------- custom_vjp

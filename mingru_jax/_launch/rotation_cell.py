@@ -43,7 +43,7 @@ def run(k: jax.Array, h0: jax.Array | None, log_gamma: jax.Array | None,
     n = W // 6
     if snap_k is not None:
         snap_k = snap_k.astype(jnp.float32)
-    h = _op(k, block_start(k, h0, n, 2), log_gamma, snap_k)
+    h = _op(k, block_start(k, h0, n, block_size=2), log_gamma, snap_k)
     return h.reshape(B, T, 2 * n)
 
 
@@ -54,12 +54,12 @@ def _cols(W: int) -> tuple[int, int, int]:
 
 
 def _forward(k, h0, log_gamma, snap):
-    return walk_forward(k, h0, log_gamma, snap, R=1, cols=_cols(k.shape[-1]), rotation=True)
+    return walk_forward(k, h0, log_gamma, snap=snap, R=1, cols=_cols(k.shape[-1]), rotation=True)
 
 
 def _backward(k, h0, log_gamma, snap, h, dh):
-    dk, dh0, dg = walk_backward(k, h0, log_gamma, snap, h, dh, R=1, cols=_cols(k.shape[-1]),
-                                rotation=True)
+    dk, dh0, dg = walk_backward(k, h0, log_gamma, snap=snap, h=h, dh=dh, R=1,
+                                cols=_cols(k.shape[-1]), rotation=True)
     return (dk, dh0) if log_gamma is None else (dk, dh0, dg)
 
 

@@ -211,11 +211,11 @@ class TimeDecay(nnx.Module):
 
 
 def check_sequence(
-    x: object, input_size: int, name: str = "x", module: nnx.Module | None = None
+    x: object, input_size: int, name: str = "x", *, module: nnx.Module | None = None
 ) -> jax.Array:
     """``x`` must be a floating ``(B, T, input_size)`` array with ``B, T ≥ 1`` (and of
     ``module``'s dtype, see :func:`check_input_dtype`)."""
-    x = _validate.float_array(x, name, 3, f"(B, T, {input_size})")
+    x = _validate.float_array(x, name, 3, shape=f"(B, T, {input_size})")
     if x.shape[-1] != input_size or x.shape[1] < 1 or x.shape[0] < 1:
         raise ValueError(
             f"{name} must have shape (B, T, {input_size}) with B, T ≥ 1; got {tuple(x.shape)}"
@@ -226,10 +226,10 @@ def check_sequence(
 
 
 def check_token(
-    x: object, input_size: int, name: str = "x_t", module: nnx.Module | None = None
+    x: object, input_size: int, name: str = "x_t", *, module: nnx.Module | None = None
 ) -> jax.Array:
     """``x_t`` must be a floating ``(B, input_size)`` array (of ``module``'s dtype)."""
-    x = _validate.float_array(x, name, 2, f"(B, {input_size})")
+    x = _validate.float_array(x, name, 2, shape=f"(B, {input_size})")
     if x.shape[-1] != input_size:
         raise ValueError(f"{name} must have shape (B, {input_size}); got {tuple(x.shape)}")
     if module is not None:
@@ -268,13 +268,13 @@ def check_input_dtype(x: jax.Array, module: nnx.Module, name: str = "x") -> None
 
 
 def check_state(
-    h: object, batch: int, size: int, name: str, *, sequence: bool, dtype: Any
+    h: object, batch: int, size: int, *, name: str, sequence: bool, dtype: Any
 ) -> jax.Array:
     """A state: ``(B, 1, size)`` for ``__call__`` (``sequence=True``) or ``(B, size)`` for
     ``step``; returned in ``dtype``."""
     shape = (batch, 1, size) if sequence else (batch, size)
     txt = f"(B, 1, {size})" if sequence else f"(B, {size})"
-    h = _validate.float_array(h, name, len(shape), txt)
+    h = _validate.float_array(h, name, len(shape), shape=txt)
     if tuple(h.shape) != shape:
         raise ValueError(f"{name} must have shape {txt} = {shape}; got {tuple(h.shape)}")
     return h.astype(dtype)
@@ -293,15 +293,15 @@ def packed_offsets(
     return cu, cu.shape[0] - 1
 
 
-def check_call_state(h: object, cu_seqlens: jax.Array | None, n_states: int, size: int,
-                     name: str, *, dtype: Any) -> jax.Array:
+def check_call_state(h: object, cu_seqlens: jax.Array | None, n_states: int, *, size: int,
+                     name: str, dtype: Any) -> jax.Array:
     """A ``__call__``'s initial state: ``(B, 1, size)``, or with ``cu_seqlens`` ``(N, 1,
     size)``, one row per sequence (``n_states`` from :func:`packed_offsets`); returned in
     ``dtype``."""
     if cu_seqlens is None:
-        return check_state(h, n_states, size, name, sequence=True, dtype=dtype)
-    h = _validate.float_array(h, name, 3, f"(N, 1, {size})")
-    check_packed_state(h, n_states, (1, size), name)
+        return check_state(h, n_states, size, name=name, sequence=True, dtype=dtype)
+    h = _validate.float_array(h, name, 3, shape=f"(N, 1, {size})")
+    check_packed_state(h, n_states, (1, size), name=name)
     return h.astype(dtype)
 
 

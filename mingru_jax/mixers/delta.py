@@ -115,7 +115,8 @@ class DeltaMinGRU(nnx.Module):
         rngs: nnx.Rngs,
     ) -> None:
         check_flag(allow_tf32, "DeltaMinGRU: allow_tf32")
-        sizes = check_delta(input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size)
+        sizes = check_delta(input_size, hidden_size, n_heads, nh=nh, d_k=d_k, d_v=d_v,
+                            chunk_size=chunk_size)
         input_size, hidden_size, n_heads, nh, d_k, d_v, chunk_size = sizes
 
         self.input_size = input_size
@@ -195,9 +196,9 @@ class DeltaMinGRU(nnx.Module):
         cu, n_states = packed_offsets(cu_seqlens, x)
         h0 = None
         if h_0 is not None:
-            h0 = check_call_state(h_0, cu, n_states, self.state_size, "h_0", dtype=dtype)
+            h0 = check_call_state(h_0, cu, n_states, size=self.state_size, name="h_0", dtype=dtype)
             h0 = h0.reshape(n_states, H, dk, dv)
-        log_gamma = self.decay.log_gamma(delta_t, B, T, dtype)
+        log_gamma = self.decay.log_gamma(delta_t, B, T, dtype=dtype)
         if log_gamma is not None:
             log_gamma = jnp.broadcast_to(log_gamma, (B, T, H))  # fixed rate: one channel
         if axis_name is not None:
@@ -236,9 +237,9 @@ class DeltaMinGRU(nnx.Module):
         if h_prev is None:
             S = jnp.zeros((B, H, dk, dv), dtype)
         else:
-            S = check_state(h_prev, B, self.state_size, "h_prev", sequence=False, dtype=dtype)
+            S = check_state(h_prev, B, self.state_size, name="h_prev", sequence=False, dtype=dtype)
             S = S.reshape(B, H, dk, dv)
-        log_gamma = self.decay.log_gamma(delta_t, B, None, dtype)
+        log_gamma = self.decay.log_gamma(delta_t, B, None, dtype=dtype)
         if log_gamma is not None:
             S = jnp.exp(jnp.broadcast_to(log_gamma, (B, H)))[..., None, None] * S
         for j in range(self.nh):

@@ -79,8 +79,8 @@ class BlockRotationBase(nnx.Module):
         h0 = h0 if dtype is None else h0.astype(dtype)
         return jnp.broadcast_to(h0, (batch, self.hidden_size))
 
-    def _log_gamma(self, delta_t: Any, batch: int, steps: int | None, dtype: Any):
-        lg = self.decay.log_gamma(delta_t, batch, steps, dtype)
+    def _log_gamma(self, delta_t: Any, batch: int, steps: int | None, *, dtype: Any):
+        lg = self.decay.log_gamma(delta_t, batch, steps, dtype=dtype)
         if lg is None:
             return None
         shape = (batch, self.n_blocks) if steps is None else (batch, steps, self.n_blocks)
@@ -126,7 +126,7 @@ class BlockRotationBase(nnx.Module):
         n, k = self.n_blocks, self.block_size
         b, theta, scale = self._projections(x)
         dtype = b.dtype
-        log_gamma = self._log_gamma(delta_t, B, T, dtype)
+        log_gamma = self._log_gamma(delta_t, B, T, dtype=dtype)
         theta = theta.astype(dtype)
         if cu_seqlens is not None:
             return self._packed(theta, b, scale=scale, log_gamma=log_gamma, h_0=h_0,
@@ -135,7 +135,7 @@ class BlockRotationBase(nnx.Module):
         if h_0 is None:
             h0 = self.initial_state(B, dtype).reshape(B, n, k)
         else:
-            h0 = check_state(h_0, B, self.hidden_size, "h_0", sequence=True, dtype=dtype)
+            h0 = check_state(h_0, B, self.hidden_size, name="h_0", sequence=True, dtype=dtype)
             h0 = h0.reshape(B, n, k)
         if axis_name is not None:
             check_axis(axis_name)
@@ -169,7 +169,7 @@ class BlockRotationBase(nnx.Module):
         if h_0 is None:
             h0 = self.initial_state(N, dtype)
         else:
-            h0 = check_call_state(h_0, cu, N, self.hidden_size, "h_0", dtype=dtype)[:, 0]
+            h0 = check_call_state(h_0, cu, N, size=self.hidden_size, name="h_0", dtype=dtype)[:, 0]
         h = _run_givens_recurrence(theta, b, h0=h0.reshape(N, n, k), scale=scale,
                                    log_gamma=log_gamma, cu_seqlens=cu
                                    ).reshape(1, T, self.hidden_size)
@@ -193,10 +193,10 @@ class BlockRotationBase(nnx.Module):
         if h_prev is None:
             h = self.initial_state(B, dtype).reshape(B, n, k)
         else:
-            h = check_state(h_prev, B, self.hidden_size, "h_prev", sequence=False, dtype=dtype)
+            h = check_state(h_prev, B, self.hidden_size, name="h_prev", sequence=False, dtype=dtype)
             h = h.reshape(B, n, k)
-        log_gamma = self._log_gamma(delta_t, B, None, dtype)
-        h = givens_step(h, theta.astype(dtype), b, scale, log_gamma)
+        log_gamma = self._log_gamma(delta_t, B, None, dtype=dtype)
+        h = givens_step(h, theta.astype(dtype), b, scale=scale, log_gamma=log_gamma)
         return h.reshape(B, self.hidden_size)
 
 

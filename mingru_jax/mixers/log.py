@@ -170,11 +170,12 @@ class MinGRU(nnx.Module):
         cu, n_states = packed_offsets(cu_seqlens, x, axis_name)
         k = project(x, self.linear_z, self.linear_h)
         dtype = k.dtype
-        log_gamma = self.decay.log_gamma(delta_t, B, T, dtype)
+        log_gamma = self.decay.log_gamma(delta_t, B, T, dtype=dtype)
         if h_0 is None:
             h0 = jnp.exp(self._log_h0_default(n_states, dtype))
         else:
-            h_0 = check_call_state(h_0, cu, n_states, self.hidden_size, "h_0", dtype=dtype)
+            h_0 = check_call_state(h_0, cu, n_states, size=self.hidden_size, name="h_0",
+                                   dtype=dtype)
             _check_non_negative(h_0, "h_0")
             h0 = h_0[:, 0]
         if axis_name is not None and cu is None:  # packed_offsets checked it otherwise
@@ -199,10 +200,11 @@ class MinGRU(nnx.Module):
         if h_prev is None:
             h_prev = jnp.exp(self._log_h0_default(B, dtype))
         else:
-            h_prev = check_state(h_prev, B, self.hidden_size, "h_prev", sequence=False, dtype=dtype)
+            h_prev = check_state(h_prev, B, self.hidden_size, name="h_prev", sequence=False,
+                                 dtype=dtype)
             _check_non_negative(h_prev, "h_prev")
         log_a = -jax.nn.softplus(k_z)
-        log_gamma = self.decay.log_gamma(delta_t, B, None, dtype)
+        log_gamma = self.decay.log_gamma(delta_t, B, None, dtype=dtype)
         if log_gamma is not None:
             log_a = log_a + log_gamma
         return jnp.exp(log_a) * h_prev + jnp.exp(-jax.nn.softplus(-k_z)) * g(self.linear_h(x_t))

@@ -114,7 +114,7 @@ class SignedMinGRU(nnx.Module):
         a = jnp.tanh(self.linear_s(x))
         if self.coupled:
             a = (1 - z) * a
-        log_gamma = self.decay.log_gamma(delta_t, x.shape[0], steps, a.dtype)
+        log_gamma = self.decay.log_gamma(delta_t, x.shape[0], steps, dtype=a.dtype)
         if log_gamma is not None:
             a = a * jnp.exp(log_gamma)
         return a, z * self.linear_h(x)
@@ -158,9 +158,9 @@ class SignedMinGRU(nnx.Module):
         cu, n_states = packed_offsets(cu_seqlens, x, axis_name)
         # One matmul for the three projections; the cell forms the gates inside the kernel.
         k = project(x, self.linear_z, self.linear_s, self.linear_h)
-        log_gamma = self.decay.log_gamma(delta_t, B, T, k.dtype)
+        log_gamma = self.decay.log_gamma(delta_t, B, T, dtype=k.dtype)
         if h_0 is not None:
-            h_0 = check_call_state(h_0, cu, n_states, self.hidden_size, "h_0",
+            h_0 = check_call_state(h_0, cu, n_states, size=self.hidden_size, name="h_0",
                                    dtype=k.dtype)[:, 0]
         elif self.h0 is not None:
             h_0 = jnp.broadcast_to(self.h0[...].astype(k.dtype), (n_states, self.hidden_size))
@@ -184,7 +184,7 @@ class SignedMinGRU(nnx.Module):
         a, b = self._gates(x_t, delta_t, None)
         if h_prev is not None:
             h_prev = check_state(
-                h_prev, B, self.hidden_size, "h_prev", sequence=False, dtype=a.dtype
+                h_prev, B, self.hidden_size, name="h_prev", sequence=False, dtype=a.dtype
             )
         elif self.h0 is not None:
             h_prev = self.h0[...].astype(a.dtype)

@@ -180,32 +180,33 @@ def _vmapped_grad_check(fn, args, oracle, tol=1e-11):
     check_grads(f, args, order=1, modes=("rev",), atol=1e-6, rtol=1e-6)
 
 
-@pytest.mark.usefixtures("on_host")
-def test_linear_scan_jit_vmap_grad():
-    rng = np.random.default_rng(7)
-    with jax.enable_x64(True):
-        a = jnp.asarray(rand(rng, 2, 1, 4, 3, lo=-1.0, hi=1.0))
-        b = jnp.asarray(rand(rng, 2, 1, 4, 3))
-        _vmapped_grad_check(linear_scan, (a, b), loop_linear)
+# op -> (inputs (two examples on a leading axis) from a generator, the float64 oracle)
+VMAPPED = {
+    "linear_scan": (
+        linear_scan,
+        lambda rng: (rand(rng, 2, 1, 4, 3, lo=-1.0, hi=1.0), rand(rng, 2, 1, 4, 3)),
+        loop_linear,
+    ),
+    "parallel_scan_log": (
+        parallel_scan_log,
+        lambda rng: (-rand(rng, 2, 1, 4, 3, lo=0.1, hi=1.0), rand(rng, 2, 1, 5, 3)),
+        loop_log,
+    ),
+    "matrix_scan": (
+        matrix_scan,
+        lambda rng: (0.7 * rand(rng, 2, 1, 3, 2, 2, 2), rand(rng, 2, 1, 3, 2, 2)),
+        lambda M, v: (lambda P, Z: (P, Z[..., 0]))(*loop_affine(M, v[..., None])),
+    ),
+}
 
 
 @pytest.mark.usefixtures("on_host")
-def test_log_scan_jit_vmap_grad():
-    rng = np.random.default_rng(8)
+@pytest.mark.parametrize("seed, name", enumerate(VMAPPED, start=7))
+def test_scans_jit_vmap_grad(seed, name):
+    fn, inputs, oracle = VMAPPED[name]
     with jax.enable_x64(True):
-        la = jnp.asarray(-rand(rng, 2, 1, 4, 3, lo=0.1, hi=1.0))
-        lv = jnp.asarray(rand(rng, 2, 1, 5, 3))
-        _vmapped_grad_check(parallel_scan_log, (la, lv), loop_log)
-
-
-@pytest.mark.usefixtures("on_host")
-def test_matrix_scans_jit_vmap_grad():
-    rng = np.random.default_rng(9)
-    with jax.enable_x64(True):
-        A = jnp.asarray(0.7 * rand(rng, 2, 1, 3, 2, 2, 2))
-        b = jnp.asarray(rand(rng, 2, 1, 3, 2, 2))
-        oracle = lambda M, v: (lambda P, Z: (P, Z[..., 0]))(*loop_affine(M, v[..., None]))
-        _vmapped_grad_check(matrix_scan, (A, b), oracle)
+        args = tuple(jnp.asarray(x) for x in inputs(np.random.default_rng(seed)))
+        _vmapped_grad_check(fn, args, oracle)
 
 
 @pytest.mark.usefixtures("on_host")

@@ -16,16 +16,8 @@ from jax.experimental import checkify
 
 import mingru_jax
 from mingru_jax import _validate
-
-# name -> (class name, kwargs); odd sizes where the mixer allows them.
-MIXERS = {
-    "log": ("MinGRU", dict(hidden_size=5)),
-    "signed": ("SignedMinGRU", dict(hidden_size=5, coupled=True)),
-    "rotation": ("RotationMinGRU", dict(hidden_size=6, snap=(3,))),
-    "givens": ("GivensMinGRU", dict(hidden_size=6, block_size=2, rounds=1)),
-    "delta": ("DeltaMinGRU", dict(hidden_size=6, n_heads=3, d_k=1, d_v=3)),
-}
-IN = 7
+from tests import user_fix_cases as cases
+from tests.user_fix_cases import BAD_OFFSETS, IN, MIXERS
 
 
 def _mixer(name: str, seed: int = 0, **extra):
@@ -47,15 +39,7 @@ def _normal(rng: np.random.Generator, *shape: int) -> jax.Array:
 @pytest.fixture
 def count_checks(monkeypatch):
     """The states every ``no_nan`` call was given, in order."""
-    calls: list[list[str]] = []
-    real = _validate.no_nan
-
-    def counting(states):
-        calls.append([name for name, _ in states])
-        return real(states)
-
-    monkeypatch.setattr(_validate, "no_nan", counting)
-    return calls
+    return cases.count_no_nan(monkeypatch, _validate)
 
 
 @pytest.mark.parametrize("name", MIXERS)
@@ -92,18 +76,11 @@ def test_under_jit_the_state_is_not_read(name):
 @pytest.mark.parametrize("name", ["signed", "rotation", "givens", "delta"])
 def test_block_names_h_0_and_checks_it_once(name, count_checks):
     rng = np.random.default_rng(204)
-    kwargs = {k: v for k, v in MIXERS[name][1].items() if k != "hidden_size"}
-    block = mingru_jax.MinGRUBlock(6, mlp_expansion=1, mixer=name, mixer_kwargs=kwargs,
-                                   rngs=nnx.Rngs(1))
-    x = _normal(rng, 3, 5, 6)
-    _, state = block(x)
-    count_checks.clear()
-    with pytest.raises(ValueError, match="h_0 holds NaN"):
-        block(x, h_0=_with_nan(tuple(state.shape), rng))
-    assert count_checks == [["h_0"]]  # at the block's entry, not again in the mixer
-    count_checks.clear()
-    block(x, h_0=state)
-    assert count_checks == [["h_0"]]
+    block = mingru_jax.MinGRUBlock(6, mlp_expansion=1, mixer=name,
+                                   mixer_kwargs=cases.block_kwargs(name), rngs=nnx.Rngs(1))
+    cases.assert_block_checks_h_0_once(block, _normal(rng, 3, 5, 6),
+                                       with_nan=lambda shape: _with_nan(shape, rng),
+                                       calls=count_checks)
 
 
 def test_stack_names_the_layer_and_checks_every_layer_once(count_checks):
@@ -174,25 +151,8 @@ def test_64_bit_dtypes_with_x64_build_and_run():
 
 # --------------------------------------------------------------------------- check_cu_seqlens
 
-BAD_OFFSETS = [
-    ([1, 4, 9], "must start at 0"),
-    ([0, 6, 4, 9], "must be non-decreasing"),
-    ([0, 4, 8], "must end at"),
-]
-
-
 def test_check_cu_seqlens_on_concrete_offsets_is_the_host_check():
-    cu = jnp.array([0, 4, 4, 9])
-    assert mingru_jax.check_cu_seqlens(cu, 9) is cu
-    for offsets, message in BAD_OFFSETS:
-        with pytest.raises(ValueError, match=f"cu_seqlens {message}"):
-            mingru_jax.check_cu_seqlens(jnp.array(offsets), 9)
-    with pytest.raises(TypeError, match="cu_seqlens must have an integer dtype"):
-        mingru_jax.check_cu_seqlens(jnp.array([0.0, 9.0]), 9)
-    with pytest.raises(ValueError, match=r"cu_seqlens must have shape \(N\+1,\)"):
-        mingru_jax.check_cu_seqlens(jnp.array([[0, 9]]), 9)
-    with pytest.raises(TypeError, match="total_length must be an int"):
-        mingru_jax.check_cu_seqlens(jnp.array([0, 9]), 9.0)
+    cases.assert_host_check_of_offsets(mingru_jax.check_cu_seqlens, jnp.array)
 
 
 def test_check_cu_seqlens_under_jit_is_a_checkify_error():

@@ -11,16 +11,13 @@ import torch
 
 import mingru
 from mingru import _validate
+from tests import user_fix_cases as cases
+from tests.user_fix_cases import BAD_OFFSETS, IN, MIXERS
 
-# name -> (class, kwargs); odd sizes where the mixer allows them.
-MIXERS = {
-    "log": (mingru.MinGRU, dict(hidden_size=5)),
-    "signed": (mingru.SignedMinGRU, dict(hidden_size=5, coupled=True)),
-    "rotation": (mingru.RotationMinGRU, dict(hidden_size=6, snap=(3,))),
-    "givens": (mingru.GivensMinGRU, dict(hidden_size=6, block_size=2, rounds=1)),
-    "delta": (mingru.DeltaMinGRU, dict(hidden_size=6, n_heads=3, d_k=1, d_v=3)),
-}
-IN = 7
+
+def _mixer(name: str) -> torch.nn.Module:
+    cls, kwargs = MIXERS[name]
+    return getattr(mingru, cls)(IN, **kwargs)
 
 
 def _state_size(m: torch.nn.Module) -> int:
@@ -37,22 +34,13 @@ def _with_nan(shape: tuple[int, ...], g: torch.Generator, positive: bool = False
 @pytest.fixture
 def count_checks(monkeypatch):
     """The states every ``no_nan`` call was given, in order."""
-    calls: list[list[str]] = []
-    real = _validate.no_nan
-
-    def counting(states):
-        calls.append([name for name, _ in states])
-        return real(states)
-
-    monkeypatch.setattr(_validate, "no_nan", counting)
-    return calls
+    return cases.count_no_nan(monkeypatch, _validate)
 
 
 @pytest.mark.parametrize("name", MIXERS)
 def test_a_nan_h_0_is_a_value_error_naming_it(name):
     g = torch.Generator().manual_seed(101)
-    cls, kwargs = MIXERS[name]
-    m = cls(IN, **kwargs)
+    m = _mixer(name)
     B, T = 3, 5
     h0 = _with_nan((B, 1, _state_size(m)), g, positive=name == "log")
     x = torch.randn(B, T, IN, generator=g)
@@ -67,8 +55,7 @@ def test_a_nan_h_0_is_a_value_error_naming_it(name):
 @pytest.mark.parametrize("name", MIXERS)
 def test_a_nan_h_0_of_a_packed_call_is_a_value_error(name):
     g = torch.Generator().manual_seed(102)
-    cls, kwargs = MIXERS[name]
-    m = cls(IN, **kwargs)
+    m = _mixer(name)
     cu = torch.tensor([0, 4, 4, 9])  # an empty sequence among three
     h0 = _with_nan((3, 1, _state_size(m)), g, positive=name == "log")
     with pytest.raises(ValueError, match="h_0"):
@@ -78,17 +65,11 @@ def test_a_nan_h_0_of_a_packed_call_is_a_value_error(name):
 @pytest.mark.parametrize("name", ["signed", "rotation", "givens", "delta"])
 def test_block_names_h_0_and_checks_it_once(name, count_checks):
     g = torch.Generator().manual_seed(103)
-    kwargs = {k: v for k, v in MIXERS[name][1].items() if k != "hidden_size"}
-    block = mingru.MinGRUBlock(6, mlp_expansion=1, mixer=name, mixer_kwargs=kwargs)
-    x = torch.randn(3, 5, 6, generator=g)
-    _, state = block(x)
-    count_checks.clear()
-    with pytest.raises(ValueError, match="h_0 holds NaN"):
-        block(x, h_0=_with_nan(tuple(state.shape), g))
-    assert count_checks == [["h_0"]]  # at the block's entry, not again in the mixer
-    count_checks.clear()
-    block(x, h_0=state)
-    assert count_checks == [["h_0"]]
+    block = mingru.MinGRUBlock(6, mlp_expansion=1, mixer=name,
+                               mixer_kwargs=cases.block_kwargs(name))
+    cases.assert_block_checks_h_0_once(block, torch.randn(3, 5, 6, generator=g),
+                                       with_nan=lambda shape: _with_nan(shape, g),
+                                       calls=count_checks)
 
 
 def test_stack_names_the_layer_and_checks_every_layer_once(count_checks):
@@ -146,27 +127,12 @@ def test_compiled_forward_skips_the_check_and_stays_one_graph():
 
 # --------------------------------------------------------------------------- check_cu_seqlens
 
-BAD_OFFSETS = [
-    ([1, 4, 9], "must start at 0"),
-    ([0, 6, 4, 9], "must be non-decreasing"),
-    ([0, 4, 8], "must end at"),
-]
-
-
 def test_check_cu_seqlens_eagerly_is_the_host_check():
+    cases.assert_host_check_of_offsets(mingru.check_cu_seqlens, torch.tensor)
     cu = torch.tensor([0, 4, 4, 9], dtype=torch.int32)
     assert mingru.check_cu_seqlens(cu, 9) is cu
-    for offsets, message in BAD_OFFSETS:
-        with pytest.raises(ValueError, match=f"cu_seqlens {message}"):
-            mingru.check_cu_seqlens(torch.tensor(offsets), 9)
-    with pytest.raises(TypeError, match="cu_seqlens must have an integer dtype"):
-        mingru.check_cu_seqlens(torch.tensor([0.0, 9.0]), 9)
-    with pytest.raises(ValueError, match=r"cu_seqlens must have shape \(N\+1,\)"):
-        mingru.check_cu_seqlens(torch.tensor([[0, 9]]), 9)
     with pytest.raises(TypeError, match="cu_seqlens must be a 1-D integer torch.Tensor"):
         mingru.check_cu_seqlens([0, 9], 9)
-    with pytest.raises(TypeError, match="total_length must be an int"):
-        mingru.check_cu_seqlens(torch.tensor([0, 9]), 9.0)
 
 
 def test_check_cu_seqlens_inside_compiled_code_asserts_on_the_device():
