@@ -215,7 +215,7 @@ class MinGRULM(nn.Module):
         In eager calls the token values are checked (one device read); a NaN in ``state``
         is a ``ValueError`` (one more)."""
         tokens = self._tokens(tokens, "tokens", 2, read_values=True)
-        hidden, state = self.features(tokens, state)
+        hidden, state = self._features(tokens, self._check_state(state, tokens.shape[0]))
         return self.head(hidden), state
 
     def features(
@@ -225,8 +225,12 @@ class MinGRULM(nn.Module):
         normalised output), for a loss or a head applied to some positions only. ``tokens``
         are not value-checked here."""
         tokens = self._tokens(tokens, "tokens", 2, read_values=False)
-        entries = self._check_state(state, tokens.shape[0])
-        stack_state = [None if s is None else s[:, None] for s in entries]
+        return self._features(tokens, self._check_state(state, tokens.shape[0]))
+
+    def _features(self, tokens: torch.Tensor, state: list[torch.Tensor | None]
+                  ) -> tuple[torch.Tensor, State]:
+        """:meth:`features` on checked tokens and state."""
+        stack_state = [None if s is None else s[:, None] for s in state]
         hidden, new_state = self.stack(self.embedding(tokens), stack_state)
         # contiguous(): a (B, 1, S) slice of a layer's (B, T, S) output would keep all of it.
         return hidden, [s[:, 0].contiguous() for s in new_state]

@@ -165,7 +165,10 @@ class MinGRULM(nnx.Module):
         values are not checked here."""
         tokens = check_tokens(tokens, "tokens", ("B", "T"), vocab_size=self.config.vocab_size,
                               read_values=False)
-        state = self._check_state(state, tokens.shape[0])
+        return self._features(tokens, self._check_state(state, tokens.shape[0]))
+
+    def _features(self, tokens: jax.Array, state: State) -> tuple[jax.Array, State]:
+        """:meth:`features` on checked tokens and state."""
         sequence_state = [None if entry is None else entry[:, None] for entry in state]
         hidden, new_state = self.stack(self.embedding(tokens), sequence_state)
         return hidden, [entry[:, 0] for entry in new_state]
@@ -187,7 +190,7 @@ class MinGRULM(nnx.Module):
         ``None`` or a previous call's state: chunks carried this way give the logits of one
         call on the whole sequence."""
         tokens = check_tokens(tokens, "tokens", ("B", "T"), vocab_size=self.config.vocab_size)
-        hidden, state = self.features(tokens, state)
+        hidden, state = self._features(tokens, self._check_state(state, tokens.shape[0]))
         return self._logits(hidden), state
 
     def step(self, token: jax.Array, state: Sequence[jax.Array | None] | None = None
