@@ -9,11 +9,12 @@ is slower still.
 
 :class:`CachedKernels` wraps a kernel module: its ``triton.jit`` kernels answer
 ``kernel[grid](...)`` as before, but a call whose arguments specialise the same way as an earlier
-one goes straight to that call's compiled kernel. The key is conservative: every integer, bool
-and ``None`` by value (Triton specialises ints on ``== 1``, divisibility by 16 and 32/64-bit
-range), every tensor by dtype and 16-byte alignment (Triton's pointer specialisation), floats
-by type (never specialised), the keyword arguments (constexprs and launch options) by value,
-and the current device. A miss takes Triton's own path and remembers the compiled kernel it
+one goes straight to that call's compiled kernel. Arguments may be passed by position or by
+keyword; each launch binds them to the kernel's parameters in signature order (defaults filled
+in), as Triton does. The key is conservative: every constexpr, integer, bool and ``None`` by
+value (Triton specialises ints on ``== 1``, divisibility by 16 and 32/64-bit range), every
+tensor by dtype and 16-byte alignment (Triton's pointer specialisation), other floats by type
+(never specialised), the launch options (``num_warps``, ...) by value, and the current device. A miss takes Triton's own path and remembers the compiled kernel it
 returns. The launch itself is the call Triton's ``JITFunction.run`` makes, launch hooks
 included: it reads the compiled kernel's ``run``, ``function``, ``packed_metadata`` and
 ``launch_metadata`` and ``triton.knobs.runtime``'s hooks, all private, so the hook
@@ -64,16 +65,22 @@ def _arg_key(arg: Any) -> Any:
     return arg
 
 
-def launch_key(device: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-    """The cache key of one launch (see the module docstring for what it holds and why)."""
-    return (device, tuple(kwargs.items()), *map(_arg_key, args))
+def launch_key(device: int, values: tuple[Any, ...], *, constexprs: tuple[bool, ...],
+               options: tuple[tuple[str, Any], ...] = ()) -> tuple[Any, ...]:
+    """The cache key of one launch: ``values`` are the kernel's arguments in signature order,
+    ``constexprs`` flags the parameters keyed by value whatever their type, ``options`` the
+    launch options (see the module docstring for what the key holds and why)."""
+    return (device, options,
+            *[value if constexpr else _arg_key(value)
+              for value, constexpr in zip(values, constexprs, strict=True)])
 
 
 class CachedLaunch:
     """``kernel[grid](*args, **kwargs)`` with repeat launches sent to the compiled kernel while
     the hook is active (decided per launch), Triton's own path otherwise."""
 
-    __slots__ = ("kernel", "_cache", "_names", "_defaults", "_device", "_stream", "_hooks")
+    __slots__ = ("kernel", "_cache", "_names", "_name_set", "_constexprs", "_defaults",
+                 "_device", "_stream", "_hooks")
 
     def __init__(self, kernel: Any, device: Any = None, stream: Any = None) -> None:
         """``device()`` and ``stream(device)`` give the current device and its raw stream
@@ -87,6 +94,8 @@ class CachedLaunch:
         self.kernel = kernel
         self._cache: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._names = tuple(kernel.arg_names)
+        self._name_set = frozenset(self._names)
+        self._constexprs = tuple(bool(getattr(p, "is_constexpr", False)) for p in kernel.params)
         self._defaults = {p.name: p.default for p in kernel.params if p.has_default}
         if device is None or stream is None:
             from triton.runtime.driver import driver
@@ -100,14 +109,32 @@ class CachedLaunch:
 
         return launch
 
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]
+              ) -> tuple[tuple[Any, ...], tuple[tuple[str, Any], ...]] | None:
+        """Every argument in signature order and the launch options; ``None`` when the call
+        does not bind (Triton's own path then raises the error)."""
+        if len(args) > len(self._names):
+            return None
+        try:
+            values = (*args, *[kwargs[name] if name in kwargs else self._defaults[name]
+                               for name in self._names[len(args):]])
+        except KeyError:
+            return None
+        return values, tuple(item for item in kwargs.items() if item[0] not in self._name_set)
+
     def launch(self, grid: tuple[int, ...], args: tuple[Any, ...],
                kwargs: dict[str, Any]) -> None:
         """Launch on ``grid`` (a tuple of up to three ints)."""
         if not hook_active(_NAME):
             self.kernel[grid](*args, **kwargs)
             return
+        bound = self._bind(args, kwargs)
+        if bound is None:
+            self.kernel[grid](*args, **kwargs)
+            return
+        values, options = bound
         device = self._device()
-        key = launch_key(device, args, kwargs)
+        key = launch_key(device, values, constexprs=self._constexprs, options=options)
         try:
             entry = self._cache.get(key)
         except TypeError:  # an unhashable argument: every such launch takes Triton's path
@@ -116,13 +143,13 @@ class CachedLaunch:
         if entry is None:
             self._first_launch(key, grid, args, kwargs)
             return
-        run, function, metadata, launch_metadata, tail = entry
+        run, function, metadata, launch_metadata = entry
         stream = self._stream(device)
         grid_x, grid_y, grid_z = (*grid, 1, 1)[:3]
         hooks = self._hooks
         run(grid_x, grid_y, grid_z, stream, function, metadata,
-            launch_metadata(grid, stream, *args, *tail), hooks.launch_enter_hook,
-            hooks.launch_exit_hook, *args, *tail)
+            launch_metadata(grid, stream, *values), hooks.launch_enter_hook,
+            hooks.launch_exit_hook, *values)
 
     def _first_launch(self, key: tuple[Any, ...], grid: tuple[int, ...], args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> None:
@@ -135,17 +162,10 @@ class CachedLaunch:
         if missing:  # a Triton whose launch this hook does not know: its own path from now on
             fall_back(_NAME, f"Triton's compiled kernel has no {', '.join(missing)}")
             return
-        # Every parameter after the positional ones, in signature order: the keyword
-        # arguments and defaults, fixed for this key (they are part of it).
-        try:
-            tail = tuple(kwargs[name] if name in kwargs else self._defaults[name]
-                         for name in self._names[len(args):])
-        except KeyError:
-            return
         if len(self._cache) >= _MAX_ENTRIES:
             self._cache.clear()
         self._cache[key] = (compiled.run, compiled.function, compiled.packed_metadata,
-                            compiled.launch_metadata, tail)
+                            compiled.launch_metadata)
 
 
 class CachedKernels:

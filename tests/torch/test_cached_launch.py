@@ -29,23 +29,30 @@ def mode(request):
 
 def test_the_key_tells_apart_what_triton_specialises_on():
     x = torch.randn(64)
-    base = launch_key(0, (x, 16, None, True), {"BLOCK": 32})
-    assert launch_key(0, (torch.randn(64), 16, None, True), {"BLOCK": 32}) == base
+    flags = (False, False, False, False, True)  # the last parameter is a constexpr
+
+    def key(values, device=0, options=()):
+        return launch_key(device, values, constexprs=flags, options=options)
+
+    base = key((x, 16, None, True, 32))
+    assert key((torch.randn(64), 16, None, True, 32)) == base
     different = [
-        launch_key(1, (x, 16, None, True), {"BLOCK": 32}),  # another device
-        launch_key(0, (x.double(), 16, None, True), {"BLOCK": 32}),  # dtype
-        launch_key(0, (x[1:], 16, None, True), {"BLOCK": 32}),  # 4 bytes off 16-byte alignment
-        launch_key(0, (x, 17, None, True), {"BLOCK": 32}),  # an int's value
-        launch_key(0, (x, 1, None, True), {"BLOCK": 32}),  # Triton's == 1 specialisation
-        launch_key(0, (x, 16, x, True), {"BLOCK": 32}),  # None against a pointer
-        launch_key(0, (x, 16, None, False), {"BLOCK": 32}),  # a flag
-        launch_key(0, (x, 16, None, True), {"BLOCK": 64}),  # a constexpr
-        launch_key(0, (x, 16, None, True), {"BLOCK": 32, "num_warps": 8}),  # a launch option
+        key((x, 16, None, True, 32), device=1),  # another device
+        key((x.double(), 16, None, True, 32)),  # dtype
+        key((x[1:], 16, None, True, 32)),  # 4 bytes off 16-byte alignment
+        key((x, 17, None, True, 32)),  # an int's value
+        key((x, 1, None, True, 32)),  # Triton's == 1 specialisation
+        key((x, 16, x, True, 32)),  # None against a pointer
+        key((x, 16, None, False, 32)),  # a flag
+        key((x, 16, None, True, 64)),  # a constexpr
+        key((x, 16, None, True, 0.5)),  # a float constexpr, by value
+        key((x, 16, None, True, 32), options=(("num_warps", 8),)),  # a launch option
     ]
-    assert all(key != base for key in different)
+    assert all(k != base for k in different)
     assert len(set(different)) == len(different)
-    # Floats are never specialised: their value is not part of the key.
-    assert launch_key(0, (x, 0.5), {}) == launch_key(0, (x, 2.5), {})
+    # Runtime floats are never specialised: their value is not part of the key.
+    assert key((x, 16, 0.5, True, 32)) == key((x, 16, 2.5, True, 32))
+    assert key((x, 16, None, True, 0.5)) != key((x, 16, None, True, 2.5))
 
 
 def test_the_hook_is_declared_for_the_triton_versions_it_was_written_for():
@@ -61,7 +68,8 @@ class _FakeKernel:
     arg_names = ["x", "n", "alpha", "BLOCK", "MODE", "FLAG"]
 
     def __init__(self):
-        self.params = [types.SimpleNamespace(name=n, default=d, has_default=d is not None)
+        self.params = [types.SimpleNamespace(name=n, default=d, has_default=d is not None,
+                                             is_constexpr=n.isupper())
                        for n, d in zip(self.arg_names, [None] * 5 + [False], strict=True)]
         self.jit_calls, self.runs = [], []
         self.compiled = types.SimpleNamespace(
@@ -95,6 +103,26 @@ def test_a_repeat_launch_goes_to_the_compiled_kernel_with_the_bound_arguments(mo
     launch[(3,)](x, 9, 0.5, MODE=2, BLOCK=16)  # a new int value: Triton's path again
     launch[(3,)](x[1:], 8, 0.5, MODE=2, BLOCK=16)  # a misaligned pointer: Triton's path again
     assert len(kernel.jit_calls) == 3 and len(kernel.runs) == 1
+
+
+def test_keyword_arguments_bind_in_signature_order(mode):
+    kernel = _FakeKernel()
+    launch = CachedLaunch(kernel, device=lambda: 0, stream=lambda device: 5)
+    x, y = torch.randn(8), torch.randn(8)
+    launch[(1,)](x=x, n=8, alpha=0.5, BLOCK=16, MODE=1)
+    launch[(1,)](alpha=1.5, MODE=1, BLOCK=16, n=8, x=y)  # another order, another tensor
+    launch[(1,)](x, alpha=2.5, n=8, BLOCK=16, MODE=1, num_warps=4)  # a launch option: new key
+    launch[(1,)](x, alpha=2.5, n=8, BLOCK=16, MODE=1, num_warps=4)
+    if mode == "off":
+        assert len(kernel.jit_calls) == 4 and not kernel.runs
+        return
+    assert len(kernel.jit_calls) == 2 and len(kernel.runs) == 2
+    for run, (tensor, alpha) in zip(kernel.runs, [(y, 1.5), (x, 2.5)], strict=True):
+        args = run[9:]
+        # The tensor of this launch (not the first one's), then n, alpha, BLOCK, MODE, FLAG.
+        assert args[0] is tensor and list(args[1:]) == [8, alpha, 16, 1, False]
+    launch[(1,)](x=x, n=8, alpha=0.5, BLOCK=16)  # MODE missing: Triton's path says so
+    assert len(kernel.jit_calls) == 3
 
 
 def test_the_hook_is_decided_per_launch():
@@ -222,7 +250,8 @@ def test_cached_launches_compute_what_fresh_ones_do(mode):
         y = torch.randn(n + offset, device="cuda", generator=g)[offset:]
         out = torch.full_like(x, float("nan"))
         kwargs = {} if scale == 2 else {"SCALE": scale}
-        launch[(triton.cdiv(n, 128),)](x, y, out, n, alpha, BLOCK=128, **kwargs)
+        launch[(triton.cdiv(n, 128),)](x_ptr=x, y_ptr=y, out_ptr=out, n=n, alpha=alpha,
+                                       BLOCK=128, **kwargs)
         torch.testing.assert_close(out, x * alpha + y * scale)
     # (1000, aligned), (1000, offset), 63, SCALE=3; nothing with the hook off
     assert len(launch._cache) == (4 if mode == "on" else 0)
