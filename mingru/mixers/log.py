@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from mingru._sharding import check_group
@@ -150,17 +149,19 @@ class MinGRU(nn.Module):
         ``h_prev`` is not caught here, unlike ``h_0`` in :meth:`forward`."""
         check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
-        k_z = self.linear_z(x_t)
+        # The forward's route at T = 1: one GEMM, then the fused cell (one kernel on a GPU)
+        # forms the gates and the update, where the gate math alone is a dozen small kernels.
+        k = project(x_t[:, None], self.linear_z, self.linear_h)
         if h_prev is None:
-            h_prev = self._h0(None, B, k_z)
+            h_prev = self._h0(None, B, k)
         else:
             h_prev = check_state(h_prev, B, self.hidden_size, name="h_prev", sequence=False,
-                                 like=k_z)
-        log_a = -F.softplus(k_z)
-        log_gamma = self.decay.log_gamma(delta_t, B, None, like=k_z)
-        if log_gamma is not None:
-            log_a = log_a + log_gamma
-        return log_a.exp() * h_prev + (-F.softplus(-k_z)).exp() * g(self.linear_h(x_t))
+                                 like=k)
+        log_gamma = self.decay.log_gamma(delta_t, B, None, like=k)
+        h = _run_mingru_cell(k, initial_state=h_prev,
+                             log_gamma=None if log_gamma is None else log_gamma[:, None],
+                             signed=False, coupled=False, return_final_state=False)
+        return h[:, 0]
 
     def extra_repr(self) -> str:
         return (

@@ -85,20 +85,6 @@ class SignedMinGRU(nn.Module):
             self.register_parameter("h0", None)
         self.decay = TimeDecay(decay, decay_rate, log1p_delta, channels=hidden_size)
 
-    def _gates(
-        self, x: torch.Tensor, delta_t: torch.Tensor | None, steps: int | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Transition ``a`` and input ``b``, both shaped like ``x`` with ``hidden`` features."""
-        k_z = self.linear_z(x)  # its dtype (not x's, which autocast may differ from) rules
-        z = torch.sigmoid(k_z)
-        a = torch.tanh(self.linear_s(x))
-        if self.coupled:
-            a = (1 - z) * a
-        log_gamma = self.decay.log_gamma(delta_t, x.shape[0], steps, like=k_z)
-        if log_gamma is not None:
-            a = a * log_gamma.exp()
-        return a, z * self.linear_h(x)
-
     @checks_state("h_0")
     def forward(
         self,
@@ -157,12 +143,18 @@ class SignedMinGRU(nn.Module):
         step can be captured in a CUDA graph or compiled with ``fullgraph=True``."""
         check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
-        a, b = self._gates(x_t, delta_t, None)
+        # The forward's route at T = 1: one GEMM, then the fused cell (one kernel on a GPU).
+        k = project(x_t[:, None], self.linear_z, self.linear_s, self.linear_h)
         if h_prev is not None:
-            h_prev = check_state(h_prev, B, self.hidden_size, name="h_prev", sequence=False, like=b)
+            h_prev = check_state(h_prev, B, self.hidden_size, name="h_prev", sequence=False,
+                                 like=k)
         elif self.h0 is not None:
-            h_prev = self.h0.to(b.dtype)
-        return b if h_prev is None else a * h_prev + b
+            h_prev = self.h0.to(k.dtype).expand(B, self.hidden_size)
+        log_gamma = self.decay.log_gamma(delta_t, B, None, like=k)
+        h = _run_mingru_cell(k, initial_state=h_prev,
+                             log_gamma=None if log_gamma is None else log_gamma[:, None],
+                             signed=True, coupled=self.coupled, return_final_state=False)
+        return h[:, 0]
 
     def extra_repr(self) -> str:
         return (

@@ -1,0 +1,69 @@
+"""The fused step: ``MinGRU.step`` and ``SignedMinGRU.step`` run the forward's cell at T = 1
+(one kernel on a GPU for the gates and the update). On the kernel route they must give the
+eager step's states: under Triton's interpreter on CPU (fp32), and on the GPU in fp32, bf16 and
+fp16 (``-m gpu``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mingru
+from mingru import MinGRU, SignedMinGRU
+
+CASES = {
+    "log": (MinGRU, {}),
+    "log_h0": (MinGRU, dict(learnable_h0=True)),
+    "signed": (SignedMinGRU, {}),
+    "signed_coupled_h0": (SignedMinGRU, dict(coupled=True, learnable_h0=True)),
+}
+DECAYS = {"none": {}, "learnable": dict(decay="learnable", decay_rate=0.3, log1p_delta=True),
+          "fixed": dict(decay="fixed", decay_rate=0.7)}
+
+
+def _steps(module, x, delta_t, *, mode: str) -> torch.Tensor:
+    """The states of ``x (B, T, D)`` stepped token by token under backend ``mode``."""
+    h, states = None, []
+    with torch.inference_mode(), mingru.use_backend(mode):
+        for t in range(x.shape[1]):
+            h = module.step(x[:, t], h, None if delta_t is None else delta_t[:, t])
+            states.append(h)
+    return torch.stack(states, 1)
+
+
+def _case(case: str, decay: str, *, hidden: int, device: str, dtype: torch.dtype,
+          batch: int, steps: int):
+    cls, kwargs = CASES[case]
+    torch.manual_seed(3)
+    module = cls(7, hidden, **kwargs, **DECAYS[decay])
+    with torch.no_grad():
+        if getattr(module, "h0", None) is not None:
+            module.h0.normal_()
+    module = module.to(device, dtype)
+    x = torch.randn(batch, steps, 7, device=device, dtype=dtype)
+    delta_t = (torch.rand(batch, steps, device=device, dtype=dtype) * 3
+               if decay != "none" else None)
+    return module, x, delta_t
+
+
+@pytest.mark.parametrize("decay", list(DECAYS))
+@pytest.mark.parametrize("case", list(CASES))
+def test_kernel_step_equals_the_eager_step(case, decay):
+    module, x, delta_t = _case(case, decay, hidden=5, device="cpu", dtype=torch.float32,
+                               batch=3, steps=4)
+    fused = _steps(module, x, delta_t, mode="triton")
+    eager = _steps(module, x, delta_t, mode="eager")
+    torch.testing.assert_close(fused, eager, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2),
+                                              (torch.float16, 2e-3)])
+@pytest.mark.parametrize("decay", ["none", "learnable"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_kernel_step_equals_the_eager_step_on_the_gpu(case, decay, dtype, tolerance):
+    module, x, delta_t = _case(case, decay, hidden=500, device="cuda", dtype=dtype,
+                               batch=5, steps=9)
+    fused = _steps(module, x, delta_t, mode="triton").float()
+    eager = _steps(module, x, delta_t, mode="eager").float()
+    torch.testing.assert_close(fused, eager, rtol=tolerance, atol=tolerance)
