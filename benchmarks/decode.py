@@ -5,7 +5,9 @@ A case is a mixer at ``(B, P, N, d, L)``: batch, prompt bytes, new tokens, width
 (vocabulary 256, random weights, the model cast with ``.to(dtype)``). Backends:
 
 * ``ours`` — :meth:`mingru.MinGRULM.generate` replaying its CUDA graph (``cuda_graph=True``;
-  on a CPU the step loop, there is no graph); ``step-loop`` — ``cuda_graph=False``;
+  on a CPU the step loop, there is no graph); ``eager-step`` — the same graph with every op on
+  its eager form (``mingru.use_backend("eager")``: what the fused step kernels buy);
+  ``step-loop`` — ``cuda_graph=False``;
 * ``gpt2`` — transformers' ``GPT2LMHeadModel`` of the same width and depth (``n_head = d/64``,
   ``n_positions = P + N + 1``), ``model.generate(do_sample=False)`` with its KV cache;
 * ``jax`` — :meth:`mingru_jax.MinGRULM.generate` (jitted prefill chunks, one jitted loop);
@@ -55,6 +57,7 @@ def measure(case: Case, backend: str, device: str, warmup: int, repeats: int) ->
             row["peak_gb"] = _peak_gb(call)
         return row
     maker = {"ours": lambda: _ours(case, device, device == "cuda"),
+             "eager-step": lambda: _ours(case, device, device == "cuda", backend="eager"),
              "step-loop": lambda: _ours(case, device, False),
              "gpt2": lambda: _gpt2(case, device), "jax": lambda: _jax(case, device)}[backend]
     generate, finish = maker()
@@ -97,7 +100,8 @@ def _sync(device: str) -> Callable[[Any], Any]:
     return lambda out: wait(out) or out
 
 
-def _ours(case: Case, device: str, graph: bool) -> tuple[Generate, Callable[[Any], Any]]:
+def _ours(case: Case, device: str, graph: bool,
+          backend: str = "auto") -> tuple[Generate, Callable[[Any], Any]]:
     import mingru
 
     _, _, _, d, layers = case.dims
@@ -106,8 +110,12 @@ def _ours(case: Case, device: str, graph: bool) -> tuple[Generate, Callable[[Any
     model = mingru.MinGRULM(VOCAB, d, layers, mixer=mixer, mixer_kwargs=kwargs)
     model = model.to(device=device, dtype=_dtype(case)).eval()
     prompt = torch.from_numpy(_prompt(case)).to(device)
-    return (lambda new, **kw: model.generate(prompt, new, temperature=0.0, cuda_graph=graph,
-                                             **kw)), _sync(device)
+
+    def generate(new: int, **kwargs: Any) -> torch.Tensor:
+        with mingru.use_backend(backend):
+            return model.generate(prompt, new, temperature=0.0, cuda_graph=graph, **kwargs)
+
+    return generate, _sync(device)
 
 
 def _gpt2(case: Case, device: str) -> tuple[Generate, Callable[[Any], Any]]:

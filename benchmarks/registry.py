@@ -31,10 +31,10 @@ ELEMENTWISE = ("parallel_scan_log", "linear_scan", "linear_recurrence", "mingru_
 DELTA = ("delta_rule nh1", "delta_rule nh2 decay")
 HOOKS = ("triton_launch", "jax_triton_compile", "all")
 TRAIN_MIXERS = ("MinGRU", "SignedMinGRU", "GivensMinGRU", "DeltaMinGRU")
-DECODE_BACKENDS = ("ours", "step-loop", "gpt2", "jax")
+DECODE_BACKENDS = ("ours", "eager-step", "step-loop", "gpt2", "jax")
 PREFILL_BACKENDS = ("chunked", "unchunked")
 BACKENDS = ("ours", "triton", "eager", "compile", "fla", "accelerated-scan", "minGRU-pytorch",
-            "jax", "jax-triton", "step-loop", "gpt2", *PREFILL_BACKENDS)
+            "jax", "jax-triton", "eager-step", "step-loop", "gpt2", *PREFILL_BACKENDS)
 PEERS: dict[str, tuple[str, ...]] = {  # case -> peers computing the same recurrence
     "parallel_scan_log": ("minGRU-pytorch",),
     "linear_recurrence": ("accelerated-scan", "fla"),
