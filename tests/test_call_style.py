@@ -9,13 +9,18 @@ Two rules hold in every module of ``mingru/``, ``mingru_jax/``, ``kernels/`` (in
 * a call of a first-party function, method or class passes at most three arguments by position;
   the rest go by keyword, so a reader never counts parameters to know what an argument means.
 
+A third holds in the PyTorch launchers (``mingru/_launch/``): every kernel launch
+(``kernel[grid](...)``) passes every argument by keyword, under the kernel's own parameter
+names, with no positional argument and no ``*args`` splat (``**named`` splats of dicts keyed
+by parameter name are fine). The JAX launchers pass arrays by position, as jax-triton requires.
+
 A call is first-party when its name (``f(...)`` or ``obj.f(...)``) is the name of a function,
 method or class defined in these packages and it is not an attribute of a name imported from a
 third-party module (``torch.f``, ``jnp.f``). Left alone, since their arguments cannot be passed
 by keyword:
 
-* kernel launches (``kernel[grid](...)``, not calls of a name): the kernel's arguments, bound by
-  Triton;
+* kernel launches (``kernel[grid](...)``, not calls of a name) under the two rules above: the
+  kernel's arguments, bound by Triton (the PyTorch ones fall under the third rule);
 * variadic functions (every definition of the name takes ``*args``), e.g. ``dispatch.call(op,
   eager, *args)``, which forwards an op's own arguments unchanged to its eager twin or launcher;
 * in a module, the names it binds to ``jax.custom_vjp`` / ``custom_vmap`` wrappers (a def
@@ -39,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("mingru", "mingru_jax", "kernels", "mingru_cli")
 FIRST_PARTY = ("mingru", "mingru_jax", "mingru_kernels", "mingru_cli", "mingru_benchmarks")
 MAX_POSITIONAL = 3
+# Where kernel launches pass every argument by keyword.
+KEYWORD_LAUNCHES = "mingru/_launch/"
 
 # Modules left as they are: their launch cache keys and replays Triton's positional kernel
 # arguments, and the calls around it follow Triton's own launch path.
@@ -233,4 +240,44 @@ def test_the_checks_catch_bad_calls():
 def test_calls_pass_flags_and_trailing_arguments_by_keyword():
     violations = _violations()
     assert not violations, f"{len(violations)} calls break the call style:\n" + "\n".join(
+        f"  {v.where}: {v.name}(...): {v.problem}" for v in violations)
+
+
+def _positional_launches(tree: ast.Module, relative: str) -> list[Call]:
+    """The kernel launches (``kernel[grid](...)``: a call of a subscript) in ``tree`` that
+    pass an argument by position or splat ``*args``."""
+    return [Call(f"{relative}:{node.lineno}", ast.unparse(node.func),
+                 f"{len(node.args)} positional or *-splatted arguments (pass each by keyword)")
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) and node.args]
+
+
+def _launch_trees() -> dict[str, ast.Module]:
+    return {relative: tree for path, tree in TREES.items()
+            if (relative := path.relative_to(ROOT).as_posix()).startswith(KEYWORD_LAUNCHES)}
+
+
+def test_the_launch_check_catches_positional_launches():
+    """The launch rule fires on a positional argument and on a ``*`` splat, and spares launches
+    by keyword (``**`` splats included) and calls of anything but a subscript."""
+    tree = ast.parse(
+        "kernel[grid](x, y_ptr=y)\n"
+        "kernels.scan_kernel[(n,)](*pointers, MODE=0)\n"
+        "kernel[grid](x_ptr=x, **sizes, MODE=0)\n"
+        "make(x)(y)\n"
+        "table[key].run(x, y)\n"
+    )
+    found = _positional_launches(tree, "snippet.py")
+    assert [(call.where, call.name) for call in found] == [
+        ("snippet.py:1", "kernel[grid]"), ("snippet.py:2", "kernels.scan_kernel[n,]")]
+
+
+def test_pytorch_launches_pass_every_argument_by_keyword():
+    trees = _launch_trees()
+    launches = sum(isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)
+                   for tree in trees.values() for node in ast.walk(tree))
+    assert launches >= 20, f"only {launches} launches found under {KEYWORD_LAUNCHES}"
+    violations = [call for relative, tree in trees.items()
+                  for call in _positional_launches(tree, relative)]
+    assert not violations, f"{len(violations)} launches pass arguments by position:\n" + "\n".join(
         f"  {v.where}: {v.name}(...): {v.problem}" for v in violations)

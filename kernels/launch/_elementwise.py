@@ -205,8 +205,21 @@ def carry_grid(cfg: Mapping[str, Any], B: int) -> tuple[int]:
     return (B * int(cfg["n_dblk"]),)
 
 
+def size_kwargs(cfg: Mapping[str, Any], T: int, D: int) -> dict[str, int]:
+    """The runtime size arguments of the scan kernels by parameter name: ``T``, ``D``,
+    ``chunk_len``, ``n_chunks`` and ``n_dblk``, in the kernels' order.
+
+    Example:
+        >>> size_kwargs(plan(2, 100, 8), 100, 8)
+        {'T': 100, 'D': 8, 'chunk_len': 100, 'n_chunks': 1, 'n_dblk': 1}
+    """
+    return dict(T=T, D=D, chunk_len=int(cfg["chunk_len"]), n_chunks=int(cfg["n_chunks"]),
+                n_dblk=int(cfg["n_dblk"]))
+
+
 def dims(cfg: Mapping[str, Any], T: int, D: int) -> tuple[int, int, int, int, int]:
-    """The runtime size arguments of the scan kernels: ``(T, D, chunk_len, n_chunks, n_dblk)``."""
+    """The runtime size arguments of the scan kernels in order, ``(T, D, chunk_len, n_chunks,
+    n_dblk)`` (for launchers that pass them by position)."""
     return (T, D, int(cfg["chunk_len"]), int(cfg["n_chunks"]), int(cfg["n_dblk"]))
 
 

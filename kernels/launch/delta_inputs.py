@@ -55,7 +55,8 @@ def unsupported_size(dk: int, dv: int, groups: int) -> str | None:
 
 
 def config(dk: int, dv: int, groups: int) -> dict[str, int]:
-    """Tile sizes and warps (``dv`` only moves in column blocks, so it sets nothing)."""
+    """Tile sizes and warps, keyed as the kernels' launch keywords (``BR``, ``BC``, ``BK``,
+    ``BG``, ``num_warps``; ``dv`` only moves in column blocks, so it sets nothing)."""
     return {"BR": ROWS, "BC": COLS, "BK": max(16, next_pow2(dk)),
             "BG": max(16, next_pow2(groups)), "num_warps": 4}
 

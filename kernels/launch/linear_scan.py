@@ -21,11 +21,12 @@ from mingru_kernels.launch._elementwise import (
     grid,
     launch_kwargs,
     plan,
+    size_kwargs,
 )
 
 __all__ = [
     "APPLY", "BWD_SCRATCH", "FWD_SCRATCH", "PLAN_KEYS", "SUMMARY", "WALK", "carry_grid",
-    "carry_kwargs", "dims", "grid", "launch_kwargs", "plan",
+    "carry_kwargs", "dims", "grid", "launch_kwargs", "plan", "size_kwargs",
 ]
 
 FWD_SCRATCH = 4

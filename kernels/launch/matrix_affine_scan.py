@@ -80,6 +80,7 @@ class WalkPlan(NamedTuple):
     grid: tuple[int, int]  # (programs over the block pairs, segments)
     constants: dict[str, int]  # the kernels' K, V, LP and num_warps
     scalars: tuple[int, int, int, int, int]  # the kernels' (npair, n, T, seg_len, nseg)
+    sizes: dict[str, int]  # the same by parameter name, for launches by keyword
     npair: int  # B·n block pairs
     nseg: int  # segments along T; more than one: a composites pass runs first
 
@@ -98,6 +99,7 @@ def walk_plan(a_shape: Sequence[int], v: int, seg_len: int | None = None) -> Wal
     npair = B * n
     config = affine_config(k, v)
     seg_len, nseg = segment_plan(T, seg_len)
+    sizes = dict(npair=npair, n=n, T=T, seg_len=seg_len, nseg=nseg)
     return WalkPlan(grid=(cdiv(npair, config["LP"]), nseg),
                     constants=dict(K=k, V=v, LP=config["LP"], num_warps=config["num_warps"]),
-                    scalars=(npair, n, T, seg_len, nseg), npair=npair, nseg=nseg)
+                    scalars=tuple(sizes.values()), sizes=sizes, npair=npair, nseg=nseg)

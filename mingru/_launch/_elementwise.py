@@ -78,24 +78,33 @@ def _cached_plan(B: int, T: int, D: int, *, n_sm: int, choices: tuple[tuple[str,
     return types.MappingProxyType(elementwise_plan.plan(B, T, D, **kwargs))
 
 
-def run_scan(kernel: Any, cfg: Mapping[str, int | str], B: int, *, D: int,
-             pointers: tuple[torch.Tensor, ...], scalars: tuple[int, ...], **consts: Any) -> None:
+def run_scan(kernel: Any, cfg: Mapping[str, int | str], shape: tuple[int, int, int], *,
+             tensors: Mapping[str, torch.Tensor], **arguments: Any) -> None:
     """Launch a single-state scan whose kernels have a look-back mode with the plan's
     strategy: the walk, or the single pass of the look-back.
 
-    ``kernel[grid](*pointers, values, status, *scalars, MODE=..., **consts)``: ``(values,
-    status)`` are the look-back's scratch buffers (:func:`lookback_scratch`; placeholders for
-    the walk, which reads neither).
+    ``kernel[grid](**tensors, vals_ptr=values, status_ptr=status, T=..., D=..., chunk_len=...,
+    n_chunks=..., n_dblk=..., MODE=..., BLOCK_T=..., BLOCK_D=..., LOOP_STAGES=...,
+    num_warps=..., **arguments)`` for a ``shape = (B, T, D)`` state: ``tensors`` are the
+    kernel's pointer arguments by parameter name, the first one giving the device;
+    ``(vals_ptr, status_ptr)`` are the look-back's scratch buffers (:func:`lookback_scratch`;
+    for the walk, which reads neither, the first tensor stands in); the sizes, ``MODE`` and the
+    tiles come from the plan ``cfg``; ``arguments`` are the kernel's other parameters (strides,
+    flags) by name.
     """
-    grid = elementwise_plan.grid(cfg, B)
+    B, T, D = shape
+    first = next(iter(tensors.values()))
     if cfg["strategy"] == "walk":
-        kernel[grid](*pointers, pointers[0], pointers[0], *scalars, MODE=elementwise_plan.WALK,
-                     **consts)
-        return
-    if cfg["strategy"] != "lookback":
+        values = status = first
+        mode = elementwise_plan.WALK
+    elif cfg["strategy"] == "lookback":
+        values, status = lookback_scratch(B, cfg, D, device=first.device)
+        mode = elementwise_plan.LOOKBACK
+    else:
         raise ValueError(f"this op's kernels run the walk or the look-back; got {cfg['strategy']!r}")
-    values, status = lookback_scratch(B, cfg, D, device=pointers[0].device)
-    kernel[grid](*pointers, values, status, *scalars, MODE=elementwise_plan.LOOKBACK, **consts)
+    kernel[elementwise_plan.grid(cfg, B)](
+        **tensors, vals_ptr=values, status_ptr=status, **elementwise_plan.size_kwargs(cfg, T, D),
+        MODE=mode, **elementwise_plan.launch_kwargs(cfg), **arguments)
 
 
 def lookback_scratch(B: int, cfg: Mapping[str, int | str], D: int,

@@ -64,9 +64,8 @@ def _fwd_impl(p, n_heads, nh, d_k, d_v, eps):
         cfg = meta.config(d_k, d_v, G)
         with device_guard(p):
             kernels.delta_inputs_fwd_kernel[meta.grid(N)](
-                p2, q, k, v, beta, norm, N, W, n_heads * d_k, G, d_k, d_v, eps,
-                BR=cfg["BR"], BC=cfg["BC"], BK=cfg["BK"], BG=cfg["BG"],
-                num_warps=cfg["num_warps"])
+                p_ptr=p2, q_ptr=q, k_ptr=k, v_ptr=v, beta_ptr=beta, norm_ptr=norm, N=N, W=W,
+                QW=n_heads * d_k, G=G, DK=d_k, DV=d_v, eps=eps, **cfg)
     return q, k, v, beta, norm
 
 
@@ -77,14 +76,15 @@ def _bwd_impl(k, beta, norm, dq, dk, dv, dbeta, n_heads, nh, d_k, d_v, eps):
     dp = new_tensor((N, W), k.dtype, k.device)
     if N:
         cfg = meta.config(d_k, d_v, G)
-        grads = [None if g is None else _rows(g) for g in (dq, dk, dv, dbeta)]
         with device_guard(k):
+            # An absent gradient is never read: k stands in for it.
             kernels.delta_inputs_bwd_kernel[meta.grid(N)](
-                k, beta, norm, *(k if g is None else g for g in grads), dp,
-                N, W, n_heads * d_k, G, d_k, d_v, eps,
+                k_ptr=k, beta_ptr=beta, norm_ptr=norm, dq_ptr=k if dq is None else _rows(dq),
+                dk_ptr=k if dk is None else _rows(dk), dv_ptr=k if dv is None else _rows(dv),
+                dbeta_ptr=k if dbeta is None else _rows(dbeta), dp_ptr=dp,
+                N=N, W=W, QW=n_heads * d_k, G=G, DK=d_k, DV=d_v, eps=eps,
                 HAS_DQ=dq is not None, HAS_DK=dk is not None, HAS_DV=dv is not None,
-                HAS_DBETA=dbeta is not None, BR=cfg["BR"], BC=cfg["BC"], BK=cfg["BK"],
-                BG=cfg["BG"], num_warps=cfg["num_warps"])
+                HAS_DBETA=dbeta is not None, **cfg)
     return dp
 
 

@@ -168,6 +168,15 @@ def _few_rows(q: torch.Tensor, rows: int) -> bool:
     return q.device.type == "cuda" and rows <= sm_count(q)
 
 
+def _tables(chunk_seq: Tensor | None, chunk_end: Tensor | None, cu: Tensor | None, *,
+            placeholder: Tensor) -> dict[str, Tensor]:
+    """The packed layout's tables as the kernels' ``cseq_ptr``, ``cend_ptr`` and ``cu_ptr``;
+    unpacked, ``placeholder`` stands in for all three (never read)."""
+    if cu is None:
+        return dict(cseq_ptr=placeholder, cend_ptr=placeholder, cu_ptr=placeholder)
+    return dict(cseq_ptr=chunk_seq, cend_ptr=chunk_end, cu_ptr=cu)
+
+
 def _n_seq(cu: Tensor | None, B: int) -> int:
     """States in ``h0`` / ``h_T``: ``N`` packed sequences, else ``B``."""
     return B if cu is None else cu.shape[0] - 1
@@ -198,21 +207,23 @@ def _fwd_impl(q, k, v, beta, log_gamma, h0, tuning, chunk_seq=None, chunk_end=No
     o = new_tensor((B, T, H, dv), q.dtype, dev)
     h_T = new_tensor((_n_seq(cu, B), H, dk, dv), q.dtype, dev)
     packed = cu is not None
-    tables = (chunk_seq, chunk_end, cu) if packed else (q, q, q)  # placeholders, never read
+    tables = _tables(chunk_seq, chunk_end, cu, placeholder=q)
+    sizes = dict(T=T, H=H, DK=dk, DV=dv, NC=nc)
     kernels.delta_rule_fwd_prep_kernel[meta.grid_chunks(T, BH, cfg)](
-        k, v, beta, lg, wk, u, tm, T, H, dk, dv, nc,
+        k_ptr=k, v_ptr=v, beta_ptr=beta, lg_ptr=lg, wk_ptr=wk, u_ptr=u, tm_ptr=tm, **sizes,
         **meta.launch_kwargs(cfg, "fwd_prep", HAS_DECAY=has_decay),
     )
     kernels.delta_rule_fwd_state_kernel[meta.grid_state(BH, cfg)](
-        q, k, v, beta, lg, h0c, wk, u, tm, states, o, h_T, *tables, T, H, dk, dv, nc,
-        _n_seq(cu, B),
+        q_ptr=q, k_ptr=k, v_ptr=v, beta_ptr=beta, lg_ptr=lg, h0_ptr=h0c, wk_ptr=wk, u_ptr=u,
+        tm_ptr=tm, states_ptr=states, o_ptr=o, ht_ptr=h_T, **tables, **sizes,
+        NSEQ=_n_seq(cu, B),
         **meta.launch_kwargs(cfg, "fwd_state", HAS_DECAY=has_decay, HAS_H0=has_h0,
                              PACKED=packed),
     )
     if cfg["OUT_PASS"]:
         kernels.delta_rule_fwd_out_kernel[meta.grid_out(T, BH, cfg)](
-            q, k, lg, states, wk, u, o, T, H, dk, dv, nc,
-            **meta.launch_kwargs(cfg, "fwd_out", HAS_DECAY=has_decay),
+            q_ptr=q, k_ptr=k, lg_ptr=lg, states_ptr=states, wk_ptr=wk, u_ptr=u, o_ptr=o,
+            **sizes, **meta.launch_kwargs(cfg, "fwd_out", HAS_DECAY=has_decay),
         )
     return o, h_T, states, wk, tm
 
@@ -278,29 +289,34 @@ def _bwd_impl(q, k, v, beta, log_gamma, h0, states, wk, tm, do, dh_T, tuning, ch
     dstates = new_tensor(states.shape, states.dtype, dev)
     dh0 = new_tensor(h0.shape, h0.dtype, dev) if has_h0 else q.new_empty(0)
     packed = cu is not None
-    tables = (chunk_seq, chunk_end, cu) if packed else (q, q, q)  # placeholders, never read
+    tables = _tables(chunk_seq, chunk_end, cu, placeholder=q)
+    sizes = dict(T=T, H=H, DK=dk, DV=dv, NC=nc)
     if cfg["FUSED_BWD"]:
         dq, dk_, dv_, dbeta, dlg = _grad_buffers(q, k, v, beta=beta, log_gamma=log_gamma)
         # Ticket counters and per-chunk flags of the one launch (see delta_rule_bwd_kernel).
         sync = torch.zeros(meta.sync_size(T, BH, cfg), dtype=torch.int32, device=dev)
         kernels.delta_rule_bwd_kernel[meta.grid_fused_bwd(T, BH, cfg)](
-            q, k, v, beta, lg, dht, do, wk, tm, states, dstates,
-            dh0 if has_h0 else q, *tables, dq, dk_, dv_, dbeta, dlg if has_decay else q, sync,
-            T, H, dk, dv, nc, _n_seq(cu, B),
+            q_ptr=q, k_ptr=k, v_ptr=v, beta_ptr=beta, lg_ptr=lg, dht_ptr=dht, do_ptr=do,
+            wk_ptr=wk, tm_ptr=tm, states_ptr=states, dstates_ptr=dstates,
+            dh0_ptr=dh0 if has_h0 else q, **tables, dq_ptr=dq, dk_ptr=dk_, dv_ptr=dv_,
+            dbeta_ptr=dbeta, dlg_ptr=dlg if has_decay else q, sync_ptr=sync, **sizes,
+            NSEQ=_n_seq(cu, B),
             **meta.launch_kwargs(cfg, "bwd", HAS_DECAY=has_decay, HAS_DHT=has_dht,
                                  HAS_H0=has_h0, PACKED=packed),
         )
         return dq, dk_, dv_, dbeta, dlg, dh0
     kernels.delta_rule_bwd_state_kernel[meta.grid_state(BH, cfg)](
-        q, k, beta, lg, dht, do, wk, tm, dstates, dh0 if has_h0 else q, *tables, T, H, dk, dv,
-        nc, _n_seq(cu, B),
+        q_ptr=q, k_ptr=k, beta_ptr=beta, lg_ptr=lg, dht_ptr=dht, do_ptr=do, wk_ptr=wk,
+        tm_ptr=tm, dstates_ptr=dstates, dh0_ptr=dh0 if has_h0 else q, **tables, **sizes,
+        NSEQ=_n_seq(cu, B),
         **meta.launch_kwargs(cfg, "bwd_state", HAS_DECAY=has_decay, HAS_DHT=has_dht,
                              HAS_H0=has_h0, PACKED=packed),
     )
     dq, dk_, dv_, dbeta, dlg = _grad_buffers(q, k, v, beta=beta, log_gamma=log_gamma)
     kernels.delta_rule_bwd_grads_kernel[meta.grid_chunks(T, BH, cfg)](
-        q, k, v, beta, lg, states, dstates, tm, do, dq, dk_, dv_, dbeta,
-        dlg if has_decay else q, T, H, dk, dv, nc,
+        q_ptr=q, k_ptr=k, v_ptr=v, beta_ptr=beta, lg_ptr=lg, states_ptr=states,
+        dstates_ptr=dstates, tm_ptr=tm, do_ptr=do, dq_ptr=dq, dk_ptr=dk_, dv_ptr=dv_,
+        dbeta_ptr=dbeta, dlg_ptr=dlg if has_decay else q, **sizes,
         **meta.launch_kwargs(cfg, "bwd_grads", HAS_DECAY=has_decay),
     )
     return dq, dk_, dv_, dbeta, dlg, dh0

@@ -114,23 +114,22 @@ def walk_forward(theta, b, z, *, h0, scale, log_gamma, th_row: int, in_row: int,
     seg_len, nseg = _segments(T)
     consts = _constexprs(k2, R, cfg, scale=scale, log_gamma=log_gamma, z=z, rotation=rotation,
                          snap=snap)
-    s_arg = h if scale is None else scale  # dummy pointers when absent
-    g_arg = h if log_gamma is None else log_gamma
-    z_arg = b if z is None else z
-    snap_arg = h if snap is None else snap
+    # Absent inputs are never read: h (or b) stands in for them.
+    args = dict(th_ptr=theta, b_ptr=b, z_ptr=b if z is None else z,
+                s_ptr=h if scale is None else scale, g_ptr=h if log_gamma is None else log_gamma,
+                snap_ptr=h if snap is None else snap, h0_ptr=h0, h_ptr=h, npair=npair, n=n, T=T,
+                seg_len=seg_len, nseg=nseg, th_row=th_row, in_row=in_row, **consts)
     with device_guard(h):
         m, c = h, h  # unread when nseg == 1
         if nseg > 1:
             m = _empty((npair, nseg, k, k), h, torch.float32)
             c = _empty((npair, nseg, k), h, torch.float32)
             kernels.givens_recurrence_fwd_kernel[(cdiv(npair, cfg["LP_COMP"]), nseg)](
-                theta, b, z_arg, s_arg, g_arg, snap_arg, h0, h, m, c, npair, n, T, seg_len,
-                nseg, th_row, in_row, LP=cfg["LP_COMP"], COMPOSITE=True,
-                num_warps=cfg["num_warps_comp"], **consts,
+                **args, m_ptr=m, c_ptr=c, LP=cfg["LP_COMP"], COMPOSITE=True,
+                num_warps=cfg["num_warps_comp"],
             )
         kernels.givens_recurrence_fwd_kernel[(cdiv(npair, cfg["LP"]), nseg)](
-            theta, b, z_arg, s_arg, g_arg, snap_arg, h0, h, m, c, npair, n, T, seg_len, nseg,
-            th_row, in_row, LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
+            **args, m_ptr=m, c_ptr=c, LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"],
         )
     return h
 
@@ -170,26 +169,27 @@ def walk_backward(theta, h0, scale, *, log_gamma, h, dh, hh, z, dtheta, db, dz, 
     seg_len, nseg = _segments(T)
     consts = _constexprs(k2, R, cfg, scale=scale, log_gamma=log_gamma, z=z, rotation=rotation,
                          snap=snap)
-    s_arg = h if scale is None else scale  # dummy pointers when absent
-    g_arg = h if log_gamma is None else log_gamma
-    ds_arg = db if dscale is None else dscale
-    dg_arg = db if dlog_gamma is None else dlog_gamma
-    hh_arg, z_arg, dz_arg = (h, h, db) if z is None else (hh, z, dz)
-    snap_arg = h if snap is None else snap
-    args = (theta, s_arg, g_arg, h, h0, hh_arg, z_arg, snap_arg, dh, dtheta, db, dz_arg, ds_arg,
-            dg_arg, dh0)
+    dh_sb, dh_st, dh_sd = dh.stride()
+    # Absent inputs and gradients are never touched: h (or db) stands in for them.
+    args = dict(th_ptr=theta, s_ptr=h if scale is None else scale,
+                g_ptr=h if log_gamma is None else log_gamma, h_ptr=h, h0_ptr=h0,
+                hh_ptr=h if z is None else hh, z_ptr=h if z is None else z,
+                snap_ptr=h if snap is None else snap, dh_ptr=dh, dth_ptr=dtheta, db_ptr=db,
+                dz_ptr=db if z is None else dz, ds_ptr=db if dscale is None else dscale,
+                dg_ptr=db if dlog_gamma is None else dlog_gamma, dh0_ptr=dh0, npair=npair, n=n,
+                T=T, seg_len=seg_len, nseg=nseg, th_row=th_row, in_row=in_row, dh_sb=dh_sb,
+                dh_st=dh_st, dh_sd=dh_sd, **consts)
     with device_guard(h):
         m, c = h, h  # unread when nseg == 1
         if nseg > 1:
             m = _empty((npair, nseg, k, k), h, torch.float32)
             c = _empty((npair, nseg, k), h, torch.float32)
             kernels.givens_recurrence_bwd_kernel[(cdiv(npair, cfg["LP_COMP"]), nseg)](
-                *args, m, c, npair, n, T, seg_len, nseg, th_row, in_row, *dh.stride(),
-                LP=cfg["LP_COMP"], COMPOSITE=True, num_warps=cfg["num_warps_comp"], **consts,
+                **args, m_ptr=m, c_ptr=c, LP=cfg["LP_COMP"], COMPOSITE=True,
+                num_warps=cfg["num_warps_comp"],
             )
         kernels.givens_recurrence_bwd_kernel[(cdiv(npair, cfg["LP"]), nseg)](
-            *args, m, c, npair, n, T, seg_len, nseg, th_row, in_row, *dh.stride(),
-            LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"], **consts,
+            **args, m_ptr=m, c_ptr=c, LP=cfg["LP"], COMPOSITE=False, num_warps=cfg["num_warps"],
         )
     return dh0, dscale, dlog_gamma
 

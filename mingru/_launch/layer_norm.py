@@ -57,9 +57,10 @@ def _fwd_impl(x, weight, bias, eps, out_dtype):
         cfg = meta.config(D)
         with device_guard(x):
             kernels.layer_norm_fwd_kernel[(N,)](
-                x2, x2 if weight is None else weight, x2 if bias is None else bias, y,
-                stats[0], stats[1], D, eps, HAS_W=weight is not None, HAS_B=bias is not None,
-                BLOCK=cfg["BLOCK"], num_warps=cfg["num_warps"])
+                x_ptr=x2, w_ptr=x2 if weight is None else weight,
+                b_ptr=x2 if bias is None else bias, y_ptr=y, mean_ptr=stats[0],
+                rstd_ptr=stats[1], D=D, eps=eps, HAS_W=weight is not None,
+                HAS_B=bias is not None, BLOCK=cfg["BLOCK"], num_warps=cfg["num_warps"])
     return y, stats
 
 
@@ -79,13 +80,14 @@ def _bwd_impl(x, weight, stats, dy, bias_dtype):
     has_w, has_b = weight is not None, bias_dtype is not None
     with device_guard(x):
         kernels.layer_norm_bwd_kernel[(groups,)](
-            x2, x2 if weight is None else weight, dy.contiguous().view(-1, D), stats[0], stats[1],
-            dx, partial[0], partial[1], N, D, rows, HAS_W=has_w,
+            x_ptr=x2, w_ptr=x2 if weight is None else weight,
+            dy_ptr=dy.contiguous().view(-1, D), mean_ptr=stats[0], rstd_ptr=stats[1], dx_ptr=dx,
+            dw_ptr=partial[0], db_ptr=partial[1], N=N, D=D, rows_per_group=rows, HAS_W=has_w,
             BLOCK=cfg["BLOCK"], num_warps=cfg["bwd_warps"])
         if has_w or has_b:
             kernels.layer_norm_bwd_sum_kernel[(meta.sum_grid(D),)](
-                partial[0], partial[1], dw if has_w else partial, db if has_b else partial,
-                groups, D, HAS_W=has_w, HAS_B=has_b,
+                dw_part_ptr=partial[0], db_part_ptr=partial[1], dw_ptr=dw if has_w else partial,
+                db_ptr=db if has_b else partial, groups=groups, D=D, HAS_W=has_w, HAS_B=has_b,
                 BLOCK_G=meta.SUM_BLOCK_G, BLOCK_D=meta.SUM_BLOCK_D, num_warps=4)
     return dx, dw, db
 

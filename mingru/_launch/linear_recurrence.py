@@ -56,9 +56,9 @@ def _forward(a, b, h0, seq_id, h, h_T, cfg) -> None:
     h0 = a if h0 is None else h0  # placeholder pointers when absent
     seq_id = a if seq_id is None else seq_id
     with device_guard(a):
-        elementwise.run_scan(kernels.linear_recurrence_fwd_kernel, cfg, B, D=D,
-                             pointers=(a, b, h0, seq_id, h, h_T), scalars=meta.dims(cfg, T, D),
-                             **flags, **meta.launch_kwargs(cfg))
+        elementwise.run_scan(kernels.linear_recurrence_fwd_kernel, cfg, (B, T, D),
+                             tensors=dict(a_ptr=a, b_ptr=b, h0_ptr=h0, seq_ptr=seq_id, h_ptr=h,
+                                          ht_ptr=h_T), **flags)
 
 
 def _backward(a, h, h0, seq_id, dh, dh_T, da, db, dh0, cfg) -> None:
@@ -68,11 +68,12 @@ def _backward(a, h, h0, seq_id, dh, dh_T, da, db, dh0, cfg) -> None:
     seq_id = a if seq_id is None else seq_id
     dh_T = a if dh_T is None else dh_T
     dh0 = da if dh0 is None else dh0
+    dh_sb, dh_st, dh_sd = dh.stride()
     with device_guard(a):
-        elementwise.run_scan(kernels.linear_recurrence_bwd_kernel, cfg, B, D=D,
-                             pointers=(a, h, h0, seq_id, dh, dh_T, da, db, dh0),
-                             scalars=(*meta.dims(cfg, T, D), *dh.stride()), **flags,
-                             **meta.launch_kwargs(cfg))
+        elementwise.run_scan(kernels.linear_recurrence_bwd_kernel, cfg, (B, T, D),
+                             tensors=dict(a_ptr=a, h_ptr=h, h0_ptr=h0, seq_ptr=seq_id, dh_ptr=dh,
+                                          dht_ptr=dh_T, da_ptr=da, db_ptr=db, dh0_ptr=dh0),
+                             dh_sb=dh_sb, dh_st=dh_st, dh_sd=dh_sd, **flags)
 
 
 def _fwd_impl(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None,

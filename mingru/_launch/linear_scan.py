@@ -39,45 +39,49 @@ def run(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _forward(a, b, P, Z, cfg) -> None:
     B, T, D = a.shape
-    n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
-    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
+    grid, sizes = meta.grid(cfg, B), meta.size_kwargs(cfg, T, D)
+    args = dict(a_ptr=a, b_ptr=b, p_ptr=P, z_ptr=Z, **sizes, **meta.launch_kwargs(cfg))
     with device_guard(a):
         if cfg["strategy"] == "walk":
-            kernels.linear_scan_fwd_kernel[grid](a, b, P, Z, P, Z, *dims, MODE=meta.WALK, **kw)
+            # The walk reads no chunk summaries: the outputs stand in for them.
+            kernels.linear_scan_fwd_kernel[grid](**args, sa_ptr=P, sb_ptr=Z, MODE=meta.WALK)
             return
         sa, sb, ca, cb = elementwise.scratch(meta.FWD_SCRATCH, B, cfg, D=D, device=a.device)
-        kernels.linear_scan_fwd_kernel[grid](a, b, P, Z, sa, sb, *dims, MODE=meta.SUMMARY, **kw)
+        kernels.linear_scan_fwd_kernel[grid](**args, sa_ptr=sa, sb_ptr=sb, MODE=meta.SUMMARY)
         kernels.linear_carry_kernel[meta.carry_grid(cfg, B)](
-            sa, sb, sb, ca, cb, cb, n_chunks, D, n_dblk,
+            sa_ptr=sa, sx_ptr=sb, sy_ptr=sb, ca_ptr=ca, cx_ptr=cb, cy_ptr=cb,
+            n_chunks=sizes["n_chunks"], D=D, n_dblk=sizes["n_dblk"],
             REVERSE=False, STORE_A=True, HAS_Y=False, **meta.carry_kwargs(cfg),
         )
-        kernels.linear_scan_fwd_kernel[grid](a, b, P, Z, ca, cb, *dims, MODE=meta.APPLY, **kw)
+        kernels.linear_scan_fwd_kernel[grid](**args, sa_ptr=ca, sb_ptr=cb, MODE=meta.APPLY)
 
 
 def _backward(a, P, Z, dP, dZ, da, db, cfg) -> None:
     B, T, D = a.shape
-    n_chunks, n_dblk = int(cfg["n_chunks"]), int(cfg["n_dblk"])
-    grid, kw, dims = meta.grid(cfg, B), meta.launch_kwargs(cfg), meta.dims(cfg, T, D)
+    grid, sizes = meta.grid(cfg, B), meta.size_kwargs(cfg, T, D)
     has_dp = dP is not None
     dP = dZ if dP is None else dP  # a placeholder pointer when HAS_DP is False
-    dims = (*dims, *dZ.stride(), *dP.stride())
+    dz_sb, dz_st, dz_sd = dZ.stride()
+    dp_sb, dp_st, dp_sd = dP.stride()
+    args = dict(a_ptr=a, p_ptr=P, z_ptr=Z, dp_ptr=dP, dz_ptr=dZ, da_ptr=da, db_ptr=db, **sizes,
+                dz_sb=dz_sb, dz_st=dz_st, dz_sd=dz_sd, dp_sb=dp_sb, dp_st=dp_st, dp_sd=dp_sd,
+                HAS_DP=has_dp, **meta.launch_kwargs(cfg))
     with device_guard(a):
         if cfg["strategy"] == "walk":
-            kernels.linear_scan_bwd_kernel[grid](
-                a, P, Z, dP, dZ, da, db, da, da, da, *dims, MODE=meta.WALK, HAS_DP=has_dp, **kw
-            )
+            # The walk reads no chunk summaries: da stands in for them.
+            kernels.linear_scan_bwd_kernel[grid](**args, sc_ptr=da, sg_ptr=da, sgp_ptr=da,
+                                                 MODE=meta.WALK)
             return
         sc, sg, sgp, cg, cgp = elementwise.scratch(meta.BWD_SCRATCH, B, cfg, D=D, device=a.device)
-        kernels.linear_scan_bwd_kernel[grid](
-            a, P, Z, dP, dZ, da, db, sc, sg, sgp, *dims, MODE=meta.SUMMARY, HAS_DP=has_dp, **kw
-        )
+        kernels.linear_scan_bwd_kernel[grid](**args, sc_ptr=sc, sg_ptr=sg, sgp_ptr=sgp,
+                                             MODE=meta.SUMMARY)
         kernels.linear_carry_kernel[meta.carry_grid(cfg, B)](
-            sc, sg, sgp, sc, cg, cgp, n_chunks, D, n_dblk,
+            sa_ptr=sc, sx_ptr=sg, sy_ptr=sgp, ca_ptr=sc, cx_ptr=cg, cy_ptr=cgp,
+            n_chunks=sizes["n_chunks"], D=D, n_dblk=sizes["n_dblk"],
             REVERSE=True, STORE_A=False, HAS_Y=has_dp, **meta.carry_kwargs(cfg),
         )
-        kernels.linear_scan_bwd_kernel[grid](
-            a, P, Z, dP, dZ, da, db, sc, cg, cgp, *dims, MODE=meta.APPLY, HAS_DP=has_dp, **kw
-        )
+        kernels.linear_scan_bwd_kernel[grid](**args, sc_ptr=sc, sg_ptr=cg, sgp_ptr=cgp,
+                                             MODE=meta.APPLY)
 
 
 def _fwd_impl(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -67,13 +67,14 @@ def _plan(A: torch.Tensor, v: int) -> meta.WalkPlan:
                           seg_len=switches.plan_choices("matrix_affine_scan").get("seg_len"))
 
 
-def _walk(kernel, tensors: tuple, *, unread: tuple, v: int, width: int, poisoned: bool,
-          **flags: bool) -> None:
-    """Run the walk ``kernel`` on ``tensors`` (its arguments before the composites' scratch,
-    ``A`` first) for ``k×v`` states. Where T is split, a composites pass first writes float32
-    scratch (per pair and segment a ``k×k`` transition and a ``k×width`` map); on one segment
-    ``unread`` stands in for the scratch. ``flags``: the kernel's constexprs beyond the plan's."""
-    A = tensors[0]
+def _walk(kernel, tensors: dict[str, torch.Tensor], *, unread: tuple, v: int, width: int,
+          poisoned: bool, **flags: bool) -> None:
+    """Run the walk ``kernel`` on ``tensors`` (its pointer arguments before the composites'
+    scratch, by parameter name) for ``k×v`` states. Where T is split, a composites pass first
+    writes float32 scratch (per pair and segment a ``k×k`` transition and a ``k×width`` map);
+    on one segment ``unread`` stands in for the scratch. ``flags``: the kernel's constexprs
+    beyond the plan's."""
+    A = tensors["a_ptr"]
     k = A.shape[-1]
     plan = _plan(A, v)
     with device_guard(A):
@@ -81,9 +82,9 @@ def _walk(kernel, tensors: tuple, *, unread: tuple, v: int, width: int, poisoned
         if plan.nseg > 1:
             m = _empty((plan.npair, plan.nseg, k, k), A, torch.float32, poisoned=poisoned)
             c = _empty((plan.npair, plan.nseg, k, width), A, torch.float32, poisoned=poisoned)
-            kernel[plan.grid](*tensors, m, c, *plan.scalars, COMPOSITE=True, **flags,
-                              **plan.constants)
-        kernel[plan.grid](*tensors, m, c, *plan.scalars, COMPOSITE=False, **flags,
+            kernel[plan.grid](**tensors, m_ptr=m, c_ptr=c, **plan.sizes, COMPOSITE=True,
+                              **flags, **plan.constants)
+        kernel[plan.grid](**tensors, m_ptr=m, c_ptr=c, **plan.sizes, COMPOSITE=False, **flags,
                           **plan.constants)
 
 
@@ -93,8 +94,8 @@ def _forward(A: torch.Tensor, Bm: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     P, Z = _empty(A.shape, A, poisoned=poisoned), _empty(Bm.shape, Bm, poisoned=poisoned)
     if A.shape[0] * A.shape[2] > 0:  # any block pairs
         v = Bm.shape[-1]
-        _walk(kernels.matrix_affine_scan_fwd_kernel, (A, Bm, P, Z), unread=(A, Bm), v=v,
-              width=v, poisoned=poisoned)
+        _walk(kernels.matrix_affine_scan_fwd_kernel, dict(a_ptr=A, b_ptr=Bm, p_ptr=P, z_ptr=Z),
+              unread=(A, Bm), v=v, width=v, poisoned=poisoned)
     return P, Z
 
 
@@ -110,23 +111,9 @@ def _backward(
     if A.shape[0] * A.shape[2] > 0:  # any block pairs
         k, v = A.shape[-1], Z.shape[-1]
         # The adjoint scan carries [dZ | dP]: its maps are k×(v + k).
-        _walk(kernels.matrix_affine_scan_bwd_kernel, (A, P, Z, dP, dZ, dA, dB), unread=(A, Z),
-              v=v, width=v + k, poisoned=poisoned, HAS_DP=has_dp)
-    return dA, dB
-    plan = _plan(A, v)
-    with device_guard(A):
-        m, c = A, Z  # unread when nseg == 1
-        if plan.nseg > 1:
-            m = _empty((plan.npair, plan.nseg, k, k), A, torch.float32, poisoned=poisoned)
-            c = _empty((plan.npair, plan.nseg, k, v + k), A, torch.float32, poisoned=poisoned)
-            kernels.matrix_affine_scan_bwd_kernel[plan.grid](
-                A, P, Z, dP, dZ, dA, dB, m, c, *plan.scalars,
-                COMPOSITE=True, HAS_DP=has_dp, **plan.constants,
-            )
-        kernels.matrix_affine_scan_bwd_kernel[plan.grid](
-            A, P, Z, dP, dZ, dA, dB, m, c, *plan.scalars,
-            COMPOSITE=False, HAS_DP=has_dp, **plan.constants,
-        )
+        _walk(kernels.matrix_affine_scan_bwd_kernel,
+              dict(a_ptr=A, p_ptr=P, z_ptr=Z, dp_ptr=dP, dz_ptr=dZ, da_ptr=dA, db_ptr=dB),
+              unread=(A, Z), v=v, width=v + k, poisoned=poisoned, HAS_DP=has_dp)
     return dA, dB
 
 

@@ -57,11 +57,14 @@ def _state_shape(k: torch.Tensor, signed: bool) -> tuple[int, int, int]:
     return B, T, S // meta.gate_count(signed)
 
 
-def _decay_strides(lg: torch.Tensor | None) -> tuple[int, int]:
-    """``(row, column)`` strides of ``log γ``: a ``(B, T, 1)`` decay is read with column stride 0."""
+def _decay_strides(lg: torch.Tensor | None) -> dict[str, int]:
+    """The kernels' ``lg_row`` and ``lg_col``, the row and column strides of ``log γ``: a
+    ``(B, T, 1)`` decay is read with column stride 0."""
     if lg is None:
-        return 0, 0
-    return (1, 0) if lg.shape[-1] == 1 else (lg.shape[-1], 1)
+        return dict(lg_row=0, lg_col=0)
+    if lg.shape[-1] == 1:
+        return dict(lg_row=1, lg_col=0)
+    return dict(lg_row=lg.shape[-1], lg_col=1)
 
 
 def _flags(h0, lg, signed, *, coupled, seq_id) -> dict:
@@ -78,14 +81,13 @@ def _fwd_impl(k, h0, lg, signed, coupled, seq_id=None):
     poisoned = poison()
     h = new_tensor((B, T, D), k.dtype, k.device, poisoned=poisoned)
     h_T = new_tensor((B, D), k.dtype, k.device, poisoned=poisoned)
-    scalars = (*meta.dims(cfg, T, D), *_decay_strides(lg))
-    ptrs = (k, k if lg is None else lg, k if h0 is None else h0,  # placeholders if absent
-            k if seq_id is None else seq_id, h, h_T)
+    tensors = dict(k_ptr=k, lg_ptr=k if lg is None else lg,  # placeholders if absent
+                   h0_ptr=k if h0 is None else h0, seq_ptr=k if seq_id is None else seq_id,
+                   h_ptr=h, ht_ptr=h_T)
     with device_guard(k):
-        elementwise.run_scan(kernels.mingru_cell_fwd_kernel, cfg, B, D=D, pointers=ptrs,
-                             scalars=scalars,
-                             **_flags(h0, lg, signed, coupled=coupled, seq_id=seq_id),
-                             **meta.launch_kwargs(cfg))
+        elementwise.run_scan(kernels.mingru_cell_fwd_kernel, cfg, (B, T, D), tensors=tensors,
+                             **_decay_strides(lg),
+                             **_flags(h0, lg, signed, coupled=coupled, seq_id=seq_id))
     return h, h_T
 
 
@@ -108,15 +110,16 @@ def _bwd_impl(k, h, h0, lg, dh, dh_T, signed, coupled, seq_id=None):
         # Packed: written at each sequence's first step only; an empty sequence's stays 0.
         dh0 = (torch.zeros_like(h0) if seq_id is not None
                else new_tensor(h0.shape, h0.dtype, h0.device, poisoned=poisoned))
-    scalars = (*meta.dims(cfg, T, D), *_decay_strides(lg), *dh.stride())
-    flags = dict(_flags(h0, lg, signed, coupled=coupled, seq_id=seq_id), HAS_DHT=dh_T is not None)
-    ptrs = (k, k if lg is None else lg, k if h0 is None else h0, h,
-            k if seq_id is None else seq_id, dh,
-            k if dh_T is None else dh_T, dk, dk if dlg is None else dlg,
-            dk if dh0 is None else dh0)
+    dh_sb, dh_st, dh_sd = dh.stride()
+    tensors = dict(k_ptr=k, lg_ptr=k if lg is None else lg, h0_ptr=k if h0 is None else h0,
+                   h_ptr=h, seq_ptr=k if seq_id is None else seq_id, dh_ptr=dh,
+                   dht_ptr=k if dh_T is None else dh_T, dk_ptr=dk,
+                   dlg_ptr=dk if dlg is None else dlg, dh0_ptr=dk if dh0 is None else dh0)
     with device_guard(k):
-        elementwise.run_scan(kernels.mingru_cell_bwd_kernel, cfg, B, D=D, pointers=ptrs,
-                             scalars=scalars, **flags, **meta.launch_kwargs(cfg))
+        elementwise.run_scan(kernels.mingru_cell_bwd_kernel, cfg, (B, T, D), tensors=tensors,
+                             **_decay_strides(lg), dh_sb=dh_sb, dh_st=dh_st, dh_sd=dh_sd,
+                             HAS_DHT=dh_T is not None,
+                             **_flags(h0, lg, signed, coupled=coupled, seq_id=seq_id))
     if dlg is not None and lg.shape[-1] == 1:
         dlg = dlg.sum(-1, keepdim=True, dtype=torch.float32).to(lg.dtype)
     # Distinct empties: outputs of a custom op may not alias each other (torch.compile).

@@ -42,18 +42,18 @@ def run(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
 def _forward(la, lv, h, cfg) -> None:
     B, T, D = la.shape
     with device_guard(la):
-        elementwise.run_scan(kernels.parallel_scan_log_fwd_kernel, cfg, B, D=D,
-                             pointers=(la, lv, h), scalars=meta.dims(cfg, T, D),
-                             **meta.launch_kwargs(cfg))
+        elementwise.run_scan(kernels.parallel_scan_log_fwd_kernel, cfg, (B, T, D),
+                             tensors=dict(la_ptr=la, lv_ptr=lv, h_ptr=h))
 
 
 def _backward(la, lv, h, dh, dla, dlv, cfg) -> None:
     B, T, D = la.shape
+    dh_sb, dh_st, dh_sd = dh.stride()
     with device_guard(la):
-        elementwise.run_scan(kernels.parallel_scan_log_bwd_kernel, cfg, B, D=D,
-                             pointers=(la, lv, h, dh, dla, dlv),
-                             scalars=(*meta.dims(cfg, T, D), *dh.stride()),
-                             **meta.launch_kwargs(cfg))
+        elementwise.run_scan(kernels.parallel_scan_log_bwd_kernel, cfg, (B, T, D),
+                             tensors=dict(la_ptr=la, lv_ptr=lv, h_ptr=h, dh_ptr=dh, dla_ptr=dla,
+                                          dlv_ptr=dlv),
+                             dh_sb=dh_sb, dh_st=dh_st, dh_sd=dh_sd)
 
 
 def _fwd_impl(log_coeffs: torch.Tensor, log_values: torch.Tensor) -> torch.Tensor:
