@@ -159,11 +159,22 @@ class BlockRotationBase(nn.Module):
         last = final_states(h, segments(cu, T), h0.reshape(n_states, self.hidden_size))
         return h, last[:, None]
 
+    has_fused_cell = False  # a subclass with a fused cell sets it and defines _run_cell
+
     def _cell_states(self, x: torch.Tensor, h_0: torch.Tensor | None,
                      delta_t: torch.Tensor | None) -> torch.Tensor | None:
         """``h (B, T, hidden)`` from a fused cell taking the one projection, or ``None``
         (then :meth:`forward` runs the gates and the recurrence as separate ops)."""
-        return None
+        if not self.has_fused_cell:
+            return None
+        k, h0, log_gamma = self._cell_inputs(x, h_0, delta_t)
+        return self._run_cell(k, initial_state=h0, log_gamma=log_gamma)
+
+    def _run_cell(self, k: torch.Tensor, *, initial_state: torch.Tensor,
+                  log_gamma: torch.Tensor | None) -> torch.Tensor:
+        """The fused cell on checked inputs: ``k (B, T, W)``, ``initial_state (B, hidden)``,
+        ``log_gamma (B, T, n)`` or ``None``."""
+        raise NotImplementedError
 
     def _cell_inputs(self, x: torch.Tensor, h_0: torch.Tensor | None,
                      delta_t: torch.Tensor | None
@@ -194,6 +205,18 @@ class BlockRotationBase(nn.Module):
         step can be captured in a CUDA graph or compiled with ``fullgraph=True``."""
         check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
+        if self.has_fused_cell:  # the forward's cell at T = 1: one kernel on a GPU
+            layers = [getattr(self, name) for name in self.transition_layers]
+            k = project(x_t[:, None], *layers, self.linear_z, self.linear_h)
+            if h_prev is None:
+                h0 = self.h0.to(k.dtype).expand(B, self.hidden_size)
+            else:
+                h0 = check_state(h_prev, B, self.hidden_size, name="h_prev", sequence=False,
+                                 like=k)
+            log_gamma = self._log_gamma(delta_t, B, None, like=k)
+            h = self._run_cell(k, initial_state=h0.contiguous(),
+                               log_gamma=None if log_gamma is None else log_gamma[:, None])
+            return h[:, 0]
         n, k = self.n_blocks, self.block_size
         b, theta, scale = self._projections(x_t)
         if h_prev is None:
@@ -324,13 +347,14 @@ class GivensMinGRU(BlockRotationBase):
 
     transition_layers = ("linear_theta",)
 
-    def _cell_states(self, x: torch.Tensor, h_0: torch.Tensor | None,
-                     delta_t: torch.Tensor | None) -> torch.Tensor:
-        """One GEMM, then :func:`mingru.cells.givens_cell` (its checks hold by construction):
-        on CUDA one kernel each way reads the angles and gates from the projection in place
-        (no per-gate tensor)."""
-        k, h0, log_gamma = self._cell_inputs(x, h_0, delta_t)
-        return _run_givens_cell(k, initial_state=h0, log_gamma=log_gamma,
+    has_fused_cell = True
+
+    def _run_cell(self, k: torch.Tensor, *, initial_state: torch.Tensor,
+                  log_gamma: torch.Tensor | None) -> torch.Tensor:
+        """:func:`mingru.cells.givens_cell` (its checks hold by construction): on CUDA one
+        kernel each way reads the angles and gates from the projection in place (no per-gate
+        tensor)."""
+        return _run_givens_cell(k, initial_state=initial_state, log_gamma=log_gamma,
                                 block_size=self.block_size, rounds=self.rounds)
 
     def transition_from(self, parts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, None]:

@@ -91,13 +91,15 @@ class RotationMinGRU(BlockRotationBase):
 
     transition_layers = ("linear_theta", "linear_u")
 
-    def _cell_states(self, x: torch.Tensor, h_0: torch.Tensor | None,
-                     delta_t: torch.Tensor | None) -> torch.Tensor:
-        """One GEMM, then :func:`mingru.cells.rotation_cell` (its checks hold by
-        construction): on CUDA one kernel each way snaps the angles and forms the scale and
-        the gates from the projection in place."""
-        k, h0, log_gamma = self._cell_inputs(x, h_0, delta_t)
-        return _run_rotation_cell(k, initial_state=h0, log_gamma=log_gamma, snap_k=self.snap_k)
+    has_fused_cell = True
+
+    def _run_cell(self, k: torch.Tensor, *, initial_state: torch.Tensor,
+                  log_gamma: torch.Tensor | None) -> torch.Tensor:
+        """:func:`mingru.cells.rotation_cell` (its checks hold by construction): on CUDA one
+        kernel each way snaps the angles and forms the scale and the gates from the
+        projection in place."""
+        return _run_rotation_cell(k, initial_state=initial_state, log_gamma=log_gamma,
+                                  snap_k=self.snap_k)
 
     def transition_from(self, parts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Angles ``(..., n, 1, 1)`` and the scale ``[1, tanh(u)]`` ``(..., n, 2)`` from the

@@ -1,5 +1,6 @@
-"""The fused step: ``MinGRU.step`` and ``SignedMinGRU.step`` run the forward's cell at T = 1
-(one kernel on a GPU for the gates and the update). On the kernel route they must give the
+"""The fused step: the ``step`` of ``MinGRU``, ``SignedMinGRU``, ``GivensMinGRU`` and
+``RotationMinGRU`` runs the forward's fused cell at T = 1 (one kernel on a GPU for the gates and
+the update). On the kernel route they must give the
 eager step's states: under Triton's interpreter on CPU (fp32), and on the GPU in fp32, bf16 and
 fp16 (``-m gpu``)."""
 
@@ -9,13 +10,16 @@ import pytest
 import torch
 
 import mingru
-from mingru import MinGRU, SignedMinGRU
+from mingru import GivensMinGRU, MinGRU, RotationMinGRU, SignedMinGRU
 
 CASES = {
     "log": (MinGRU, {}),
     "log_h0": (MinGRU, dict(learnable_h0=True)),
     "signed": (SignedMinGRU, {}),
     "signed_coupled_h0": (SignedMinGRU, dict(coupled=True, learnable_h0=True)),
+    "givens": (GivensMinGRU, dict(block_size=4, rounds=3)),
+    "rotation": (RotationMinGRU, {}),
+    "rotation_nosnap": (RotationMinGRU, dict(snap=None)),
 }
 DECAYS = {"none": {}, "learnable": dict(decay="learnable", decay_rate=0.3, log1p_delta=True),
           "fixed": dict(decay="fixed", decay_rate=0.7)}
@@ -35,6 +39,8 @@ def _case(case: str, decay: str, *, hidden: int, device: str, dtype: torch.dtype
           batch: int, steps: int):
     cls, kwargs = CASES[case]
     torch.manual_seed(3)
+    if cls is not MinGRU and cls is not SignedMinGRU:
+        hidden += -hidden % 4  # whole blocks (of 2, or of 4)
     module = cls(7, hidden, **kwargs, **DECAYS[decay])
     with torch.no_grad():
         if getattr(module, "h0", None) is not None:
