@@ -1,5 +1,6 @@
 """What both training paths of ``mingru train`` share: the task, the fixed evaluation sets, the
-training data stream, the learning-rate schedule and the framework-neutral fit loop.
+training data stream, the learning-rate schedule, the scoring of predictions and the
+framework-neutral fit loop (with its checkpoints: :mod:`mingru_cli._checkpoint`).
 
 :mod:`mingru_cli.train` (PyTorch) and :mod:`mingru_cli.train_jax` (Flax) both import this
 module and neither imports the other at module level. Framework-free: the synthetic tasks
@@ -11,27 +12,43 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from mingru_cli._checkpoint import LoopState, ModelSlot, StateFiles, TrainingPaused
 from mingru_cli.config import TrainConfig
 from mingru_cli.tasks import Batch, ByteText, Task, make_task
 
 __all__ = [
+    "Accuracy",
+    "TrainStream",
     "build_task",
     "chance_accuracy",
     "eval_sets",
+    "final_scores",
     "fit_loop",
     "lm_metrics",
     "lr_at",
-    "train_batches",
+    "score",
+    "split_batch",
 ]
 
 
-def lr_at(step: int, steps: int, peak: float, *, warmup: float) -> float:
-    """Linear warm-up over ``warmup·steps`` steps, then cosine decay to 10% of ``peak``."""
+def lr_at(step: int, steps: int, peak: float, *, warmup: float, schedule: str = "cosine") -> float:
+    """The learning rate of step ``step`` (0-based) of a ``steps``-step run.
+
+    ``"cosine"``: linear warm-up over ``warmup·steps`` steps, then cosine decay to 10% of
+    ``peak`` at the last step. ``"constant"``: ``peak`` throughout. The schedule depends on
+    ``steps``, the run's total, so a run split into jobs follows the same schedule as one job.
+
+    Example:
+        >>> lr_at(0, 100, 1.0, warmup=0.1), lr_at(99, 100, 1.0, warmup=0.1, schedule="constant")
+        (0.1, 1.0)
+    """
+    if schedule == "constant":
+        return peak
     n_warm = max(1, int(round(warmup * steps)))
     if step < n_warm:
         return peak * (step + 1) / n_warm
@@ -45,6 +62,8 @@ def build_task(cfg: TrainConfig) -> Task:
         return ByteText.from_file(cfg.data, cfg.val_fraction, cfg.train_len)
     if cfg.task == "mqar":
         return make_task("mqar", n_pairs=cfg.mqar_pairs, n_keys=cfg.mqar_keys, n_values=cfg.mqar_values)
+    if cfg.task == "selective-copy":
+        return make_task(cfg.task, n_copy=cfg.copy_tokens, vocab_size=cfg.copy_vocab)
     return make_task(cfg.task)
 
 
@@ -61,23 +80,84 @@ def eval_sets(task: Task, cfg: TrainConfig) -> tuple[dict[int, Batch], Batch | N
     return sets, val
 
 
-def train_batches(task: Task, cfg: TrainConfig) -> Iterator[Batch]:
-    gen = np.random.default_rng(cfg.seed)
-    while True:
-        yield task.sample(cfg.batch_size, cfg.train_len, gen)
+class TrainStream:
+    """The training batches of a run: ``batch_size`` sequences of ``train_len`` per step, from
+    one generator seeded by ``cfg.seed``; :attr:`state` is where it stands (JSON-able), and a
+    stream made with that state goes on with the same batches."""
+
+    def __init__(self, task: Task, cfg: TrainConfig, state: dict[str, Any] | None = None) -> None:
+        self.task, self.cfg = task, cfg
+        self.generator = np.random.default_rng(cfg.seed)
+        if state is not None:
+            self.generator.bit_generator.state = state
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return self.generator.bit_generator.state
+
+    def next(self) -> Batch:
+        return self.task.sample(self.cfg.batch_size, self.cfg.train_len, self.generator)
+
+
+def split_batch(batch: Batch, parts: int) -> list[Batch]:
+    """``batch`` cut into ``parts`` micro-batches of consecutive sequences (``parts`` divides
+    its size)."""
+    size = batch.tokens.shape[0] // parts
+    return [Batch(*(a[i * size : (i + 1) * size] for a in (batch.tokens, batch.labels, batch.mask)))
+            for i in range(parts)]
 
 
 def chance_accuracy(task: Task) -> float:
-    return 1.0 / task.n_classes
+    return task.chance
 
 
-def _progress(total: int, desc: str, enabled: bool):
+class Accuracy(NamedTuple):
+    """Accuracy over the scored positions (``token``) and over the sequences (``sequence``: the
+    fraction whose scored positions are all right, among those with any)."""
+
+    token: float
+    sequence: float
+
+
+def score(predict: Callable[[np.ndarray], np.ndarray], batch: Batch, chunk: int) -> Accuracy:
+    """Score ``predict(tokens (b, T)) -> classes (b, T)`` on ``batch``, ``chunk`` sequences at a
+    time.
+
+    Example:
+        >>> import numpy as np
+        >>> labels = np.array([[1, 2, -100], [3, 4, -100]])
+        >>> batch = Batch(labels, labels, labels >= 0)
+        >>> score(lambda tokens: np.where(tokens == 4, 0, tokens), batch, chunk=1)
+        Accuracy(token=0.75, sequence=0.5)
+    """
+    right = scored = sequences_right = sequences = 0
+    for i in range(0, batch.tokens.shape[0], chunk):
+        labels, mask = batch.labels[i : i + chunk], batch.mask[i : i + chunk]
+        correct = (np.asarray(predict(batch.tokens[i : i + chunk])) == labels) & mask
+        right += int(correct.sum())
+        scored += int(mask.sum())
+        counted = mask.any(axis=1)
+        sequences_right += int((correct.sum(axis=1) == mask.sum(axis=1))[counted].sum())
+        sequences += int(counted.sum())
+    return Accuracy(right / max(1, scored), sequences_right / max(1, sequences))
+
+
+def final_scores(evaluate: Callable[[Batch], Accuracy],
+                 evals: dict[int, Batch]) -> dict[str, dict[str, float]]:
+    """A model record's ``accuracy`` and ``sequence_accuracy`` per evaluation length."""
+    scores = {str(n): evaluate(b) for n, b in evals.items()}
+    return {"accuracy": {n: s.token for n, s in scores.items()},
+            "sequence_accuracy": {n: s.sequence for n, s in scores.items()}}
+
+
+def _progress(total: int, desc: str, enabled: bool, initial: int = 0):
     """A tqdm bar when tqdm is installed and wanted; otherwise a silent stand-in."""
     if enabled:
         try:
             from tqdm.auto import tqdm
 
-            return tqdm(total=total, desc=desc, leave=True, dynamic_ncols=True, file=sys.stderr)
+            return tqdm(total=total, desc=desc, leave=True, dynamic_ncols=True, file=sys.stderr,
+                        initial=initial)
         except ImportError:
             pass
 
@@ -96,43 +176,69 @@ def lm_metrics(loss: float) -> dict[str, float]:
 
 def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
              step_fn: Callable[[Batch, float], tuple[float, float]],
-             evaluate: Callable[[Batch], float], snapshot: Callable[[], Any],
+             evaluate: Callable[[Batch], Accuracy], snapshot: Callable[[], Any],
              restore: Callable[[Any], Any],
-             on_eval: Callable[[], dict[str, float]] | None = None) -> dict[str, Any]:
+             on_eval: Callable[[], dict[str, float]] | None = None,
+             slot: ModelSlot | None = None, files: StateFiles | None = None) -> dict[str, Any]:
     """The framework-neutral loop: schedule, progress bar, validation-based checkpoint choice.
-    ``on_eval`` adds its metrics to every evaluation point (the language model's validation
-    loss)."""
+
+    ``step_fn(batch, lr) -> (loss, accuracy)`` trains one step; ``evaluate(val)`` scores the
+    validation set at every evaluation point (the best token accuracy is kept: ``snapshot()``
+    takes the weights, ``restore(weights)`` puts them back at the end); ``on_eval`` adds its
+    metrics to every evaluation point (the language model's validation loss). With ``slot``
+    (this model's place in the run's checkpoint) and ``files`` (the training path's tensor
+    file), the loop starts where the saved state stands, saves it every ``cfg.save_every``
+    steps and after the last, and raises :class:`TrainingPaused` once saved when the job's
+    budget is spent. Returns the model's record (``curve``, ``selected_step``, ...).
+    """
     assert cfg.eval_every is not None and cfg.steps is not None
-    bar = _progress(cfg.steps, f"{cfg.task}/{spec}", cfg.progress)
-    curve: list[dict[str, float]] = []
-    best = (-1.0, -1, None)  # (val accuracy, step, weights)
-    loss_avg = acc_avg = None
-    start = time.perf_counter()
-    batches = train_batches(task, cfg)
-    for step in range(cfg.steps):
-        loss, acc = step_fn(next(batches), lr_at(step, cfg.steps, cfg.lr, warmup=cfg.warmup))
-        loss_avg = loss if loss_avg is None else 0.9 * loss_avg + 0.1 * loss
-        acc_avg = acc if acc_avg is None else 0.9 * acc_avg + 0.1 * acc
-        last = step == cfg.steps - 1
-        if (step + 1) % cfg.eval_every == 0 or last:
-            point = {"step": step + 1, "loss": round(loss_avg, 5), "train_acc": round(acc_avg, 5)}
+    loop, best = slot.load(files) if slot is not None and files is not None else (LoopState(), None)
+    stream = TrainStream(task, cfg, loop.data)
+    bar = _progress(cfg.steps, f"{cfg.task}/{spec}", cfg.progress, initial=loop.step)
+    start, seconds_before, saved_step = time.perf_counter(), loop.seconds, loop.step
+
+    def save() -> None:
+        assert slot is not None and files is not None
+        loop.seconds, loop.data = seconds_before + time.perf_counter() - start, stream.state
+        slot.save(loop, best, files)
+
+    for step in range(loop.step, cfg.steps):
+        if slot is not None and slot.budget.spent():
+            save()
+            bar.close()
+            raise TrainingPaused(spec, step, cfg.steps)
+        loss, acc = step_fn(stream.next(), lr_at(step, cfg.steps, cfg.lr, warmup=cfg.warmup,
+                                                 schedule=cfg.schedule))
+        loop.loss_avg = loss if loop.loss_avg is None else 0.9 * loop.loss_avg + 0.1 * loss
+        loop.acc_avg = acc if loop.acc_avg is None else 0.9 * loop.acc_avg + 0.1 * acc
+        loop.step = step + 1
+        if loop.step % cfg.eval_every == 0 or loop.step == cfg.steps:
+            point = {"step": loop.step, "loss": round(loop.loss_avg, 5),
+                     "train_acc": round(loop.acc_avg, 5)}
             if val is not None:
                 v = evaluate(val)
-                point["val_acc"] = round(v, 5)
-                if v >= best[0]:  # ties keep the later (longer-trained) checkpoint
-                    best = (v, step + 1, snapshot())
+                point.update(val_acc=round(v.token, 5), val_seq_acc=round(v.sequence, 5))
+                if v.token >= loop.best_val:  # ties keep the later (longer-trained) checkpoint
+                    loop.best_val, loop.best_step, best = v.token, loop.step, snapshot()
             point.update(on_eval() if on_eval is not None else {})
-            curve.append(point)
+            loop.curve.append(point)
             shown = {k: f"{v:.3f}" for k, v in point.items() if k.startswith("val_")}
-            bar.set_postfix(loss=f"{loss_avg:.3f}", acc=f"{acc_avg:.3f}", **shown)
+            bar.set_postfix(loss=f"{loop.loss_avg:.3f}", acc=f"{loop.acc_avg:.3f}", **shown)
+        if slot is not None:
+            slot.budget.take()
+            if cfg.save_every and loop.step % cfg.save_every == 0:
+                save()
+                saved_step = loop.step
         bar.update(1)
     bar.close()
-    seconds = time.perf_counter() - start
-    record: dict[str, Any] = {"mixer": spec, "train_seconds": round(seconds, 2), "curve": curve,
-                              "final_loss": round(float(loss_avg or 0.0), 5)}
-    if val is not None and best[2] is not None:
-        restore(best[2])
-        record.update(selected_step=best[1], val_acc=round(best[0], 5))
+    if slot is not None and saved_step != loop.step:
+        save()
+    seconds = seconds_before + time.perf_counter() - start
+    record: dict[str, Any] = {"mixer": spec, "train_seconds": round(seconds, 2),
+                              "curve": loop.curve, "final_loss": round(float(loop.loss_avg or 0.0), 5)}
+    if val is not None and best is not None:
+        restore(best)
+        record.update(selected_step=loop.best_step, val_acc=round(loop.best_val, 5))
     else:
         record["selected_step"] = cfg.steps
     return record

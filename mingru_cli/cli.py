@@ -34,7 +34,7 @@ import shlex
 import sys
 from typing import Any
 
-from mingru_cli.config import MIXER_NAMES, TASK_DEFAULTS, TASKS, TrainConfig
+from mingru_cli._train_args import add_train_parser, train_config
 
 __all__ = ["build_parser", "info", "main"]
 
@@ -183,106 +183,12 @@ def _need_torch(why: str = "") -> None:
         ) from None
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
-
-
-def _json_dict(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}: {exc}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
-    return value
-
-
-def _add_train(sub: argparse._SubParsersAction) -> None:
-    d = TrainConfig()
-    defaults = "; ".join(f"{t}: {' vs '.join(v['mixers'])}, {v.get('layers', 1)} layer(s), "
-                         f"{v['steps']} steps" for t, v in TASK_DEFAULTS.items())
-    p = sub.add_parser(
-        "train",
-        help="train on a synthetic state-tracking task and report accuracy per length",
-        description=(
-            "Train embedding → MinGRUStack → linear head on a synthetic task at --train-len and "
-            "evaluate at --eval-lens. Each --mixer trains its own model on the same data. "
-            "--task lm --data FILE --out DIR trains a byte-level MinGRULM on a text file "
-            "(windows of --seq-len bytes; validation loss and bits per byte on its last "
-            "--val-fraction) and saves it there (save_pretrained, train.json). "
-            f"Default mixers per task: {defaults}."
-        ),
-    )
-    p.add_argument("--task", choices=TASKS, default=d.task, help="task (default: parity)")
-    p.add_argument("--mixer", action="append", dest="mixers", metavar="SPEC",
-                   help=f"mixer name ({'|'.join(MIXER_NAMES)}) or a comma-separated list, one "
-                        "per layer (e.g. signed,givens); repeat to compare several models")
-    p.add_argument("--framework", choices=("torch", "jax"), default=d.framework)
-    p.add_argument("--layers", type=int, default=None,
-                   help="layers per model (default 1; 2 for mqar)")
-    p.add_argument("--d-model", type=int, default=d.d_model)
-    p.add_argument("--mlp-expansion", type=int, default=d.mlp_expansion,
-                   help="MLP width factor in each block (0 = no MLP)")
-    p.add_argument("--mixer-kwargs", type=_json_dict, default={},
-                   help='JSON mixer arguments, e.g. \'{"block_size": 4}\' (keyed by mixer name '
-                        "for a per-layer list)")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default per task)")
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
-    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (AdamW)")
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--train-len", "--seq-len", dest="train_len", type=int, default=d.train_len,
-                   help="training sequence length (--task lm: window of bytes; default 64)")
-    p.add_argument("--eval-lens", type=_int_list, default=d.eval_lens,
-                   help="comma-separated evaluation lengths (default 64,256,1024)")
-    p.add_argument("--val-len", type=int, default=d.val_len,
-                   help="keep the checkpoint with the best accuracy at this length "
-                        "(default 128; 0 = keep the final weights)")
-    p.add_argument("--eval-every", type=int, default=None,
-                   help="validation interval in steps (default steps/20)")
-    p.add_argument("--eval-size", type=int, default=d.eval_size,
-                   help="sequences per evaluation length (--task lm: validation windows)")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--device", default=None,
-                   help="cpu, cuda or cuda:N (default cuda when the framework sees a GPU); "
-                        "a device that is not there is an error")
-    p.add_argument("--threads", type=int, default=1,
-                   help="CPU threads for torch (default 1: fastest for these small models; "
-                        "0 = torch's default)")
-    p.add_argument("--mqar-pairs", type=int, default=d.mqar_pairs)
-    p.add_argument("--mqar-keys", type=int, default=d.mqar_keys)
-    p.add_argument("--mqar-values", type=int, default=d.mqar_values)
-    p.add_argument("--data", default=None, help="--task lm: the text file to train on")
-    p.add_argument("--val-fraction", type=float, default=d.val_fraction,
-                   help="--task lm: the last fraction of the bytes held out (default 0.1)")
-    p.add_argument("--sample-tokens", type=int, default=d.sample_tokens,
-                   help="--task lm: bytes of the sample printed at the end (0: none)")
-    p.add_argument("--out", default=None, help="directory for train_results.json and a PNG plot "
-                   "(--task lm: the checkpoint and train.json)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.set_defaults(func=_cmd_train)
-
-
 def _cmd_train(args: argparse.Namespace) -> int:
-    if args.framework == "torch":  # the JAX path needs no torch: its data is NumPy
+    cfg = train_config(args)  # on --resume: the saved run's framework
+    if cfg.framework == "torch":  # the JAX path needs no torch: its data is NumPy
         _need_torch(" for --framework torch (--framework jax runs without it)")
     from mingru_cli.runner import run
 
-    cfg = TrainConfig(
-        task=args.task, mixers=args.mixers, framework=args.framework, layers=args.layers,
-        d_model=args.d_model, mlp_expansion=args.mlp_expansion, mixer_kwargs=args.mixer_kwargs,
-        steps=args.steps, batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
-        train_len=args.train_len, eval_lens=args.eval_lens,
-        val_len=args.val_len or None, eval_every=args.eval_every, eval_size=args.eval_size,
-        seed=args.seed, device=args.device or "auto", threads=args.threads or None, out=args.out, progress=not args.no_progress,
-        mqar_pairs=args.mqar_pairs, mqar_keys=args.mqar_keys, mqar_values=args.mqar_values,
-        data=args.data, val_fraction=args.val_fraction, sample_tokens=args.sample_tokens,
-    )
     run(cfg, command=args.command_line)
     return 0
 
@@ -346,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
                                          "MINGRU_SCAN")
     p_info.add_argument("--json", action="store_true", help="print as JSON")
     p_info.set_defaults(func=_cmd_info)
-    _add_train(sub)
+    add_train_parser(sub, _cmd_train)
     _add_generate(sub)
     sub.add_parser("bench", add_help=False, help="benchmark the ops, mixers and training step "
                    "against eager, torch.compile, peers and JAX (JSON + markdown + PNG; "

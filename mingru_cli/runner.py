@@ -5,9 +5,14 @@ saves it, and :func:`generate_text` (``mingru generate``) continues a prompt wit
 Framework-free itself: it imports the chosen training path (:mod:`mingru_cli.train` for
 PyTorch, :mod:`mingru_cli.train_jax` for Flax) only when it runs, so a Flax-only install never
 loads torch. Each path provides ``session(cfg)`` (checks ``cfg.device``, resolves ``"auto"``,
-places the work), ``fit(spec, task, cfg, evals, val)`` (one model's record), and for the
-language model ``fit_lm(spec, task, cfg, val)``, ``load_lm(directory, device)`` and
+places the work), ``fit(spec, task, cfg, evals, val, slot)`` (one model's record), and for the
+language model ``fit_lm(spec, task, cfg, val, slot)``, ``load_lm(directory, device)`` and
 ``generate_bytes(model, prompt, max_new_tokens, **sampling)``.
+
+With ``--out DIR`` the training state is saved in ``DIR/checkpoint`` (every ``--save-every``
+steps and at the end of each model) and ``--resume DIR`` continues it
+(:mod:`mingru_cli._checkpoint`); a job that ends on ``--stop-after`` or ``--max-minutes``
+saves and returns ``{"paused": ...}`` instead of results.
 
 Example:
     >>> from mingru_cli.runner import TrainConfig, run
@@ -24,10 +29,12 @@ import json
 import os
 import platform
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from mingru_cli._checkpoint import RunCheckpoint, TrainingPaused
 from mingru_cli._train_common import build_task, chance_accuracy, eval_sets
 from mingru_cli.config import TrainConfig
 
@@ -48,7 +55,8 @@ def versions() -> dict[str, str]:
 
 
 def format_table(result: dict[str, Any]) -> str:
-    """The per-length accuracy table (plain text, one column per model)."""
+    """The per-length accuracy table (plain text, one column per model): token accuracy, then
+    sequence accuracy (all scored positions of a sequence right)."""
     models = result["models"]
     names = [m["mixer"] for m in models]
     width = max(8, *(len(n) for n in names))
@@ -57,10 +65,13 @@ def format_table(result: dict[str, Any]) -> str:
     header = "length".rjust(7) + " | " + " | ".join(n.rjust(width) for n in names)
     lines += [header, "-" * len(header)]
     lengths = list(models[0]["accuracy"]) if models else []
-    for n in lengths:
-        cells = [f"{m['accuracy'][n]:.3f}".rjust(width) for m in models]
-        mark = " (train)" if int(n) == result["config"]["train_len"] else ""
-        lines.append(n.rjust(7) + " | " + " | ".join(cells) + mark)
+    for title, key in ((None, "accuracy"),
+                       ("per sequence (all its scored positions right):", "sequence_accuracy")):
+        lines += [title] if title else []
+        for n in lengths:
+            cells = [f"{m[key][n]:.3f}".rjust(width) for m in models]
+            mark = " (train)" if int(n) == result["config"]["train_len"] else ""
+            lines.append(n.rjust(7) + " | " + " | ".join(cells) + mark)
     lines.append("-" * len(header))
     extra = []
     for m in models:
@@ -113,15 +124,29 @@ def run(cfg: TrainConfig, command: str | None = None) -> dict[str, Any]:
     """Train every requested mixer on ``cfg.framework``, evaluate per length, optionally write
     ``--out`` files. ``cfg.device`` may be ``"auto"`` (a GPU when the framework sees one).
     ``--task lm``: :func:`run_lm`."""
+    started = time.monotonic()  # --max-minutes counts from here
     cfg = cfg.resolved()
     path = _path(cfg.framework)
     with path.session(cfg):  # a bad --device fails here, before any data or output
-        if cfg.task == "lm":
-            return run_lm(cfg, path, command)
-        return _run(cfg, path.fit, command)
+        try:
+            if cfg.task == "lm":
+                return run_lm(cfg, path, command, started=started)
+            return _run(cfg, path.fit, command, started=started)
+        except TrainingPaused as paused:
+            return _paused(cfg, paused, command)
 
 
-def run_lm(cfg: TrainConfig, path: Any, command: str | None) -> dict[str, Any]:
+def _paused(cfg: TrainConfig, paused: TrainingPaused, command: str | None) -> dict[str, Any]:
+    """The result of a job that stopped on its budget (the state is saved in ``cfg.out``)."""
+    if cfg.verbose:
+        print(f"{paused}: saved in {Path(cfg.out or '') / 'checkpoint'}; continue with "
+              f"mingru train --resume {cfg.out} (and --stop-after or --max-minutes per job)")
+    return {"task": cfg.task, "command": command, "config": asdict(cfg),
+            "paused": {"mixer": paused.spec, "step": paused.step, "steps": paused.steps}}
+
+
+def run_lm(cfg: TrainConfig, path: Any, command: str | None,
+           started: float | None = None) -> dict[str, Any]:
     """Train a byte-level ``MinGRULM`` on ``cfg.data`` (windows of ``cfg.train_len`` bytes of
     the training split), report the validation loss and bits per byte (over up to
     ``cfg.eval_size`` consecutive windows of the validation split) at every evaluation point,
@@ -129,7 +154,8 @@ def run_lm(cfg: TrainConfig, path: Any, command: str | None) -> dict[str, Any]:
     configuration, versions, split, losses, sample), and print a sample."""
     task = build_task(cfg)
     val = task.validation(cfg.train_len, cfg.eval_size)
-    record, model = path.fit_lm(cfg.mixers[0], task, cfg, val=val)
+    slot = RunCheckpoint(cfg, started).slot(0, cfg.mixers[0])
+    record, model = path.fit_lm(cfg.mixers[0], task, cfg, val=val, slot=slot)
     out = Path(cfg.out)
     model.save_pretrained(out)
     prompt = bytes(task.val[:SAMPLE_PROMPT_BYTES].tolist())
@@ -189,12 +215,17 @@ def generate_text(checkpoint: str, prompt: str, max_new_tokens: int, *, framewor
     return new.decode(errors="replace")
 
 
-def _run(cfg: TrainConfig, fit: Any, command: str | None) -> dict[str, Any]:
+def _run(cfg: TrainConfig, fit: Any, command: str | None, started: float) -> dict[str, Any]:
     task = build_task(cfg)
     for n in [cfg.train_len, *cfg.eval_lens, *([cfg.val_len] if cfg.val_len else [])]:
         task.check_length(n)
     evals, val = eval_sets(task, cfg)
-    models = [fit(spec, task, cfg, evals=evals, val=val) for spec in cfg.mixers]
+    # A finished model of a resumed run trains no further steps: its record comes back from
+    # its saved state, with the same evaluation.
+    checkpoint = RunCheckpoint(cfg, started) if cfg.out else None
+    models = [fit(spec, task, cfg, evals=evals, val=val,
+                  slot=checkpoint.slot(index, spec) if checkpoint else None)
+              for index, spec in enumerate(cfg.mixers)]
     result = {
         "task": cfg.task,
         "task_description": task.describe(),

@@ -12,6 +12,8 @@ which positions are scored:
 * ``mqar`` — multi-query associative recall: ``n_pairs`` key–value pairs, then filler with
   the keys asked again at random positions; the label at a query is the value stored with
   that key. Needs a matrix-valued (associative) memory such as the delta rule.
+* ``selective-copy`` — selective copying (:class:`SelectiveCopyTask`): tokens scattered among
+  filler, then as many query tokens; the label at the i-th query is the i-th scattered token.
 * ``lm`` — next-byte prediction on a text file (:class:`ByteText`, ``--task lm --data FILE``):
   random windows of the file's first bytes for training, its last bytes held out.
 
@@ -44,9 +46,11 @@ __all__ = [
     "MQARTask",
     "ByteText",
     "ParityTask",
+    "SelectiveCopyTask",
     "Task",
     "make_task",
     "permutation_table",
+    "selective_copy_layout",
 ]
 
 
@@ -80,6 +84,11 @@ class Task:
 
     def describe(self) -> str:
         return self.name
+
+    @property
+    def chance(self) -> float:
+        """The accuracy of a uniform guess among the labels that occur."""
+        return 1.0 / self.n_classes
 
 
 class ParityTask(Task):
@@ -183,6 +192,96 @@ class MQARTask(Task):
         return Batch(tokens, labels, labels >= 0)
 
 
+def selective_copy_layout(tokens: np.ndarray, positions: np.ndarray, *, length: int,
+                          vocab_size: int) -> Batch:
+    """The selective-copy sequences that hold ``tokens (B, n)`` at ``positions (B, n)`` (sorted,
+    distinct, in ``[0, length)``) of ``length`` filler tokens (``vocab_size - 1``), followed by
+    ``n`` query tokens (``0``); the labels are the tokens, in order, at the queries.
+
+    Returns a :class:`Batch` of shape ``(B, length + n)``.
+
+    Example:
+        >>> import numpy as np
+        >>> b = selective_copy_layout(np.array([[3, 7]]), np.array([[1, 4]]), length=6, vocab_size=16)
+        >>> b.tokens.tolist(), b.labels.tolist()
+        ([[15, 3, 15, 15, 7, 15, 0, 0]], [[-100, -100, -100, -100, -100, -100, 3, 7]])
+    """
+    batch, n = tokens.shape
+    rows = np.arange(batch)[:, None]
+    sequence = np.full((batch, length + n), vocab_size - 1, dtype=np.int64)
+    sequence[rows, positions] = tokens
+    sequence[:, length:] = 0
+    labels = np.full((batch, length + n), -100, dtype=np.int64)
+    labels[:, length:] = tokens
+    return Batch(sequence, labels, labels >= 0)
+
+
+class SelectiveCopyTask(Task):
+    """Selective copying, the task of the Mamba paper (Gu & Dao 2023) as the minGRU paper (Feng
+    et al. 2024, arXiv:2410.01201) trains it.
+
+    One sequence for ``length`` L: L data positions of the filler token ``vocab_size - 1``,
+    except ``n_copy`` positions (distinct, uniformly drawn, in increasing order) that hold the
+    tokens to copy, each uniform in ``1 … vocab_size - 2``; then ``n_copy`` query tokens ``0``.
+    The label at the i-th query is the i-th placed token; only the queries are scored (chance
+    ``1 / (vocab_size - 2)``). ``length`` is the data region, so a sequence has
+    ``length + n_copy`` tokens (the paper's 4096 + 16). The model predicts over the whole
+    vocabulary (``n_classes = vocab_size``), as the official code's 16 outputs do.
+
+    From the official code (BorealisAI/minRNNs: ``data/selective_copy.py``, ``utils/data.py``,
+    ``configs/selective_copy.yaml``): "sequence length 4096" is the data region before the 16
+    queries; the loss is the cross-entropy at the 16 query positions only, and accuracy is per
+    token there. What ``mingru train`` cannot match (``--preset paper-selective-copy``):
+
+    * "expansion 6" widens the official minGRU's hidden state to 6 · d_model = 384 and
+      projects it back to d_model; our blocks keep the mixer's state at d_model (the preset
+      runs with a 64-wide state).
+    * Normalisation: RMSNorm there, LayerNorm in our blocks.
+    * Weight decay: 0.05 on every parameter but the recurrence's input projections there; on
+      every parameter here.
+    * Dropout 0.1 sits only in the feed-forward block there, which this configuration turns
+      off, so it never acts; ours acts on each block's mixer output.
+    * The learned initial state starts from a normal draw there, from zero here.
+
+    As there, the reported accuracy is that of the checkpoint with the best validation accuracy
+    (the official ``--mode test`` loads that one), on sequences drawn apart from the validation
+    set.
+
+    Example:
+        >>> import numpy as np
+        >>> task = SelectiveCopyTask(n_copy=3, vocab_size=6)
+        >>> batch = task.sample(2, 8, np.random.default_rng(0))
+        >>> batch.tokens.shape, int(batch.mask.sum())
+        ((2, 11), 6)
+    """
+
+    name = "selective-copy"
+
+    def __init__(self, n_copy: int = 16, vocab_size: int = 16) -> None:
+        if n_copy < 1 or vocab_size < 3:
+            raise ValueError(f"selective-copy needs copy_tokens ≥ 1 and copy_vocab ≥ 3; got "
+                             f"copy_tokens={n_copy}, copy_vocab={vocab_size}")
+        self.n_copy, self.vocab_size, self.n_classes = n_copy, vocab_size, vocab_size
+        self.min_length = n_copy
+
+    @property
+    def chance(self) -> float:
+        return 1.0 / (self.vocab_size - 2)
+
+    def describe(self) -> str:
+        return (f"selective-copy(copy {self.n_copy} tokens of {self.vocab_size - 2}, "
+                f"vocabulary {self.vocab_size})")
+
+    def sample(self, batch: int, length: int, rng: np.random.Generator) -> Batch:
+        self.check_length(length)
+        tokens = rng.integers(1, self.vocab_size - 1, (batch, self.n_copy), dtype=np.int64)
+        # The n_copy smallest of L uniform keys: a uniform n_copy-subset of the positions.
+        keys = rng.random((batch, length))
+        picked = np.argpartition(keys, self.n_copy - 1, axis=1)[:, : self.n_copy]
+        return selective_copy_layout(tokens, np.sort(picked, axis=1), length=length,
+                                     vocab_size=self.vocab_size)
+
+
 class ByteText(Task):
     """Next-byte prediction on a text: the label at ``t`` is byte ``t + 1`` (vocabulary: the
     256 byte values; every position is scored).
@@ -271,11 +370,14 @@ class ByteText(Task):
 
 
 def make_task(name: str, **kwargs: int) -> Task:
-    """Build a task by name: ``parity``, ``s3``, ``s5`` or ``mqar`` (kwargs go to MQAR)."""
+    """Build a task by name: ``parity``, ``s3``, ``s5``, ``mqar`` or ``selective-copy``
+    (kwargs go to :class:`MQARTask` or :class:`SelectiveCopyTask`)."""
     if name == "parity":
         return ParityTask()
     if name in ("s3", "s4", "s5"):
         return GroupWordTask(int(name[1]))
     if name == "mqar":
         return MQARTask(**kwargs)
+    if name == "selective-copy":
+        return SelectiveCopyTask(**kwargs)
     raise ValueError(f"task must be one of {', '.join(TASKS)}; got {name!r}")

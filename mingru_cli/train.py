@@ -24,13 +24,23 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mingru_cli._train_common import fit_loop, lm_metrics, lr_at
+from mingru_cli._checkpoint import ModelSlot
+from mingru_cli._train_common import (
+    Accuracy,
+    final_scores,
+    fit_loop,
+    lm_metrics,
+    lr_at,
+    score,
+    split_batch,
+)
 from mingru_cli.config import (
     MIXER_NAMES,
     TASK_DEFAULTS,
@@ -61,7 +71,10 @@ __all__ = [
 
 
 class SequenceModel(nn.Module):
-    """Embedding → :class:`mingru.MinGRUStack` → linear head; logits ``(B, T, n_classes)``."""
+    """Embedding → :class:`mingru.MinGRUStack` → linear head; logits ``(B, T, n_classes)``.
+
+    ``dropout`` and ``learnable_h0`` go to the stack (dropout on each block's mixer and MLP
+    outputs)."""
 
     def __init__(
         self,
@@ -72,14 +85,16 @@ class SequenceModel(nn.Module):
         mixer: str | list[str],
         mixer_kwargs: dict[str, Any] | None = None,
         mlp_expansion: int = 2,
+        dropout: float = 0.0,
+        learnable_h0: bool = False,
     ) -> None:
         super().__init__()
         from mingru.stack import MinGRUStack
 
         self.embed = nn.Embedding(vocab_size, d_model)
         self.stack = MinGRUStack(
-            d_model, d_model, n_layers, mlp_expansion=mlp_expansion, mixer=mixer,
-            mixer_kwargs=mixer_kwargs,
+            d_model, d_model, n_layers, mlp_expansion=mlp_expansion, dropout=dropout,
+            learnable_h0=learnable_h0, mixer=mixer, mixer_kwargs=mixer_kwargs,
         )
         self.head = nn.Linear(d_model, n_classes)
 
@@ -88,70 +103,112 @@ class SequenceModel(nn.Module):
         return self.head(out)
 
 
-def torch_accuracy(model: nn.Module, batch: Batch, device: str, chunk: int = 64) -> float:
-    """Accuracy over the masked positions of ``batch`` (evaluated in chunks of sequences)."""
-    correct = total = 0
+def torch_accuracy(model: nn.Module, batch: Batch, device: str, chunk: int = 64) -> Accuracy:
+    """Token and sequence accuracy of ``model`` (in eval mode) over the scored positions of
+    ``batch``, ``chunk`` sequences per forward."""
+
+    def predict(tokens: Any) -> Any:
+        return model(torch.from_numpy(tokens).to(device)).argmax(-1).cpu().numpy()
+
     model.eval()
-    with torch.no_grad():
-        for i in range(0, batch.tokens.shape[0], chunk):
-            tok = torch.from_numpy(batch.tokens[i : i + chunk]).to(device)
-            lab = torch.from_numpy(batch.labels[i : i + chunk]).to(device)
-            m = torch.from_numpy(batch.mask[i : i + chunk]).to(device)
-            pred = model(tok).argmax(-1)
-            correct += int(((pred == lab) & m).sum())
-            total += int(m.sum())
-    model.train()
-    return correct / max(1, total)
+    try:
+        with torch.no_grad():
+            return score(predict, batch, chunk)
+    finally:
+        model.train()
 
 
 def fit_torch(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
-              val: Batch | None) -> dict[str, Any]:
-    """Train one PyTorch model for ``spec``; returns its result record."""
+              val: Batch | None, slot: ModelSlot | None = None) -> dict[str, Any]:
+    """Train one PyTorch model for ``spec`` (from ``slot``'s saved state, if any, saving
+    there); returns its result record."""
     mixer, n_layers, mkw = stack_arguments(spec, cfg)
     torch.manual_seed(cfg.seed)
     model = SequenceModel(task.vocab_size, task.n_classes, cfg.d_model, n_layers=n_layers,
-                          mixer=mixer, mixer_kwargs=mkw, mlp_expansion=cfg.mlp_expansion)
+                          mixer=mixer, mixer_kwargs=mkw, mlp_expansion=cfg.mlp_expansion,
+                          dropout=cfg.dropout, learnable_h0=cfg.learnable_h0)
     model = model.to(cfg.device)
-    record = _fit(model, model, spec, task=task, cfg=cfg, val=val,
-                  evaluate=lambda b: torch_accuracy(model, b, cfg.device))
-    record["accuracy"] = {str(n): torch_accuracy(model, b, cfg.device) for n, b in evals.items()}
+
+    def evaluate(batch: Batch) -> Accuracy:
+        return torch_accuracy(model, batch, cfg.device, chunk=cfg.eval_batch_size)
+
+    record = _fit(model, model, spec, task=task, cfg=cfg, val=val, evaluate=evaluate, slot=slot)
+    record.update(final_scores(evaluate, evals))
     return record
 
 
-def fit_lm(spec: str, task: Task, cfg: TrainConfig, val: Batch) -> tuple[dict[str, Any], nn.Module]:
+def fit_lm(spec: str, task: Task, cfg: TrainConfig, val: Batch,
+           slot: ModelSlot | None = None) -> tuple[dict[str, Any], nn.Module]:
     """Train a :class:`mingru.MinGRULM` for ``spec`` on ``task`` (``--task lm``), reporting
-    the loss on the windows ``val`` at every evaluation point; ``(record, model)``."""
+    the loss on the windows ``val`` at every evaluation point; ``(record, model)``, the model
+    in eval mode."""
     from mingru.lm import MinGRULM
 
     mixer, n_layers, mkw = stack_arguments(spec, cfg)
     torch.manual_seed(cfg.seed)
     model = MinGRULM(task.vocab_size, cfg.d_model, n_layers, mixer=mixer, mixer_kwargs=mkw,
-                     mlp_expansion=cfg.mlp_expansion).to(cfg.device)
+                     mlp_expansion=cfg.mlp_expansion, dropout=cfg.dropout,
+                     learnable_h0=cfg.learnable_h0).to(cfg.device)
 
     def logits(tokens: torch.Tensor) -> torch.Tensor:  # no token read-back: no sync per step
         return model.head(model.features(tokens)[0])
 
     def val_loss() -> dict[str, float]:
         model.eval()
-        total = 0.0
+        total, chunk = 0.0, cfg.eval_batch_size
         with torch.no_grad():
-            for i in range(0, val.tokens.shape[0], 64):
-                tok = torch.from_numpy(val.tokens[i : i + 64]).to(cfg.device)
-                lab = torch.from_numpy(val.labels[i : i + 64]).to(cfg.device)
+            for i in range(0, val.tokens.shape[0], chunk):
+                tok = torch.from_numpy(val.tokens[i : i + chunk]).to(cfg.device)
+                lab = torch.from_numpy(val.labels[i : i + chunk]).to(cfg.device)
                 out = logits(tok).float()
                 total += float(F.cross_entropy(out.flatten(0, 1), lab.flatten(), reduction="sum"))
         model.train()
         return lm_metrics(total / val.labels.size)
 
-    record = _fit(model, logits, spec, task=task, cfg=cfg, val=None, evaluate=lambda b: 0.0,
-                  on_eval=val_loss)
+    record = _fit(model, logits, spec, task=task, cfg=cfg, val=None,
+                  evaluate=lambda b: Accuracy(0.0, 0.0), on_eval=val_loss, slot=slot)
+    model.eval()
     return record, model
 
 
+class _TorchState:
+    """The tensor file of a PyTorch run (``torch.save``): model and optimizer state dicts,
+    the best validation point's weights and torch's random state (CPU, and the CUDA device's
+    when training there)."""
+
+    suffix = ".pt"
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, device: str) -> None:
+        self.model, self.optimizer = model, optimizer
+        self.cuda = torch.device(device) if torch.device(device).type == "cuda" else None
+
+    def save(self, path: Path, best: Any) -> None:
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "best": best, "rng": torch.get_rng_state()}
+        if self.cuda is not None:
+            state["cuda_rng"] = torch.cuda.get_rng_state(self.cuda)
+        torch.save(state, path)
+
+    def load(self, path: Path) -> Any:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise ValueError(f"--resume: {path} does not fit this model: {exc}") from None
+        torch.set_rng_state(state["rng"])
+        if self.cuda is not None and "cuda_rng" in state:
+            torch.cuda.set_rng_state(state["cuda_rng"], self.cuda)
+        return state["best"]
+
+
 def _fit(model: nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor], spec: str,
-         *, task: Task, cfg: TrainConfig, val: Batch | None, evaluate: Callable[[Batch], float],
-         on_eval: Callable[[], dict[str, float]] | None = None) -> dict[str, Any]:
-    """AdamW on ``model`` through :func:`fit_loop`; ``logits_of(tokens)`` is its output."""
+         *, task: Task, cfg: TrainConfig, val: Batch | None, evaluate: Callable[[Batch], Accuracy],
+         on_eval: Callable[[], dict[str, float]] | None = None,
+         slot: ModelSlot | None = None) -> dict[str, Any]:
+    """AdamW on ``model`` through :func:`fit_loop`; ``logits_of(tokens)`` is its output.
+    Each step averages the gradients of ``cfg.grad_accum`` micro-batches (each one's loss is
+    the mean over its scored positions), then clips their norm to ``cfg.grad_clip``."""
     # Fused AdamW on CUDA: one kernel family for the whole update instead of foreach's
     # several per parameter group, which a small model's step notices.
     fused = torch.device(cfg.device).type == "cuda"
@@ -162,26 +219,30 @@ def _fit(model: nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor], sp
     def step_fn(batch: Batch, lr: float) -> tuple[float, float]:
         for group in opt.param_groups:
             group["lr"] = lr
-        tok = torch.from_numpy(batch.tokens).to(cfg.device)
-        lab = torch.from_numpy(batch.labels).to(cfg.device)
-        logits = logits_of(tok)
-        loss = loss_fn(logits.reshape(-1, logits.shape[-1]), lab.reshape(-1))
         opt.zero_grad(set_to_none=True)
-        # On this thread, not the autograd engine's device thread: a small model's step is
-        # bound by host time, and the hand-off to that thread is host time. No effect on the CPU.
+        losses, accuracies = [], []
+        # Backward on this thread, not the autograd engine's device thread: a small model's
+        # step is bound by host time, and the hand-off to that thread is host time.
         with torch.autograd.set_multithreading_enabled(mode=False):
-            loss.backward()
+            for part in split_batch(batch, cfg.grad_accum):
+                tok = torch.from_numpy(part.tokens).to(cfg.device)
+                lab = torch.from_numpy(part.labels).to(cfg.device)
+                logits = logits_of(tok)
+                loss = loss_fn(logits.reshape(-1, logits.shape[-1]), lab.reshape(-1))
+                (loss / cfg.grad_accum).backward()
+                with torch.no_grad():
+                    m = torch.from_numpy(part.mask).to(cfg.device)
+                    accuracies.append(((logits.argmax(-1) == lab) & m).sum() / m.sum().clamp_min(1))
+                losses.append(loss.detach())
         if cfg.grad_clip:
             nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
-        with torch.no_grad():
-            m = torch.from_numpy(batch.mask).to(cfg.device)
-            acc = ((logits.argmax(-1) == lab) & m).sum() / m.sum().clamp_min(1)
-        return float(loss.detach()), float(acc)
+        return float(torch.stack(losses).mean()), float(torch.stack(accuracies).mean())
 
     snapshot = lambda: {k: v.detach().clone() for k, v in model.state_dict().items()}
     record = fit_loop(spec, task, cfg, val=val, step_fn=step_fn, evaluate=evaluate,
-                      snapshot=snapshot, restore=model.load_state_dict, on_eval=on_eval)
+                      snapshot=snapshot, restore=model.load_state_dict, on_eval=on_eval,
+                      slot=slot, files=_TorchState(model, opt, cfg.device))
     record["parameters"] = sum(p.numel() for p in model.parameters())
     return record
 

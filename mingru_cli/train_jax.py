@@ -14,10 +14,15 @@ module shares the configuration (:mod:`mingru_cli.config`), the NumPy data and t
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
-from mingru_cli._train_common import fit_loop, lm_metrics
+import numpy as np
+
+from mingru_cli._checkpoint import ModelSlot
+from mingru_cli._train_common import Accuracy, final_scores, fit_loop, lm_metrics, score
 from mingru_cli.config import TrainConfig, stack_arguments
 from mingru_cli.tasks import Batch, Task
 
@@ -79,122 +84,255 @@ def session(cfg: TrainConfig) -> Iterator[None]:
         yield
 
 
-def fit_jax(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
-            val: Batch | None) -> dict[str, Any]:
-    """Train one Flax model for ``spec``; returns the same record as the PyTorch path."""
-    jax, jnp, optax, nnx, MinGRUStack = _imports()
-    mixer, n_layers, mkw = stack_arguments(spec, cfg)
+@functools.cache
+def _sequence_model() -> type:
+    """The Flax twin of :class:`mingru_cli.train.SequenceModel` (one class per process, so
+    that equal models have equal graph definitions)."""
+    _, _, _, nnx, MinGRUStack = _imports()
 
     class SequenceModel(nnx.Module):
-        def __init__(self, rngs: Any) -> None:
+        """Embedding → ``mingru_jax.MinGRUStack`` → linear head; logits ``(B, T, n_classes)``."""
+
+        def __init__(self, task: Task, cfg: TrainConfig, n_layers: int, mixer: Any,
+                     mixer_kwargs: dict[str, Any] | None, rngs: Any) -> None:
             self.embed = nnx.Embed(task.vocab_size, cfg.d_model, rngs=rngs)
             self.stack = MinGRUStack(cfg.d_model, cfg.d_model, n_layers,
-                                     mlp_expansion=cfg.mlp_expansion, mixer=mixer,
-                                     mixer_kwargs=mkw, rngs=rngs)
+                                     mlp_expansion=cfg.mlp_expansion, dropout=cfg.dropout,
+                                     learnable_h0=cfg.learnable_h0, mixer=mixer,
+                                     mixer_kwargs=mixer_kwargs, rngs=rngs)
             self.head = nnx.Linear(cfg.d_model, task.n_classes, rngs=rngs)
 
         def __call__(self, tokens: Any) -> Any:
             out, _ = self.stack(self.embed(tokens))
             return self.head(out)
 
-    trainer = _Trainer(SequenceModel(nnx.Rngs(cfg.seed)), lambda model, tokens: model(tokens),
-                       cfg)
+    return SequenceModel
 
-    def evaluate(batch: Batch, chunk: int = 64) -> float:
-        correct = total = 0
-        for i in range(0, batch.tokens.shape[0], chunk):
-            labels, mask = jnp.asarray(batch.labels[i : i + chunk]), batch.mask[i : i + chunk]
-            pred = trainer.logits(trainer.state["params"], jnp.asarray(batch.tokens[i : i + chunk]))
-            correct += int(((pred.argmax(-1) == labels) & mask).sum())
-            total += int(mask.sum())
-        return correct / max(1, total)
 
-    record = trainer.fit(spec, task, cfg, val=val, evaluate=evaluate)
-    record["accuracy"] = {str(n): evaluate(b) for n, b in evals.items()}
+def _model_logits(model: Any, tokens: Any) -> Any:
+    return model(tokens)
+
+
+def _lm_logits(lm: Any, tokens: Any) -> Any:
+    return lm(tokens)[0]
+
+
+def fit_jax(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
+            val: Batch | None, slot: ModelSlot | None = None) -> dict[str, Any]:
+    """Train one Flax model for ``spec`` (from ``slot``'s saved state, if any, saving there);
+    returns the same record as the PyTorch path."""
+    jax, jnp, optax, nnx, _ = _imports()
+    mixer, n_layers, mkw = stack_arguments(spec, cfg)
+    model = _sequence_model()(task, cfg, n_layers, mixer, mkw, rngs=nnx.Rngs(cfg.seed))
+    trainer = _Trainer(model, _model_logits, cfg)
+
+    def evaluate(batch: Batch) -> Accuracy:
+        state = trainer.state
+        return score(lambda tokens: np.asarray(trainer.predict(state["params"], state["rest"],
+                                                               jnp.asarray(tokens))),
+                     batch, cfg.eval_batch_size)
+
+    record = trainer.fit(spec, task, cfg, val=val, evaluate=evaluate, slot=slot)
+    record.update(final_scores(evaluate, evals))
     record["framework"] = "jax"
     return record
 
 
-def fit_lm(spec: str, task: Task, cfg: TrainConfig, val: Batch) -> tuple[dict[str, Any], Any]:
+def fit_lm(spec: str, task: Task, cfg: TrainConfig, val: Batch,
+           slot: ModelSlot | None = None) -> tuple[dict[str, Any], Any]:
     """Train a :class:`mingru_jax.MinGRULM` for ``spec`` on ``task`` (``--task lm``),
     reporting the loss on the windows ``val`` at every evaluation point; ``(record, model)``
-    with the trained parameters."""
+    with the trained parameters, in eval mode."""
     jax, jnp, optax, nnx, _ = _imports()
     from mingru_jax import MinGRULM
 
     mixer, n_layers, mkw = stack_arguments(spec, cfg)
     model = MinGRULM(task.vocab_size, cfg.d_model, n_layers, mixer=mixer, mixer_kwargs=mkw,
-                     mlp_expansion=cfg.mlp_expansion, rngs=nnx.Rngs(cfg.seed))
-    trainer = _Trainer(model, lambda lm, tokens: lm(tokens)[0], cfg)
+                     mlp_expansion=cfg.mlp_expansion, dropout=cfg.dropout,
+                     learnable_h0=cfg.learnable_h0, rngs=nnx.Rngs(cfg.seed))
+    trainer = _Trainer(model, _lm_logits, cfg)
 
     def val_loss() -> dict[str, float]:
-        total = 0.0
-        for i in range(0, val.tokens.shape[0], 64):
-            out = trainer.logits(trainer.state["params"], jnp.asarray(val.tokens[i : i + 64]))
-            labels = jnp.asarray(val.labels[i : i + 64])
+        total, chunk, state = 0.0, cfg.eval_batch_size, trainer.state
+        for i in range(0, val.tokens.shape[0], chunk):
+            out = trainer.logits(state["params"], state["rest"], jnp.asarray(val.tokens[i : i + chunk]))
+            labels = jnp.asarray(val.labels[i : i + chunk])
             total += float(optax.softmax_cross_entropy_with_integer_labels(
                 out.astype(jnp.float32), labels).sum())
         return lm_metrics(total / val.labels.size)
 
-    record = trainer.fit(spec, task, cfg, val=None, evaluate=lambda b: 0.0, on_eval=val_loss)
+    record = trainer.fit(spec, task, cfg, val=None, evaluate=lambda b: Accuracy(0.0, 0.0),
+                         on_eval=val_loss, slot=slot)
     record["framework"] = "jax"
     return record, trainer.model()
 
 
+class _Compiled(NamedTuple):
+    """The jitted functions of one model structure and optimizer setting."""
+
+    tx: Any  # the optax transformation
+    train_step: Callable[..., Any]  # (params, opt, rest, tokens, labels, mask, lr) -> (..., loss, acc)
+    logits: Callable[..., Any]  # (params, rest, tokens) -> logits, eval mode
+    predict: Callable[..., Any]  # (params, rest, tokens) -> classes, eval mode
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(graphdef: Any, eval_graphdef: Any, *, logits_of: Callable[[Any, Any], Any],
+              grad_clip: float, weight_decay: float, parts: int) -> _Compiled:
+    """Built once per process for equal arguments (graph definitions compare by structure),
+    so runs of one model structure, a resumed one among them, share the compiled steps."""
+    jax, jnp, optax, nnx, _ = _imports()
+    tx = optax.chain(
+        *([optax.clip_by_global_norm(grad_clip)] if grad_clip else []),
+        optax.adamw(1.0, b1=0.9, b2=0.999, eps=1e-8, weight_decay=weight_decay),
+    )
+
+    def loss_fn(net: Any, tokens: Any, labels: Any, mask: Any):
+        logits = logits_of(net, tokens)
+        safe = jnp.where(mask, labels, 0)
+        nll = optax.softmax_cross_entropy_with_integer_labels(logits, safe)
+        n = jnp.maximum(mask.sum(), 1)
+        loss = jnp.where(mask, nll, 0.0).sum() / n
+        acc = ((logits.argmax(-1) == safe) & mask).sum() / n
+        return loss, acc
+
+    def grad_fn(p: Any, rest: Any, tokens: Any, labels: Any, mask: Any):
+        """``(loss, (accuracy, rest after the step)), gradients``: nnx's transform lets the
+        dropout streams in ``rest`` advance."""
+        net = nnx.merge(graphdef, p, rest)
+        (loss, acc), grads = nnx.value_and_grad(loss_fn, has_aux=True)(net, tokens, labels, mask)
+        return (loss, (acc, nnx.split(net, nnx.Param, ...)[2])), grads
+
+    def accumulated(p: Any, rest: Any, tokens: Any, labels: Any, mask: Any):
+        def micro(carry: Any, part: Any):
+            # The parameters ride in the carry: nnx merges only values of the scan's trace.
+            params, total, rest = carry
+            (loss, (acc, rest)), grads = grad_fn(params, rest, *part)
+            return (params, jax.tree.map(jnp.add, total, grads), rest), (loss, acc)
+
+        split = [x.reshape(parts, -1, *x.shape[1:]) for x in (tokens, labels, mask)]
+        zeros = jax.tree.map(jnp.zeros_like, p)
+        (_, grads, rest), (losses, accs) = jax.lax.scan(micro, (p, zeros, rest), split)
+        grads = jax.tree.map(lambda g: g / parts, grads)
+        return (losses.mean(), (accs.mean(), rest)), grads
+
+    @jax.jit
+    def train_step(p: Any, opt_state: Any, rest: Any, tokens: Any, labels: Any, mask: Any,
+                   lr: Any):
+        gradients = grad_fn if parts == 1 else accumulated
+        (loss, (acc, rest)), grads = gradients(p, rest, tokens, labels, mask)
+        updates, opt_state = tx.update(grads, opt_state, p)
+        updates = jax.tree.map(lambda u: lr * u, updates)
+        return optax.apply_updates(p, updates), opt_state, rest, loss, acc
+
+    def logits(p: Any, rest: Any, tokens: Any) -> Any:
+        return logits_of(nnx.merge(eval_graphdef, p, rest), tokens)
+
+    return _Compiled(tx=tx, train_step=train_step, logits=jax.jit(logits),
+                     predict=jax.jit(lambda p, rest, tokens: logits(p, rest, tokens).argmax(-1)))
+
+
 class _Trainer:
     """AdamW on a Flax model's parameters under ``jax.jit``; ``logits_of(model, tokens)`` is
-    its output. Learning rate 1 inside, the schedule multiplies the updates: with decoupled
-    weight decay this equals adamw(lr) step by step, and keeps one compiled step for every lr."""
+    its output (a module-level function, so that equal runs share compiled steps). Learning
+    rate 1 inside, the schedule multiplies the updates: with decoupled weight decay this
+    equals adamw(lr) step by step, and keeps one compiled step for every lr.
+
+    ``state``: ``params``, ``opt`` (the optimizer state) and ``rest`` (the model's other
+    variables: the dropout random streams, threaded through every step). Training runs the
+    model in train mode, :attr:`logits`, :attr:`predict` and :meth:`model` in eval mode (no
+    dropout). A step averages the gradients of ``cfg.grad_accum`` micro-batches (a scan over
+    them), then clips their norm to ``cfg.grad_clip``."""
 
     def __init__(self, model: Any, logits_of: Callable[[Any, Any], Any], cfg: TrainConfig) -> None:
         jax, jnp, optax, nnx, _ = _imports()
+        model.train()
         graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-        tx = optax.chain(
-            *([optax.clip_by_global_norm(cfg.grad_clip)] if cfg.grad_clip else []),
-            optax.adamw(1.0, b1=0.9, b2=0.999, eps=1e-8, weight_decay=cfg.weight_decay),
-        )
-        self.state = {"params": params, "opt": tx.init(params)}
-        self.model = lambda: nnx.merge(graphdef, self.state["params"], rest)
-
-        def logits_fn(p: Any, tokens: Any) -> Any:
-            return logits_of(nnx.merge(graphdef, p, rest), tokens)
-
-        @jax.jit
-        def train_step(p: Any, opt_state: Any, tokens: Any, labels: Any, mask: Any, lr: Any):
-            def loss_fn(p: Any):
-                logits = logits_fn(p, tokens)
-                safe = jnp.where(mask, labels, 0)
-                nll = optax.softmax_cross_entropy_with_integer_labels(logits, safe)
-                n = jnp.maximum(mask.sum(), 1)
-                loss = jnp.where(mask, nll, 0.0).sum() / n
-                acc = jnp.where(mask, logits.argmax(-1) == safe, False).sum() / n
-                return loss, acc
-
-            (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(p)
-            updates, opt_state = tx.update(grads, opt_state, p)
-            updates = jax.tree.map(lambda u: lr * u, updates)
-            return optax.apply_updates(p, updates), opt_state, loss, acc
-
-        self.logits = jax.jit(logits_fn)
-        self._train_step, self._jnp = train_step, jnp
+        model.eval()
+        eval_graphdef = nnx.split(model, nnx.Param, ...)[0]
+        compiled = _compiled(graphdef, eval_graphdef, logits_of=logits_of,
+                             grad_clip=cfg.grad_clip, weight_decay=cfg.weight_decay,
+                             parts=cfg.grad_accum)
+        self.state = {"params": params, "opt": compiled.tx.init(params), "rest": rest}
+        self.model = lambda: nnx.merge(eval_graphdef, self.state["params"], self.state["rest"])
+        self.logits, self.predict = compiled.logits, compiled.predict
+        self._train_step, self._jnp = compiled.train_step, jnp
 
     def step(self, batch: Batch, lr: float) -> tuple[float, float]:
         jnp, state = self._jnp, self.state
-        state["params"], state["opt"], loss, acc = self._train_step(
-            state["params"], state["opt"], jnp.asarray(batch.tokens),
+        state["params"], state["opt"], state["rest"], loss, acc = self._train_step(
+            state["params"], state["opt"], state["rest"], jnp.asarray(batch.tokens),
             jnp.asarray(batch.labels), jnp.asarray(batch.mask), jnp.float32(lr))
         return float(loss), float(acc)
 
     def fit(self, spec: str, task: Task, cfg: TrainConfig, val: Batch | None,
-            evaluate: Callable[[Batch], float],
-            on_eval: Callable[[], dict[str, float]] | None = None) -> dict[str, Any]:
+            evaluate: Callable[[Batch], Accuracy],
+            on_eval: Callable[[], dict[str, float]] | None = None,
+            slot: ModelSlot | None = None) -> dict[str, Any]:
         """:func:`fit_loop` with this trainer's steps; the record counts the parameters."""
         record = fit_loop(spec, task, cfg, val=val, step_fn=self.step, evaluate=evaluate,
                           snapshot=lambda: self.state["params"],
-                          restore=lambda p: self.state.update(params=p), on_eval=on_eval)
+                          restore=lambda p: self.state.update(params=p), on_eval=on_eval,
+                          slot=slot, files=_JaxState(self))
         jax = _imports()[0]
         record["parameters"] = int(sum(x.size for x in jax.tree.leaves(self.state["params"])))
         return record
+
+
+class _JaxState:
+    """The tensor file of a JAX run: a NumPy ``.npz`` of the leaves of the trainer's
+    ``params``, ``opt`` and ``rest`` (random keys as their raw key data) and of the best
+    validation point's parameters, in ``jax.tree.leaves`` order. Loading puts them into the
+    trees of a freshly built trainer, which fix the structure, shapes and dtypes."""
+
+    suffix = ".npz"
+    TREES = ("params", "opt", "rest")
+
+    def __init__(self, trainer: _Trainer) -> None:
+        self.trainer = trainer
+        self.jax = _imports()[0]
+
+    def save(self, path: Path, best: Any) -> None:
+        trees = {name: self.trainer.state[name] for name in self.TREES}
+        if best is not None:
+            trees["best"] = best
+        arrays = {f"{name}/{i}": self._raw(leaf) for name, tree in trees.items()
+                  for i, leaf in enumerate(self.jax.tree.leaves(tree))}
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
+
+    def load(self, path: Path) -> Any:
+        state = self.trainer.state
+        with np.load(path) as saved:
+            arrays = dict(saved)
+        for name in self.TREES:
+            state[name] = self._fill(state[name], arrays, name=name, path=path)
+        has_best = any(key.startswith("best/") for key in arrays)
+        return self._fill(state["params"], arrays, name="best", path=path) if has_best else None
+
+    def _raw(self, leaf: Any) -> np.ndarray:
+        jax = self.jax
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            leaf = jax.random.key_data(leaf)
+        return np.asarray(leaf)
+
+    def _fill(self, template: Any, arrays: dict[str, np.ndarray], *, name: str, path: Path) -> Any:
+        """``template`` with its leaves replaced by the saved ``name/<i>`` arrays."""
+        jax = self.jax
+        leaves, treedef = jax.tree.flatten(template)
+        count = sum(key.startswith(name + "/") for key in arrays)
+        filled = []
+        for i, leaf in enumerate(leaves):
+            raw = arrays.get(f"{name}/{i}")
+            expected = self._raw(leaf)
+            if count != len(leaves) or raw is None or raw.shape != expected.shape:
+                raise ValueError(f"--resume: {path} does not fit this model ({name}: "
+                                 f"{count} saved arrays for {len(leaves)})")
+            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                filled.append(jax.random.wrap_key_data(raw, impl=jax.random.key_impl(leaf)))
+            else:
+                filled.append(jax.numpy.asarray(raw, dtype=leaf.dtype))
+        return jax.tree.unflatten(treedef, filled)
 
 
 def load_lm(directory: str, device: str) -> Any:

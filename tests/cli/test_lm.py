@@ -82,7 +82,8 @@ def trained(tmp_path_factory) -> tuple[Path, bytes, str]:
 
 def test_lm_train_saves_the_checkpoint_and_reports_the_validation_loss(trained):
     ckpt, data, out = trained
-    assert {p.name for p in ckpt.iterdir()} == {"config.json", "model.safetensors", "train.json"}
+    assert {p.name for p in ckpt.iterdir()} == {"config.json", "model.safetensors", "train.json",
+                                                "checkpoint"}  # checkpoint/: for --resume
     run = json.loads((ckpt / "train.json").read_text())
     assert run["config"]["data"].endswith("text.txt") and run["seed"] == 0
     n_val = round(0.1 * len(data))
