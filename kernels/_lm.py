@@ -25,7 +25,7 @@ import math
 import os
 from typing import Any, NamedTuple
 
-from mingru_kernels._spec import check_size, stack_layer_specs
+from mingru_kernels._spec import check_mixer_expansion, check_size, stack_layer_specs
 
 __all__ = [
     "CONFIG_NAME",
@@ -59,8 +59,10 @@ class LMConfig:
     """The constructor arguments of ``MinGRULM`` (both frontends), validated.
 
     ``mixer`` is one mixer name or a tuple of ``n_layers`` names; ``mixer_kwargs`` as in
-    ``MinGRUStack`` (flat for one name, keyed by mixer name for a list). Time decay is not
-    available in a language model (tokens carry no time gaps).
+    ``MinGRUStack`` (flat for one name, keyed by mixer name for a list); ``mixer_expansion``
+    widens every layer's mixer state to ``mixer_expansion·d_model`` (see ``MinGRUBlock``; a
+    checkpoint without it has ``1``). Time decay is not available in a language model (tokens
+    carry no time gaps).
     """
 
     vocab_size: int
@@ -72,6 +74,7 @@ class LMConfig:
     mixer_kwargs: dict[str, Any] | None = None
     dropout: float = 0.0
     learnable_h0: bool = False
+    mixer_expansion: int = 1
 
     def __post_init__(self) -> None:
         check_size(self.vocab_size, "vocab_size")
@@ -81,7 +84,9 @@ class LMConfig:
             raise TypeError(f"tie_embeddings must be a bool; got {self.tie_embeddings!r}")
         if isinstance(self.mixer, list):
             object.__setattr__(self, "mixer", tuple(self.mixer))
-        for _, kwargs in self.layer_specs():
+        specs = self.layer_specs()
+        check_mixer_expansion(self.mixer_expansion, [name for name, _ in specs])
+        for _, kwargs in specs:
             if kwargs.get("decay") is not None:
                 raise ValueError(
                     "MinGRULM takes no time gaps, so mixer_kwargs must not set decay "

@@ -34,6 +34,7 @@ __all__ = [
     "check_delta",
     "check_flag",
     "check_givens",
+    "check_mixer_expansion",
     "check_mixer_name",
     "check_rotation_hidden",
     "check_size",
@@ -268,6 +269,31 @@ def check_block_args(mlp_expansion: object, dropout: object) -> None:
         raise ValueError(f"dropout must be a number in [0, 1); got {dropout!r}")
 
 
+def check_mixer_expansion(mixer_expansion: object, mixers: str | Sequence[str]) -> int:
+    """A block's ``mixer_expansion`` (an int ≥ 1; a bool is refused) for the mixer names
+    ``mixers`` (one name, or every layer's); returns it.
+
+    With ``e = mixer_expansion > 1`` the block builds its mixer as ``mixer(d_model, e·d_model)``
+    and projects its output back with ``out_proj = Linear(e·d_model, d_model)``. For the
+    state-output mixers (``"log"``, ``"signed"``, ``"rotation"``, ``"givens"``) that widens the
+    state to ``e·d_model`` (``"rotation"`` needs it even, ``"givens"`` a ``block_size`` that
+    divides it: their own checks name ``hidden_size``). ``"delta"`` is refused: its state is
+    ``n_heads·d_k·d_v``, not its output, and it projects its output itself, so a second
+    projection would add parameters without widening the state (``d_k``, ``d_v`` and
+    ``n_heads`` in ``mixer_kwargs`` do that)."""
+    if (isinstance(mixer_expansion, bool) or not isinstance(mixer_expansion, int)
+            or mixer_expansion < 1):
+        raise ValueError(f"mixer_expansion must be an int ≥ 1; got {mixer_expansion!r}")
+    names = [mixers] if isinstance(mixers, str) else list(mixers)
+    if mixer_expansion > 1 and "delta" in names:
+        raise ValueError(
+            f"mixer_expansion={mixer_expansion} does not apply to the 'delta' mixer: its state "
+            "is n_heads·d_k·d_v and it projects its output back to d_model itself; widen its "
+            "state with mixer_kwargs d_k, d_v or n_heads and keep mixer_expansion=1"
+        )
+    return mixer_expansion
+
+
 def block_mixer_kwargs(
     mixer: object,
     mixer_kwargs: object,
@@ -289,8 +315,8 @@ def block_mixer_kwargs(
     clash = [key for key in reserved if key in kwargs]
     if clash:
         raise ValueError(
-            f"mixer_kwargs must not contain {clash}: the block sets input_size and "
-            f"hidden_size to d_model and takes {own_args}"
+            f"mixer_kwargs must not contain {clash}: the block sets input_size to "
+            f"d_model and hidden_size to mixer_expansion·d_model and takes {own_args}"
         )
     if name in TAKES_LEARNABLE_H0:
         kwargs["learnable_h0"] = learnable_h0

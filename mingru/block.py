@@ -1,7 +1,10 @@
 """MinGRUBlock: a pre-norm residual block around any of the five sequence mixers.
 
-    y   = x + Dropout(mixer(LayerNorm(x)))
+    y   = x + Dropout(out_proj(mixer(LayerNorm(x))))
     out = y + Dropout(MLP(LayerNorm(y)))          (MLP: Linear d→e·d, GELU, Linear e·d→d)
+
+``out_proj`` (``Linear m·d→d``) is there only with a ``mixer_expansion`` ``m > 1``, whose mixer
+has an ``m·d``-wide state (:func:`mingru_kernels._spec.check_mixer_expansion`).
 
 The mixer is chosen by name (``"log"``, ``"signed"``, ``"rotation"``, ``"givens"``,
 ``"delta"``) and imported on first use, so a block never imports mixers it does not use.
@@ -22,6 +25,7 @@ from mingru_kernels._spec import (
     DECAY_KWARGS,
     block_mixer_kwargs,
     check_block_args,
+    check_mixer_expansion,
     check_mixer_name,
     check_size,
     mixer_registry,
@@ -73,17 +77,23 @@ class MinGRUBlock(nn.Module):
     """Pre-norm residual block: ``x + mixer(LN(x))``, then ``x + MLP(LN(x))``.
 
     Args:
-        d_model: features in and out (the mixer gets ``input_size = hidden_size = d_model``).
+        d_model: features in and out (the mixer gets ``input_size = d_model`` and
+            ``hidden_size = mixer_expansion·d_model``).
         mlp_expansion: hidden width factor ``e`` of the MLP; ``0`` drops the MLP.
         dropout: dropout probability on the mixer and MLP branch outputs.
         learnable_h0: forwarded to the mixers that take it (``"log"``, ``"signed"``).
         mixer: mixer name: ``"log"``, ``"signed"``, ``"rotation"``, ``"givens"`` or ``"delta"``.
         mixer_kwargs: extra keyword arguments of the mixer (e.g. ``block_size``, ``decay``).
+        mixer_expansion: width factor ``m`` of the mixer's state (keyword only; int ≥ 1):
+            ``m > 1`` builds the mixer with ``hidden_size = m·d_model`` followed by
+            ``out_proj = nn.Linear(m·d_model, d_model)``; ``1`` adds no layer. Not for
+            ``"delta"``, which projects its own output (a ``ValueError`` names it).
 
     Shapes: ``forward(x (B, T, d_model), h_0=None, delta_t=None) -> (out (B, T, d_model),
     state (B, 1, S))`` and ``step(x_t (B, d_model), h_prev=None, delta_t=None) -> (out_t
-    (B, d_model), state (B, S))``, where the state is the mixer's last state (``S = d_model``
-    for the four state-output mixers; ``n_heads·d_k·d_v`` for ``"delta"``).
+    (B, d_model), state (B, S))``, where the state is the mixer's last state (``S =
+    mixer_expansion·d_model`` for the four state-output mixers; ``n_heads·d_k·d_v`` for
+    ``"delta"``).
 
     Example:
         >>> import torch
@@ -93,6 +103,9 @@ class MinGRUBlock(nn.Module):
         >>> out.shape, state.shape
         (torch.Size([2, 10, 16]), torch.Size([2, 1, 16]))
         >>> out_t, state_t = block.step(torch.randn(2, 16), state[:, 0])
+        >>> wide = MinGRUBlock(16, mixer="log", mixer_expansion=3)
+        >>> [t.shape for t in wide(torch.randn(2, 10, 16))]
+        [torch.Size([2, 10, 16]), torch.Size([2, 1, 48])]
     """
 
     def __init__(
@@ -103,6 +116,8 @@ class MinGRUBlock(nn.Module):
         learnable_h0: bool = False,
         mixer: str = "log",
         mixer_kwargs: dict[str, Any] | None = None,
+        *,
+        mixer_expansion: int = 1,
     ) -> None:
         super().__init__()
         self.d_model = check_size(d_model, "d_model")
@@ -111,8 +126,12 @@ class MinGRUBlock(nn.Module):
             mixer, mixer_kwargs, learnable_h0,
             reserved=_SET_BY_BLOCK, own_args="learnable_h0 as its own argument",
         )
+        self.mixer_expansion = check_mixer_expansion(mixer_expansion, self.mixer_name)
+        width = mixer_expansion * d_model
         self.norm1 = nn.LayerNorm(d_model, eps=1e-5)
-        self.mixer = mixer_class(self.mixer_name)(d_model, d_model, **kwargs)
+        self.mixer = mixer_class(self.mixer_name)(d_model, width, **kwargs)
+        # Only when widened, so unexpanded blocks keep their parameters (and checkpoints).
+        self.out_proj = nn.Linear(width, d_model) if mixer_expansion > 1 else None
         self.norm2 = nn.LayerNorm(d_model, eps=1e-5)
         if mlp_expansion > 0:
             self.mlp: nn.Module | None = nn.Sequential(
@@ -129,6 +148,12 @@ class MinGRUBlock(nn.Module):
         """Whether the mixer has time decay (and so needs ``delta_t``)."""
         decay = getattr(self.mixer, "decay", None)
         return bool(decay is not None and decay.enabled)
+
+    def _mixed(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The block's output from its input ``x`` and the mixer's output ``y``."""
+        if self.out_proj is not None:
+            y = self.out_proj(y)
+        return self._feed_forward(x + self.dropout(y))
 
     def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.mlp is None:
@@ -166,7 +191,7 @@ class MinGRUBlock(nn.Module):
         if sequence_group is not None:
             packed["sequence_group"] = sequence_group
         y, state = self.mixer(u, h_0=h_0, delta_t=delta_t, return_state=True, **packed)
-        return self._feed_forward(x + self.dropout(y)), state
+        return self._mixed(x, y), state
 
     def step(
         self,
@@ -184,7 +209,8 @@ class MinGRUBlock(nn.Module):
             y, state = self.mixer.step(u, h_prev=h_prev, delta_t=delta_t)
         else:
             y = state = self.mixer.step(u, h_prev=h_prev, delta_t=delta_t)
-        return self._feed_forward(x_t + self.dropout(y)), state
+        return self._mixed(x_t, y), state
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, mixer={self.mixer_name!r}"
+        widened = f", mixer_expansion={self.mixer_expansion}" if self.mixer_expansion > 1 else ""
+        return f"d_model={self.d_model}, mixer={self.mixer_name!r}{widened}"

@@ -5,7 +5,8 @@ to a cell, which forms the gates and runs the recurrence without writing any per
 (on CUDA one Triton kernel each way; the eager twin is the reference formulation). Like the
 scans, each entry validates here and takes its unchecked route ``_run_<op>`` (the mixers'
 way in) to :mod:`mingru.dispatch` (op ``mingru_cell``; ``MINGRU_SCAN`` and
-:func:`mingru.use_backend` apply).
+:func:`mingru.use_backend` apply). DeltaMinGRU's step goes the same way from its projection:
+one op (``delta_rule_step``, private) for the inputs, the state update and the output.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from mingru import _validate
 from mingru._eager.delta_inputs import delta_inputs as delta_inputs_eager
+from mingru._eager.delta_rule_step import delta_rule_step as delta_rule_step_eager
 from mingru._eager.givens_cell import givens_cell_eager
 from mingru._eager.mingru_cell import mingru_cell_eager, transitions
 from mingru._eager.rotation_cell import rotation_cell_eager
@@ -330,6 +332,18 @@ def _run_delta_inputs(p: torch.Tensor, *, n_heads: int, nh: int, d_k: int, d_v: 
         return delta_inputs_eager(p, n_heads=n_heads, nh=nh, d_k=d_k, d_v=d_v, eps=eps)
     return call("delta_inputs", delta_inputs_eager, p, n_heads=n_heads, nh=nh, d_k=d_k, d_v=d_v,
                 eps=eps)
+
+
+def _run_delta_rule_step(p: torch.Tensor, *, log_gamma: torch.Tensor | None,
+                         h_prev: torch.Tensor | None, n_heads: int, nh: int, d_k: int, d_v: int,
+                         eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token of DeltaMinGRU from its projection ``p (B, W)`` (columns as in
+    :func:`delta_inputs`), ``log_gamma (B, H) | (B, 1)`` or ``None`` and ``h_prev (B, H, d_k,
+    d_v)`` or ``None`` (zeros): ``(o (B, H, d_v), S (B, H, d_k, d_v))`` (op
+    ``delta_rule_step``; the mixer's step, which checked every shape). On CUDA one Triton
+    kernel for the whole step when no gradient is needed; else the eager twin."""
+    return call("delta_rule_step", delta_rule_step_eager, p, log_gamma=log_gamma, h_prev=h_prev,
+                n_heads=n_heads, nh=nh, d_k=d_k, d_v=d_v, eps=eps)
 
 
 def _transition_product(k, log_gamma, *, signed, coupled):

@@ -131,7 +131,7 @@ class MinGRUConfig(PretrainedConfig):
     ) -> None:
         """``kwargs``: the other fields of :class:`~mingru_kernels._lm.LMConfig` (``mixer``,
         ``tie_embeddings``, ``mlp_expansion``, ``mixer_kwargs``, ``dropout``,
-        ``learnable_h0``, with its defaults) and transformers' own keys."""
+        ``learnable_h0``, ``mixer_expansion``, with its defaults) and transformers' own keys."""
         fields = {name: kwargs.pop(name) for name in _LM_FIELDS if name in kwargs}
         tie_word_embeddings = kwargs.pop("tie_word_embeddings", None)
         if tie_word_embeddings is not None:

@@ -2,7 +2,7 @@
 
 The stack ends in its own LayerNorm, so the head reads normalised features. The model keeps
 its recurrent state between calls in the *step* form, one ``(B, S_l)`` tensor per layer
-(``S_l = d_model``, or ``n_heads·d_k·d_v`` for a ``"delta"`` layer), so the state a parallel
+(``S_l = mixer_expansion·d_model``, or ``n_heads·d_k·d_v`` for a ``"delta"`` layer), so the state a parallel
 ``forward`` returns feeds :meth:`MinGRULM.step` directly and the other way round. The
 checkpoint format (``config.json`` + ``model.safetensors``) and the configuration rules are
 shared with ``mingru_jax.MinGRULM`` (:mod:`mingru_kernels._lm`).
@@ -89,13 +89,16 @@ class MinGRULM(nn.Module):
             mixer name for a list).
         dropout: dropout on each block's branch outputs.
         learnable_h0: forwarded to the layers whose mixer takes it (``"log"``, ``"signed"``).
+        mixer_expansion: width factor ``m`` of every layer's mixer state, projected back to
+            ``d_model`` when ``m > 1`` (see :class:`~mingru.block.MinGRUBlock`; not with
+            ``"delta"``).
 
     The validated arguments are kept as ``config`` (a :class:`mingru_kernels._lm.LMConfig`).
     Initialisation: the embedding (and an untied head) ``N(0, 0.02²)``; the stack keeps its
     own (PyTorch's defaults for the linear layers, the mixers' for their ``h0``).
 
-    Shapes (``S_l``: layer ``l``'s state size, ``d_model`` or ``n_heads·d_k·d_v`` for
-    ``"delta"``; the state is a list of one ``(B, S_l)`` tensor per layer):
+    Shapes (``S_l``: layer ``l``'s state size, ``mixer_expansion·d_model`` or
+    ``n_heads·d_k·d_v`` for ``"delta"``; the state is a list of one ``(B, S_l)`` tensor per layer):
 
     * ``forward(tokens (B, T) int, state=None) -> (logits (B, T, vocab_size), state)``;
     * ``step(token (B,) int, state=None) -> (logits (B, vocab_size), state)``;
@@ -130,6 +133,7 @@ class MinGRULM(nn.Module):
         mixer_kwargs: dict[str, Any] | None = None,
         dropout: float = 0.0,
         learnable_h0: bool = False,
+        mixer_expansion: int = 1,
     ) -> None:
         super().__init__()
         mixer = mixer if isinstance(mixer, str) else tuple(mixer)
@@ -137,13 +141,14 @@ class MinGRULM(nn.Module):
             vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, mixer=mixer,
             tie_embeddings=tie_embeddings, mlp_expansion=mlp_expansion,
             mixer_kwargs=mixer_kwargs, dropout=dropout, learnable_h0=learnable_h0,
+            mixer_expansion=mixer_expansion,
         )
         self.vocab_size = vocab_size
         self.embedding = nn.Embedding(vocab_size, d_model)
         self.stack = MinGRUStack(
             d_model, d_model, n_layers, mlp_expansion=mlp_expansion, dropout=dropout,
             learnable_h0=learnable_h0, mixer=mixer if isinstance(mixer, str) else list(mixer),
-            mixer_kwargs=mixer_kwargs,
+            mixer_kwargs=mixer_kwargs, mixer_expansion=mixer_expansion,
         )
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         nn.init.normal_(self.embedding.weight, std=EMBEDDING_STD)
@@ -300,7 +305,7 @@ class MinGRULM(nn.Module):
         model = cls(config.vocab_size, config.d_model, config.n_layers, mixer=config.mixer,
                     tie_embeddings=config.tie_embeddings, mlp_expansion=config.mlp_expansion,
                     mixer_kwargs=config.mixer_kwargs, dropout=config.dropout,
-                    learnable_h0=config.learnable_h0)
+                    learnable_h0=config.learnable_h0, mixer_expansion=config.mixer_expansion)
         expected = model._stored_names()
         missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
         if missing or unexpected:

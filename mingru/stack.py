@@ -38,6 +38,9 @@ class MinGRUStack(nn.Module):
             dict keyed by mixer name (``{"givens": {"block_size": 4}}``).
         decay_layers: ``"all"`` keeps the decay arguments (``decay``, ``decay_rate``,
             ``log1p_delta``) on every layer; ``"last"`` keeps them on the last layer only.
+        mixer_expansion: width factor ``m`` of every layer's mixer state (keyword only; see
+            :class:`~mingru.block.MinGRUBlock`): ``S_l = m·d_model`` for the state-output
+            mixers, ``n_heads·d_k·d_v`` for ``"delta"`` (which takes ``m = 1`` only).
 
     Shapes: ``forward(x (B, T, input_size), state=None, delta_t=None) -> (out (B, T, d_model),
     [state (B, 1, S_l) per layer])``; ``step(x_t (B, input_size), state, delta_t=None) ->
@@ -67,6 +70,8 @@ class MinGRUStack(nn.Module):
         mixer: str | Sequence[str] = "log",
         mixer_kwargs: dict[str, Any] | None = None,
         decay_layers: str = "all",
+        *,
+        mixer_expansion: int = 1,
     ) -> None:
         super().__init__()
         self.input_size = check_size(input_size, "input_size")
@@ -77,7 +82,7 @@ class MinGRUStack(nn.Module):
         self.in_proj = nn.Linear(input_size, d_model) if input_size != d_model else nn.Identity()
         self.blocks = nn.ModuleList(
             MinGRUBlock(d_model, mlp_expansion, dropout, learnable_h0=learnable_h0, mixer=name,
-                        mixer_kwargs=kwargs)
+                        mixer_kwargs=kwargs, mixer_expansion=mixer_expansion)
             for name, kwargs in specs
         )
         self.norm = nn.LayerNorm(d_model, eps=1e-5)

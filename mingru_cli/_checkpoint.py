@@ -64,9 +64,13 @@ class LoopState:
     loss_avg: float | None = None
     acc_avg: float | None = None
     curve: list[dict[str, float]] = field(default_factory=list)
-    best_val: float = -1.0
+    best_val: float = -1.0  # the kept point's score, higher is better (minus a lowest-kept loss)
     best_step: int = -1
     seconds: float = 0.0
+    step_seconds: float = 0.0  # of it, in training steps (the data included)
+    eval_seconds: float = 0.0  # of it, at evaluation points
+    loss_sum: float = 0.0  # the batch losses since the last evaluation point, and their count
+    loss_steps: int = 0
     data: dict[str, Any] | None = None  # numpy's bit_generator.state of the training data
 
 
@@ -209,12 +213,15 @@ def read_state(directory: str) -> dict[str, Any]:
 def _check_same_run(saved: dict[str, Any], cfg: TrainConfig) -> None:
     """Raise when ``cfg`` changes a field of the ``saved`` configuration that shapes the result."""
     current = _jsonable(cfg)
+    # A field the saved run predates (e.g. mixer_expansion) had its default value there.
+    defaults = _jsonable(TrainConfig())
     for name, value in current.items():
-        if name not in RUN_CONTROL and saved.get(name) != value:
+        before = saved.get(name, defaults[name])
+        if name not in RUN_CONTROL and before != value:
             allowed = ", ".join(flag_name(n) for n in ("steps", "stop_after", "max_minutes",
                                                         "save_every", "device", "threads"))
             raise ValueError(f"--resume {cfg.resume!r}: the saved run has {flag_name(name)} "
-                             f"{saved.get(name)!r}, this command {value!r}; a resumed run keeps "
+                             f"{before!r}, this command {value!r}; a resumed run keeps "
                              f"its configuration (it may change {allowed})")
 
 

@@ -64,7 +64,9 @@ _DESCRIPTION = (
     "evaluate at --eval-lens (accuracy per token and per sequence). Each --mixer trains its "
     "own model on the same data. --task lm --data FILE --out DIR trains a byte-level MinGRULM "
     "on a text file (windows of --seq-len bytes; validation loss and bits per byte on its last "
-    "--val-fraction) and saves it there (save_pretrained, train.json). "
+    "--val-fraction, up to --val-bytes of it at each evaluation and all of it at the end) and "
+    "saves the weights of the lowest validation loss there (save_pretrained, train.json, "
+    "train_loss.png). "
     "Long runs: with --out DIR the training state (weights, optimizer, data position, random "
     "state, best validation point) is saved in DIR/checkpoint every --save-every steps and at "
     "the end; --resume DIR continues it with the result of an uninterrupted run. The "
@@ -90,7 +92,7 @@ def add_train_parser(sub: argparse._SubParsersAction, func: Callable[..., int]) 
     p.add_argument("--preset", choices=tuple(PRESETS),
                    help="a whole configuration; flags given with it override its values. "
                         "paper-selective-copy: the minGRU paper's selective copying run (3 "
-                        "layers, d_model 64, no MLP, dropout 0.1, batch 64 as 2×32, 400k steps "
+                        "layers, d_model 64, mixer expansion 6, no MLP, dropout 0.1, batch 64 as 2×32, 400k steps "
                         "at a constant lr 3e-4, weight decay 0.05, clip 1, learned h0; 4096 "
                         "data positions, 16 tokens of 16; validation every 1000 steps; "
                         "evaluation on 200 batches of 64)")
@@ -103,6 +105,9 @@ def add_train_parser(sub: argparse._SubParsersAction, func: Callable[..., int]) 
     p.add_argument("--d-model", type=int, help=f"default {d.d_model}")
     p.add_argument("--mlp-expansion", type=int,
                    help=f"MLP width factor in each block (0 = no MLP; default {d.mlp_expansion})")
+    p.add_argument("--mixer-expansion", type=int, metavar="N",
+                   help="widen each mixer's state to N · d-model, projected back to d-model "
+                        f"after the mixer (not for delta; default {d.mixer_expansion})")
     p.add_argument("--mixer-kwargs", type=_json_dict,
                    help='JSON mixer arguments, e.g. \'{"block_size": 4}\' (keyed by mixer name '
                         "for a per-layer list)")
@@ -133,10 +138,12 @@ def add_train_parser(sub: argparse._SubParsersAction, func: Callable[..., int]) 
                         "(default 128; 0 = keep the final weights)")
     p.add_argument("--eval-every", type=int, help="validation interval in steps (default steps/20)")
     p.add_argument("--eval-size", type=int,
-                   help=f"sequences per evaluation length and in the validation set (--task lm: "
-                        f"validation windows; default {d.eval_size})")
+                   help=f"sequences per evaluation length and in the validation set (not for "
+                        f"--task lm: see --val-bytes; default {d.eval_size})")
     p.add_argument("--eval-batch-size", type=int,
-                   help=f"sequences per forward pass when evaluating (default {d.eval_batch_size})")
+                   help=f"sequences per forward pass when evaluating (--task lm: the validation "
+                        f"split's stretches, each read from a fresh state; default "
+                        f"{d.eval_batch_size})")
     p.add_argument("--seed", type=int, help=f"default {d.seed}")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default cuda when the framework sees a "
                                      "GPU); a device that is not there is an error")
@@ -154,6 +161,11 @@ def add_train_parser(sub: argparse._SubParsersAction, func: Callable[..., int]) 
     p.add_argument("--data", help="--task lm: the text file to train on")
     p.add_argument("--val-fraction", type=float,
                    help="--task lm: the last fraction of the bytes held out (default 0.1)")
+    p.add_argument("--val-bytes", type=int, metavar="N",
+                   help="--task lm: validation bytes scored at each evaluation point, the start "
+                        "of each of the --eval-batch-size equal parts of the validation split "
+                        f"(0: all of it; default {d.val_bytes}); the selected weights are "
+                        "scored on the whole split at the end")
     p.add_argument("--sample-tokens", type=int,
                    help="--task lm: bytes of the sample printed at the end (0: none)")
     p.add_argument("--out", help="directory for train_results.json, a PNG plot and the training "
@@ -180,8 +192,9 @@ def _given(args: argparse.Namespace) -> dict[str, Any]:
     fields = set(TrainConfig.__dataclass_fields__) - {"progress", "verbose", "preset"}
     given = {name: getattr(args, name) for name in fields
              if getattr(args, name, None) is not None}
-    if given.get("val_len") == 0:
-        given["val_len"] = None
+    for name in ("val_len", "val_bytes"):  # 0: none (val_len), all (val_bytes)
+        if given.get(name) == 0:
+            given[name] = None
     if given.get("threads") == 0:
         given["threads"] = None
     return given

@@ -1,6 +1,7 @@
 """What both training paths of ``mingru train`` share: the task, the fixed evaluation sets, the
-training data stream, the learning-rate schedule, the scoring of predictions and the
-framework-neutral fit loop (with its checkpoints: :mod:`mingru_cli._checkpoint`).
+training data stream, the learning-rate schedule, the scoring of predictions, the language
+model's chunked validation loss and the framework-neutral fit loop (with its checkpoints:
+:mod:`mingru_cli._checkpoint`).
 
 :mod:`mingru_cli.train` (PyTorch) and :mod:`mingru_cli.train_jax` (Flax) both import this
 module and neither imports the other at module level. Framework-free: the synthetic tasks
@@ -26,10 +27,13 @@ __all__ = [
     "TrainStream",
     "build_task",
     "chance_accuracy",
+    "chunked_loss",
     "eval_sets",
     "final_scores",
     "fit_loop",
+    "lm_eval",
     "lm_metrics",
+    "lm_val_chunk",
     "lr_at",
     "score",
     "split_batch",
@@ -169,23 +173,83 @@ def _progress(total: int, desc: str, enabled: bool, initial: int = 0):
     return _Silent()
 
 
-def lm_metrics(loss: float) -> dict[str, float]:
-    """``val_loss`` (mean cross-entropy in nats per byte) and ``val_bpb`` (bits per byte)."""
-    return {"val_loss": round(loss, 5), "val_bpb": round(loss / math.log(2), 5)}
+def lm_metrics(train_loss: float, val_loss: float) -> dict[str, float]:
+    """A language model's evaluation point: ``train_loss`` (the mean of the batch losses since
+    the previous point) and ``val_loss`` (over the validation bytes), both mean cross-entropy
+    in nats per byte, and each in bits per byte (``_bpb``: loss / ln 2).
+
+    Example:
+        >>> lm_metrics(math.log(2), 2 * math.log(2))
+        {'train_loss': 0.69315, 'train_bpb': 1.0, 'val_loss': 1.38629, 'val_bpb': 2.0}
+    """
+    return {"train_loss": round(train_loss, 5), "train_bpb": round(train_loss / math.log(2), 5),
+            "val_loss": round(val_loss, 5), "val_bpb": round(val_loss / math.log(2), 5)}
+
+
+# Bytes per row of one validation forward (at least --train-len): long enough that a forward
+# is large work on a GPU, short enough that its logits (rows × chunk × 256) stay small.
+LM_VAL_CHUNK = 1024
+
+
+def lm_val_chunk(cfg: TrainConfig) -> int:
+    """The bytes per row of one validation forward of ``--task lm``."""
+    return max(LM_VAL_CHUNK, cfg.train_len)
+
+
+def lm_eval(validation_loss: Callable[[Batch, int], float], val: Batch,
+            cfg: TrainConfig) -> Callable[[float], dict[str, float]]:
+    """:func:`fit_loop`'s ``on_eval`` for ``--task lm``: the point's :func:`lm_metrics`, the
+    validation loss ``validation_loss(val, chunk)`` read in chunks of :func:`lm_val_chunk`."""
+    chunk = lm_val_chunk(cfg)
+    return lambda train_loss: lm_metrics(train_loss, validation_loss(val, chunk))
+
+
+def chunked_loss(batch: Batch, chunk_loss: Callable[[np.ndarray, np.ndarray, Any], tuple[Any, Any]],
+                 chunk: int, state: Any = None) -> float:
+    """The mean loss per scored position of ``batch`` (e.g. :meth:`ByteText.validation`), each
+    row read in chunks of ``chunk`` positions with the state carried from one to the next.
+
+    ``chunk_loss(tokens (B, c), labels (B, c), state) -> (summed loss over the labels ≥ 0,
+    state)``, starting from ``state``. The rows are padded at their end (label ``-100``) to a
+    multiple of ``chunk``, so every call has one shape; padding after a row's last scored
+    position changes none of its losses (the model is causal).
+
+    Example:
+        >>> labels = np.array([[1, 2, 3, -100]])
+        >>> batch = Batch(labels.clip(0), labels, labels >= 0)
+        >>> chunked_loss(batch, lambda t, l, s: (float((l >= 0).sum()), s), chunk=3)
+        1.0
+    """
+    width = batch.tokens.shape[1]
+    chunk = min(chunk, width)
+    pad = ((0, 0), (0, -width % chunk))
+    tokens, labels = np.pad(batch.tokens, pad), np.pad(batch.labels, pad, constant_values=-100)
+    total: Any = 0.0
+    for start in range(0, tokens.shape[1], chunk):
+        part, state = chunk_loss(tokens[:, start : start + chunk], labels[:, start : start + chunk],
+                                 state)
+        total = total + part  # on the device: one read at the end
+    return float(total) / max(1, int(batch.mask.sum()))
 
 
 def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
              step_fn: Callable[[Batch, float], tuple[float, float]],
              evaluate: Callable[[Batch], Accuracy], snapshot: Callable[[], Any],
              restore: Callable[[Any], Any],
-             on_eval: Callable[[], dict[str, float]] | None = None,
+             on_eval: Callable[[float], dict[str, float]] | None = None,
+             select_lowest: str | None = None,
              slot: ModelSlot | None = None, files: StateFiles | None = None) -> dict[str, Any]:
     """The framework-neutral loop: schedule, progress bar, validation-based checkpoint choice.
 
     ``step_fn(batch, lr) -> (loss, accuracy)`` trains one step; ``evaluate(val)`` scores the
     validation set at every evaluation point (the best token accuracy is kept: ``snapshot()``
-    takes the weights, ``restore(weights)`` puts them back at the end); ``on_eval`` adds its
-    metrics to every evaluation point (the language model's validation loss). With ``slot``
+    takes the weights, ``restore(weights)`` puts them back at the end). Each evaluation point
+    of the curve holds the running averages (factor 0.9) of the batch losses (``loss``) and
+    accuracies (``train_acc``), or, with ``on_eval``, what ``on_eval(mean batch loss since
+    the previous point)`` returns (the language model's losses); with ``select_lowest``, a
+    key of those, the weights of the point where it is lowest are kept instead (ties keep
+    the later). The record's ``step_seconds`` and ``eval_seconds`` are the time spent in
+    training steps and at evaluation points. With ``slot``
     (this model's place in the run's checkpoint) and ``files`` (the training path's tensor
     file), the loop starts where the saved state stands, saves it every ``cfg.save_every``
     steps and after the last, and raises :class:`TrainingPaused` once saved when the job's
@@ -207,21 +271,32 @@ def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
             save()
             bar.close()
             raise TrainingPaused(spec, step, cfg.steps)
+        stepped = time.perf_counter()
         loss, acc = step_fn(stream.next(), lr_at(step, cfg.steps, cfg.lr, warmup=cfg.warmup,
                                                  schedule=cfg.schedule))
+        loop.step_seconds += time.perf_counter() - stepped
         loop.loss_avg = loss if loop.loss_avg is None else 0.9 * loop.loss_avg + 0.1 * loss
         loop.acc_avg = acc if loop.acc_avg is None else 0.9 * loop.acc_avg + 0.1 * acc
+        loop.loss_sum, loop.loss_steps = loop.loss_sum + loss, loop.loss_steps + 1
         loop.step = step + 1
         if loop.step % cfg.eval_every == 0 or loop.step == cfg.steps:
-            point = {"step": loop.step, "loss": round(loop.loss_avg, 5),
-                     "train_acc": round(loop.acc_avg, 5)}
+            evaluated = time.perf_counter()
+            if on_eval is None:
+                point = {"step": loop.step, "loss": round(loop.loss_avg, 5),
+                         "train_acc": round(loop.acc_avg, 5)}
+            else:
+                point = {"step": loop.step, **on_eval(loop.loss_sum / loop.loss_steps)}
+            loop.loss_sum, loop.loss_steps = 0.0, 0
             if val is not None:
                 v = evaluate(val)
                 point.update(val_acc=round(v.token, 5), val_seq_acc=round(v.sequence, 5))
                 if v.token >= loop.best_val:  # ties keep the later (longer-trained) checkpoint
                     loop.best_val, loop.best_step, best = v.token, loop.step, snapshot()
-            point.update(on_eval() if on_eval is not None else {})
+            if select_lowest is not None and (loop.best_step < 0
+                                              or -point[select_lowest] >= loop.best_val):
+                loop.best_val, loop.best_step, best = -point[select_lowest], loop.step, snapshot()
             loop.curve.append(point)
+            loop.eval_seconds += time.perf_counter() - evaluated
             shown = {k: f"{v:.3f}" for k, v in point.items() if k.startswith("val_")}
             bar.set_postfix(loss=f"{loop.loss_avg:.3f}", acc=f"{loop.acc_avg:.3f}", **shown)
         if slot is not None:
@@ -235,10 +310,14 @@ def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
         save()
     seconds = seconds_before + time.perf_counter() - start
     record: dict[str, Any] = {"mixer": spec, "train_seconds": round(seconds, 2),
+                              "step_seconds": round(loop.step_seconds, 4),
+                              "eval_seconds": round(loop.eval_seconds, 4),
                               "curve": loop.curve, "final_loss": round(float(loop.loss_avg or 0.0), 5)}
-    if val is not None and best is not None:
+    if best is not None and (val is not None or select_lowest is not None):
         restore(best)
-        record.update(selected_step=loop.best_step, val_acc=round(loop.best_val, 5))
+        record["selected_step"] = loop.best_step
+        if val is not None:
+            record["val_acc"] = round(loop.best_val, 5)
     else:
         record["selected_step"] = cfg.steps
     return record

@@ -9,8 +9,8 @@ Example:
     >>> cfg.mixers, cfg.layers, cfg.steps
     (['log,delta', 'log'], 2, 1000)
     >>> paper = preset_config("paper-selective-copy").resolved()
-    >>> paper.train_len, paper.batch_size, paper.grad_accum, paper.steps
-    (4096, 64, 2, 400000)
+    >>> paper.train_len, paper.batch_size, paper.grad_accum, paper.steps, paper.mixer_expansion
+    (4096, 64, 2, 400000, 6)
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from mingru_kernels._spec import check_mixer_expansion
 
 __all__ = [
     "MIXER_NAMES",
@@ -39,6 +41,12 @@ MIXER_NAMES = ("log", "signed", "rotation", "givens", "delta")
 TASKS = ("parity", "s3", "s5", "mqar", "selective-copy", "lm")
 
 SCHEDULES = ("cosine", "constant")
+
+# --task lm scores this many validation bytes at each evaluation point (an evenly spread part
+# of a larger split; mingru_cli.tasks.ByteText.validation), and the whole split at the end.
+# The default model reads them in about 1 s on one CPU thread, about 35 of its training steps
+# there; on a GPU, a few forwards of rows × 1024 bytes.
+LM_VAL_BYTES = 1 << 17
 
 # Per-task defaults used when the command line leaves a choice open. They were picked by
 # measurement on a 2-core CPU (see docs/results/ladder.md) so the no-flag demo is quick and
@@ -61,17 +69,18 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
 # Whole configurations by name (``--preset``); flags given with a preset override its values.
 # "paper-selective-copy": the selective-copying run of Feng et al. 2024 ("Were RNNs All We
 # Needed?", arXiv:2410.01201) as its official code configures it (BorealisAI/minRNNs,
-# configs/selective_copy.yaml and configs/default.yaml): 3 layers, d_model 64, dropout 0.1,
-# an effective batch of 64 as 2 accumulated micro-batches of 32, 400k steps of AdamW at a
-# constant 3e-4 with weight decay 0.05, clipping at norm 1, a learned initial state, no
-# feed-forward block; 4096 data positions, 16 tokens to copy from a vocabulary of 16;
-# validation every 1000 steps and evaluation on 200 batches of 64 sequences. What our model
-# cannot match is listed in mingru_cli.tasks.SelectiveCopyTask.
+# configs/selective_copy.yaml and configs/default.yaml): 3 layers, d_model 64, "expansion 6"
+# (a minGRU state of 6 · 64 = 384, projected back to 64), dropout 0.1, an effective batch of
+# 64 as 2 accumulated micro-batches of 32, 400k steps of AdamW at a constant 3e-4 with weight
+# decay 0.05, clipping at norm 1, a learned initial state, no feed-forward block; 4096 data
+# positions, 16 tokens to copy from a vocabulary of 16; validation every 1000 steps and
+# evaluation on 200 batches of 64 sequences. What our model cannot match is listed in
+# mingru_cli.tasks.SelectiveCopyTask.
 PRESETS: dict[str, dict[str, Any]] = {
     "paper-selective-copy": {
         "task": "selective-copy", "mixers": ["log"], "layers": 3, "d_model": 64,
-        "mlp_expansion": 0, "dropout": 0.1, "learnable_h0": True, "batch_size": 64,
-        "grad_accum": 2, "steps": 400_000, "lr": 3e-4, "schedule": "constant",
+        "mixer_expansion": 6, "mlp_expansion": 0, "dropout": 0.1, "learnable_h0": True,
+        "batch_size": 64, "grad_accum": 2, "steps": 400_000, "lr": 3e-4, "schedule": "constant",
         "weight_decay": 0.05, "grad_clip": 1.0, "train_len": 4096, "eval_lens": [4096],
         "val_len": 4096, "eval_every": 1000, "eval_size": 200 * 64, "eval_batch_size": 64,
         "copy_tokens": 16, "copy_vocab": 16,
@@ -102,6 +111,7 @@ class TrainConfig:
     layers: int | None = None  # None → TASK_DEFAULTS or 1
     d_model: int = 64
     mlp_expansion: int = 2
+    mixer_expansion: int = 1  # the mixers' state is mixer_expansion · d_model wide
     mixer_kwargs: dict[str, Any] = field(default_factory=dict)
     steps: int | None = None  # None → TASK_DEFAULTS[task]["steps"]
     batch_size: int = 32
@@ -132,6 +142,7 @@ class TrainConfig:
     copy_vocab: int = 16  # --task selective-copy: vocabulary (tokens 1 … copy_vocab - 2)
     data: str | None = None  # --task lm: the text file
     val_fraction: float = 0.1  # --task lm: the last fraction of the file's bytes, held out
+    val_bytes: int | None = LM_VAL_BYTES  # --task lm: validation bytes per evaluation; None: all
     sample_tokens: int = 200  # --task lm: bytes of the sample printed after training
     preset: str | None = None  # the --preset the values came from (a label)
     save_every: int | None = None  # checkpoint the training state every N steps (and at the end)
@@ -170,7 +181,7 @@ class TrainConfig:
         if cfg.eval_every is None:
             cfg.eval_every = max(10, cfg.steps // 20)
         for spec in cfg.mixers:
-            parse_mixer_spec(spec, cfg.layers)
+            check_mixer_expansion(cfg.mixer_expansion, parse_mixer_spec(spec, cfg.layers))
         _check_training(cfg)
         _check_jobs(cfg)
         if cfg.task == "lm":
@@ -237,6 +248,9 @@ def _check_lm(cfg: TrainConfig) -> None:
         raise ValueError(f"--mixer: --task lm trains one model; got {len(cfg.mixers)} specs")
     if not 0 < cfg.val_fraction < 1:
         raise ValueError(f"--val-fraction must be in (0, 1); got {cfg.val_fraction!r}")
+    if cfg.val_bytes is not None and (not isinstance(cfg.val_bytes, int) or cfg.val_bytes < 1):
+        raise ValueError(f"--val-bytes must be an int ≥ 1 (0: the whole validation split); got "
+                         f"{cfg.val_bytes!r}")
     if not isinstance(cfg.sample_tokens, int) or cfg.sample_tokens < 0:
         raise ValueError(f"--sample-tokens must be an int ≥ 0; got {cfg.sample_tokens!r}")
 

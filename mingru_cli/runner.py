@@ -6,8 +6,8 @@ Framework-free itself: it imports the chosen training path (:mod:`mingru_cli.tra
 PyTorch, :mod:`mingru_cli.train_jax` for Flax) only when it runs, so a Flax-only install never
 loads torch. Each path provides ``session(cfg)`` (checks ``cfg.device``, resolves ``"auto"``,
 places the work), ``fit(spec, task, cfg, evals, val, slot)`` (one model's record), and for the
-language model ``fit_lm(spec, task, cfg, val, slot)``, ``load_lm(directory, device)`` and
-``generate_bytes(model, prompt, max_new_tokens, **sampling)``.
+language model ``fit_lm(spec, task, cfg, val, slot)``, ``validation_loss(model, batch, chunk)``,
+``load_lm(directory, device)`` and ``generate_bytes(model, prompt, max_new_tokens, **sampling)``.
 
 With ``--out DIR`` the training state is saved in ``DIR/checkpoint`` (every ``--save-every``
 steps and at the end of each model) and ``--resume DIR`` continues it
@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import sys
@@ -35,14 +36,19 @@ from pathlib import Path
 from typing import Any
 
 from mingru_cli._checkpoint import RunCheckpoint, TrainingPaused
-from mingru_cli._train_common import build_task, chance_accuracy, eval_sets
+from mingru_cli._train_common import build_task, chance_accuracy, eval_sets, lm_val_chunk
 from mingru_cli.config import TrainConfig
 
-__all__ = ["TrainConfig", "format_table", "generate_text", "run", "save_plot", "versions"]
+__all__ = ["TrainConfig", "format_table", "format_lm_table", "generate_text", "run",
+           "save_lm_plot", "save_plot", "versions"]
 
 # The sample printed after ``--task lm``: the first bytes of the validation split, continued.
 SAMPLE_PROMPT_BYTES = 32
 SAMPLE_SAMPLING = {"temperature": 0.8, "top_k": None, "top_p": 0.95}
+
+# Configuration fields no part of --task lm reads, left out of its train.json.
+_NOT_FOR_LM = ("eval_lens", "val_len", "eval_size", "mqar_pairs", "mqar_keys", "mqar_values",
+               "copy_tokens", "copy_vocab")
 
 
 def versions() -> dict[str, str]:
@@ -83,14 +89,30 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines + extra)
 
 
-def save_plot(result: dict[str, Any], path: Path) -> bool:
-    """Accuracy vs evaluation length, one line per model (matplotlib Agg). False without it."""
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (files only, no display), or None without it."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def _save_figure(plt: Any, fig: Any, ax: Any, *, title: str, path: Path) -> None:
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def save_plot(result: dict[str, Any], path: Path) -> bool:
+    """Accuracy vs evaluation length, one line per model (matplotlib Agg). False without it."""
+    plt = _pyplot()
+    if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     for m in result["models"]:
@@ -103,11 +125,31 @@ def save_plot(result: dict[str, Any], path: Path) -> bool:
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("evaluation length T")
     ax.set_ylabel("accuracy")
-    ax.set_title(f"mingru train: {result['task_description']}")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save_figure(plt, fig, ax, title=f"mingru train: {result['task_description']}", path=path)
+    return True
+
+
+def save_lm_plot(result: dict[str, Any], path: Path) -> bool:
+    """``--task lm``: the training and validation bits per byte against the step (the loss in
+    nats on the right axis), the selected step marked (matplotlib Agg). False without it."""
+    plt = _pyplot()
+    if plt is None:
+        return False
+    model, nats_per_bit = result["model"], math.log(2)
+    steps = [point["step"] for point in model["curve"]]
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    ax.plot(steps, [p["train_bpb"] for p in model["curve"]], marker=".",
+            label="training (mean over the interval)")
+    ax.plot(steps, [p["val_bpb"] for p in model["curve"]], marker="o",
+            label=f"validation ({result['validation']['bytes_per_evaluation']} bytes)")
+    ax.axvline(model["selected_step"], color="grey", linestyle="--", linewidth=0.8,
+               label=f"selected: step {model['selected_step']}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("bits per byte")
+    ax.secondary_yaxis("right", functions=(lambda bits: bits * nats_per_bit,
+                                           lambda nats: nats / nats_per_bit)).set_ylabel(
+        "loss (nats per byte)")
+    _save_figure(plt, fig, ax, title=f"mingru train: {result['task_description']}", path=path)
     return True
 
 
@@ -148,37 +190,75 @@ def _paused(cfg: TrainConfig, paused: TrainingPaused, command: str | None) -> di
 def run_lm(cfg: TrainConfig, path: Any, command: str | None,
            started: float | None = None) -> dict[str, Any]:
     """Train a byte-level ``MinGRULM`` on ``cfg.data`` (windows of ``cfg.train_len`` bytes of
-    the training split), report the validation loss and bits per byte (over up to
-    ``cfg.eval_size`` consecutive windows of the validation split) at every evaluation point,
-    save the model with ``save_pretrained(cfg.out)`` next to ``train.json`` (the run: command,
-    configuration, versions, split, losses, sample), and print a sample."""
+    the training split); at every evaluation point report the mean training loss since the
+    previous point and the validation loss on up to ``cfg.val_bytes`` bytes of the validation
+    split (``ByteText.validation``: ``cfg.eval_batch_size`` stretches, each read from a fresh
+    state, the state carried across chunks), both also in bits per byte; keep the weights of
+    the lowest validation loss and score them on the whole validation split. Writes
+    ``save_pretrained(cfg.out)``, ``train.json`` (the run: command, configuration, versions,
+    split with the file's sha256, validation bytes, curve, selected step, final losses,
+    training bytes per second, sample) and ``train_loss.png``, and prints a sample."""
     task = build_task(cfg)
-    val = task.validation(cfg.train_len, cfg.eval_size)
+    val = task.validation(cfg.eval_batch_size, cfg.val_bytes)
+    whole = task.validation(cfg.eval_batch_size) if cfg.val_bytes is not None else val
     slot = RunCheckpoint(cfg, started).slot(0, cfg.mixers[0])
     record, model = path.fit_lm(cfg.mixers[0], task, cfg, val=val, slot=slot)
+    chunk = lm_val_chunk(cfg)
+    final_loss = path.validation_loss(model, whole, chunk)
+    record["final"] = {"step": record["selected_step"], "val_loss": round(final_loss, 5),
+                       "val_bpb": round(final_loss / math.log(2), 5),
+                       "val_bytes": int(whole.mask.sum())}
+    record["tokens_per_second"] = round(cfg.steps * cfg.batch_size * cfg.train_len
+                                        / max(record["step_seconds"], 1e-9), 1)
     out = Path(cfg.out)
     model.save_pretrained(out)
     prompt = bytes(task.val[:SAMPLE_PROMPT_BYTES].tolist())
     sampling = {**SAMPLE_SAMPLING, "seed": cfg.seed}
     sample = path.generate_bytes(model, prompt, cfg.sample_tokens, **sampling)
-    result = {"task": "lm", "command": command, "config": asdict(cfg), "seed": cfg.seed,
-              "split": task.split(), "versions": versions(), "cpu_count": os.cpu_count(),
-              "model": record, "sample": {"prompt": prompt.decode(errors="replace"),
-                                          "text": sample.decode(errors="replace"), **sampling}}
+    config = {k: v for k, v in asdict(cfg).items() if k not in _NOT_FOR_LM}
+    result = {"task": "lm", "task_description": task.describe(), "command": command,
+              "config": config, "seed": cfg.seed, "split": task.split(),
+              "validation": {"stretches": val.tokens.shape[0], "chunk_bytes": chunk,
+                             "bytes_per_evaluation": int(val.mask.sum()),
+                             "final_bytes": int(whole.mask.sum())},
+              "versions": versions(), "cpu_count": os.cpu_count(), "model": record,
+              "sample": {"prompt": prompt.decode(errors="replace"),
+                         "text": sample.decode(errors="replace"), **sampling}}
     (out / "train.json").write_text(json.dumps(result, indent=2) + "\n")
+    written = ["train.json", *(["train_loss.png"] if save_lm_plot(result, out / "train_loss.png")
+                               else [])]
     if cfg.verbose:
-        split = result["split"]
-        print(f"{task.describe()}: train {split['train_bytes']} bytes, validation (the last "
-              f"{cfg.val_fraction:.0%}) {split['val_bytes']} bytes; {record['parameters']} "
-              f"parameters, {record['train_seconds']:.1f}s")
-        print("step".rjust(7) + "  train loss  val loss  val bits/byte")
-        for point in record["curve"]:
-            print(f"{point['step']:7d}  {point['loss']:10.4f}  {point['val_loss']:8.4f}  "
-                  f"{point['val_bpb']:13.4f}")
-        print(f"saved {out} (save_pretrained) and {out / 'train.json'}")
+        print(format_lm_table(result))
+        print(f"saved {out} (save_pretrained) and {', '.join(str(out / w) for w in written)}")
         print(f"sample (temperature {sampling['temperature']}, top_p {sampling['top_p']}):\n"
               + (prompt + sample).decode(errors="replace"))
     return result
+
+
+def format_lm_table(result: dict[str, Any]) -> str:
+    """``--task lm``'s report (plain text): the split, the curve (training loss: the mean over
+    the steps since the previous row), the selected step (``*``), its loss on the whole
+    validation split and the training speed."""
+    split, validation, model = result["split"], result["validation"], result["model"]
+    final = model["final"]
+    lines = [f"{result['task_description']}: train {split['train_bytes']} bytes, validation (the "
+             f"last {split['val_fraction']:.0%}) {split['val_bytes']} bytes, sha256 "
+             f"{split['sha256'][:16]}…; {model['parameters']} parameters",
+             f"validation: {validation['bytes_per_evaluation']} bytes at each step below "
+             f"({validation['stretches']} stretches), {validation['final_bytes']} at the end",
+             "step".rjust(8) + "  train loss  train bits/byte  val loss  val bits/byte"]
+    for point in model["curve"]:
+        mark = "*" if point["step"] == model["selected_step"] else " "
+        lines.append(f"{point['step']:7d}{mark}  {point['train_loss']:10.4f}  "
+                     f"{point['train_bpb']:15.4f}  {point['val_loss']:8.4f}  "
+                     f"{point['val_bpb']:13.4f}")
+    lines.append(f"selected step {final['step']} (lowest validation loss): {final['val_loss']:.4f} "
+                 f"nats, {final['val_bpb']:.4f} bits per byte on the whole validation split "
+                 f"({final['val_bytes']} bytes)")
+    lines.append(f"training: {model['tokens_per_second']:,.0f} bytes/s ({model['step_seconds']:.1f}s "
+                 f"in steps, {model['eval_seconds']:.1f}s evaluating, {model['train_seconds']:.1f}s "
+                 "in all)")
+    return "\n".join(lines)
 
 
 def generate_text(checkpoint: str, prompt: str, max_new_tokens: int, *, framework: str = "torch",

@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 from dataclasses import dataclass
@@ -231,11 +232,10 @@ class SelectiveCopyTask(Task):
     From the official code (BorealisAI/minRNNs: ``data/selective_copy.py``, ``utils/data.py``,
     ``configs/selective_copy.yaml``): "sequence length 4096" is the data region before the 16
     queries; the loss is the cross-entropy at the 16 query positions only, and accuracy is per
-    token there. What ``mingru train`` cannot match (``--preset paper-selective-copy``):
+    token there. "Expansion 6", the official minGRU's hidden state of 6 · d_model = 384
+    projected back to d_model, is ``--mixer-expansion 6`` (set by the preset). What ``mingru
+    train`` cannot match (``--preset paper-selective-copy``):
 
-    * "expansion 6" widens the official minGRU's hidden state to 6 · d_model = 384 and
-      projects it back to d_model; our blocks keep the mixer's state at d_model (the preset
-      runs with a 64-wide state).
     * Normalisation: RMSNorm there, LayerNorm in our blocks.
     * Weight decay: 0.05 on every parameter but the recurrence's input projections there; on
       every parameter here.
@@ -288,8 +288,8 @@ class ByteText(Task):
 
     The split is fixed: the last ``val_fraction`` of the bytes (rounded, at least one) are
     the validation split, the rest the training split. :meth:`sample` draws windows at random
-    offsets of the training split; :meth:`validation` cuts the validation split into
-    consecutive windows, the same every time.
+    offsets of the training split; :meth:`validation` cuts the validation split into long
+    stretches, the same every time. :attr:`sha256` is the hex digest of the whole text.
 
     Example:
         >>> import numpy as np
@@ -300,8 +300,11 @@ class ByteText(Task):
         >>> batch = text.sample(2, 4, np.random.default_rng(0))
         >>> bool((batch.tokens[:, 1:] == batch.labels[:, :-1]).all())
         True
-        >>> bytes(text.validation(2, 8).tokens[0].tolist()), bytes(text.validation(2, 8).labels[0].tolist())
-        (b'pq', b'qr')
+        >>> val = text.validation(rows=2)  # the 4 predicted bytes q r s t, in 2 stretches
+        >>> [bytes(row.tolist()) for row in val.tokens], [bytes(row.tolist()) for row in val.labels]
+        ([b'pq', b'rs'], [b'qr', b'st'])
+        >>> text.validation(rows=2, max_bytes=2).labels.tolist()  # the first byte of each
+        [[113], [115]]
     """
 
     name = "lm"
@@ -315,6 +318,7 @@ class ByteText(Task):
         tokens = np.frombuffer(data, dtype=np.uint8).astype(np.int64)
         self.train, self.val = tokens[:-n_val], tokens[-n_val:]
         self.val_fraction, self.source = val_fraction, source
+        self.sha256 = hashlib.sha256(data).hexdigest()
 
     @classmethod
     def from_file(cls, path: str, val_fraction: float, seq_len: int) -> ByteText:
@@ -342,11 +346,32 @@ class ByteText(Task):
         starts = rng.integers(0, len(self.train) - length, batch)
         return self._windows(self.train, starts, length)
 
-    def validation(self, length: int, count: int) -> Batch:
-        """Up to ``count`` consecutive windows of ``length`` inputs from the validation split."""
-        self.check_length(length)
-        starts = np.arange(0, len(self.val) - length, length)[:count]
-        return self._windows(self.val, starts, length)
+    def validation(self, rows: int, max_bytes: int | None = None) -> Batch:
+        """The bytes of the validation split to score, as ``rows`` stretches (a model reads
+        each from a fresh state, carrying its state to the stretch's end).
+
+        Every byte but the split's first is predicted from the bytes before it: ``M =
+        len(val) - 1`` bytes, cut into ``rows`` segments of consecutive bytes (segment ``r``
+        predicts bytes ``⌊r·M/rows⌋ + 1 … ⌊(r+1)·M/rows⌋`` of the split). With ``max_bytes``
+        (``None``: all) below ``M``, row ``r`` scores the first ``⌊max_bytes/rows⌋`` bytes of
+        segment ``r`` only: an evenly spread, fixed subset of ``rows·⌊max_bytes/rows⌋`` bytes.
+        ``rows`` is at most the number of bytes scored. Rows are padded to the longest (label
+        ``-100``, mask False); the mask's sum is the number of bytes scored.
+        """
+        if not isinstance(rows, int) or rows < 1:
+            raise ValueError(f"rows must be an int ≥ 1; got {rows!r}")
+        if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 1):
+            raise ValueError(f"max_bytes must be None or an int ≥ 1; got {max_bytes!r}")
+        predicted = len(self.val) - 1
+        scored = predicted if max_bytes is None else min(max_bytes, predicted)
+        rows = min(rows, scored)
+        edges = np.arange(rows + 1) * predicted // rows
+        lengths = np.diff(edges) if scored == predicted else np.full(rows, scored // rows)
+        offsets = np.arange(int(lengths.max()))
+        mask = offsets < lengths[:, None]
+        inputs = np.minimum(edges[:-1, None] + offsets, predicted - 1)
+        labels = np.where(mask, self.val[inputs + 1], -100)
+        return Batch(np.where(mask, self.val[inputs], 0), labels, mask)
 
     def check_length(self, length: int) -> None:
         super().check_length(length)
@@ -356,7 +381,7 @@ class ByteText(Task):
 
     def split(self) -> dict[str, int | float | str]:
         """The split as ``train.json`` records it."""
-        return {"data": self.source, "bytes": len(self.train) + len(self.val),
+        return {"data": self.source, "sha256": self.sha256, "bytes": len(self.train) + len(self.val),
                 "train_bytes": len(self.train), "val_bytes": len(self.val),
                 "val_fraction": self.val_fraction, "val_start": len(self.train)}
 

@@ -34,9 +34,10 @@ from torch import nn
 from mingru_cli._checkpoint import ModelSlot
 from mingru_cli._train_common import (
     Accuracy,
+    chunked_loss,
     final_scores,
     fit_loop,
-    lm_metrics,
+    lm_eval,
     lr_at,
     score,
     split_batch,
@@ -67,14 +68,15 @@ __all__ = [
     "parse_mixer_spec",
     "session",
     "stack_arguments",
+    "validation_loss",
 ]
 
 
 class SequenceModel(nn.Module):
     """Embedding → :class:`mingru.MinGRUStack` → linear head; logits ``(B, T, n_classes)``.
 
-    ``dropout`` and ``learnable_h0`` go to the stack (dropout on each block's mixer and MLP
-    outputs)."""
+    ``dropout``, ``learnable_h0`` and ``mixer_expansion`` go to the stack (dropout on each
+    block's mixer and MLP outputs)."""
 
     def __init__(
         self,
@@ -87,6 +89,7 @@ class SequenceModel(nn.Module):
         mlp_expansion: int = 2,
         dropout: float = 0.0,
         learnable_h0: bool = False,
+        mixer_expansion: int = 1,
     ) -> None:
         super().__init__()
         from mingru.stack import MinGRUStack
@@ -95,6 +98,7 @@ class SequenceModel(nn.Module):
         self.stack = MinGRUStack(
             d_model, d_model, n_layers, mlp_expansion=mlp_expansion, dropout=dropout,
             learnable_h0=learnable_h0, mixer=mixer, mixer_kwargs=mixer_kwargs,
+            mixer_expansion=mixer_expansion,
         )
         self.head = nn.Linear(d_model, n_classes)
 
@@ -126,7 +130,8 @@ def fit_torch(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
     torch.manual_seed(cfg.seed)
     model = SequenceModel(task.vocab_size, task.n_classes, cfg.d_model, n_layers=n_layers,
                           mixer=mixer, mixer_kwargs=mkw, mlp_expansion=cfg.mlp_expansion,
-                          dropout=cfg.dropout, learnable_h0=cfg.learnable_h0)
+                          dropout=cfg.dropout, learnable_h0=cfg.learnable_h0,
+                          mixer_expansion=cfg.mixer_expansion)
     model = model.to(cfg.device)
 
     def evaluate(batch: Batch) -> Accuracy:
@@ -140,35 +145,51 @@ def fit_torch(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
 def fit_lm(spec: str, task: Task, cfg: TrainConfig, val: Batch,
            slot: ModelSlot | None = None) -> tuple[dict[str, Any], nn.Module]:
     """Train a :class:`mingru.MinGRULM` for ``spec`` on ``task`` (``--task lm``), reporting
-    the loss on the windows ``val`` at every evaluation point; ``(record, model)``, the model
-    in eval mode."""
+    the training loss and the loss on the validation stretches ``val`` (:func:`validation_loss`)
+    at every evaluation point; ``(record, model)``, the model in eval mode with the weights of
+    the point of lowest validation loss (``record["selected_step"]``)."""
     from mingru.lm import MinGRULM
 
     mixer, n_layers, mkw = stack_arguments(spec, cfg)
     torch.manual_seed(cfg.seed)
     model = MinGRULM(task.vocab_size, cfg.d_model, n_layers, mixer=mixer, mixer_kwargs=mkw,
                      mlp_expansion=cfg.mlp_expansion, dropout=cfg.dropout,
-                     learnable_h0=cfg.learnable_h0).to(cfg.device)
+                     learnable_h0=cfg.learnable_h0,
+                     mixer_expansion=cfg.mixer_expansion).to(cfg.device)
 
     def logits(tokens: torch.Tensor) -> torch.Tensor:  # no token read-back: no sync per step
         return model.head(model.features(tokens)[0])
 
-    def val_loss() -> dict[str, float]:
-        model.eval()
-        total, chunk = 0.0, cfg.eval_batch_size
-        with torch.no_grad():
-            for i in range(0, val.tokens.shape[0], chunk):
-                tok = torch.from_numpy(val.tokens[i : i + chunk]).to(cfg.device)
-                lab = torch.from_numpy(val.labels[i : i + chunk]).to(cfg.device)
-                out = logits(tok).float()
-                total += float(F.cross_entropy(out.flatten(0, 1), lab.flatten(), reduction="sum"))
-        model.train()
-        return lm_metrics(total / val.labels.size)
-
+    on_eval = lm_eval(lambda batch, chunk: validation_loss(model, batch, chunk), val, cfg)
     record = _fit(model, logits, spec, task=task, cfg=cfg, val=None,
-                  evaluate=lambda b: Accuracy(0.0, 0.0), on_eval=val_loss, slot=slot)
+                  evaluate=lambda b: Accuracy(0.0, 0.0), on_eval=on_eval,
+                  select_lowest="val_loss", slot=slot)
     model.eval()
     return record, model
+
+
+def validation_loss(model: nn.Module, batch: Batch, chunk: int) -> float:
+    """The mean cross-entropy (nats per byte) of the :class:`mingru.MinGRULM` ``model`` (run
+    in eval mode, without gradients) over the scored positions of ``batch`` (int64 ``(R, W)``
+    tokens and labels, ``-100`` where unscored, as :meth:`ByteText.validation` gives): each row
+    from the default state, in chunks of ``chunk`` bytes with the state carried, so the result
+    is that of one forward per row whatever ``chunk`` is."""
+    device = model.embedding.weight.device
+
+    def chunk_loss(tokens: Any, labels: Any, state: Any) -> tuple[torch.Tensor, Any]:
+        # features + head, not forward: forward reads the tokens back to check them.
+        hidden, state = model.features(torch.from_numpy(tokens).to(device), state)
+        logits = model.head(hidden).float().flatten(0, 1)
+        labels = torch.from_numpy(labels).to(device).flatten()
+        return F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum"), state
+
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return chunked_loss(batch, chunk_loss, chunk)
+    finally:
+        model.train(training)
 
 
 class _TorchState:
@@ -204,8 +225,8 @@ class _TorchState:
 
 def _fit(model: nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor], spec: str,
          *, task: Task, cfg: TrainConfig, val: Batch | None, evaluate: Callable[[Batch], Accuracy],
-         on_eval: Callable[[], dict[str, float]] | None = None,
-         slot: ModelSlot | None = None) -> dict[str, Any]:
+         on_eval: Callable[[float], dict[str, float]] | None = None,
+         select_lowest: str | None = None, slot: ModelSlot | None = None) -> dict[str, Any]:
     """AdamW on ``model`` through :func:`fit_loop`; ``logits_of(tokens)`` is its output.
     Each step averages the gradients of ``cfg.grad_accum`` micro-batches (each one's loss is
     the mean over its scored positions), then clips their norm to ``cfg.grad_clip``."""
@@ -242,7 +263,8 @@ def _fit(model: nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor], sp
     snapshot = lambda: {k: v.detach().clone() for k, v in model.state_dict().items()}
     record = fit_loop(spec, task, cfg, val=val, step_fn=step_fn, evaluate=evaluate,
                       snapshot=snapshot, restore=model.load_state_dict, on_eval=on_eval,
-                      slot=slot, files=_TorchState(model, opt, cfg.device))
+                      select_lowest=select_lowest, slot=slot,
+                      files=_TorchState(model, opt, cfg.device))
     record["parameters"] = sum(p.numel() for p in model.parameters())
     return record
 

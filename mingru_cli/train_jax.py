@@ -22,11 +22,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from mingru_cli._checkpoint import ModelSlot
-from mingru_cli._train_common import Accuracy, final_scores, fit_loop, lm_metrics, score
+from mingru_cli._train_common import Accuracy, chunked_loss, final_scores, fit_loop, lm_eval, score
 from mingru_cli.config import TrainConfig, stack_arguments
 from mingru_cli.tasks import Batch, Task
 
-__all__ = ["fit", "fit_jax", "fit_lm", "generate_bytes", "jax_device", "load_lm", "session"]
+__all__ = ["fit", "fit_jax", "fit_lm", "generate_bytes", "jax_device", "load_lm", "session",
+           "validation_loss"]
 
 
 def _imports() -> tuple[Any, Any, Any, Any, Any]:
@@ -99,7 +100,8 @@ def _sequence_model() -> type:
             self.stack = MinGRUStack(cfg.d_model, cfg.d_model, n_layers,
                                      mlp_expansion=cfg.mlp_expansion, dropout=cfg.dropout,
                                      learnable_h0=cfg.learnable_h0, mixer=mixer,
-                                     mixer_kwargs=mixer_kwargs, rngs=rngs)
+                                     mixer_kwargs=mixer_kwargs,
+                                     mixer_expansion=cfg.mixer_expansion, rngs=rngs)
             self.head = nnx.Linear(cfg.d_model, task.n_classes, rngs=rngs)
 
         def __call__(self, tokens: Any) -> Any:
@@ -141,30 +143,62 @@ def fit_jax(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
 def fit_lm(spec: str, task: Task, cfg: TrainConfig, val: Batch,
            slot: ModelSlot | None = None) -> tuple[dict[str, Any], Any]:
     """Train a :class:`mingru_jax.MinGRULM` for ``spec`` on ``task`` (``--task lm``),
-    reporting the loss on the windows ``val`` at every evaluation point; ``(record, model)``
-    with the trained parameters, in eval mode."""
+    reporting the training loss and the loss on the validation stretches ``val``
+    (:func:`validation_loss`) at every evaluation point; ``(record, model)``, the model in
+    eval mode with the parameters of the point of lowest validation loss
+    (``record["selected_step"]``)."""
     jax, jnp, optax, nnx, _ = _imports()
     from mingru_jax import MinGRULM
 
     mixer, n_layers, mkw = stack_arguments(spec, cfg)
     model = MinGRULM(task.vocab_size, cfg.d_model, n_layers, mixer=mixer, mixer_kwargs=mkw,
                      mlp_expansion=cfg.mlp_expansion, dropout=cfg.dropout,
-                     learnable_h0=cfg.learnable_h0, rngs=nnx.Rngs(cfg.seed))
+                     learnable_h0=cfg.learnable_h0, mixer_expansion=cfg.mixer_expansion,
+                     rngs=nnx.Rngs(cfg.seed))
     trainer = _Trainer(model, _lm_logits, cfg)
 
-    def val_loss() -> dict[str, float]:
-        total, chunk, state = 0.0, cfg.eval_batch_size, trainer.state
-        for i in range(0, val.tokens.shape[0], chunk):
-            out = trainer.logits(state["params"], state["rest"], jnp.asarray(val.tokens[i : i + chunk]))
-            labels = jnp.asarray(val.labels[i : i + chunk])
-            total += float(optax.softmax_cross_entropy_with_integer_labels(
-                out.astype(jnp.float32), labels).sum())
-        return lm_metrics(total / val.labels.size)
-
+    on_eval = lm_eval(lambda batch, chunk: validation_loss(trainer.model(), batch, chunk),
+                         val, cfg)
     record = trainer.fit(spec, task, cfg, val=None, evaluate=lambda b: Accuracy(0.0, 0.0),
-                         on_eval=val_loss, slot=slot)
+                         on_eval=on_eval, select_lowest="val_loss", slot=slot)
     record["framework"] = "jax"
     return record, trainer.model()
+
+
+@functools.lru_cache(maxsize=8)
+def _chunk_loss(graphdef: Any) -> Callable[..., Any]:
+    """``(params, rest, tokens, labels, state) -> (summed loss over labels ≥ 0, state)`` of
+    the language model of ``graphdef``, jitted once per model structure."""
+    jax, jnp, optax, nnx, _ = _imports()
+
+    @jax.jit
+    def chunk_loss(params: Any, rest: Any, tokens: Any, labels: Any, state: Any) -> Any:
+        logits, state = nnx.merge(graphdef, params, rest)(tokens, state)
+        scored = labels >= 0
+        nll = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32),
+                                                              jnp.where(scored, labels, 0))
+        return jnp.where(scored, nll, 0.0).sum(), state
+
+    return chunk_loss
+
+
+def validation_loss(model: Any, batch: Batch, chunk: int) -> float:
+    """The mean cross-entropy (nats per byte) of the :class:`mingru_jax.MinGRULM` ``model``
+    (put in eval mode) over the scored positions of ``batch`` (int64 ``(R, W)`` tokens and
+    labels, ``-100`` where unscored, as :meth:`ByteText.validation` gives): each row from the
+    default state, in chunks of ``chunk`` bytes with the state carried, so the result is that
+    of one forward per row whatever ``chunk`` is."""
+    jnp, nnx = _imports()[1], _imports()[3]
+    model.eval()
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    run = _chunk_loss(graphdef)
+
+    def chunk_loss(tokens: np.ndarray, labels: np.ndarray, state: Any) -> tuple[Any, Any]:
+        return run(params, rest, tokens=jnp.asarray(tokens), labels=jnp.asarray(labels),
+                   state=state)
+
+    # A concrete first state: every chunk then has one signature, one compilation.
+    return chunked_loss(batch, chunk_loss, chunk, state=model.init_state(batch.tokens.shape[0]))
 
 
 class _Compiled(NamedTuple):
@@ -267,13 +301,13 @@ class _Trainer:
 
     def fit(self, spec: str, task: Task, cfg: TrainConfig, val: Batch | None,
             evaluate: Callable[[Batch], Accuracy],
-            on_eval: Callable[[], dict[str, float]] | None = None,
-            slot: ModelSlot | None = None) -> dict[str, Any]:
+            on_eval: Callable[[float], dict[str, float]] | None = None,
+            select_lowest: str | None = None, slot: ModelSlot | None = None) -> dict[str, Any]:
         """:func:`fit_loop` with this trainer's steps; the record counts the parameters."""
         record = fit_loop(spec, task, cfg, val=val, step_fn=self.step, evaluate=evaluate,
                           snapshot=lambda: self.state["params"],
                           restore=lambda p: self.state.update(params=p), on_eval=on_eval,
-                          slot=slot, files=_JaxState(self))
+                          select_lowest=select_lowest, slot=slot, files=_JaxState(self))
         jax = _imports()[0]
         record["parameters"] = int(sum(x.size for x in jax.tree.leaves(self.state["params"])))
         return record

@@ -1,8 +1,11 @@
 """MinGRUBlock (Flax NNX): a pre-norm residual block around any of the five mixers.
 The twin of :mod:`mingru.block`.
 
-    y   = x + Dropout(mixer(LayerNorm(x)))
+    y   = x + Dropout(out_proj(mixer(LayerNorm(x))))
     out = y + Dropout(MLP(LayerNorm(y)))          (MLP: Linear d→e·d, GELU (erf), Linear e·d→d)
+
+``out_proj`` (``Linear m·d→d``) is there only with a ``mixer_expansion`` ``m > 1``, whose mixer
+has an ``m·d``-wide state (:func:`mingru_kernels._spec.check_mixer_expansion`).
 
 The mixer is chosen by name (``"log"``, ``"signed"``, ``"rotation"``, ``"givens"``,
 ``"delta"``) and imported on first use.
@@ -24,6 +27,7 @@ from mingru_kernels._spec import (
     DECAY_KWARGS,
     block_mixer_kwargs,
     check_block_args,
+    check_mixer_expansion,
     check_mixer_name,
     check_size,
     mixer_registry,
@@ -50,7 +54,8 @@ class MinGRUBlock(nnx.Module):
     """Pre-norm residual block: ``x + mixer(LN(x))``, then ``x + MLP(LN(x))``.
 
     Args:
-        d_model: features in and out (the mixer gets ``input_size = hidden_size = d_model``).
+        d_model: features in and out (the mixer gets ``input_size = d_model`` and
+            ``hidden_size = mixer_expansion·d_model``).
         mlp_expansion: hidden width factor ``e`` of the MLP; ``0`` drops the MLP.
         dropout: dropout probability on the mixer and MLP branch outputs (active unless the
             module is put in eval mode, ``block.eval()``; needs a ``"dropout"`` stream in
@@ -58,13 +63,18 @@ class MinGRUBlock(nnx.Module):
         learnable_h0: forwarded to the mixers that take it (``"log"``, ``"signed"``).
         mixer: mixer name: ``"log"``, ``"signed"``, ``"rotation"``, ``"givens"`` or ``"delta"``.
         mixer_kwargs: extra keyword arguments of the mixer (e.g. ``block_size``, ``decay``).
+        mixer_expansion: width factor ``m`` of the mixer's state (keyword only; int ≥ 1):
+            ``m > 1`` builds the mixer with ``hidden_size = m·d_model`` followed by
+            ``out_proj = Linear(m·d_model, d_model)``; ``1`` adds no layer. Not for
+            ``"delta"``, which projects its own output (a ``ValueError`` names it).
         dtype, param_dtype: as in every layer; passed to the mixer too.
         rngs: :class:`flax.nnx.Rngs`.
 
     Shapes: ``__call__(x (B, T, d_model), h_0=None, delta_t=None) -> (out (B, T, d_model),
     state (B, 1, S))`` and ``step(x_t (B, d_model), h_prev=None, delta_t=None) -> (out_t
-    (B, d_model), state (B, S))``, where the state is the mixer's last state (``S = d_model``
-    for the four state-output mixers; ``n_heads·d_k·d_v`` for ``"delta"``).
+    (B, d_model), state (B, S))``, where the state is the mixer's last state (``S =
+    mixer_expansion·d_model`` for the four state-output mixers; ``n_heads·d_k·d_v`` for
+    ``"delta"``).
 
     Example:
         >>> import jax.numpy as jnp
@@ -76,6 +86,9 @@ class MinGRUBlock(nnx.Module):
         >>> out.shape, state.shape
         ((2, 10, 16), (2, 1, 16))
         >>> out_t, state_t = block.step(jnp.ones((2, 16)), state[:, 0])
+        >>> wide = MinGRUBlock(16, mixer="log", mixer_expansion=3, rngs=nnx.Rngs(0))
+        >>> [t.shape for t in wide(jnp.ones((2, 10, 16)))]
+        [(2, 10, 16), (2, 1, 48)]
     """
 
     def __init__(
@@ -87,6 +100,7 @@ class MinGRUBlock(nnx.Module):
         mixer: str = "log",
         mixer_kwargs: dict[str, Any] | None = None,
         *,
+        mixer_expansion: int = 1,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
         rngs: nnx.Rngs,
@@ -98,10 +112,17 @@ class MinGRUBlock(nnx.Module):
             reserved=_SET_BY_BLOCK,
             own_args="learnable_h0, dtype, param_dtype and rngs as its own arguments",
         )
+        self.mixer_expansion = check_mixer_expansion(mixer_expansion, self.mixer_name)
+        width = mixer_expansion * d_model
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        # Creation order as in the PyTorch twin: norm1, mixer, norm2, mlp.
+        # Creation order as in the PyTorch twin: norm1, mixer, out_proj, norm2, mlp.
         self.norm1 = layer_norm(d_model, **kw)
-        self.mixer = mixer_class(self.mixer_name)(d_model, d_model, **kwargs, **kw)
+        self.mixer = mixer_class(self.mixer_name)(d_model, width, **kwargs, **kw)
+        # Only when widened, so unexpanded blocks keep their parameters (and checkpoints).
+        if mixer_expansion > 1:
+            self.out_proj = linear(width, d_model, **kw)
+        else:
+            self.out_proj = nnx.data(None)
         self.norm2 = layer_norm(d_model, **kw)
         if mlp_expansion > 0:
             width = mlp_expansion * d_model
@@ -117,6 +138,12 @@ class MinGRUBlock(nnx.Module):
         """Whether the mixer has time decay (and so needs ``delta_t``)."""
         decay = getattr(self.mixer, "decay", None)
         return bool(decay is not None and decay.enabled)
+
+    def _mixed(self, x: jax.Array, y: jax.Array) -> jax.Array:
+        """The block's output from its input ``x`` and the mixer's output ``y``."""
+        if self.out_proj is not None:
+            y = self.out_proj(y)
+        return self._feed_forward(x + self.dropout(y))
 
     def _feed_forward(self, x: jax.Array) -> jax.Array:
         if self.mlp is None:
@@ -162,7 +189,7 @@ class MinGRUBlock(nnx.Module):
         packed = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
         y, state = self.mixer(u, h_0=h_0, delta_t=delta_t, return_state=True,
                               axis_name=axis_name, **packed)
-        return self._feed_forward(x + self.dropout(y)), state
+        return self._mixed(x, y), state
 
     def step(
         self,
@@ -177,4 +204,4 @@ class MinGRUBlock(nnx.Module):
             y, state = self.mixer.step(u, h_prev=h_prev, delta_t=delta_t)
         else:
             y = state = self.mixer.step(u, h_prev=h_prev, delta_t=delta_t)
-        return self._feed_forward(x_t + self.dropout(y)), state
+        return self._mixed(x_t, y), state

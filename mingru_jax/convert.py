@@ -73,6 +73,7 @@ _CONFIG_ATTRS = (
     "d_k",
     "d_v",
     "mixer_name",
+    "mixer_expansion",
     "mode",
     "decay_rate",
     "log1p_delta",

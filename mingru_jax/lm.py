@@ -57,6 +57,9 @@ class MinGRULM(nnx.Module):
         dropout: dropout on each block's branch outputs (off in :meth:`generate`, and after
             ``model.eval()``).
         learnable_h0: forwarded to the layers whose mixer takes it (``"log"``, ``"signed"``).
+        mixer_expansion: width factor ``m`` of every layer's mixer state, projected back to
+            ``d_model`` when ``m > 1`` (see :class:`~mingru_jax.MinGRUBlock`; not with
+            ``"delta"``).
         dtype, param_dtype: as in every layer.
         rngs: :class:`flax.nnx.Rngs`.
 
@@ -66,8 +69,8 @@ class MinGRULM(nnx.Module):
 
     Shapes: ``__call__(tokens (B, T) int, state=None) -> (logits (B, T, vocab_size), state)``;
     ``step(token (B,) int, state=None) -> (logits (B, vocab_size), state)``; the state is a
-    list of one ``(B, S_l)`` array per layer (``S_l = d_model``, or ``n_heads·d_k·d_v`` for
-    ``"delta"``), ``None`` for every layer's default start (:meth:`init_state`).
+    list of one ``(B, S_l)`` array per layer (``S_l = mixer_expansion·d_model``, or
+    ``n_heads·d_k·d_v`` for ``"delta"``), ``None`` for every layer's default start (:meth:`init_state`).
 
     Example:
         >>> import jax.numpy as jnp
@@ -95,6 +98,7 @@ class MinGRULM(nnx.Module):
         mixer_kwargs: dict[str, Any] | None = None,
         dropout: float = 0.0,
         learnable_h0: bool = False,
+        mixer_expansion: int = 1,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
         rngs: nnx.Rngs,
@@ -105,6 +109,7 @@ class MinGRULM(nnx.Module):
             vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, mixer=mixer,
             tie_embeddings=tie_embeddings, mlp_expansion=mlp_expansion,
             mixer_kwargs=mixer_kwargs, dropout=dropout, learnable_h0=learnable_h0,
+            mixer_expansion=mixer_expansion,
         )
         check_dtypes(dtype, param_dtype)
         # States come out of the layers in the compute dtype; init_state matches it so a
@@ -116,7 +121,8 @@ class MinGRULM(nnx.Module):
         self.stack = MinGRUStack(d_model, d_model, n_layers, mlp_expansion=mlp_expansion,
                                  dropout=dropout, learnable_h0=learnable_h0,
                                  mixer=list(mixer) if isinstance(mixer, tuple) else mixer,
-                                 mixer_kwargs=mixer_kwargs, **kw)
+                                 mixer_kwargs=mixer_kwargs, mixer_expansion=mixer_expansion,
+                                 **kw)
         if tie_embeddings:
             self.head = nnx.data(None)
         else:
@@ -255,6 +261,7 @@ class MinGRULM(nnx.Module):
             mixer=config.mixer, tie_embeddings=config.tie_embeddings,
             mlp_expansion=config.mlp_expansion, mixer_kwargs=config.mixer_kwargs,
             dropout=config.dropout, learnable_h0=config.learnable_h0,
+            mixer_expansion=config.mixer_expansion,
             dtype=dtype, param_dtype=param_dtype, rngs=nnx.Rngs(0),
         )
         return from_state_dict(model, weights, source="checkpoint")

@@ -40,6 +40,9 @@ class MinGRUStack(nnx.Module):
             dict keyed by mixer name (``{"givens": {"block_size": 4}}``).
         decay_layers: ``"all"`` keeps the decay arguments (``decay``, ``decay_rate``,
             ``log1p_delta``) on every layer; ``"last"`` keeps them on the last layer only.
+        mixer_expansion: width factor ``m`` of every layer's mixer state (keyword only; see
+            :class:`~mingru_jax.block.MinGRUBlock`): ``S_l = m·d_model`` for the state-output
+            mixers, ``n_heads·d_k·d_v`` for ``"delta"`` (which takes ``m = 1`` only).
         dtype, param_dtype: as in every layer.
         rngs: :class:`flax.nnx.Rngs`.
 
@@ -72,6 +75,7 @@ class MinGRUStack(nnx.Module):
         mixer_kwargs: dict[str, Any] | None = None,
         decay_layers: str = "all",
         *,
+        mixer_expansion: int = 1,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
         rngs: nnx.Rngs,
@@ -89,7 +93,7 @@ class MinGRUStack(nnx.Module):
         self.blocks = nnx.List(
             [
                 MinGRUBlock(d_model, mlp_expansion, dropout, learnable_h0=learnable_h0, mixer=name,
-                            mixer_kwargs=kwargs, **kw)
+                            mixer_kwargs=kwargs, mixer_expansion=mixer_expansion, **kw)
                 for name, kwargs in specs
             ]
         )

@@ -33,6 +33,7 @@ from typing import Any
 from mingru_kernels.launch import (
     delta_inputs,
     delta_rule,
+    delta_rule_step,
     givens_recurrence,
     linear_recurrence,
     linear_scan,
@@ -52,6 +53,7 @@ PLAN_KEYS: dict[str, tuple[str, ...]] = {
     "givens_recurrence": givens_recurrence.PLAN_KEYS,
     "delta_rule": delta_rule.PLAN_KEYS,
     "delta_inputs": delta_inputs.PLAN_KEYS,
+    "delta_rule_step": delta_rule_step.PLAN_KEYS,
 }
 """The plan choices each op's launcher accepts (``PLAN_KEYS`` of its launch module)."""
 

@@ -11,7 +11,8 @@ Each launcher module provides:
   (dtype, block size, ...), or ``None``;
 * ``prefer_over_eager(*args, **kwargs) -> bool`` (optional) — whether ``auto`` should pick
   the kernel for this shape class (``False`` where eager is the faster path);
-* ``run(*args, **kwargs)`` — the op, differentiable, registered as a ``torch.library`` op.
+* ``run(*args, **kwargs)`` — the op, differentiable (``delta_rule_step`` is inference-only:
+  calls that need gradients are unsupported there), registered as a ``torch.library`` op.
 """
 
 from __future__ import annotations
@@ -79,6 +80,12 @@ def _rotation_cell() -> ModuleType:
     return rotation_cell
 
 
+def _delta_rule_step() -> ModuleType:
+    from mingru._launch import delta_rule_step
+
+    return delta_rule_step
+
+
 def _delta_inputs() -> ModuleType:
     from mingru._launch import delta_inputs
 
@@ -99,6 +106,7 @@ LAUNCHERS: dict[str, Callable[[], ModuleType]] = {
     "givens_recurrence": _givens_recurrence,
     "delta_rule": _delta_rule,
     "delta_inputs": _delta_inputs,
+    "delta_rule_step": _delta_rule_step,
     "givens_cell": _givens_cell,
     "rotation_cell": _rotation_cell,
     "mingru_cell": _mingru_cell,

@@ -16,7 +16,7 @@ from torch import nn
 
 from mingru._sharding import check_group, check_not_packed, matrix_sequence_parallel
 from mingru._validate import checks_state
-from mingru.cells import _run_delta_inputs
+from mingru.cells import _run_delta_inputs, _run_delta_rule_step
 from mingru.mixers._common import (
     TimeDecay,
     check_sequence,
@@ -128,13 +128,16 @@ class DeltaMinGRU(nn.Module):
         self.out_proj = nn.Linear(n_heads * d_v, hidden_size, bias=bias)
         self.decay = TimeDecay(decay, decay_rate, log1p_delta, channels=n_heads)
 
+    def _projection(self, x: torch.Tensor) -> torch.Tensor:
+        """``p (…, W)``: every projection in one GEMM, columns ``[q | k | v | β-logits]``."""
+        layers = [self.linear_q, *self.linear_k, *self.linear_v, *self.linear_beta]
+        return project(x, *layers)
+
     def _project(self, x: torch.Tensor):
         """``q (…, H, d_k)``, ``k (…, nh, H, d_k)``, ``v (…, nh, H, d_v)``, ``β (…, nh, H)``,
         from one GEMM over every projection and one fused pass (:func:`mingru.cells.delta_inputs`)."""
-        H, dk, dv, nh = self.n_heads, self.d_k, self.d_v, self.nh
-        layers = [self.linear_q, *self.linear_k, *self.linear_v, *self.linear_beta]
-        return _run_delta_inputs(project(x, *layers), n_heads=H, nh=nh, d_k=dk, d_v=dv,
-                                 eps=KEY_NORM_EPS)
+        return _run_delta_inputs(self._projection(x), n_heads=self.n_heads, nh=self.nh,
+                                 d_k=self.d_k, d_v=self.d_v, eps=KEY_NORM_EPS)
 
     @checks_state("h_0")
     def forward(
@@ -202,24 +205,20 @@ class DeltaMinGRU(nn.Module):
         """One token, ``O(1)`` in ``T``: ``(y_t (B, hidden_size), h_t (B, Z))``.
 
         Checks shapes, dtypes and devices, never values: no host synchronisation, so the
-        step can be captured in a CUDA graph or compiled with ``fullgraph=True``."""
+        step can be captured in a CUDA graph or compiled with ``fullgraph=True``. On CUDA,
+        without gradients (``torch.no_grad()``, ``torch.inference_mode()``: decoding), the
+        projection's GEMM, one Triton kernel for the whole delta-rule update
+        (op ``delta_rule_step``) and ``out_proj``; with gradients, the eager step."""
         x_t = check_token(x_t, self.input_size, module=self)
         B = x_t.shape[0]
         H, dk, dv = self.n_heads, self.d_k, self.d_v
-        if h_prev is None:
-            S = x_t.new_zeros(B, H, dk, dv)
-        else:
+        S = None
+        if h_prev is not None:
             S = check_state(h_prev, B, self.state_size, name="h_prev", sequence=False, like=x_t)
             S = S.reshape(B, H, dk, dv)
         log_gamma = self.decay.log_gamma(delta_t, B, None, like=x_t)
-        if log_gamma is not None:
-            S = log_gamma.expand(B, H).exp()[..., None, None] * S
-        q, k, v, beta = self._project(x_t)
-        for j in range(self.nh):
-            kj = k[:, j]
-            err = v[:, j] - torch.einsum("bhk,bhkv->bhv", kj, S)  # v − Sᵀk
-            S = S + beta[:, j, :, None, None] * kj.unsqueeze(-1) * err.unsqueeze(-2)
-        o = torch.einsum("bhk,bhkv->bhv", q, S)
+        o, S = _run_delta_rule_step(self._projection(x_t), log_gamma=log_gamma, h_prev=S,
+                                    n_heads=H, nh=self.nh, d_k=dk, d_v=dv, eps=KEY_NORM_EPS)
         return self.out_proj(o.reshape(B, H * dv)), S.reshape(B, self.state_size)
 
     def extra_repr(self) -> str:

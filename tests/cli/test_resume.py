@@ -111,6 +111,11 @@ def test_max_minutes_stops_the_job_and_the_rest_follows(tmp_path):
     assert cli([*argv, "--out", str(tmp_path / "one")])[0] == 0
     code, out, _ = cli([*argv, "--out", str(tmp_path / "split"), "--max-minutes", "1e-9"])
     assert code == 0 and "stopped log at step 0 of 4" in out
+    # A run saved before --mixer-expansion existed resumes as the unexpanded run it was.
+    path = tmp_path / "split" / "checkpoint" / "train_state.json"
+    state = json.loads(path.read_text())
+    del state["config"]["mixer_expansion"]
+    path.write_text(json.dumps(state))
     assert cli(["train", "--resume", str(tmp_path / "split"), "--no-progress"])[0] == 0
     assert_same_run(tmp_path / "one", tmp_path / "split")
 
@@ -158,6 +163,7 @@ def test_an_interrupted_save_leaves_the_previous_state(tmp_path):
     (["--framework", "jax"], "the saved run has --framework 'torch'"),
     (["--steps", "2"], "--steps 2 is below the 4 steps log has trained"),
     (["--out", "elsewhere"], "--out 'elsewhere' differs from --resume"),
+    (["--mixer-expansion", "2"], "the saved run has --mixer-expansion 1, this command 2"),
 ])
 def test_bad_resume_is_a_one_line_error_naming_the_flag(tmp_path, extra, message):
     assert cli(["train", *TINY, "--mixer", "log", "--steps", "4", "--out", str(tmp_path)])[0] == 0
@@ -176,6 +182,7 @@ def test_bad_resume_is_a_one_line_error_naming_the_flag(tmp_path, extra, message
     (["--grad-accum", "3"], "--grad-accum 3 must divide --batch-size 4"),
     (["--dropout", "1"], "--dropout must be in"),
     (["--clip-norm", "-1"], "--clip-norm must be"),
+    (["--mixer-expansion", "0"], "mixer_expansion must be an int ≥ 1; got 0"),
 ])
 def test_bad_job_flags_are_one_line_errors(tmp_path, argv, message):
     argv = [a.format(tmp=tmp_path) for a in argv]

@@ -1,6 +1,7 @@
 """``mingru train --task selective-copy``: the generator's layout against hand-worked sequences,
-the per-token and per-sequence scores, ``--preset paper-selective-copy``'s values, a few
-training steps on both frameworks, and gradient accumulation against one large batch.
+the per-token and per-sequence scores, ``--preset paper-selective-copy``'s values and the
+model it builds (the paper's "expansion 6"), a few training steps on both frameworks (widened
+mixer states too), and gradient accumulation against one large batch.
 Correctness, never speed."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from mingru_cli._train_args import train_config
 from mingru_cli._train_common import lr_at, score
 from mingru_cli.cli import build_parser, main
-from mingru_cli.config import TrainConfig
+from mingru_cli.config import TrainConfig, stack_arguments
 from mingru_cli.runner import run
 from mingru_cli.tasks import Batch, SelectiveCopyTask, make_task, selective_copy_layout
 from tests.cli.test_resume import saved_arrays
@@ -76,7 +77,7 @@ def test_constant_schedule_keeps_the_peak():
 
 
 PAPER = {"task": "selective-copy", "mixers": ["log"], "layers": 3, "d_model": 64,
-         "mlp_expansion": 0, "dropout": 0.1, "learnable_h0": True, "batch_size": 64,
+         "mixer_expansion": 6, "mlp_expansion": 0, "dropout": 0.1, "learnable_h0": True, "batch_size": 64,
          "grad_accum": 2, "steps": 400_000, "lr": 3e-4, "schedule": "constant",
          "weight_decay": 0.05, "grad_clip": 1.0, "train_len": 4096, "eval_lens": [4096],
          "val_len": 4096, "eval_every": 1000, "eval_size": 12_800, "eval_batch_size": 64,
@@ -95,6 +96,57 @@ def test_paper_preset_sets_the_documented_values():
                                       "10", "--dropout", "0", "--no-learnable-h0"])
     cfg = train_config(args).resolved()
     assert (cfg.steps, cfg.dropout, cfg.learnable_h0, cfg.layers) == (10, 0.0, False, 3)
+    assert cfg.mixer_expansion == 6
+    args = build_parser().parse_args(["train", "--preset", "paper-selective-copy",
+                                      "--mixer-expansion", "1"])
+    assert train_config(args).resolved().mixer_expansion == 1
+    assert train_config(build_parser().parse_args(["train"])).resolved().mixer_expansion == 1
+    with pytest.raises(ValueError, match="mixer_expansion=2 does not apply to the 'delta'"):
+        TrainConfig(mixers=["log,delta"], layers=2, mixer_expansion=2).resolved()
+
+
+def _preset_model(framework: str, cfg: TrainConfig):
+    """The model ``mingru train`` builds for ``cfg``'s first mixer spec, with the parameter
+    arrays of each of its blocks."""
+    mixer, n_layers, mixer_kwargs = stack_arguments(cfg.mixers[0], cfg)
+    task = make_task("selective-copy", n_copy=cfg.copy_tokens, vocab_size=cfg.copy_vocab)
+    if framework == "torch":
+        from mingru_cli.train import SequenceModel
+
+        model = SequenceModel(task.vocab_size, task.n_classes, cfg.d_model, n_layers=n_layers,
+                              mixer=mixer, mixer_kwargs=mixer_kwargs,
+                              mlp_expansion=cfg.mlp_expansion, dropout=cfg.dropout,
+                              learnable_h0=cfg.learnable_h0, mixer_expansion=cfg.mixer_expansion)
+        return model, [[p.detach().numpy() for p in block.parameters()]
+                       for block in model.stack.blocks]
+    from flax import nnx
+
+    from mingru_cli.train_jax import _sequence_model
+
+    model = _sequence_model()(task, cfg, n_layers, mixer, mixer_kwargs, rngs=nnx.Rngs(0))
+    return model, [[np.asarray(v[...]) for _, v in nnx.to_flat_state(nnx.state(block, nnx.Param))]
+                   for block in model.stack.blocks]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_paper_preset_builds_the_expanded_model(framework):
+    """"Expansion 6" at d_model 64: each layer's minGRU has a 384-wide state, projected back
+    to 64; per layer the official minGRU's parameters (input projections to the hidden state
+    and the gate, the output projection, the learned h0) plus our two LayerNorms."""
+    cfg = train_config(build_parser().parse_args(["train", "--preset",
+                                                  "paper-selective-copy"])).resolved()
+    model, blocks = _preset_model(framework, cfg)
+    d, width = 64, 6 * 64
+    assert len(blocks) == 3
+    for block in model.stack.blocks:
+        assert block.mixer.hidden_size == width and block.out_proj is not None
+    official = 2 * (d * width + width) + (width * d + d) + width  # to_hidden_and_gate, to_out, h0
+    for arrays in blocks:
+        assert sum(a.size for a in arrays) == official + 2 * 2 * d  # + norm1, norm2
+        matrices = sorted(a.shape for a in arrays if a.ndim == 2)
+        if framework == "jax":  # nnx.Linear keeps (in, out), nn.Linear (out, in)
+            matrices = sorted(shape[::-1] for shape in matrices)
+        assert matrices == [(d, width), (width, d), (width, d)]
 
 
 def _tiny(framework: str, **fields) -> TrainConfig:
@@ -130,6 +182,22 @@ def test_train_selective_copy_reports_token_and_sequence_accuracy(framework, tmp
     plain = run(_tiny(framework))["models"][0]
     assert again["curve"] == model["curve"] and again["accuracy"] == model["accuracy"]
     assert plain["curve"] != model["curve"]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_train_with_a_widened_mixer_state(framework, tmp_path):
+    """``--mixer-expansion`` reaches the model each training path builds: in the saved
+    weights the mixer's two projections give 2·d_model outputs instead of d_model, and each
+    layer gains ``out_proj`` (2·d_model → d_model)."""
+    sizes = {}
+    for expansion in (1, 2):
+        out = tmp_path / str(expansion)
+        run(_tiny(framework, mixer_expansion=expansion, out=str(out)))
+        (arrays,) = saved_arrays(out).values()
+        weights = "/model/" if framework == "torch" else "params/"
+        sizes[expansion] = sum(v.size for k, v in arrays.items() if k.startswith(weights))
+    d, wide = 8, 16
+    assert sizes[2] - sizes[1] == 2 * (d * wide + wide) - 2 * (d * d + d) + (wide * d + d)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

@@ -17,7 +17,14 @@ LM_KWARGS: dict[str, dict[str, Any]] = {
 }
 
 
-def lm_args(mixer: str, **extra: Any) -> tuple[tuple[int, int, int], dict[str, Any]]:
-    """``(args, kwargs)`` of ``MinGRULM`` for ``mixer`` (either frontend)."""
-    kwargs = {"mixer": mixer, "mlp_expansion": MLP, **LM_KWARGS[mixer], **extra}
+# Cases with the mixer state widened to mixer_expansion · d_model: name -> (mixer, expansion).
+EXPANDED: dict[str, tuple[str, int]] = {"log-x3": ("log", 3), "givens-x3": ("givens", 3)}
+
+
+def lm_args(case: str, **extra: Any) -> tuple[tuple[int, int, int], dict[str, Any]]:
+    """``(args, kwargs)`` of ``MinGRULM`` for ``case``, a mixer name or a name of
+    :data:`EXPANDED` (either frontend)."""
+    mixer, expansion = EXPANDED.get(case, (case, 1))
+    kwargs = {"mixer": mixer, "mlp_expansion": MLP, "mixer_expansion": expansion,
+              **LM_KWARGS[mixer], **extra}
     return (VOCAB, D_MODEL, N_LAYERS), kwargs

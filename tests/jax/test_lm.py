@@ -24,13 +24,13 @@ import mingru_jax  # noqa: E402
 from mingru_jax.convert import to_state_dict  # noqa: E402
 from mingru_kernels._lm import CONFIG_NAME, WEIGHTS_NAME, LMConfig  # noqa: E402
 from tests.helpers import close  # noqa: E402
-from tests.jax.lm_cases import MIXERS, VOCAB, lm_args  # noqa: E402
+from tests.jax.lm_cases import D_MODEL, EXPANDED, MIXERS, N_LAYERS, VOCAB, lm_args  # noqa: E402
 
 B, T = 2, 8
 
 
 def build(mixer: str, seed: int = 0, **extra) -> mingru_jax.MinGRULM:
-    """The mixer's case, with every learnable ``h0`` away from its zero start (so a state
+    """The case of ``mixer`` (a name of :data:`~tests.jax.lm_cases.EXPANDED` too), with every learnable ``h0`` away from its zero start (so a state
     that ignored it would differ)."""
     args, kwargs = lm_args(mixer, **extra)
     model = mingru_jax.MinGRULM(*args, **kwargs, rngs=nnx.Rngs(seed))
@@ -43,7 +43,7 @@ def build(mixer: str, seed: int = 0, **extra) -> mingru_jax.MinGRULM:
 
 @pytest.fixture(scope="module")
 def models():
-    return {mixer: build(mixer) for mixer in MIXERS}
+    return {case: build(case) for case in (*MIXERS, *EXPANDED)}
 
 
 def tokens(seed: int, shape=(B, T)) -> jax.Array:
@@ -71,13 +71,16 @@ def _probe(model, x):
     )
 
 
-@pytest.mark.parametrize("mixer", MIXERS)
+@pytest.mark.parametrize("mixer", [*MIXERS, *EXPANDED])
 def test_state_chunks_and_steps(models, mixer):
     """``state=None`` is ``init_state``; chunks carrying the state and ``step`` from a
     prefix's state give one call's logits and final state."""
     model = models[mixer]
     start = model.init_state(B)
     assert [s.shape for s in start] == [(B, b.mixer.state_size) for b in model.stack.blocks]
+    name, expansion = EXPANDED.get(mixer, (mixer, 1))
+    if name != "delta":  # the state-output mixers' state is mixer_expansion · d_model wide
+        assert [s.shape for s in start] == [(B, expansion * D_MODEL)] * N_LAYERS
     assert all(isinstance(s, jax.Array) and s.dtype == jnp.float32 for s in start)
     graphdef, params = nnx.split(model)
     out = jax.jit(lambda params, x: _probe(nnx.merge(graphdef, params), x))(params, tokens(1))
@@ -170,11 +173,10 @@ def test_bad_tokens_and_states(models):
 
 
 def test_checkpoint_round_trip(models, tmp_path):
-    """Save and load every mixer's model: the same config and bit-identical parameters; the
-    loaded model's logits (one mixer: the logits are a function of those two)."""
-    for mixer in MIXERS:
-        model = models[mixer]
-        folder = tmp_path / mixer
+    """Save and load every case's model: the same config and bit-identical parameters; the
+    loaded model's logits (one case: the logits are a function of those two)."""
+    for case, model in models.items():
+        folder = tmp_path / case
         model.save_pretrained(folder)
         assert sorted(os.listdir(folder)) == [CONFIG_NAME, WEIGHTS_NAME]
         with open(folder / CONFIG_NAME) as f:

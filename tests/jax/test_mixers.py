@@ -19,6 +19,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax.test_util import check_grads  # noqa: E402
 
 import mingru_jax  # noqa: E402
+from mingru_jax.block import DECAY_KWARGS  # noqa: E402
 from mingru_jax.mixers._common import g, log_g  # noqa: E402
 
 IN, HID, B, T = 3, 4, 2, 6
@@ -154,14 +155,42 @@ def test_rotation_snap_rounds_half_to_even_with_straight_through_gradient():
     np.testing.assert_array_equal(grad, np.tile(np.arange(4.0), (3, 1)))
 
 
-def test_stack_chaining_and_step_match_forward():
+@pytest.mark.parametrize("mixer_expansion", [1, 3])
+@pytest.mark.parametrize("name", [name for name in MIXERS if name != "delta"])
+def test_block_state_is_mixer_expansion_wide(name, mixer_expansion):
+    """The mixer gets ``hidden_size = m·d_model`` and ``out_proj`` takes its output back to
+    ``d_model``: the block's output is ``x + out_proj(mixer(LN(x)))`` (no MLP here)."""
+    kwargs = {k: v for k, v in MIXERS[name][1].items() if k not in DECAY_KWARGS}
+    learnable_h0 = kwargs.pop("learnable_h0", False)  # the block's own argument
+    block = mingru_jax.MinGRUBlock(HID, mlp_expansion=0, learnable_h0=learnable_h0, mixer=name,
+                                   mixer_kwargs=kwargs, mixer_expansion=mixer_expansion,
+                                   rngs=nnx.Rngs(0))
+    x = jnp.asarray(np.random.default_rng(4).standard_normal((B, T, HID)), jnp.float32)
+    out, state = block(x)
+    width = mixer_expansion * HID
+    assert block.mixer.hidden_size == width and state.shape == (B, 1, width)
+    assert out.shape == (B, T, HID)
+    y = block.mixer(block.norm1(x))
+    if mixer_expansion == 1:
+        assert block.out_proj is None
+    else:
+        assert block.out_proj.kernel.shape == (width, HID)
+        y = y @ block.out_proj.kernel[...] + block.out_proj.bias[...]
+    np.testing.assert_allclose(out, x + y, atol=2e-5)
+    np.testing.assert_allclose(state, block.mixer(block.norm1(x))[:, -1:], atol=2e-5)
+
+
+@pytest.mark.parametrize("mixer_expansion", [1, 3])
+def test_stack_chaining_and_step_match_forward(mixer_expansion):
     model = mingru_jax.MinGRUStack(
         IN, HID, 2, mlp_expansion=2, mixer=["signed", "givens"],
-        mixer_kwargs={"givens": {"block_size": 2, "rounds": 2}}, rngs=nnx.Rngs(0),
+        mixer_kwargs={"givens": {"block_size": 2, "rounds": 2}},
+        mixer_expansion=mixer_expansion, rngs=nnx.Rngs(0),
     )
     x, _ = inputs(7, T=4)
     fwd, params = pure(model)
     out, state = fwd(params, x, None)
+    assert [s.shape for s in state] == [(B, 1, mixer_expansion * HID)] * 2
     out_a, st = fwd(params, x[:, :2], [m.mixer.initial_state(B)[:, None] for m in model.blocks])
     out_b, st = fwd(params, x[:, 2:], st)
     np.testing.assert_allclose(jnp.concatenate([out_a, out_b], 1), out, atol=2e-5)
@@ -212,6 +241,12 @@ def test_bad_inputs_raise_clear_errors():
         mingru_jax.MinGRUBlock(4, mixer_kwargs={"hidden_size": 3}, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="mixer must be one of"):
         mingru_jax.MinGRUBlock(4, mixer="lstm", rngs=nnx.Rngs(0))
+    for bad in (0, True, 1.5):
+        with pytest.raises(ValueError, match="mixer_expansion must be an int ≥ 1"):
+            mingru_jax.MinGRUBlock(4, mixer_expansion=bad, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="mixer_expansion=2 does not apply to the 'delta'"):
+        mingru_jax.MinGRUStack(3, 4, 2, mixer=["log", "delta"], mixer_expansion=2,
+                               mixer_kwargs={"delta": {"n_heads": 2}}, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="keyed by mixer name"):
         mingru_jax.MinGRUStack(3, 4, 2, mixer=["log", "signed"], mixer_kwargs={"decay": "fixed"},
                                rngs=nnx.Rngs(0))

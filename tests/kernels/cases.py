@@ -139,6 +139,19 @@ def affine_inputs(B, T, n, k, v, dtype=torch.float32, contraction=0.9):
     return A.to(DEVICE, dtype), Bm.to(DEVICE, dtype)
 
 
+
+def delta_inputs_oracle(p: torch.Tensor, H: int, nh: int, dk: int, dv: int, eps: float = 1e-6):
+    """``(q, k̂, v, β)`` of the delta-rule mixer's projection ``p (..., W)``, written out by hand
+    (the split, ``k / max(sqrt(Σ k²), eps)``, ``2 / (1 + e^{−z})``), in ``p``'s dtype."""
+    lead = p.shape[:-1]
+    q = p[..., :H * dk].reshape(*lead, H, dk)
+    k = p[..., H * dk:(1 + nh) * H * dk].reshape(*lead, nh, H, dk)
+    v = p[..., (1 + nh) * H * dk:(1 + nh) * H * dk + nh * H * dv].reshape(*lead, nh, H, dv)
+    z = p[..., -nh * H:].reshape(*lead, nh, H)
+    norm = (k * k).sum(-1, keepdim=True).sqrt()
+    return q, k / torch.maximum(norm, torch.full_like(norm, eps)), v, 2 / (1 + torch.exp(-z))
+
+
 def givens_inputs(B, T, n, k, R, with_scale, with_gamma, dtype=torch.float32):
     theta = 2.0 * torch.randn(B, T, n, R, k // 2, dtype=F64)
     b = torch.randn(B, T, n, k, dtype=F64)

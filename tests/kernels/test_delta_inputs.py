@@ -15,20 +15,14 @@ import mingru
 from mingru.cells import delta_inputs
 from mingru.mixers.delta import DeltaMinGRU
 from tests.helpers import rel_err
-from tests.kernels.cases import DEVICE
+from tests.kernels.cases import DEVICE, delta_inputs_oracle
 
 F64 = torch.float64
 EPS = 1e-6
 
 
 def _oracle(p: torch.Tensor, H: int, nh: int, dk: int, dv: int):
-    lead = p.shape[:-1]
-    q = p[..., :H * dk].reshape(*lead, H, dk)
-    k = p[..., H * dk:(1 + nh) * H * dk].reshape(*lead, nh, H, dk)
-    v = p[..., (1 + nh) * H * dk:(1 + nh) * H * dk + nh * H * dv].reshape(*lead, nh, H, dv)
-    z = p[..., -nh * H:].reshape(*lead, nh, H)
-    norm = (k * k).sum(-1, keepdim=True).sqrt()
-    return q, k / torch.maximum(norm, torch.full_like(norm, EPS)), v, 2 / (1 + torch.exp(-z))
+    return delta_inputs_oracle(p, H, nh, dk, dv, eps=EPS)
 
 
 def _check(N: int, H: int, nh: int, dk: int, dv: int, dtype=torch.float32, used=(1, 1, 1, 1),

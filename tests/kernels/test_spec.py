@@ -127,6 +127,13 @@ def test_block_mixer_kwargs_and_stack_helpers():
         _spec.check_block_args(-1, 0.0)
     with pytest.raises(ValueError, match=r"dropout must be a number in \[0, 1\)"):
         _spec.check_block_args(2, 1.0)
+    assert _spec.check_mixer_expansion(6, "log") == 6
+    assert _spec.check_mixer_expansion(1, ["log", "delta"]) == 1
+    for bad in (0, True, 2.0, "2"):
+        with pytest.raises(ValueError, match="mixer_expansion must be an int ≥ 1"):
+            _spec.check_mixer_expansion(bad, "log")
+    with pytest.raises(ValueError, match="mixer_expansion=2 does not apply to the 'delta'"):
+        _spec.check_mixer_expansion(2, ["signed", "delta"])
     assert _spec.check_stack_state(None, 2) == [None, None]
     with pytest.raises(ValueError, match="n_layers=2 per-layer states"):
         _spec.check_stack_state([None], 2)

@@ -48,6 +48,10 @@ CASES = {
         dict(mlp_expansion=2, mixer="log", mixer_kwargs={"decay": "learnable"},
              decay_layers="last"),
     ),
+    "stack-expanded": (
+        "MinGRUStack", (IN, HID, 2),
+        dict(mlp_expansion=2, learnable_h0=True, mixer=["log", "rotation"], mixer_expansion=3),
+    ),
     "stack-signed-givens": (
         "MinGRUStack", (IN, HID, 2),
         dict(mlp_expansion=2, learnable_h0=True, mixer=["signed", "givens"],
@@ -156,6 +160,9 @@ def test_conversion_rejects_modules_that_are_not_twins():
         torch_to_nnx(mingru.GivensMinGRU(IN, HID, block_size=4, rounds=2), fx)
     with pytest.raises(ValueError, match="not twins"):
         torch_to_nnx(mingru.MinGRU(IN, HID), fx)
+    with pytest.raises(ValueError, match="mixer_expansion is 2 in PyTorch but 1 in Flax"):
+        torch_to_nnx(mingru.MinGRUBlock(HID, mixer_expansion=2),
+                     mingru_jax.MinGRUBlock(HID, rngs=nnx.Rngs(0)))
     with pytest.raises(ValueError, match="snap"):
         torch_to_nnx(mingru.RotationMinGRU(IN, HID, snap=None),
                      mingru_jax.RotationMinGRU(IN, HID, rngs=nnx.Rngs(0)))

@@ -1,7 +1,8 @@
 """Cross-framework checkpoints of the language model: a folder written by
 ``mingru.MinGRULM.save_pretrained`` loads in ``mingru_jax.MinGRULM.from_pretrained`` and the
 other way round, with the same logits (float32, 1e-5 relative), the same final states and the
-same greedy continuation (64 tokens), for every mixer. Needs both frameworks and both
+same greedy continuation (64 tokens), for every mixer and with widened mixer states
+(``mixer_expansion``). Needs both frameworks and both
 language models: skipped when either is missing.
 """
 
@@ -21,7 +22,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import mingru_jax  # noqa: E402
 from tests.helpers import assert_rel  # noqa: E402
-from tests.jax.lm_cases import MIXERS, VOCAB, lm_args  # noqa: E402
+from tests.jax.lm_cases import EXPANDED, MIXERS, VOCAB, lm_args  # noqa: E402
 
 B, T, NEW = 2, 7, 64
 
@@ -67,7 +68,7 @@ def _compare(pt: torch.nn.Module, fx: mingru_jax.MinGRULM, seed: int) -> None:
 
 @pytest.mark.usefixtures("on_host")
 @pytest.mark.parametrize("saved_by", ["torch", "jax"])
-@pytest.mark.parametrize("mixer", MIXERS)
+@pytest.mark.parametrize("mixer", [*MIXERS, *EXPANDED])
 def test_checkpoint_loads_in_the_other_frontend(mixer, saved_by, tmp_path):
     if saved_by == "torch":
         pt = _torch_model(mixer)

@@ -16,6 +16,9 @@ MIXER_KWARGS: dict[str, dict] = {
     "delta": {"n_heads": 2, "chunk_size": 4},
 }
 MIXERS = list(MIXER_KWARGS)
+# (mixer, mixer_expansion): every mixer as it is, and the state-output mixers with a state
+# 3·d_model wide ("delta" takes no expansion).
+EXPANSIONS = [(name, 1) for name in MIXERS] + [(name, 3) for name in MIXERS if name != "delta"]
 
 
 def make_model(mixer: str, *, n_layers: int = 2, seed: int = 0, **kwargs) -> MinGRULM:

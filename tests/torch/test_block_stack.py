@@ -1,5 +1,6 @@
 """MinGRUBlock and MinGRUStack: composition, step vs forward, chunked calls (outputs and
-gradients), heterogeneous stacks, decay_layers and argument errors."""
+gradients), heterogeneous stacks, decay_layers, the widened mixer state (``mixer_expansion``)
+and argument errors."""
 
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ NAMES = [
     pytest.param(name, marks=needs_delta) if name == "delta" else name for name in KWARGS
 ]
 DECAY = {"decay": "learnable", "decay_rate": 0.5, "log1p_delta": True}
+# (mixer, mixer_expansion): every mixer as it is, and the state-output mixers with a state
+# 3·d_model wide ("delta" projects its own output and takes no expansion).
+EXPANSIONS = [
+    *[pytest.param(name, 1, marks=needs_delta) if name == "delta" else (name, 1)
+      for name in KWARGS],
+    *[(name, 3) for name in KWARGS if name != "delta"],
+]
 
 
 def block(name, seed=0, **kw):
@@ -42,10 +50,11 @@ def gaps(T, seed=3):
 # ---------------------------------------------------------------- block
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(("name", "mixer_expansion"), EXPANSIONS)
 @pytest.mark.parametrize("mlp_expansion", [0, 2])
-def test_block_is_prenorm_residual(name, mlp_expansion):
-    blk = block(name, mlp_expansion=mlp_expansion)
+def test_block_is_prenorm_residual(name, mixer_expansion, mlp_expansion):
+    blk = block(name, mlp_expansion=mlp_expansion, mixer_expansion=mixer_expansion)
+    assert blk.mixer.hidden_size == mixer_expansion * D
     x = torch.randn(B, 5, D, dtype=F64)
     out, state = blk(x)
 
@@ -60,6 +69,11 @@ def test_block_is_prenorm_residual(name, mlp_expansion):
     else:
         y = blk.mixer(u)
         want_state = y[:, -1:]
+    if mixer_expansion == 1:
+        assert blk.out_proj is None
+    else:  # the mixer's m·d-wide output, projected back to d
+        assert tuple(blk.out_proj.weight.shape) == (D, mixer_expansion * D)
+        y = y @ blk.out_proj.weight.T + blk.out_proj.bias
     mid = x + y
     if mlp_expansion == 0:
         assert blk.mlp is None
@@ -72,13 +86,15 @@ def test_block_is_prenorm_residual(name, mlp_expansion):
         want = mid + hid @ lin2.weight.T + lin2.bias
     close(out, want)
     close(state, want_state)
-    assert state.shape[:2] == (B, 1)
+    assert out.shape == (B, 5, D)
+    size = blk.mixer.state_size if name == "delta" else mixer_expansion * D
+    assert state.shape == (B, 1, size)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(("name", "mixer_expansion"), EXPANSIONS)
 @pytest.mark.parametrize("decay", [False, True])
-def test_block_step_matches_forward(name, decay):
-    blk = block(name, mixer_kwargs=DECAY if decay else {})
+def test_block_step_matches_forward(name, mixer_expansion, decay):
+    blk = block(name, mixer_kwargs=DECAY if decay else {}, mixer_expansion=mixer_expansion)
     x = torch.randn(B, 6, D, dtype=F64)
     dt = gaps(6) if decay else None
     full, last = blk(x, None, dt)
@@ -162,11 +178,14 @@ def check_step_and_chaining(model, T=7, split=3, dt=None):
         close(b, a)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_homogeneous_stack(name):
-    model = stack(name, mixer_kwargs=KWARGS[name])
+@pytest.mark.parametrize(("name", "mixer_expansion"), EXPANSIONS)
+def test_homogeneous_stack(name, mixer_expansion):
+    model = stack(name, mixer_kwargs=KWARGS[name], mixer_expansion=mixer_expansion)
     assert all(blk.mixer_name == name for blk in model.blocks)
     assert isinstance(model.in_proj, torch.nn.Linear)
+    # Unexpanded blocks keep their parameter names: no out_proj of the block's own.
+    widened = [n for n, _ in model.named_parameters() if n.split(".")[2:3] == ["out_proj"]]
+    assert len(widened) == (0 if mixer_expansion == 1 else 2 * model.n_layers)
     check_step_and_chaining(model)
 
 
@@ -264,6 +283,17 @@ def test_stack_and_block_errors():
         MinGRUBlock(D, mixer_kwargs={"hidden_size": 4})
     with pytest.raises(ValueError, match="mlp_expansion"):
         MinGRUBlock(D, mlp_expansion=-1)
+    for bad in (0, -2, True, 1.5, "2", None):
+        with pytest.raises(ValueError, match="mixer_expansion must be an int ≥ 1"):
+            MinGRUBlock(D, mixer_expansion=bad)
+    with pytest.raises(ValueError, match="mixer_expansion=2 does not apply to the 'delta'"):
+        MinGRUBlock(D, mixer="delta", mixer_kwargs={"n_heads": 2}, mixer_expansion=2)
+    with pytest.raises(ValueError, match="mixer_expansion=3 does not apply to the 'delta'"):
+        MinGRUStack(3, D, 2, mixer=["log", "delta"], mixer_expansion=3)
+    with pytest.raises(ValueError, match="even"):  # 3·3 = 9 rotation channels
+        MinGRUBlock(3, mixer="rotation", mixer_expansion=3)
+    with pytest.raises(ValueError, match="hidden_size=24"):  # block_size 16 does not divide 3·8
+        MinGRUBlock(D, mixer="givens", mixer_kwargs={"block_size": 16}, mixer_expansion=3)
     with pytest.raises(ValueError, match="dropout"):
         MinGRUBlock(D, dropout=1.5)
     with pytest.raises(ValueError, match="block_size"):

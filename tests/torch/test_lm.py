@@ -16,7 +16,15 @@ from torch.overrides import TorchFunctionMode
 from mingru import MinGRUBlock, MinGRULM, MinGRUStack
 from mingru_kernels._lm import CONFIG_NAME, WEIGHTS_NAME, LMConfig
 from tests.helpers import close
-from tests.torch._lm_cases import D_MODEL, MIXER_KWARGS, MIXERS, VOCAB, make_model, tokens
+from tests.torch._lm_cases import (
+    D_MODEL,
+    EXPANSIONS,
+    MIXER_KWARGS,
+    MIXERS,
+    VOCAB,
+    make_model,
+    tokens,
+)
 
 B = 3
 
@@ -29,9 +37,9 @@ def _run_steps(model: MinGRULM, toks: torch.Tensor, state=None):
     return torch.stack(logits, dim=1), state
 
 
-@pytest.mark.parametrize("mixer", MIXERS)
-def test_logits_are_embedding_stack_head(mixer):
-    model = make_model(mixer)
+@pytest.mark.parametrize(("mixer", "mixer_expansion"), EXPANSIONS)
+def test_logits_are_embedding_stack_head(mixer, mixer_expansion):
+    model = make_model(mixer, mixer_expansion=mixer_expansion)
     toks = tokens(B, 9)
     logits, state = model(toks)
     # An independent composition of the parts: the stack on the embedded tokens, then the
@@ -39,15 +47,17 @@ def test_logits_are_embedding_stack_head(mixer):
     hidden, stack_state = model.stack(F.embedding(toks, model.embedding.weight))
     close(logits, hidden @ model.embedding.weight.T, 1e-6)
     assert logits.shape == (B, 9, VOCAB)
-    sizes = [D_MODEL * D_MODEL // 2 if mixer == "delta" else D_MODEL] * 2
+    sizes = [D_MODEL * D_MODEL // 2 if mixer == "delta" else mixer_expansion * D_MODEL] * 2
     assert [tuple(s.shape) for s in state] == [(B, size) for size in sizes]
+    assert model.state_sizes == sizes
     for s, ref in zip(state, stack_state, strict=True):
         assert torch.equal(s, ref[:, 0])
 
 
-@pytest.mark.parametrize("mixer", MIXERS)
-def test_chunks_and_steps_carry_the_state(mixer):
-    model = make_model(mixer, learnable_h0=mixer in ("log", "signed"))
+@pytest.mark.parametrize(("mixer", "mixer_expansion"), EXPANSIONS)
+def test_chunks_and_steps_carry_the_state(mixer, mixer_expansion):
+    model = make_model(mixer, learnable_h0=mixer in ("log", "signed"),
+                       mixer_expansion=mixer_expansion)
     toks = tokens(B, 11)
     want, want_state = model(toks)
     first, state = model(toks[:, :4])
@@ -112,6 +122,15 @@ def test_config_is_validated():
         MinGRULM(0, D_MODEL, 1)
     with pytest.raises(ValueError, match="decay"):
         MinGRULM(VOCAB, D_MODEL, 1, mixer_kwargs={"decay": "fixed"})
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match="mixer_expansion must be an int ≥ 1"):
+            MinGRULM(VOCAB, D_MODEL, 1, mixer_expansion=bad)
+    with pytest.raises(ValueError, match="mixer_expansion=2 does not apply to the 'delta'"):
+        MinGRULM(VOCAB, D_MODEL, 2, mixer=["log", "delta"], mixer_expansion=2)
+    # A config written before mixer_expansion existed reads as unexpanded.
+    old = LMConfig(VOCAB, D_MODEL, 1).to_dict()
+    del old["mixer_expansion"]
+    assert LMConfig.from_dict(old).mixer_expansion == 1
     assert MinGRULM(VOCAB, D_MODEL, 2, mixer=["log", "signed"]).config.mixer == ("log", "signed")
 
 
@@ -181,9 +200,9 @@ def test_mingru_step_checks_shapes_not_values():
         model(tokens(B, 2), state)
 
 
-@pytest.mark.parametrize("mixer", MIXERS)
-def test_checkpoint_round_trip(mixer, tmp_path):
-    model = make_model(mixer, learnable_h0=mixer == "signed")
+@pytest.mark.parametrize(("mixer", "mixer_expansion"), EXPANSIONS)
+def test_checkpoint_round_trip(mixer, mixer_expansion, tmp_path):
+    model = make_model(mixer, learnable_h0=mixer == "signed", mixer_expansion=mixer_expansion)
     model.save_pretrained(tmp_path)
     assert sorted(os.listdir(tmp_path)) == sorted([CONFIG_NAME, WEIGHTS_NAME])
     stored = load_file(tmp_path / WEIGHTS_NAME)
@@ -191,6 +210,7 @@ def test_checkpoint_round_trip(mixer, tmp_path):
     assert set(stored) == set(model.state_dict()) - {"head.weight"}
     config = json.loads((tmp_path / CONFIG_NAME).read_text())
     assert config["model_type"] == "mingru" and config["mixer"] == mixer
+    assert config["mixer_expansion"] == mixer_expansion
     again = MinGRULM.from_pretrained(tmp_path)
     assert again.config == model.config
     assert again.head.weight is again.embedding.weight

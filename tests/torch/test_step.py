@@ -1,8 +1,9 @@
 """The fused step: the ``step`` of ``MinGRU``, ``SignedMinGRU``, ``GivensMinGRU`` and
 ``RotationMinGRU`` runs the forward's fused cell at T = 1 (one kernel on a GPU for the gates and
-the update). On the kernel route they must give the
-eager step's states: under Triton's interpreter on CPU (fp32), and on the GPU in fp32, bf16 and
-fp16 (``-m gpu``)."""
+the update), ``DeltaMinGRU``'s its step kernel (``delta_rule_step``: inputs, state update and
+output in one kernel). On the kernel route they must give the eager step's states (and, for
+``DeltaMinGRU``, whose output is not its state, its outputs): under Triton's interpreter on CPU
+(fp32), and on the GPU in fp32, bf16 and fp16 (``-m gpu``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 import mingru
-from mingru import GivensMinGRU, MinGRU, RotationMinGRU, SignedMinGRU
+from mingru import DeltaMinGRU, GivensMinGRU, MinGRU, RotationMinGRU, SignedMinGRU
 
 CASES = {
     "log": (MinGRU, {}),
@@ -20,18 +21,21 @@ CASES = {
     "givens": (GivensMinGRU, dict(block_size=4, rounds=3)),
     "rotation": (RotationMinGRU, {}),
     "rotation_nosnap": (RotationMinGRU, dict(snap=None)),
+    "delta": (DeltaMinGRU, dict(n_heads=2, nh=2, d_k=24, d_v=40)),
 }
 DECAYS = {"none": {}, "learnable": dict(decay="learnable", decay_rate=0.3, log1p_delta=True),
           "fixed": dict(decay="fixed", decay_rate=0.7)}
 
 
 def _steps(module, x, delta_t, *, mode: str) -> torch.Tensor:
-    """The states of ``x (B, T, D)`` stepped token by token under backend ``mode``."""
+    """The states of ``x (B, T, D)`` stepped token by token under backend ``mode`` (a step that
+    returns ``(y_t, h_t)``: both, side by side)."""
     h, states = None, []
     with torch.inference_mode(), mingru.use_backend(mode):
         for t in range(x.shape[1]):
-            h = module.step(x[:, t], h, None if delta_t is None else delta_t[:, t])
-            states.append(h)
+            out = module.step(x[:, t], h, None if delta_t is None else delta_t[:, t])
+            h = out[1] if isinstance(out, tuple) else out
+            states.append(torch.cat(out, -1) if isinstance(out, tuple) else out)
     return torch.stack(states, 1)
 
 
