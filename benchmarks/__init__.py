@@ -5,5 +5,8 @@
 :mod:`~mingru_benchmarks.tables` and :mod:`~mingru_benchmarks.page` (the markdown, the page's
 generated blocks); the frameworks' sides :mod:`~mingru_benchmarks.torch_side`,
 :mod:`~mingru_benchmarks.jax_side` and the peers :mod:`~mingru_benchmarks.peers` are imported
-only when a suite runs. Nothing of the library imports this package.
+only when a suite runs. :mod:`~mingru_benchmarks.paper` (with
+:mod:`~mingru_benchmarks.paper_lm` and :mod:`~mingru_benchmarks.paper_copy`) trains the paper's
+peers with ``mingru train``'s data, loop and presets. Nothing of the library imports this
+package.
 """

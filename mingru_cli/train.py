@@ -56,6 +56,7 @@ from mingru_cli.tasks import Batch, Task
 __all__ = [
     "MIXER_NAMES",
     "TASK_DEFAULTS",
+    "fit_model",
     "SequenceModel",
     "TrainConfig",
     "check_device",
@@ -137,7 +138,7 @@ def fit_torch(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
     def evaluate(batch: Batch) -> Accuracy:
         return torch_accuracy(model, batch, cfg.device, chunk=cfg.eval_batch_size)
 
-    record = _fit(model, model, spec, task=task, cfg=cfg, val=val, evaluate=evaluate, slot=slot)
+    record = fit_model(model, model, spec, task=task, cfg=cfg, val=val, evaluate=evaluate, slot=slot)
     record.update(final_scores(evaluate, evals))
     return record
 
@@ -161,7 +162,7 @@ def fit_lm(spec: str, task: Task, cfg: TrainConfig, val: Batch,
         return model.head(model.features(tokens)[0])
 
     on_eval = lm_eval(lambda batch, chunk: validation_loss(model, batch, chunk), val, cfg)
-    record = _fit(model, logits, spec, task=task, cfg=cfg, val=None,
+    record = fit_model(model, logits, spec, task=task, cfg=cfg, val=None,
                   evaluate=lambda b: Accuracy(0.0, 0.0), on_eval=on_eval,
                   select_lowest="val_loss", slot=slot)
     model.eval()
@@ -223,7 +224,7 @@ class _TorchState:
         return state["best"]
 
 
-def _fit(model: nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor], spec: str,
+def fit_model(model: nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor], spec: str,
          *, task: Task, cfg: TrainConfig, val: Batch | None, evaluate: Callable[[Batch], Accuracy],
          on_eval: Callable[[float], dict[str, float]] | None = None,
          select_lowest: str | None = None, slot: ModelSlot | None = None) -> dict[str, Any]:

@@ -12,7 +12,9 @@ as such in the failure messages); relative imports are resolved. The rules:
   imports no jax/flax, ``mingru_jax`` imports torch only in ``mingru_jax.convert``;
 * the benchmark harness ``mingru_benchmarks`` (from ``benchmarks/``) is imported by none of the
   library packages, and by ``mingru_cli`` only lazily, inside the ``bench`` command (so
-  ``mingru --help`` stays framework-free); it never imports ``mingru_cli``;
+  ``mingru --help`` stays framework-free); it imports ``mingru_cli`` only in its paper-run
+  modules (``mingru_benchmarks.paper*``, which train peers with the CLI's data, loop and
+  presets);
 * ``mingru_kernels`` imports no framework (torch, jax, flax, jax_triton), even indirectly,
   and its pure-Python parts (the package itself, ``mingru_kernels.launch.*``, ``_spec``,
   ``_seam``, ``_compat``) import no triton either;
@@ -38,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"mingru": "mingru", "mingru_jax": "mingru_jax", "mingru_kernels": "kernels",
             "mingru_cli": "mingru_cli", "mingru_benchmarks": "benchmarks"}
 FRONTENDS = ("mingru", "mingru_jax")
+PAPER_RUNS = "mingru_benchmarks.paper"  # the harness's modules that may import mingru_cli
 FRAMEWORKS = ("torch", "jax", "flax", "jax_triton")
 
 # The layers of each frontend, top (high) to bottom; a module may import modules of its own
@@ -264,6 +267,10 @@ def _forbidden_package_imports(imp: Import) -> str | None:
     if dst == "mingru_cli":
         if imp.source == "mingru.__main__":
             return None  # ``python -m mingru`` is an entry shim for the command line
+        if imp.source.startswith(PAPER_RUNS):
+            return None  # the peers train with the CLI's own data, loop and presets
+        if src == "mingru_benchmarks":
+            return f"{imp.source} never imports mingru_cli (only {PAPER_RUNS}* modules do)"
         return f"{src} never imports mingru_cli"
     if src in FRONTENDS and dst in FRONTENDS:
         return f"{src} never imports {dst} (the frontends are independent)"
@@ -273,6 +280,13 @@ def _forbidden_package_imports(imp: Import) -> str | None:
 def test_frontends_and_kernels_are_independent():
     bad = [f"{_where(i)}: {why}" for i in IMPORTS if (why := _forbidden_package_imports(i))]
     assert not bad, "\n".join(bad)
+
+
+def test_only_the_paper_runs_of_the_harness_import_the_cli():
+    reuse = [i for i in IMPORTS if i.source.startswith(PAPER_RUNS) and _top(i.target) == "mingru_cli"]
+    assert reuse  # the rule's exception is used: the paper runs train with the CLI's loop
+    assert _forbidden_package_imports(Import("mingru_benchmarks.run", "mingru_cli.config", 1, False))
+    assert _forbidden_package_imports(Import(PAPER_RUNS + "_lm", "mingru_cli.config", 1, False)) is None
 
 
 def test_the_cli_imports_the_harness_only_inside_a_function():
