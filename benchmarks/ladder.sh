@@ -1,12 +1,28 @@
 #!/usr/bin/env bash
 # The expressivity ladder recorded in docs/results/ladder.md: every run is one `mingru train`
-# command (CPU, trained at T=64, evaluated at 64/256/1024). Results land in $OUT/<run>/ as
-# train_results.json + train_accuracy.png; summarize with
+# command. Results land in $OUT/<run>/ as train_results.json + train_accuracy.png; summarize with
 #   python benchmarks/summarize_train.py $OUT/*/train_results.json
+#   benchmarks/ladder.sh OUT        the CPU ladder: trained at T=64, evaluated at 64/256/1024
+#   benchmarks/ladder.sh OUT gpu    the GPU ladder: parity, S3, S5 and MQAR, every mixer, three
+#                                   seeds, trained at T=256, evaluated at 256/1024/4096
 set -euo pipefail
 OUT=${1:-ladder-runs}
 mkdir -p "$OUT"
 run() { local name=$1; shift; python -m mingru train --no-progress --out "$OUT/$name" "$@"; }
+
+if [ "${2:-cpu}" = gpu ]; then
+  lengths=(--device cuda --train-len 256 --val-len 256 --eval-lens 256,1024,4096)
+  every=(--mixer log --mixer signed --mixer rotation --mixer givens --mixer delta)
+  for s in 0 1 2; do
+    run "gpu-parity-seed$s" --task parity --steps 1000 "${every[@]}" "${lengths[@]}" --seed "$s"
+    run "gpu-s3-seed$s" --task s3 --steps 2000 "${every[@]}" "${lengths[@]}" --seed "$s"
+    run "gpu-s5-seed$s" --task s5 --steps 4000 "${every[@]}" "${lengths[@]}" --seed "$s"
+    # Recall needs two layers: MinGRU first (it carries the key to the value), then the memory.
+    run "gpu-mqar-seed$s" --task mqar --layers 2 --steps 2000 --mixer log,log --mixer log,signed \
+      --mixer log,rotation --mixer log,givens --mixer log,delta "${lengths[@]}" --seed "$s"
+  done
+  exit 0
+fi
 
 # Parity: SignedMinGRU vs MinGRU (the no-flag default), three seeds.
 for s in 0 1 2; do run "parity-seed$s" --seed "$s"; done
