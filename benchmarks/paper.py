@@ -13,7 +13,9 @@ numbers sit beside ours.
   Writes ``DIR/peer-selective-copy.json`` (or ``DIR/ours-selective-copy.json`` with
   ``--ours``) and prints the table of the runs in ``DIR``.
 
-Every run is deterministic given ``--seed`` (on one device). The parser is pure Python; torch,
+``--precision fp32|bf16`` (as ``mingru train``'s) sets the forward's compute precision of
+whichever side runs; give both sides of a comparison the same. Every run is deterministic given
+``--seed`` (on one device). The parser is pure Python; torch,
 transformers and the peer are imported when a command runs.
 
 Example:
@@ -35,6 +37,8 @@ import shlex
 import sys
 from pathlib import Path
 from typing import Any
+
+from mingru_cli.config import PRECISIONS
 
 __all__ = ["build_parser", "copy_table", "lm_table", "main"]
 
@@ -62,6 +66,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--ours", action="store_true",
                    help="run our model through the same rules instead of the peer")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="compute precision of the forward, as in mingru train, for whichever "
+                        "side runs: give both sides the same (default fp32)")
     for flag, kind in (("--steps", int), ("--eval-every", int), ("--train-len", int),
                        ("--d-model", int), ("--layers", int), ("--batch-size", int),
                        ("--grad-accum", int), ("--lr", float), ("--weight-decay", float),
@@ -85,8 +92,6 @@ def build_parser() -> argparse.ArgumentParser:
     gpt.add_argument("--head-dim", type=int, default=64, help="with --params (default 64)")
     gpt.add_argument("--val-stride", type=int, metavar="S",
                      help="bytes between the GPT's validation windows (default train_len / 2)")
-    gpt.add_argument("--bf16", action="store_true",
-                     help="bf16 autocast for the GPT (mingru train trains in float32)")
     gpt.add_argument("--probe-steps", type=int, default=50,
                      help="timed steps of the probe that sets --steps from --max-minutes")
     gpt.add_argument("--mixer", help="--ours: mixer spec (default log)")
@@ -106,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 _CONTROL = {"command", "out", "device", "max_minutes", "threads", "no_progress", "ours", "data",
-            "heads", "params", "head_dim", "val_stride", "bf16", "probe_steps", "mixer",
+            "heads", "params", "head_dim", "val_stride", "probe_steps", "mixer",
             "target_accuracy", "warmup_steps"}
 
 
@@ -178,7 +183,7 @@ def run_gpt_command(args: argparse.Namespace, command: str) -> dict[str, Any]:
         cfg = dataclasses.replace(cfg, layers=layers, out=str(out))
         with train.session(cfg):
             result, _ = paper_lm.run_gpt(cfg, heads=heads, stride=args.val_stride or max(
-                1, cfg.train_len // 2), bf16=args.bf16, minutes=minutes, probe=args.probe_steps)
+                1, cfg.train_len // 2), minutes=minutes, probe=args.probe_steps)
     result.update(command=command, versions=_versions())
     name = LM_FILES["ours" if args.ours else "gpt2"]
     print(lm_table(_runs(out, {k: v for k, v in LM_FILES.items() if v != name}) + [result]))
@@ -224,12 +229,13 @@ def run_copy_command(args: argparse.Namespace, command: str) -> dict[str, Any]:
 def lm_table(runs: list[dict[str, Any]]) -> str:
     """The language-model runs side by side (plain text)."""
     lines = ["model   params (all / non-emb.)   steps  ms/step  tokens/s  val loss  val bpb  "
-             "val bytes"]
+             "val bytes  precision"]
     for r in runs:
         p, per_step = r["params"], 1e3 * r["step_seconds"] / max(1, r["steps"])
         lines.append(f"{r['model']:<7} {p['total']:>11,} / {p['non_embedding']:>10,}  "
                      f"{r['steps']:>6}  {per_step:>7.2f}  {r['tokens_per_second']:>8,.0f}"
-                     f"  {r['val_loss']:>8.4f}  {r['val_bpb']:>7.4f}  {r['val_bytes']:>9}")
+                     f"  {r['val_loss']:>8.4f}  {r['val_bpb']:>7.4f}  {r['val_bytes']:>9}"
+                     f"  {_precision(r)}")
     return "\n".join(lines)
 
 
@@ -237,7 +243,7 @@ def copy_table(runs: list[dict[str, Any]]) -> str:
     """The selective-copy runs side by side (plain text): the headline is the training time
     to the target, evaluation excluded."""
     lines = ["model  params   target  reached at step  s to target  (with eval)  ms/step  "
-             "best acc"]
+             "best acc  precision"]
     for r in runs:
         own = r["params"][r["model"]]["total"]
         at = r["step_at_target"]
@@ -245,8 +251,14 @@ def copy_table(runs: list[dict[str, Any]]) -> str:
                      f"{'-' if at is None else at:>15}  "
                      f"{_seconds(r['seconds_to_target']):>11}  "
                      f"{_seconds(r['seconds_to_target_with_eval']):>11}  "
-                     f"{1e3 * r['seconds_per_step']:>7.2f}  {r['best_val_acc'] or 0:>8.4f}")
+                     f"{1e3 * r['seconds_per_step']:>7.2f}  {r['best_val_acc'] or 0:>8.4f}"
+                     f"  {_precision(r)}")
     return "\n".join(lines)
+
+
+def _precision(run: dict[str, Any]) -> str:
+    """A run's compute precision (``fp32`` where its JSON has none: the default)."""
+    return run["config"].get("precision", "fp32")
 
 
 def _seconds(value: float | None) -> str:

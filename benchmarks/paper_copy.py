@@ -143,7 +143,7 @@ def time_to_target(cfg: TrainConfig, task: SelectiveCopyTask, val: Batch, *, our
              evaluate=lambda batch: Accuracy(0.0, 0.0))
         torch_accuracy(spare, Batch(*(a[: cfg.eval_batch_size] for a in
                                       (val.tokens, val.labels, val.mask))),
-                       cfg.device, chunk=cfg.eval_batch_size)
+                       cfg.device, chunk=cfg.eval_batch_size, precision=cfg.precision)
         del spare
     model = build_model(cfg, task, ours=ours)
     curve: list[dict[str, Any]] = []
@@ -153,7 +153,8 @@ def time_to_target(cfg: TrainConfig, task: SelectiveCopyTask, val: Batch, *, our
 
     def evaluate(batch: Batch) -> Accuracy:
         began = time.perf_counter()
-        accuracy = torch_accuracy(model, batch, cfg.device, chunk=cfg.eval_batch_size)
+        accuracy = torch_accuracy(model, batch, cfg.device, chunk=cfg.eval_batch_size,
+                                  precision=cfg.precision)
         ended = time.perf_counter()
         trained = began - clock["start"] - clock["eval"]
         clock["eval"] += ended - began

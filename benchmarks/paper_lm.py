@@ -40,7 +40,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib
 import math
@@ -56,7 +55,7 @@ from torch import nn
 from mingru_cli._train_common import Accuracy, build_task, lm_metrics
 from mingru_cli.config import TrainConfig
 from mingru_cli.tasks import Batch, ByteText
-from mingru_cli.train import fit_model
+from mingru_cli.train import autocast, fit_model
 
 __all__ = ["VOCAB", "count_parameters", "gpt_config", "gpt_validation_loss", "gpt_width_for",
            "probe_steps", "run_gpt", "run_ours", "sliding_windows", "transformers_gpt2"]
@@ -171,22 +170,18 @@ def sliding_windows(stretches: Batch, *, window: int, stride: int) -> tuple[Batc
     return Batch(tokens, labels, scored), np.concatenate([rows, starts], axis=1)
 
 
-def _autocast(device: str, bf16: bool) -> contextlib.AbstractContextManager[Any]:
-    if not bf16:
-        return contextlib.nullcontext()
-    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
-
-
-def gpt_validation_loss(model: nn.Module, windows: Batch, *, rows: int, bf16: bool = False) -> float:
+def gpt_validation_loss(model: nn.Module, windows: Batch, *, rows: int,
+                        precision: str = "fp32") -> float:
     """The mean cross-entropy (nats per byte) of the transformers causal LM ``model`` (run in
-    eval mode, without gradients) over the scored positions of ``windows``
-    (:func:`sliding_windows`), ``rows`` windows per forward, logits in float32."""
+    eval mode, without gradients, at ``precision``: :func:`mingru_cli.train.autocast`) over
+    the scored positions of ``windows`` (:func:`sliding_windows`), ``rows`` windows per
+    forward, logits in float32."""
     device = next(model.parameters()).device
     training = model.training
     model.eval()
     total = torch.zeros((), device=device)
     try:
-        with torch.no_grad(), _autocast(str(device), bf16):
+        with torch.no_grad(), autocast(device, precision):
             for i in range(0, windows.tokens.shape[0], rows):
                 tokens = torch.from_numpy(windows.tokens[i : i + rows]).to(device)
                 labels = torch.from_numpy(windows.labels[i : i + rows]).to(device)
@@ -229,9 +224,10 @@ def _tiny_validation(task: ByteText, cfg: TrainConfig) -> Batch:
     return task.validation(cfg.eval_batch_size, cfg.eval_batch_size)
 
 
-def run_gpt(cfg: TrainConfig, *, heads: int, stride: int, bf16: bool, minutes: float | None,
+def run_gpt(cfg: TrainConfig, *, heads: int, stride: int, minutes: float | None,
             probe: int) -> tuple[dict[str, Any], nn.Module]:
-    """Train the GPT of ``cfg`` (``d_model``, ``layers``, ``train_len``, ``dropout``; an
+    """Train the GPT of ``cfg`` (``d_model``, ``layers``, ``train_len``, ``dropout``,
+    ``precision``: the forward under bf16 autocast for ``"bf16"``, as ours; an
     unresolved ``--task lm`` configuration inside :func:`mingru_cli.train.session`) as
     ``mingru train --task lm`` trains ours, ``cfg.steps`` steps or, with ``minutes``, the
     steps :func:`probe_steps` gives (``probe`` timed steps); score the selected weights on the
@@ -246,12 +242,12 @@ def run_gpt(cfg: TrainConfig, *, heads: int, stride: int, bf16: bool, minutes: f
         model = model_class(config).to(run_cfg.device).train()
         windows, _ = sliding_windows(val, window=run_cfg.train_len, stride=stride)
 
-        def logits(tokens: torch.Tensor) -> torch.Tensor:
-            with _autocast(run_cfg.device, bf16):
-                return model(input_ids=tokens).logits.float()
+        def logits(tokens: torch.Tensor) -> torch.Tensor:  # fit_model sets the precision
+            return model(input_ids=tokens).logits
 
         def on_eval(train_loss: float) -> dict[str, float]:
-            loss = gpt_validation_loss(model, windows, rows=run_cfg.eval_batch_size, bf16=bf16)
+            loss = gpt_validation_loss(model, windows, rows=run_cfg.eval_batch_size,
+                                       precision=run_cfg.precision)
             return lm_metrics(train_loss, loss)
 
         record = fit_model(model, logits, "gpt2", task=task, cfg=run_cfg, val=None,
@@ -269,13 +265,14 @@ def run_gpt(cfg: TrainConfig, *, heads: int, stride: int, bf16: bool, minutes: f
     whole = task.validation(cfg.eval_batch_size)
     record, model = fit(cfg, val)
     windows, _ = sliding_windows(whole, window=cfg.train_len, stride=stride)
-    final = gpt_validation_loss(model, windows, rows=cfg.eval_batch_size, bf16=bf16)
+    final = gpt_validation_loss(model, windows, rows=cfg.eval_batch_size,
+                                precision=cfg.precision)
     validation = {"stretches": int(whole.tokens.shape[0]), "window": cfg.train_len,
                   "stride": stride, "rule": WINDOW_RULE,
                   "bytes_per_evaluation": int(val.mask.sum()),
                   "final_bytes": int(windows.mask.sum())}
     gpt = {"d_model": cfg.d_model, "layers": cfg.layers, "heads": heads,
-           "n_positions": cfg.train_len, "dropout": cfg.dropout, "bf16_autocast": bf16}
+           "n_positions": cfg.train_len, "dropout": cfg.dropout}
     summary = summarize("gpt2", cfg, record, count_parameters(model), final_loss=final,
                         validation=validation, split=task.split(), budget=budget)
     summary["config"] = {k: v for k, v in summary["config"].items()
@@ -336,5 +333,5 @@ def summarize(name: str, cfg: TrainConfig, record: dict[str, Any], params: dict[
                             "lr", "schedule", "warmup", "weight_decay", "grad_clip", "dropout",
                             "d_model", "layers", "mlp_expansion", "mixer_expansion", "mixers",
                             "eval_every", "eval_batch_size", "val_bytes", "val_fraction",
-                            "device")},
+                            "precision", "device")},
     }

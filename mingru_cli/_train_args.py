@@ -23,6 +23,7 @@ from typing import Any
 
 from mingru_cli.config import (
     MIXER_NAMES,
+    PRECISIONS,
     PRESETS,
     SCHEDULES,
     TASK_DEFAULTS,
@@ -95,7 +96,8 @@ def add_train_parser(sub: argparse._SubParsersAction, func: Callable[..., int]) 
                         "layers, d_model 64, mixer expansion 6, no MLP, dropout 0.1, batch 64 as 2×32, 400k steps "
                         "at a constant lr 3e-4, weight decay 0.05, clip 1, learned h0; 4096 "
                         "data positions, 16 tokens of 16; validation every 1000 steps; "
-                        "evaluation on 200 batches of 64)")
+                        "evaluation on 200 batches of 64; float32: add --precision bf16 for about "
+                        "half the GPU time)")
     p.add_argument("--task", choices=TASKS, help=f"task (default: {d.task})")
     p.add_argument("--mixer", action="append", dest="mixers", metavar="SPEC",
                    help=f"mixer name ({'|'.join(MIXER_NAMES)}) or a comma-separated list, one "
@@ -145,6 +147,12 @@ def add_train_parser(sub: argparse._SubParsersAction, func: Callable[..., int]) 
                         f"split's stretches, each read from a fresh state; default "
                         f"{d.eval_batch_size})")
     p.add_argument("--seed", type=int, help=f"default {d.seed}")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="the forward's compute precision: fp32, or bf16 (torch: bf16 autocast; "
+                        "jax: the modules' bfloat16 dtype), the weights, the optimizer and the "
+                        "loss (from the logits) staying float32; about half the step time of "
+                        "fp32 on a recent GPU, slower than fp32 on the CPU; checkpoints hold "
+                        f"float32 weights either way (default {d.precision})")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default cuda when the framework sees a "
                                      "GPU); a device that is not there is an error")
     p.add_argument("--threads", type=int,

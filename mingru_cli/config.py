@@ -24,6 +24,7 @@ from mingru_kernels._spec import check_mixer_expansion
 
 __all__ = [
     "MIXER_NAMES",
+    "PRECISIONS",
     "PRESETS",
     "RUN_CONTROL",
     "SCHEDULES",
@@ -41,6 +42,11 @@ MIXER_NAMES = ("log", "signed", "rotation", "givens", "delta")
 TASKS = ("parity", "s3", "s5", "mqar", "selective-copy", "lm")
 
 SCHEDULES = ("cosine", "constant")
+
+# --precision: "fp32" computes in float32; "bf16" computes the forward in bfloat16 over float32
+# weights (PyTorch: torch.autocast; Flax: the modules' dtype), the loss in float32 from the
+# logits, the optimizer in float32 on float32 weights.
+PRECISIONS = ("fp32", "bf16")
 
 # --task lm scores this many validation bytes at each evaluation point (an evenly spread part
 # of a larger split; mingru_cli.tasks.ByteText.validation), and the whole split at the end.
@@ -130,6 +136,7 @@ class TrainConfig:
     eval_size: int = 128
     eval_batch_size: int = 64  # sequences per forward pass when evaluating
     seed: int = 0
+    precision: str = "fp32"  # one of PRECISIONS: the forward's compute precision
     device: str = "cpu"
     threads: int | None = 1  # CPU intra-op threads; None = torch's default
     out: str | None = None
@@ -205,7 +212,10 @@ def preset_config(preset: str | None, **fields: Any) -> TrainConfig:
 
 
 def _check_training(cfg: TrainConfig) -> None:
-    """The optimisation flags: schedule, dropout, clipping, accumulation."""
+    """The optimisation flags: precision, schedule, dropout, clipping, accumulation."""
+    if cfg.precision not in PRECISIONS:
+        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}; got "
+                         f"{cfg.precision!r}")
     if cfg.schedule not in SCHEDULES:
         raise ValueError(f"--lr-schedule must be one of {', '.join(SCHEDULES)}; got {cfg.schedule!r}")
     if not 0 <= cfg.dropout < 1:

@@ -6,8 +6,9 @@ Framework-free itself: it imports the chosen training path (:mod:`mingru_cli.tra
 PyTorch, :mod:`mingru_cli.train_jax` for Flax) only when it runs, so a Flax-only install never
 loads torch. Each path provides ``session(cfg)`` (checks ``cfg.device``, resolves ``"auto"``,
 places the work), ``fit(spec, task, cfg, evals, val, slot)`` (one model's record), and for the
-language model ``fit_lm(spec, task, cfg, val, slot)``, ``validation_loss(model, batch, chunk)``,
-``load_lm(directory, device)`` and ``generate_bytes(model, prompt, max_new_tokens, **sampling)``.
+language model ``fit_lm(spec, task, cfg, val, slot)``, ``validation_loss(model, batch, chunk,
+precision=)``, ``load_lm(directory, device)`` and ``generate_bytes(model, prompt,
+max_new_tokens, precision=, **sampling)``; every forward runs at ``cfg.precision``.
 
 With ``--out DIR`` the training state is saved in ``DIR/checkpoint`` (every ``--save-every``
 steps and at the end of each model) and ``--resume DIR`` continues it
@@ -67,7 +68,8 @@ def format_table(result: dict[str, Any]) -> str:
     names = [m["mixer"] for m in models]
     width = max(8, *(len(n) for n in names))
     lines = [f"task {result['task_description']}, trained at T={result['config']['train_len']}, "
-             f"seed {result['config']['seed']}, chance {result['chance']:.3f}"]
+             f"seed {result['config']['seed']}, precision {result['config']['precision']}, "
+             f"chance {result['chance']:.3f}"]
     header = "length".rjust(7) + " | " + " | ".join(n.rjust(width) for n in names)
     lines += [header, "-" * len(header)]
     lengths = list(models[0]["accuracy"]) if models else []
@@ -204,7 +206,7 @@ def run_lm(cfg: TrainConfig, path: Any, command: str | None,
     slot = RunCheckpoint(cfg, started).slot(0, cfg.mixers[0])
     record, model = path.fit_lm(cfg.mixers[0], task, cfg, val=val, slot=slot)
     chunk = lm_val_chunk(cfg)
-    final_loss = path.validation_loss(model, whole, chunk)
+    final_loss = path.validation_loss(model, whole, chunk, precision=cfg.precision)
     record["final"] = {"step": record["selected_step"], "val_loss": round(final_loss, 5),
                        "val_bpb": round(final_loss / math.log(2), 5),
                        "val_bytes": int(whole.mask.sum())}
@@ -214,7 +216,8 @@ def run_lm(cfg: TrainConfig, path: Any, command: str | None,
     model.save_pretrained(out)
     prompt = bytes(task.val[:SAMPLE_PROMPT_BYTES].tolist())
     sampling = {**SAMPLE_SAMPLING, "seed": cfg.seed}
-    sample = path.generate_bytes(model, prompt, cfg.sample_tokens, **sampling)
+    sample = path.generate_bytes(model, prompt, cfg.sample_tokens, precision=cfg.precision,
+                                 **sampling)
     config = {k: v for k, v in asdict(cfg).items() if k not in _NOT_FOR_LM}
     result = {"task": "lm", "task_description": task.describe(), "command": command,
               "config": config, "seed": cfg.seed, "split": task.split(),
@@ -243,7 +246,8 @@ def format_lm_table(result: dict[str, Any]) -> str:
     final = model["final"]
     lines = [f"{result['task_description']}: train {split['train_bytes']} bytes, validation (the "
              f"last {split['val_fraction']:.0%}) {split['val_bytes']} bytes, sha256 "
-             f"{split['sha256'][:16]}…; {model['parameters']} parameters",
+             f"{split['sha256'][:16]}…; {model['parameters']} parameters, precision "
+             f"{result['config']['precision']}",
              f"validation: {validation['bytes_per_evaluation']} bytes at each step below "
              f"({validation['stretches']} stretches), {validation['final_bytes']} at the end",
              "step".rjust(8) + "  train loss  train bits/byte  val loss  val bits/byte"]

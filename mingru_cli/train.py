@@ -44,6 +44,7 @@ from mingru_cli._train_common import (
 )
 from mingru_cli.config import (
     MIXER_NAMES,
+    PRECISIONS,
     TASK_DEFAULTS,
     TrainConfig,
     parse_mixer_spec,
@@ -59,6 +60,7 @@ __all__ = [
     "fit_model",
     "SequenceModel",
     "TrainConfig",
+    "autocast",
     "check_device",
     "fit",
     "fit_lm",
@@ -108,12 +110,34 @@ class SequenceModel(nn.Module):
         return self.head(out)
 
 
-def torch_accuracy(model: nn.Module, batch: Batch, device: str, chunk: int = 64) -> Accuracy:
-    """Token and sequence accuracy of ``model`` (in eval mode) over the scored positions of
-    ``batch``, ``chunk`` sequences per forward."""
+def autocast(device: str | torch.device,
+             precision: str) -> contextlib.AbstractContextManager[Any]:
+    """The compute precision ``precision`` (a :data:`mingru_cli.config.PRECISIONS` name) on the
+    torch ``device``: ``"bf16"`` is ``torch.autocast`` to bfloat16 (the matmuls and the mixers'
+    projections in bfloat16, the weights float32), ``"fp32"`` changes nothing.
+
+    Example:
+        >>> with autocast("cpu", "bf16"):
+        ...     (torch.ones(2, 3) @ torch.ones(3, 4)).dtype
+        torch.bfloat16
+    """
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    if precision not in PRECISIONS:
+        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+
+
+def torch_accuracy(model: nn.Module, batch: Batch, device: str, *, chunk: int = 64,
+                   precision: str = "fp32") -> Accuracy:
+    """Token and sequence accuracy of ``model`` (in eval mode, at ``precision``:
+    :func:`autocast`) over the scored positions of ``batch``, ``chunk`` sequences per
+    forward."""
 
     def predict(tokens: Any) -> Any:
-        return model(torch.from_numpy(tokens).to(device)).argmax(-1).cpu().numpy()
+        with autocast(device, precision):
+            logits = model(torch.from_numpy(tokens).to(device))
+        return logits.argmax(-1).cpu().numpy()
 
     model.eval()
     try:
@@ -136,7 +160,8 @@ def fit_torch(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
     model = model.to(cfg.device)
 
     def evaluate(batch: Batch) -> Accuracy:
-        return torch_accuracy(model, batch, cfg.device, chunk=cfg.eval_batch_size)
+        return torch_accuracy(model, batch, cfg.device, chunk=cfg.eval_batch_size,
+                              precision=cfg.precision)
 
     record = fit_model(model, model, spec, task=task, cfg=cfg, val=val, evaluate=evaluate, slot=slot)
     record.update(final_scores(evaluate, evals))
@@ -161,7 +186,8 @@ def fit_lm(spec: str, task: Task, cfg: TrainConfig, val: Batch,
     def logits(tokens: torch.Tensor) -> torch.Tensor:  # no token read-back: no sync per step
         return model.head(model.features(tokens)[0])
 
-    on_eval = lm_eval(lambda batch, chunk: validation_loss(model, batch, chunk), val, cfg)
+    on_eval = lm_eval(lambda batch, chunk: validation_loss(model, batch, chunk,
+                                                          precision=cfg.precision), val, cfg)
     record = fit_model(model, logits, spec, task=task, cfg=cfg, val=None,
                   evaluate=lambda b: Accuracy(0.0, 0.0), on_eval=on_eval,
                   select_lowest="val_loss", slot=slot)
@@ -169,9 +195,11 @@ def fit_lm(spec: str, task: Task, cfg: TrainConfig, val: Batch,
     return record, model
 
 
-def validation_loss(model: nn.Module, batch: Batch, chunk: int) -> float:
-    """The mean cross-entropy (nats per byte) of the :class:`mingru.MinGRULM` ``model`` (run
-    in eval mode, without gradients) over the scored positions of ``batch`` (int64 ``(R, W)``
+def validation_loss(model: nn.Module, batch: Batch, chunk: int, *,
+                    precision: str = "fp32") -> float:
+    """The mean cross-entropy (nats per byte, from float32 logits) of the
+    :class:`mingru.MinGRULM` ``model`` (run in eval mode, without gradients, at ``precision``:
+    :func:`autocast`) over the scored positions of ``batch`` (int64 ``(R, W)``
     tokens and labels, ``-100`` where unscored, as :meth:`ByteText.validation` gives): each row
     from the default state, in chunks of ``chunk`` bytes with the state carried, so the result
     is that of one forward per row whatever ``chunk`` is."""
@@ -187,7 +215,7 @@ def validation_loss(model: nn.Module, batch: Batch, chunk: int) -> float:
     training = model.training
     model.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), autocast(device, precision):
             return chunked_loss(batch, chunk_loss, chunk)
     finally:
         model.train(training)
@@ -230,7 +258,9 @@ def fit_model(model: nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor
          select_lowest: str | None = None, slot: ModelSlot | None = None) -> dict[str, Any]:
     """AdamW on ``model`` through :func:`fit_loop`; ``logits_of(tokens)`` is its output.
     Each step averages the gradients of ``cfg.grad_accum`` micro-batches (each one's loss is
-    the mean over its scored positions), then clips their norm to ``cfg.grad_clip``."""
+    the mean over its scored positions), then clips their norm to ``cfg.grad_clip``. The
+    forward runs at ``cfg.precision`` (:func:`autocast`), the loss in float32 from the
+    logits; the weights and the optimizer stay float32."""
     # Fused AdamW on CUDA: one kernel family for the whole update instead of foreach's
     # several per parameter group, which a small model's step notices.
     fused = torch.device(cfg.device).type == "cuda"
@@ -249,8 +279,9 @@ def fit_model(model: nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor
             for part in split_batch(batch, cfg.grad_accum):
                 tok = torch.from_numpy(part.tokens).to(cfg.device)
                 lab = torch.from_numpy(part.labels).to(cfg.device)
-                logits = logits_of(tok)
-                loss = loss_fn(logits.reshape(-1, logits.shape[-1]), lab.reshape(-1))
+                with autocast(cfg.device, cfg.precision):
+                    logits = logits_of(tok).float()
+                    loss = loss_fn(logits.reshape(-1, logits.shape[-1]), lab.reshape(-1))
                 (loss / cfg.grad_accum).backward()
                 with torch.no_grad():
                     m = torch.from_numpy(part.mask).to(cfg.device)
@@ -277,12 +308,14 @@ def load_lm(directory: str, device: str) -> nn.Module:
     return MinGRULM.from_pretrained(directory, device=device)
 
 
-def generate_bytes(model: nn.Module, prompt: bytes, max_new_tokens: int,
-                   **sampling: Any) -> bytes:
-    """The ``max_new_tokens`` bytes ``model.generate`` continues ``prompt`` with."""
+def generate_bytes(model: nn.Module, prompt: bytes, max_new_tokens: int, *,
+                   precision: str = "fp32", **sampling: Any) -> bytes:
+    """The ``max_new_tokens`` bytes ``model.generate`` continues ``prompt`` with, at
+    ``precision`` (:func:`autocast`)."""
     device = model.embedding.weight.device
     tokens = torch.tensor([list(prompt)], dtype=torch.long, device=device)
-    out = model.generate(tokens, max_new_tokens, **sampling)
+    with autocast(device, precision):
+        out = model.generate(tokens, max_new_tokens, **sampling)
     return bytes(out[0, len(prompt):].tolist())
 
 

@@ -3,6 +3,9 @@
 :mod:`mingru_cli.train`, trained with optax AdamW (same betas, eps and weight decay as
 ``torch.optim.AdamW`` with the flags given) under ``jax.jit``; for ``--task lm`` a
 ``mingru_jax.MinGRULM`` (:func:`fit_lm`, :func:`load_lm`, :func:`generate_bytes`).
+``--precision bf16`` builds the model with ``dtype=bfloat16`` over ``param_dtype=float32``
+(:func:`compute_dtype`): the forward in bfloat16, the parameters, the optimizer and the loss
+(from the logits) in float32.
 
 JAX, Flax and optax are imported only here, so the PyTorch demo never needs them, and nothing
 on this path imports torch: a Flax-only install (``pip install ".[jax,cli]"``) runs it. This
@@ -23,11 +26,11 @@ import numpy as np
 
 from mingru_cli._checkpoint import ModelSlot
 from mingru_cli._train_common import Accuracy, chunked_loss, final_scores, fit_loop, lm_eval, score
-from mingru_cli.config import TrainConfig, stack_arguments
+from mingru_cli.config import PRECISIONS, TrainConfig, stack_arguments
 from mingru_cli.tasks import Batch, Task
 
-__all__ = ["fit", "fit_jax", "fit_lm", "generate_bytes", "jax_device", "load_lm", "session",
-           "validation_loss"]
+__all__ = ["compute_dtype", "fit", "fit_jax", "fit_lm", "generate_bytes", "jax_device",
+           "load_lm", "session", "validation_loss"]
 
 
 def _imports() -> tuple[Any, Any, Any, Any, Any]:
@@ -85,24 +88,49 @@ def session(cfg: TrainConfig) -> Iterator[None]:
         yield
 
 
+def compute_dtype(precision: str) -> Any:
+    """The Flax modules' ``dtype`` for ``precision`` (a :data:`mingru_cli.config.PRECISIONS`
+    name): ``jnp.bfloat16`` for ``"bf16"``, ``None`` (the parameters' float32) for ``"fp32"``.
+
+    Example:
+        >>> compute_dtype("fp32") is None
+        True
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+    return _imports()[1].bfloat16 if precision == "bf16" else None
+
+
+def _check_precision(model: Any, precision: str) -> None:
+    """A Flax model computes in the dtype it was built with (:func:`fit_lm` builds it from
+    ``--precision``; a loaded checkpoint computes in float32): ``precision`` must name it."""
+    jnp = _imports()[1]
+    built = model.embedding.dtype or model.embedding.param_dtype
+    wanted = compute_dtype(precision) or jnp.float32
+    if jnp.dtype(built) != jnp.dtype(wanted):
+        raise ValueError(f"--precision {precision}: the model computes in {jnp.dtype(built)}, "
+                         f"not {jnp.dtype(wanted)}; build it with that dtype")
+
+
 @functools.cache
 def _sequence_model() -> type:
     """The Flax twin of :class:`mingru_cli.train.SequenceModel` (one class per process, so
     that equal models have equal graph definitions)."""
-    _, _, _, nnx, MinGRUStack = _imports()
+    _, jnp, _, nnx, MinGRUStack = _imports()
 
     class SequenceModel(nnx.Module):
         """Embedding → ``mingru_jax.MinGRUStack`` → linear head; logits ``(B, T, n_classes)``."""
 
         def __init__(self, task: Task, cfg: TrainConfig, n_layers: int, mixer: Any,
                      mixer_kwargs: dict[str, Any] | None, rngs: Any) -> None:
-            self.embed = nnx.Embed(task.vocab_size, cfg.d_model, rngs=rngs)
+            dtypes = {"dtype": compute_dtype(cfg.precision), "param_dtype": jnp.float32}
+            self.embed = nnx.Embed(task.vocab_size, cfg.d_model, rngs=rngs, **dtypes)
             self.stack = MinGRUStack(cfg.d_model, cfg.d_model, n_layers,
                                      mlp_expansion=cfg.mlp_expansion, dropout=cfg.dropout,
                                      learnable_h0=cfg.learnable_h0, mixer=mixer,
                                      mixer_kwargs=mixer_kwargs,
-                                     mixer_expansion=cfg.mixer_expansion, rngs=rngs)
-            self.head = nnx.Linear(cfg.d_model, task.n_classes, rngs=rngs)
+                                     mixer_expansion=cfg.mixer_expansion, rngs=rngs, **dtypes)
+            self.head = nnx.Linear(cfg.d_model, task.n_classes, rngs=rngs, **dtypes)
 
         def __call__(self, tokens: Any) -> Any:
             out, _ = self.stack(self.embed(tokens))
@@ -154,11 +182,12 @@ def fit_lm(spec: str, task: Task, cfg: TrainConfig, val: Batch,
     model = MinGRULM(task.vocab_size, cfg.d_model, n_layers, mixer=mixer, mixer_kwargs=mkw,
                      mlp_expansion=cfg.mlp_expansion, dropout=cfg.dropout,
                      learnable_h0=cfg.learnable_h0, mixer_expansion=cfg.mixer_expansion,
+                     dtype=compute_dtype(cfg.precision), param_dtype=jnp.float32,
                      rngs=nnx.Rngs(cfg.seed))
     trainer = _Trainer(model, _lm_logits, cfg)
 
-    on_eval = lm_eval(lambda batch, chunk: validation_loss(trainer.model(), batch, chunk),
-                         val, cfg)
+    on_eval = lm_eval(lambda batch, chunk: validation_loss(trainer.model(), batch, chunk,
+                                                           precision=cfg.precision), val, cfg)
     record = trainer.fit(spec, task, cfg, val=None, evaluate=lambda b: Accuracy(0.0, 0.0),
                          on_eval=on_eval, select_lowest="val_loss", slot=slot)
     record["framework"] = "jax"
@@ -182,13 +211,16 @@ def _chunk_loss(graphdef: Any) -> Callable[..., Any]:
     return chunk_loss
 
 
-def validation_loss(model: Any, batch: Batch, chunk: int) -> float:
-    """The mean cross-entropy (nats per byte) of the :class:`mingru_jax.MinGRULM` ``model``
-    (put in eval mode) over the scored positions of ``batch`` (int64 ``(R, W)`` tokens and
-    labels, ``-100`` where unscored, as :meth:`ByteText.validation` gives): each row from the
-    default state, in chunks of ``chunk`` bytes with the state carried, so the result is that
-    of one forward per row whatever ``chunk`` is."""
+def validation_loss(model: Any, batch: Batch, chunk: int, *, precision: str = "fp32") -> float:
+    """The mean cross-entropy (nats per byte, from float32 logits) of the
+    :class:`mingru_jax.MinGRULM` ``model`` (put in eval mode; it computes at ``precision``,
+    the dtype it was built with: a different one is a ``ValueError``) over the scored
+    positions of ``batch`` (int64 ``(R, W)`` tokens and labels, ``-100`` where unscored, as
+    :meth:`ByteText.validation` gives): each row from the default state, in chunks of
+    ``chunk`` bytes with the state carried, so the result is that of one forward per row
+    whatever ``chunk`` is."""
     jnp, nnx = _imports()[1], _imports()[3]
+    _check_precision(model, precision)
     model.eval()
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     run = _chunk_loss(graphdef)
@@ -224,7 +256,8 @@ def _compiled(graphdef: Any, eval_graphdef: Any, *, logits_of: Callable[[Any, An
     def loss_fn(net: Any, tokens: Any, labels: Any, mask: Any):
         logits = logits_of(net, tokens)
         safe = jnp.where(mask, labels, 0)
-        nll = optax.softmax_cross_entropy_with_integer_labels(logits, safe)
+        # The loss in float32 from the logits, whatever the compute dtype.
+        nll = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), safe)
         n = jnp.maximum(mask.sum(), 1)
         loss = jnp.where(mask, nll, 0.0).sum() / n
         acc = ((logits.argmax(-1) == safe) & mask).sum() / n
@@ -378,11 +411,13 @@ def load_lm(directory: str, device: str) -> Any:
     return MinGRULM.from_pretrained(directory)
 
 
-def generate_bytes(model: Any, prompt: bytes, max_new_tokens: int, **sampling: Any) -> bytes:
-    """The ``max_new_tokens`` bytes ``model.generate`` continues ``prompt`` with."""
-    import numpy as np
-
+def generate_bytes(model: Any, prompt: bytes, max_new_tokens: int, *, precision: str = "fp32",
+                   **sampling: Any) -> bytes:
+    """The ``max_new_tokens`` bytes ``model.generate`` continues ``prompt`` with (the model
+    computes at ``precision``, the dtype it was built with: a different one is a
+    ``ValueError``)."""
     jnp = _imports()[1]
+    _check_precision(model, precision)
     out = model.generate(jnp.asarray([list(prompt)], jnp.int32), max_new_tokens, **sampling)
     return bytes(np.asarray(out[0, len(prompt):]).tolist())
 

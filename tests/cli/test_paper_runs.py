@@ -171,7 +171,8 @@ def test_gpt_command_writes_its_json_and_is_deterministic(tmp_path, capsys):
     assert a["model"] == "gpt2" and a["steps"] == 4 and [p["step"] for p in a["curve"]] == [2, 4]
     assert a["params"] == paper_lm.count_parameters(_gpt())
     assert a["gpt"] == {"d_model": 16, "layers": 1, "heads": 2, "n_positions": SEQ,
-                        "dropout": 0.0, "bf16_autocast": False}
+                        "dropout": 0.0}
+    assert a["config"]["precision"] == "fp32"
     whole = ByteText(data).validation(ROWS)
     assert a["val_bytes"] == int(whole.mask.sum()) == len(ByteText(data).val) - 1
     assert a["validation"]["bytes_per_evaluation"] == 40 and a["validation"]["stride"] == SEQ // 2
@@ -202,6 +203,50 @@ def test_gpt_command_ours_fills_the_budget_from_a_probe(tmp_path, capsys):
     header = next(i for i, line in enumerate(lines) if line.startswith("model   params"))
     rows = [line.split()[0] for line in lines[header + 1 : header + 3]]
     assert rows == ["gpt2", "mingru"]  # the table puts the runs in the folder side by side
+
+
+def _record_gpt_logits(monkeypatch) -> list[tuple[bool, torch.dtype]]:
+    """``(training?, logits dtype)`` of every forward of the GPTs built from now on."""
+    config_class, model_class = paper_lm.transformers_gpt2()
+    seen: list[tuple[bool, torch.dtype]] = []
+
+    class Recording(model_class):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            seen.append((self.training, out.logits.dtype))
+            return out
+
+    monkeypatch.setattr(paper_lm, "transformers_gpt2", lambda: (config_class, Recording))
+    return seen
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_gpt_command_trains_and_scores_at_the_precision(tmp_path, capsys, monkeypatch, precision):
+    seen = _record_gpt_logits(monkeypatch)
+    _text(tmp_path / "text.txt")
+    printed = _run(capsys, "gpt", "--data", str(tmp_path / "text.txt"), "--heads", "2",
+                   "--steps", "2", "--precision", precision, *TINY_LM, "--out", str(tmp_path))
+    want = torch.bfloat16 if precision == "bf16" else torch.float32
+    # training steps and the validation forwards, all at the precision asked for
+    assert {training for training, _ in seen} == {True, False}
+    assert {dtype for _, dtype in seen} == {want}
+    result = json.loads((tmp_path / "gpt.json").read_text())
+    assert result["config"]["precision"] == precision and math.isfinite(result["val_loss"])
+    row = next(line for line in printed.splitlines() if line.startswith("gpt2"))
+    assert row.split()[-1] == precision
+
+
+def test_both_sides_take_the_precision(tmp_path, capsys):
+    _text(tmp_path / "text.txt")
+    _run(capsys, "gpt", "--ours", "--data", str(tmp_path / "text.txt"), "--steps", "2",
+         "--precision", "bf16", *TINY_LM, "--out", str(tmp_path))
+    ours = json.loads((tmp_path / "ours.json").read_text())
+    train = json.loads((tmp_path / "ours" / "train.json").read_text())
+    assert ours["config"]["precision"] == train["config"]["precision"] == "bf16"
+    for side in (["--ours"], *([[]] if HAS_PEER else [])):  # the peer's model too
+        copy = _copy_run(capsys, tmp_path / f"copy{len(side)}", "--steps", "2", *side,
+                         "--precision", "bf16")
+        assert copy["config"]["precision"] == "bf16" and copy["best_val_acc"] is not None
 
 
 def test_gpt_command_errors_are_one_line(tmp_path, capsys, monkeypatch):
