@@ -67,8 +67,8 @@ def test_kernel_step_equals_the_eager_step(case, decay):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2),
-                                              (torch.float16, 2e-3)])
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2),
+                                              (torch.float16, 5e-3)])
 @pytest.mark.parametrize("decay", ["none", "learnable"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_kernel_step_equals_the_eager_step_on_the_gpu(case, decay, dtype, tolerance):
