@@ -9,8 +9,8 @@ our mixer and its ``out_proj``: embedding → layers of ``x + Dropout(minGRU(Lay
 LayerNorm → linear head. The peer's module takes an initial state ``prev_hidden``: it gets
 ours, ``g(h0)`` with a learned ``h0`` starting at 0 (with ``learnable_h0``), else the constant
 ``0.5 = g(0)``, so both models compute the same function of their weights. The peer's
-projections have no biases (ours have), and our blocks keep a second LayerNorm that acts only
-with an MLP: the parameter counts differ by those (both are reported).
+projections have no biases (ours have): the parameter counts differ by those (both are
+reported).
 
 Both sides train through :func:`mingru_cli.train.fit_model` (the preset's AdamW, constant lr, weight
 decay, clipping, 2 × 32 accumulation, dropout; the same training batches for the same

@@ -132,7 +132,9 @@ class MinGRUBlock(nn.Module):
         self.mixer = mixer_class(self.mixer_name)(d_model, width, **kwargs)
         # Only when widened, so unexpanded blocks keep their parameters (and checkpoints).
         self.out_proj = nn.Linear(width, d_model) if mixer_expansion > 1 else None
-        self.norm2 = nn.LayerNorm(d_model, eps=1e-5)
+        # The MLP's norm only with an MLP: a parameter that never gets a gradient breaks
+        # DistributedDataParallel (unused parameters) and misstates the model's size.
+        self.norm2 = nn.LayerNorm(d_model, eps=1e-5) if mlp_expansion > 0 else None
         if mlp_expansion > 0:
             self.mlp: nn.Module | None = nn.Sequential(
                 nn.Linear(d_model, mlp_expansion * d_model),

@@ -123,7 +123,8 @@ class MinGRUBlock(nnx.Module):
             self.out_proj = linear(width, d_model, **kw)
         else:
             self.out_proj = nnx.data(None)
-        self.norm2 = layer_norm(d_model, **kw)
+        # The MLP's norm only with an MLP, as in the PyTorch twin.
+        self.norm2 = layer_norm(d_model, **kw) if mlp_expansion > 0 else nnx.data(None)
         if mlp_expansion > 0:
             width = mlp_expansion * d_model
             self.mlp = nnx.Sequential(

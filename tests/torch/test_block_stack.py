@@ -308,3 +308,15 @@ def test_stack_and_block_errors():
         model.step(torch.ones(B, 3, dtype=torch.long), model.init_state())
     with pytest.raises(ValueError, match="x"):
         block("log")(torch.randn(B, 4, D + 1, dtype=F64))
+
+
+@pytest.mark.parametrize("mlp_expansion", [0, 2])
+def test_every_parameter_gets_a_gradient(mlp_expansion):
+    """No parameter sits idle (DistributedDataParallel rejects unused parameters): without an
+    MLP the block has no norm for it."""
+    block = MinGRUBlock(8, mlp_expansion=mlp_expansion, mixer_expansion=2)
+    out, _ = block(torch.randn(2, 5, 8))
+    out.sum().backward()
+    idle = [name for name, p in block.named_parameters() if p.grad is None]
+    assert not idle
+    assert (block.norm2 is None) == (mlp_expansion == 0)
