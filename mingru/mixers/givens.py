@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from mingru._eager.givens_recurrence import givens_step, givens_transitions
+from mingru._eager.givens_recurrence import givens_transitions
 from mingru._packing import final_states, segments
 from mingru._sharding import (
     chain_product,
@@ -132,9 +132,9 @@ class BlockRotationBase(nn.Module):
         check_not_packed(cu_seqlens, sequence_group, type(self).__name__)
         cu, n_states = packed_offsets(cu_seqlens, x)
         if cu is None and sequence_group is None:
-            fused = self._cell_states(x, h_0, delta_t)
-            if fused is not None:
-                return (fused, fused[:, -1:]) if return_state else fused
+            k, h0, log_gamma = self._cell_inputs(x, h_0, delta_t)
+            fused = self._run_cell(k, initial_state=h0, log_gamma=log_gamma)
+            return (fused, fused[:, -1:]) if return_state else fused
         b, theta, scale = self._projections(x)
         if h_0 is None:
             h0 = self.h0.to(b.dtype).reshape(1, n, k).expand(n_states, n, k).contiguous()
@@ -159,38 +159,32 @@ class BlockRotationBase(nn.Module):
         last = final_states(h, segments(cu, T), h0.reshape(n_states, self.hidden_size))
         return h, last[:, None]
 
-    has_fused_cell = False  # a subclass with a fused cell sets it and defines _run_cell
-
-    def _cell_states(self, x: torch.Tensor, h_0: torch.Tensor | None,
-                     delta_t: torch.Tensor | None) -> torch.Tensor | None:
-        """``h (B, T, hidden)`` from a fused cell taking the one projection, or ``None``
-        (then :meth:`forward` runs the gates and the recurrence as separate ops)."""
-        if not self.has_fused_cell:
-            return None
-        k, h0, log_gamma = self._cell_inputs(x, h_0, delta_t)
-        return self._run_cell(k, initial_state=h0, log_gamma=log_gamma)
-
     def _run_cell(self, k: torch.Tensor, *, initial_state: torch.Tensor,
                   log_gamma: torch.Tensor | None) -> torch.Tensor:
-        """The fused cell on checked inputs: ``k (B, T, W)``, ``initial_state (B, hidden)``,
-        ``log_gamma (B, T, n)`` or ``None``."""
+        """The subclass's fused cell on checked inputs: ``h (B, T, hidden)`` from ``k (B, T,
+        W)``, ``initial_state (B, hidden)`` and ``log_gamma (B, T, n)`` or ``None``."""
         raise NotImplementedError
 
     def _cell_inputs(self, x: torch.Tensor, h_0: torch.Tensor | None,
-                     delta_t: torch.Tensor | None
+                     delta_t: torch.Tensor | None, *, token: bool = False
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """What a fused cell takes: the one projection ``k (B, T, W)`` (the transition's
+        """What the fused cell takes: the one projection ``k (B, T, W)`` (the transition's
         layers, then ``linear_z`` and ``linear_h``, side by side), ``h0 (B, hidden)`` and
-        ``log γ (B, T, n)`` (or ``None``), in ``k``'s dtype."""
+        ``log γ (B, T, n)`` (or ``None``), in ``k``'s dtype. With ``token``, ``x (B, 1,
+        input_size)`` is one step's input, ``h_0`` is the step's ``h_prev (B, hidden)`` and
+        ``delta_t`` the step's gaps, checked as :meth:`step` takes them."""
         B, T, _ = x.shape
         layers = [getattr(self, name) for name in self.transition_layers]
         k = project(x, *layers, self.linear_z, self.linear_h)
         if h_0 is None:
             h0 = self.h0.to(k.dtype).expand(B, self.hidden_size)
         else:
-            h0 = check_state(h_0, B, self.hidden_size, name="h_0", sequence=True, like=k)
-        return (k, h0.reshape(B, self.hidden_size).contiguous(),
-                self._log_gamma(delta_t, B, T, like=k))
+            h0 = check_state(h_0, B, self.hidden_size, name="h_prev" if token else "h_0",
+                             sequence=not token, like=k)
+        log_gamma = self._log_gamma(delta_t, B, None if token else T, like=k)
+        if token and log_gamma is not None:
+            log_gamma = log_gamma[:, None]
+        return k, h0.reshape(B, self.hidden_size).contiguous(), log_gamma
 
     def step(
         self,
@@ -199,34 +193,13 @@ class BlockRotationBase(nn.Module):
         delta_t: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One token: ``h_t (B, hidden)`` from ``x_t (B, input_size)`` and ``h_prev (B, hidden)``
-        (default: the learned ``h0``); rotates the state vector, never forms a matrix.
+        (default: the learned ``h0``): the forward's fused cell at T = 1, one kernel on a GPU.
 
         Checks shapes, dtypes and devices, never values: no host synchronisation, so the
         step can be captured in a CUDA graph or compiled with ``fullgraph=True``."""
         check_token(x_t, self.input_size, module=self)
-        B = x_t.shape[0]
-        if self.has_fused_cell:  # the forward's cell at T = 1: one kernel on a GPU
-            layers = [getattr(self, name) for name in self.transition_layers]
-            k = project(x_t[:, None], *layers, self.linear_z, self.linear_h)
-            if h_prev is None:
-                h0 = self.h0.to(k.dtype).expand(B, self.hidden_size)
-            else:
-                h0 = check_state(h_prev, B, self.hidden_size, name="h_prev", sequence=False,
-                                 like=k)
-            log_gamma = self._log_gamma(delta_t, B, None, like=k)
-            h = self._run_cell(k, initial_state=h0.contiguous(),
-                               log_gamma=None if log_gamma is None else log_gamma[:, None])
-            return h[:, 0]
-        n, k = self.n_blocks, self.block_size
-        b, theta, scale = self._projections(x_t)
-        if h_prev is None:
-            h = self.h0.to(b.dtype).reshape(1, n, k).expand(B, n, k)
-        else:
-            h = check_state(h_prev, B, self.hidden_size, name="h_prev", sequence=False, like=b)
-            h = h.reshape(B, n, k)
-        log_gamma = self._log_gamma(delta_t, B, None, like=b)
-        h = givens_step(h, theta.to(b.dtype), b, scale=_cast(scale, b), log_gamma=log_gamma)
-        return h.reshape(B, self.hidden_size)
+        k, h0, log_gamma = self._cell_inputs(x_t[:, None], h_prev, delta_t, token=True)
+        return self._run_cell(k, initial_state=h0, log_gamma=log_gamma)[:, 0]
 
 
 def _sharded_givens(
@@ -346,8 +319,6 @@ class GivensMinGRU(BlockRotationBase):
         self.decay = TimeDecay(decay, decay_rate, log1p_delta, channels=self.n_blocks)
 
     transition_layers = ("linear_theta",)
-
-    has_fused_cell = True
 
     def _run_cell(self, k: torch.Tensor, *, initial_state: torch.Tensor,
                   log_gamma: torch.Tensor | None) -> torch.Tensor:

@@ -91,8 +91,6 @@ class RotationMinGRU(BlockRotationBase):
 
     transition_layers = ("linear_theta", "linear_u")
 
-    has_fused_cell = True
-
     def _run_cell(self, k: torch.Tensor, *, initial_state: torch.Tensor,
                   log_gamma: torch.Tensor | None) -> torch.Tensor:
         """:func:`mingru.cells.rotation_cell` (its checks hold by construction): on CUDA one
