@@ -219,8 +219,8 @@ def size_kwargs(cfg: Mapping[str, Any], T: int, D: int) -> dict[str, int]:
 
 def dims(cfg: Mapping[str, Any], T: int, D: int) -> tuple[int, int, int, int, int]:
     """The runtime size arguments of the scan kernels in order, ``(T, D, chunk_len, n_chunks,
-    n_dblk)`` (for launchers that pass them by position)."""
-    return (T, D, int(cfg["chunk_len"]), int(cfg["n_chunks"]), int(cfg["n_dblk"]))
+    n_dblk)`` (for launchers that pass them by position): :func:`size_kwargs`' values."""
+    return tuple(size_kwargs(cfg, T, D).values())
 
 
 def lookback_shapes(cfg: Mapping[str, Any], B: int, D: int) -> tuple[tuple[int, ...], int]:
