@@ -287,14 +287,17 @@ def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
             else:
                 point = {"step": loop.step, **on_eval(loop.loss_sum / loop.loss_steps)}
             loop.loss_sum, loop.loss_steps = 0.0, 0
+            score = None
             if val is not None:
                 v = evaluate(val)
                 point.update(val_acc=round(v.token, 5), val_seq_acc=round(v.sequence, 5))
-                if v.token >= loop.best_val:  # ties keep the later (longer-trained) checkpoint
-                    loop.best_val, loop.best_step, best = v.token, loop.step, snapshot()
-            if select_lowest is not None and (loop.best_step < 0
-                                              or -point[select_lowest] >= loop.best_val):
-                loop.best_val, loop.best_step, best = -point[select_lowest], loop.step, snapshot()
+                score = v.token
+            # One score picks the kept checkpoint: the lowest ``select_lowest`` when given, else
+            # the best validation token accuracy. Ties keep the later (longer-trained) point.
+            if select_lowest is not None:
+                score = -point[select_lowest]
+            if score is not None and (loop.best_step < 0 or score >= loop.best_val):
+                loop.best_val, loop.best_step, best = score, loop.step, snapshot()
             loop.curve.append(point)
             loop.eval_seconds += time.perf_counter() - evaluated
             shown = {k: f"{v:.3f}" for k, v in point.items() if k.startswith("val_")}
@@ -317,7 +320,8 @@ def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
         restore(best)
         record["selected_step"] = loop.best_step
         if val is not None:
-            record["val_acc"] = round(loop.best_val, 5)
+            kept = next(p for p in loop.curve if p["step"] == loop.best_step)
+            record["val_acc"] = kept["val_acc"]
     else:
         record["selected_step"] = cfg.steps
     return record
