@@ -15,6 +15,8 @@ runs without torch installed).
 * XLA's backend optimisation (and, on a GPU, its autotuning) is turned down before jax
   initialises: the JAX tests compile many tiny graphs, where compile time, not run time, is
   the cost. On a GPU JAX does not preallocate memory (PyTorch tests share the device).
+* With ``MINGRU_TEST_DURATION_LOG=FILE`` every finished test's time is appended to ``FILE``
+  as it happens (:func:`pytest_runtest_logreport`).
 * ``on_host`` (opt-in): JAX on XLA's CPU device, on a GPU machine too.
 * Every test starts from ``torch.manual_seed(0)`` when torch is in use (already imported by
   the test's module); torch is never imported here. Without torch installed, the folders
@@ -28,6 +30,7 @@ import functools
 import importlib.util
 import os
 import sys
+import time
 
 import pytest
 
@@ -92,6 +95,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+_DURATION_LOG = os.environ.get("MINGRU_TEST_DURATION_LOG")
+_SESSION_START = time.monotonic()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With ``MINGRU_TEST_DURATION_LOG=FILE`` (``scripts/gpu_check.sh`` sets it), a line per
+    test as it finishes: seconds since the session started, the test's seconds, outcome and
+    id, tab-separated. Unlike ``--durations`` it survives a run stopped at a time limit,
+    which is when knowing what took the time matters. Written by the controller only."""
+    if _DURATION_LOG is None or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if report.when != "call" and not report.failed:  # a failed setup or teardown counts
+        return
+    with open(_DURATION_LOG, "a", encoding="utf-8") as log:
+        log.write(f"{time.monotonic() - _SESSION_START:.1f}\t{report.duration:.2f}\t"
+                  f"{report.outcome}\t{report.nodeid}\n")
 
 
 @pytest.hookimpl(optionalhook=True)
