@@ -140,7 +140,7 @@ def time_to_target(cfg: TrainConfig, task: SelectiveCopyTask, val: Batch, *, our
         spare = build_model(cfg, task, ours=ours)
         warm = dataclasses.replace(cfg, steps=warmup, eval_every=warmup, progress=False)
         fit_model(spare, spare, "warm-up", task=task, cfg=warm, val=None,
-             evaluate=lambda batch: Accuracy(0.0, 0.0))
+                  evaluate=lambda batch: Accuracy(0.0, 0.0))
         torch_accuracy(spare, Batch(*(a[: cfg.eval_batch_size] for a in
                                       (val.tokens, val.labels, val.mask))),
                        cfg.device, chunk=cfg.eval_batch_size, precision=cfg.precision)
@@ -173,7 +173,7 @@ def time_to_target(cfg: TrainConfig, task: SelectiveCopyTask, val: Batch, *, our
     clock["start"] = time.perf_counter()
     try:
         fit_model(model, model, "ours" if ours else "peer", task=task, cfg=cfg, val=val,
-             evaluate=evaluate)
+                  evaluate=evaluate)
     except _Stop:
         pass
     last = curve[-1] if curve else {"step": 0, "train_seconds": 0.0, "wall_seconds": 0.0}

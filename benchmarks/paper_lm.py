@@ -251,8 +251,8 @@ def run_gpt(cfg: TrainConfig, *, heads: int, stride: int, minutes: float | None,
             return lm_metrics(train_loss, loss)
 
         record = fit_model(model, logits, "gpt2", task=task, cfg=run_cfg, val=None,
-                      evaluate=lambda batch: Accuracy(0.0, 0.0), on_eval=on_eval,
-                      select_lowest="val_loss")
+                           evaluate=lambda batch: Accuracy(0.0, 0.0), on_eval=on_eval,
+                           select_lowest="val_loss")
         return record, model.eval()
 
     budget = None

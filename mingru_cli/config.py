@@ -31,6 +31,7 @@ __all__ = [
     "TASKS",
     "TASK_DEFAULTS",
     "TrainConfig",
+    "check_precision",
     "flag_name",
     "parse_mixer_spec",
     "preset_config",
@@ -211,11 +212,16 @@ def preset_config(preset: str | None, **fields: Any) -> TrainConfig:
     return TrainConfig(**{**copy.deepcopy(PRESETS[preset]), **fields, "preset": preset})
 
 
+def check_precision(precision: str) -> None:
+    """A ``ValueError`` naming ``--precision`` unless ``precision`` is one of
+    :data:`PRECISIONS` (the training paths' precision helpers check through it too)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+
+
 def _check_training(cfg: TrainConfig) -> None:
     """The optimisation flags: precision, schedule, dropout, clipping, accumulation."""
-    if cfg.precision not in PRECISIONS:
-        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}; got "
-                         f"{cfg.precision!r}")
+    check_precision(cfg.precision)
     if cfg.schedule not in SCHEDULES:
         raise ValueError(f"--lr-schedule must be one of {', '.join(SCHEDULES)}; got {cfg.schedule!r}")
     if not 0 <= cfg.dropout < 1:

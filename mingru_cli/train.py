@@ -44,9 +44,9 @@ from mingru_cli._train_common import (
 )
 from mingru_cli.config import (
     MIXER_NAMES,
-    PRECISIONS,
     TASK_DEFAULTS,
     TrainConfig,
+    check_precision,
     parse_mixer_spec,
     stack_arguments,
 )
@@ -57,13 +57,13 @@ from mingru_cli.tasks import Batch, Task
 __all__ = [
     "MIXER_NAMES",
     "TASK_DEFAULTS",
-    "fit_model",
     "SequenceModel",
     "TrainConfig",
     "autocast",
     "check_device",
     "fit",
     "fit_lm",
+    "fit_model",
     "fit_torch",
     "generate_bytes",
     "load_lm",
@@ -121,10 +121,9 @@ def autocast(device: str | torch.device,
         ...     (torch.ones(2, 3) @ torch.ones(3, 4)).dtype
         torch.bfloat16
     """
+    check_precision(precision)
     if precision == "fp32":
         return contextlib.nullcontext()
-    if precision not in PRECISIONS:
-        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
 
 
@@ -163,7 +162,8 @@ def fit_torch(spec: str, task: Task, cfg: TrainConfig, evals: dict[int, Batch],
         return torch_accuracy(model, batch, cfg.device, chunk=cfg.eval_batch_size,
                               precision=cfg.precision)
 
-    record = fit_model(model, model, spec, task=task, cfg=cfg, val=val, evaluate=evaluate, slot=slot)
+    record = fit_model(model, model, spec, task=task, cfg=cfg, val=val, evaluate=evaluate,
+                       slot=slot)
     record.update(final_scores(evaluate, evals))
     return record
 
@@ -189,8 +189,8 @@ def fit_lm(spec: str, task: Task, cfg: TrainConfig, val: Batch,
     on_eval = lm_eval(lambda batch, chunk: validation_loss(model, batch, chunk,
                                                           precision=cfg.precision), val, cfg)
     record = fit_model(model, logits, spec, task=task, cfg=cfg, val=None,
-                  evaluate=lambda b: Accuracy(0.0, 0.0), on_eval=on_eval,
-                  select_lowest="val_loss", slot=slot)
+                       evaluate=lambda b: Accuracy(0.0, 0.0), on_eval=on_eval,
+                       select_lowest="val_loss", slot=slot)
     model.eval()
     return record, model
 
@@ -253,9 +253,10 @@ class _TorchState:
 
 
 def fit_model(model: nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor], spec: str,
-         *, task: Task, cfg: TrainConfig, val: Batch | None, evaluate: Callable[[Batch], Accuracy],
-         on_eval: Callable[[float], dict[str, float]] | None = None,
-         select_lowest: str | None = None, slot: ModelSlot | None = None) -> dict[str, Any]:
+              *, task: Task, cfg: TrainConfig, val: Batch | None,
+              evaluate: Callable[[Batch], Accuracy],
+              on_eval: Callable[[float], dict[str, float]] | None = None,
+              select_lowest: str | None = None, slot: ModelSlot | None = None) -> dict[str, Any]:
     """AdamW on ``model`` through :func:`fit_loop`; ``logits_of(tokens)`` is its output.
     Each step averages the gradients of ``cfg.grad_accum`` micro-batches (each one's loss is
     the mean over its scored positions), then clips their norm to ``cfg.grad_clip``. The

@@ -26,7 +26,7 @@ import numpy as np
 
 from mingru_cli._checkpoint import ModelSlot
 from mingru_cli._train_common import Accuracy, chunked_loss, final_scores, fit_loop, lm_eval, score
-from mingru_cli.config import PRECISIONS, TrainConfig, stack_arguments
+from mingru_cli.config import TrainConfig, check_precision, stack_arguments
 from mingru_cli.tasks import Batch, Task
 
 __all__ = ["compute_dtype", "fit", "fit_jax", "fit_lm", "generate_bytes", "jax_device",
@@ -96,8 +96,7 @@ def compute_dtype(precision: str) -> Any:
         >>> compute_dtype("fp32") is None
         True
     """
-    if precision not in PRECISIONS:
-        raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+    check_precision(precision)
     return _imports()[1].bfloat16 if precision == "bf16" else None
 
 
