@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.metadata
 import json
 import shlex
 import sys
@@ -45,7 +44,6 @@ __all__ = ["build_parser", "copy_table", "lm_table", "main"]
 PROG = "python -m mingru_benchmarks.paper"
 LM_FILES = {"ours": "ours.json", "gpt2": "gpt.json"}
 COPY_FILES = {"ours": "ours-selective-copy.json", "peer": "peer-selective-copy.json"}
-PACKAGES = ("torch", "triton", "transformers", "mingru-pytorch", "mingru-scans")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -131,14 +129,11 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
             "progress": not args.no_progress}
 
 
-def _versions() -> dict[str, str]:
-    found = {"python": sys.version.split()[0]}
-    for name in PACKAGES:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return found
+def _environment(device: str) -> dict[str, Any]:
+    """The benchmark harness's record of the run: GPU, versions, commit and date."""
+    from mingru_benchmarks.run import environment
+
+    return environment(device)
 
 
 def _write(out: Path, name: str, result: dict[str, Any]) -> Path:
@@ -184,7 +179,7 @@ def run_gpt_command(args: argparse.Namespace, command: str) -> dict[str, Any]:
         with train.session(cfg):
             result, _ = paper_lm.run_gpt(cfg, heads=heads, stride=args.val_stride or max(
                 1, cfg.train_len // 2), minutes=minutes, probe=args.probe_steps)
-    result.update(command=command, versions=_versions())
+    result.update(command=command, environment=_environment(result["config"]["device"]))
     name = LM_FILES["ours" if args.ours else "gpt2"]
     print(lm_table(_runs(out, {k: v for k, v in LM_FILES.items() if v != name}) + [result]))
     print(f"wrote {_write(out, name, result)}")
@@ -218,7 +213,7 @@ def run_copy_command(args: argparse.Namespace, command: str) -> dict[str, Any]:
               "max_minutes": args.max_minutes, "warmup_steps": args.warmup_steps, **record,
               "validation": {"sequences": int(val.tokens.shape[0]), "length": cfg.val_len,
                              "scored_tokens": int(val.mask.sum())},
-              "config": config, "command": command, "versions": _versions()}
+              "config": config, "command": command, "environment": _environment(cfg.device)}
     name = COPY_FILES[result["model"]]
     out = Path(args.out)
     print(copy_table(_runs(out, {k: v for k, v in COPY_FILES.items() if v != name}) + [result]))

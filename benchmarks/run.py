@@ -35,7 +35,7 @@ __all__ = ["build_parser", "main", "run"]
 
 PRECISIONS = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16"}
 VERSIONS = ("torch", "triton", "jax", "jax-triton", "flax", "fla-core", "accelerated-scan",
-            "mingru-pytorch", "mingru-scans")
+            "mingru-pytorch", "transformers", "mingru-scans")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -286,10 +286,10 @@ def environment(device: str) -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             env[dist] = None
     env["gpu"] = None
-    if device == "cuda" and "torch" in sys.modules:
+    if device.startswith("cuda") and "torch" in sys.modules:
         import torch
 
-        env["gpu"] = torch.cuda.get_device_name(0)
+        env["gpu"] = torch.cuda.get_device_name(torch.device(device))
     # MINGRU_COMMIT names the commit where the tree was copied without its git metadata.
     env["commit"] = os.environ.get("MINGRU_COMMIT")
     if not env["commit"]:

@@ -179,7 +179,8 @@ def test_gpt_command_writes_its_json_and_is_deterministic(tmp_path, capsys):
     assert a["val_bpb"] == pytest.approx(a["val_loss"] / math.log(2), abs=1e-4)
     assert a["tokens_per_second"] == pytest.approx(4 * BATCH * SEQ / a["step_seconds"], rel=1e-2)
     assert a["split"]["sha256"] and a["command"].startswith("python -m mingru_benchmarks.paper gpt")
-    assert "transformers" in a["versions"] and "gpt2" in printed and "val bpb" in printed
+    assert a["environment"]["transformers"] and a["environment"]["commit"]
+    assert "gpt2" in printed and "val bpb" in printed
 
 
 def test_gpt_command_ours_fills_the_budget_from_a_probe(tmp_path, capsys):
@@ -327,6 +328,7 @@ def _copy_run(capsys, tmp_path, *extra: str) -> dict:
     name = "ours-selective-copy.json" if "--ours" in extra else "peer-selective-copy.json"
     result = json.loads((tmp_path / name).read_text())
     assert result["model"] in printed.split()
+    assert result["environment"]["torch"] and result["environment"]["device"] == "cpu"
     return result
 
 
