@@ -18,9 +18,10 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
   || { cat "$OUT/install.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-# Each test's time lands in $OUT/durations.tsv as it finishes (kept if the run is stopped).
-tests() { rm -f "$OUT/durations.tsv"; MINGRU_TEST_DURATION_LOG="$OUT/durations.tsv" \
-  python3 -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/gpu-tests.log"; return "${PIPESTATUS[0]}"; }
+# Each test's time lands in $OUT/durations.tsv as it finishes (kept if the run is stopped),
+# each Triton compile in $OUT/compiles.tsv with the test that asked for it.
+tests() { rm -f "$OUT/durations.tsv" "$OUT/compiles.tsv"; MINGRU_TEST_DURATION_LOG="$OUT/durations.tsv" \
+  MINGRU_TEST_COMPILE_LOG="$OUT/compiles.tsv" python3 -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee "$OUT/gpu-tests.log"; return "${PIPESTATUS[0]}"; }
 # On a GPU every test runs natively; slow-marked tests start first (tests/conftest.py).
 SUITE="-n 8 --dist worksteal --durations=0 --durations-min=2 tests"
 bench() { python3 -m mingru bench --device cuda --out "$OUT/bench" "$@" 2>&1 | tee -a "$OUT/bench.log"; return "${PIPESTATUS[0]}"; }

@@ -16,7 +16,9 @@ runs without torch installed).
   initialises: the JAX tests compile many tiny graphs, where compile time, not run time, is
   the cost. On a GPU JAX does not preallocate memory (PyTorch tests share the device).
 * With ``MINGRU_TEST_DURATION_LOG=FILE`` every finished test's time is appended to ``FILE``
-  as it happens (:func:`pytest_runtest_logreport`).
+  as it happens (:func:`pytest_runtest_logreport`); with ``MINGRU_TEST_COMPILE_LOG=FILE``
+  every Triton compile of a PyTorch launch, with the test that asked for it
+  (:func:`_log_compiles`).
 * ``on_host`` (opt-in): JAX on XLA's CPU device, on a GPU machine too.
 * Every test starts from ``torch.manual_seed(0)`` when torch is in use (already imported by
   the test's module); torch is never imported here. Without torch installed, the folders
@@ -113,6 +115,46 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     with open(_DURATION_LOG, "a", encoding="utf-8") as log:
         log.write(f"{time.monotonic() - _SESSION_START:.1f}\t{report.duration:.2f}\t"
                   f"{report.outcome}\t{report.nodeid}\n")
+
+
+_COMPILE_LOG = os.environ.get("MINGRU_TEST_COMPILE_LOG")
+_running = {"test": ""}
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:
+    _running["test"] = nodeid
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _COMPILE_LOG is not None and _installed("triton"):
+        _log_compiles(_COMPILE_LOG)
+
+
+def _log_compiles(path: str) -> None:
+    """A line per Triton compile (a kernel's in-memory cache miss; a hit on the disk cache
+    takes milliseconds): seconds since the session started, the compile's seconds, the
+    worker, the kernel and the test that launched it. On a GPU a test costs mostly its
+    kernels' compiles, and two tests that compile the same kernel variant pay once: this
+    says which parametrizations add variants. Hooks set before are kept and called."""
+    from triton import knobs
+
+    hooks = knobs.runtime
+    before, after = hooks.jit_cache_hook, hooks.jit_post_compile_hook
+    started = [0.0]
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+    def on_miss(**kwargs):
+        started[0] = time.monotonic()
+        return before(**kwargs) if before else None
+
+    def on_compiled(**kwargs):
+        now = time.monotonic()
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(f"{now - _SESSION_START:.1f}\t{now - started[0]:.2f}\t{worker}\t"
+                      f"{kwargs['fn'].name}\t{_running['test']}\n")
+        return after(**kwargs) if after else None
+
+    hooks.jit_cache_hook, hooks.jit_post_compile_hook = on_miss, on_compiled
 
 
 @pytest.hookimpl(optionalhook=True)
