@@ -22,6 +22,9 @@ included: it reads the compiled kernel's ``run``, ``function``, ``packed_metadat
 call was written against. Outside them, with ``MINGRU_PRIVATE_HOOKS=0``, inside
 ``mingru_kernels._compat.hooks_disabled("triton_launch")`` (checked per launch) and under the
 interpreter (``TRITON_INTERPRET=1``: nothing is wrapped) every launch takes Triton's own path.
+
+Either way a launch states ``enable_fp_fusion`` (:data:`mingru_kernels.launch.FP_FUSION`)
+unless its caller does.
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ from mingru_kernels._compat import (
     parse_version,
     register,
 )
+from mingru_kernels.launch import FP_FUSION
 
 __all__ = ["ASSERT_ASYNC_RANGE", "TRITON_LAUNCH", "CachedKernels", "CachedLaunch",
-           "assert_async", "launch_key"]
+           "PublicLaunch", "assert_async", "launch_key"]
 
 TRITON_LAUNCH = register(Hook(
     name="triton_launch", dependency="triton", minimum=(3, 4), below=(3, 10),
@@ -125,6 +129,7 @@ class CachedLaunch:
     def launch(self, grid: tuple[int, ...], args: tuple[Any, ...],
                kwargs: dict[str, Any]) -> None:
         """Launch on ``grid`` (a tuple of up to three ints)."""
+        kwargs.setdefault("enable_fp_fusion", FP_FUSION)
         if not hook_active(_NAME):
             self.kernel[grid](*args, **kwargs)
             return
@@ -168,10 +173,27 @@ class CachedLaunch:
                             compiled.launch_metadata)
 
 
+class PublicLaunch:
+    """``kernel[grid](*args, **kwargs)`` through Triton's own path, with the launch options
+    every launch states (where the hook cannot run)."""
+
+    __slots__ = ("kernel",)
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Any:
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            kwargs.setdefault("enable_fp_fusion", FP_FUSION)
+            return self.kernel[grid](*args, **kwargs)
+
+        return launch
+
+
 class CachedKernels:
     """A kernel module whose ``triton.jit`` kernels are :class:`CachedLaunch` es when the hook
-    can run in this process; every other attribute (and every kernel under the interpreter, or
-    with the hook unavailable) is the module's own."""
+    can run in this process, else :class:`PublicLaunch` es; every other attribute (and every
+    kernel under the interpreter, which takes no launch options) is the module's own."""
 
     def __init__(self, module: ModuleType) -> None:
         self._module = module
@@ -180,8 +202,8 @@ class CachedKernels:
         value = getattr(self._module, name)
         from triton.runtime.jit import JITFunction
 
-        if isinstance(value, JITFunction) and hook_available(_NAME):
-            value = CachedLaunch(value)
+        if isinstance(value, JITFunction):
+            value = CachedLaunch(value) if hook_available(_NAME) else PublicLaunch(value)
         setattr(self, name, value)  # looked up once
         return value
 

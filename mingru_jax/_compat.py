@@ -155,8 +155,7 @@ def _compile_record(jtl, backend_init_func, fn, arg_dtypes, scalar_args, *, num_
         options["num_stages"] = num_stages
     if dump:
         options["debug"] = True
-    if not enable_fp_fusion:  # jax-triton's default is True: only an explicit False counts
-        options["enable_fp_fusion"] = False
+    options["enable_fp_fusion"] = bool(enable_fp_fusion)  # stated, as PyTorch's launches
     key = (fn, tuple(signature.items()), tuple(sorted(constexprs.items(), key=lambda kv: kv[0])),
            tuple(sorted(attrs)), tuple(sorted(options.items())), cc, int_hints)
     store = _compiled if store is None else store

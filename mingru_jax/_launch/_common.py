@@ -39,6 +39,7 @@ from mingru_jax._launch import _compile
 from mingru_jax._platform import platform_of
 from mingru_jax._vma import as_varying, varying_axes
 from mingru_kernels._seam import interpreter_mode
+from mingru_kernels.launch import FP_FUSION
 from mingru_kernels.launch._elementwise import DEFAULT_SM_COUNT
 from mingru_kernels.launch.switches import poison_outputs
 
@@ -306,7 +307,8 @@ def launch(
     if zeroed:
         meta = {**meta, "zeroed_outputs": tuple(zeroed)}
     out = jt.triton_call(
-        *inputs, *scalars, kernel=kernel, out_shape=tuple(outputs), grid=grid, **meta
+        *inputs, *scalars, kernel=kernel, out_shape=tuple(outputs), grid=grid,
+        enable_fp_fusion=FP_FUSION, **meta
     )
     return tuple(as_varying(o, axes) for o in (out if isinstance(out, (tuple, list)) else (out,)))
 

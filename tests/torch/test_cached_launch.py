@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mingru import _compat as compat
-from mingru._compat import CachedKernels, CachedLaunch, launch_key
+from mingru._compat import CachedKernels, CachedLaunch, PublicLaunch, launch_key
 from mingru_kernels import _compat as hooks
 from tests.private_hooks import MODES, hook_mode, isolated
 
@@ -92,7 +92,8 @@ def test_a_repeat_launch_goes_to_the_compiled_kernel_with_the_bound_arguments(mo
     launch[(5, 2)](x, 8, 1.5, MODE=2, BLOCK=16)  # same key: no binding, straight to run
     if mode == "off":  # Triton's own path for every launch
         assert len(kernel.jit_calls) == 2 and not kernel.runs and not launch._cache
-        assert kernel.jit_calls[1] == ((5, 2), (x, 8, 1.5), {"MODE": 2, "BLOCK": 16})
+        assert kernel.jit_calls[1] == ((5, 2), (x, 8, 1.5),
+                                       {"MODE": 2, "BLOCK": 16, "enable_fp_fusion": True})
         return
     assert len(kernel.jit_calls) == 1 and len(kernel.runs) == 1
     grid_x, grid_y, grid_z, stream, function, metadata, launch_md, _, _, *args = kernel.runs[0]
@@ -123,6 +124,19 @@ def test_keyword_arguments_bind_in_signature_order(mode):
         assert args[0] is tensor and list(args[1:]) == [8, alpha, 16, 1, False]
     launch[(1,)](x=x, n=8, alpha=0.5, BLOCK=16)  # MODE missing: Triton's path says so
     assert len(kernel.jit_calls) == 3
+
+
+def test_every_launch_states_fp_fusion_unless_its_caller_does(mode):
+    """Triton 3.9 warns when ``enable_fp_fusion`` is unset and 3.10 turns it off: the kernels'
+    launches state it, on the hook's path and on Triton's own."""
+    for make in (lambda k: CachedLaunch(k, device=lambda: 0, stream=lambda device: 0),
+                 PublicLaunch):
+        kernel = _FakeKernel()
+        launch = make(kernel)
+        x = torch.randn(8)
+        launch[(1,)](x, 8, 0.5, BLOCK=16, MODE=0)
+        launch[(1,)](x, 8, 0.5, BLOCK=16, MODE=0, enable_fp_fusion=False)
+        assert [call[2]["enable_fp_fusion"] for call in kernel.jit_calls] == [True, False]
 
 
 def test_the_hook_is_decided_per_launch():
@@ -213,8 +227,9 @@ def test_a_triton_outside_the_range_keeps_its_own_launch_path(monkeypatch):
         hooks._switch[:] = [False]
         monkeypatch.setattr(triton, "__version__", "3.3.1")
         with pytest.warns(RuntimeWarning) as record:
-            assert CachedKernels(module).kernel is module.kernel
-            assert CachedKernels(module).kernel is module.kernel
+            for _ in range(2):
+                launch = CachedKernels(module).kernel
+                assert isinstance(launch, PublicLaunch) and launch.kernel is module.kernel
         [warning] = [w for w in record if HOOK in str(w.message)]
         assert "triton 3.3.1" in str(warning.message) and ">=3.4,<3.10" in str(warning.message)
 
@@ -226,7 +241,8 @@ def test_the_switch_keeps_tritons_own_launch_path():
         hooks._active.pop(HOOK, None)
         hooks._switch[:] = [True]
         with _no_warning():
-            assert CachedKernels(module).kernel is module.kernel
+            launch = CachedKernels(module).kernel
+            assert isinstance(launch, PublicLaunch) and launch.kernel is module.kernel
 
 
 @pytest.mark.gpu
