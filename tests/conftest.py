@@ -135,7 +135,10 @@ def _log_compiles(path: str) -> None:
     takes milliseconds): seconds since the session started, the compile's seconds, the
     worker, the kernel and the test that launched it. On a GPU a test costs mostly its
     kernels' compiles, and two tests that compile the same kernel variant pay once: this
-    says which parametrizations add variants. Hooks set before are kept and called."""
+    says which parametrizations add variants. PyTorch's launches are seen through Triton's
+    jit hooks (hooks set before are kept and called); the JAX frontend's, which compile
+    through ``triton.compile`` (``mingru_jax._compat``), by wrapping it."""
+    import triton
     from triton import knobs
 
     hooks = knobs.runtime
@@ -147,14 +150,27 @@ def _log_compiles(path: str) -> None:
         started[0] = time.monotonic()
         return before(**kwargs) if before else None
 
-    def on_compiled(**kwargs):
+    def write(start: float, kernel: str) -> None:
         now = time.monotonic()
         with open(path, "a", encoding="utf-8") as log:
-            log.write(f"{now - _SESSION_START:.1f}\t{now - started[0]:.2f}\t{worker}\t"
-                      f"{kwargs['fn'].name}\t{_running['test']}\n")
+            log.write(f"{now - _SESSION_START:.1f}\t{now - start:.2f}\t{worker}\t{kernel}\t"
+                      f"{_running['test']}\n")
+
+    def on_compiled(**kwargs):
+        write(started[0], kwargs["fn"].name)
         return after(**kwargs) if after else None
 
+    compile_ = triton.compile
+
+    @functools.wraps(compile_)
+    def timed_compile(src, *args, **kwargs):
+        start = time.monotonic()
+        compiled = compile_(src, *args, **kwargs)
+        write(start, getattr(getattr(src, "fn", None), "__name__", "?"))
+        return compiled
+
     hooks.jit_cache_hook, hooks.jit_post_compile_hook = on_miss, on_compiled
+    triton.compile = timed_compile
 
 
 @pytest.hookimpl(optionalhook=True)
