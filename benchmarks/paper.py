@@ -37,6 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mingru_benchmarks.run import environment
 from mingru_cli.config import PRECISIONS
 
 __all__ = ["build_parser", "copy_table", "lm_table", "main"]
@@ -129,13 +130,6 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
             "progress": not args.no_progress}
 
 
-def _environment(device: str) -> dict[str, Any]:
-    """The benchmark harness's record of the run: GPU, versions, commit and date."""
-    from mingru_benchmarks.run import environment
-
-    return environment(device)
-
-
 def _write(out: Path, name: str, result: dict[str, Any]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / name
@@ -179,7 +173,7 @@ def run_gpt_command(args: argparse.Namespace, command: str) -> dict[str, Any]:
         with train.session(cfg):
             result, _ = paper_lm.run_gpt(cfg, heads=heads, stride=args.val_stride or max(
                 1, cfg.train_len // 2), minutes=minutes, probe=args.probe_steps)
-    result.update(command=command, environment=_environment(result["config"]["device"]))
+    result.update(command=command, environment=environment(result["config"]["device"]))
     name = LM_FILES["ours" if args.ours else "gpt2"]
     print(lm_table(_runs(out, {k: v for k, v in LM_FILES.items() if v != name}) + [result]))
     print(f"wrote {_write(out, name, result)}")
@@ -213,7 +207,7 @@ def run_copy_command(args: argparse.Namespace, command: str) -> dict[str, Any]:
               "max_minutes": args.max_minutes, "warmup_steps": args.warmup_steps, **record,
               "validation": {"sequences": int(val.tokens.shape[0]), "length": cfg.val_len,
                              "scored_tokens": int(val.mask.sum())},
-              "config": config, "command": command, "environment": _environment(cfg.device)}
+              "config": config, "command": command, "environment": environment(cfg.device)}
     name = COPY_FILES[result["model"]]
     out = Path(args.out)
     print(copy_table(_runs(out, {k: v for k, v in COPY_FILES.items() if v != name}) + [result]))

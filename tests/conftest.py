@@ -17,7 +17,7 @@ runs without torch installed).
   the cost. On a GPU JAX does not preallocate memory (PyTorch tests share the device).
 * With ``MINGRU_TEST_DURATION_LOG=FILE`` every finished test's time is appended to ``FILE``
   as it happens (:func:`pytest_runtest_logreport`); with ``MINGRU_TEST_COMPILE_LOG=FILE``
-  every Triton compile of a PyTorch launch, with the test that asked for it
+  every Triton compile of either frontend, with the test that asked for it
   (:func:`_log_compiles`).
 * ``on_host`` (opt-in): JAX on XLA's CPU device, on a GPU machine too.
 * Every test starts from ``torch.manual_seed(0)`` when torch is in use (already imported by
@@ -103,6 +103,12 @@ _DURATION_LOG = os.environ.get("MINGRU_TEST_DURATION_LOG")
 _SESSION_START = time.monotonic()
 
 
+def _append_line(path: str, *fields: object) -> None:
+    """One tab-separated line of a timing log, led by the seconds since the session started."""
+    with open(path, "a", encoding="utf-8") as log:
+        log.write("\t".join([f"{time.monotonic() - _SESSION_START:.1f}", *map(str, fields)]) + "\n")
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """With ``MINGRU_TEST_DURATION_LOG=FILE`` (``scripts/gpu_check.sh`` sets it), a line per
     test as it finishes: seconds since the session started, the test's seconds, outcome and
@@ -112,9 +118,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         return
     if report.when != "call" and not report.failed:  # a failed setup or teardown counts
         return
-    with open(_DURATION_LOG, "a", encoding="utf-8") as log:
-        log.write(f"{time.monotonic() - _SESSION_START:.1f}\t{report.duration:.2f}\t"
-                  f"{report.outcome}\t{report.nodeid}\n")
+    _append_line(_DURATION_LOG, f"{report.duration:.2f}", report.outcome, report.nodeid)
 
 
 _COMPILE_LOG = os.environ.get("MINGRU_TEST_COMPILE_LOG")
@@ -151,10 +155,7 @@ def _log_compiles(path: str) -> None:
         return before(**kwargs) if before else None
 
     def write(start: float, kernel: str) -> None:
-        now = time.monotonic()
-        with open(path, "a", encoding="utf-8") as log:
-            log.write(f"{now - _SESSION_START:.1f}\t{now - start:.2f}\t{worker}\t{kernel}\t"
-                      f"{_running['test']}\n")
+        _append_line(path, f"{time.monotonic() - start:.2f}", worker, kernel, _running["test"])
 
     def on_compiled(**kwargs):
         write(started[0], kwargs["fn"].name)
