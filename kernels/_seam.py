@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from mingru_kernels._compat import parse_version
+
 MODES = ("auto", "eager", "triton")
 
 
@@ -46,6 +48,23 @@ def env_mode() -> str:
 def interpreter_mode() -> bool:
     """True when Triton kernels run through Triton's CPU interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+def interpreter_problem(triton_version: str, numpy_version: str) -> str | None:
+    """Why Triton's interpreter cannot run the kernels with these versions, or ``None``.
+
+    Before Triton 3.7 the interpreter turns a scalar computed in a kernel (a loop bound) into a
+    Python int with ``int()`` of a one-element array, which NumPy 2.4 refuses: every kernel
+    with such a loop fails with an ``InterpreterError`` deep in Triton.
+
+    Example:
+        >>> interpreter_problem("3.9.0", "2.4.1") is None
+        True
+    """
+    if parse_version(triton_version) < (3, 7) and parse_version(numpy_version) >= (2, 4):
+        return (f"Triton {triton_version}'s interpreter (TRITON_INTERPRET=1) cannot run the "
+                f"kernels with NumPy {numpy_version}: install triton>=3.7 or numpy<2.4")
+    return None
 
 
 class WarnOnce:

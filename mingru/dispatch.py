@@ -33,6 +33,7 @@ from mingru_kernels._seam import (
     WarnOnce,
     check_mode,
     interpreter_mode,
+    interpreter_problem,
     mode_in_force,
     override_mode,
     pick_launcher,
@@ -126,9 +127,12 @@ def _probe(interp: bool) -> bool | str:
     if not interp and not torch.cuda.is_available():
         return "CUDA not available"
     try:
-        import triton  # noqa: F401
+        import numpy
+        import triton
     except Exception as exc:  # ImportError or a broken install
         return f"triton not importable: {exc}"
+    if interp:
+        return interpreter_problem(triton.__version__, numpy.__version__) or True
     return True
 
 

@@ -40,6 +40,7 @@ from mingru_kernels._seam import (
     MODES,
     WarnOnce,
     interpreter_mode,
+    interpreter_problem,
     mode_in_force,
     override_mode,
     pick_launcher,
@@ -132,14 +133,16 @@ def available() -> bool | str:
     if not gpu and not interpreter_mode():
         return "no GPU backend in jax"
     try:
-        import triton  # noqa: F401
+        import numpy
+        import triton
     except Exception as exc:  # ImportError or a broken install
         return f"triton not importable: {exc}"
-    if gpu:
-        try:
-            import_jax_triton()
-        except Exception as exc:
-            return f"jax_triton not importable: {exc}"
+    if not gpu:
+        return interpreter_problem(triton.__version__, numpy.__version__) or True
+    try:
+        import_jax_triton()
+    except Exception as exc:
+        return f"jax_triton not importable: {exc}"
     return True
 
 

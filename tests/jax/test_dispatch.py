@@ -207,3 +207,17 @@ def test_auto_runs_host_computations_eager_on_a_gpu_machine(monkeypatch):
     with jax.set_mesh(mesh):
         assert not kernel_ran(lambda: jax.jit(lambda x: z_last(x))(a))
     assert not kernel_ran(lambda: z_last(jax.device_put(a, cpu[0])))  # concrete CPU arrays
+
+
+def test_an_interpreter_that_cannot_run_the_kernels_says_which_versions(monkeypatch):
+    """Triton < 3.7's interpreter with NumPy ≥ 2.4 fails inside every kernel with a loop: the
+    seam names the versions and the way out instead (the PyTorch seam's twin)."""
+    triton = pytest.importorskip("triton")
+    monkeypatch.setattr(dispatch, "_has_gpu_backend", lambda: False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    monkeypatch.setattr(np, "__version__", "2.4.1")
+    reason = dispatch.available()
+    assert "Triton 3.6.0" in reason and "install triton>=3.7 or numpy<2.4" in reason
+    monkeypatch.setattr(np, "__version__", "2.3.5")
+    assert dispatch.available() is True

@@ -161,3 +161,20 @@ def test_the_poison_switch_follows_every_change_of_the_environment(monkeypatch):
     assert switches.poison_outputs()
     del os.environ["TRITON_INTERPRET"]
     assert not switches.poison_outputs()
+
+
+def test_an_interpreter_that_cannot_run_the_kernels_says_which_versions(monkeypatch):
+    """Triton < 3.7's interpreter with NumPy ≥ 2.4 fails inside every kernel with a loop: the
+    seam names the versions and the way out instead."""
+    triton = pytest.importorskip("triton")
+    numpy = pytest.importorskip("numpy")
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    monkeypatch.setattr(numpy, "__version__", "2.4.1")
+    reason = dispatch._probe(True)
+    assert "Triton 3.6.0" in reason and "NumPy 2.4.1" in reason
+    assert "install triton>=3.7 or numpy<2.4" in reason
+    monkeypatch.setattr(numpy, "__version__", "2.3.5")
+    assert dispatch._probe(True) is True
+    monkeypatch.setattr(triton, "__version__", "3.7.0")
+    monkeypatch.setattr(numpy, "__version__", "2.4.1")
+    assert dispatch._probe(True) is True
