@@ -275,7 +275,8 @@ def test_lm_run_split_into_jobs_equals_one_job(tmp_path):
     assert run_cli([*base, "--out", str(tmp_path / "one")])[0] == 0
     assert run_cli([*base, "--out", str(tmp_path / "split"), "--stop-after", "15"])[0] == 0
     assert not (tmp_path / "split" / "train.json").exists()
-    code, _, err = run_cli(["train", "--resume", str(tmp_path / "split"), "--no-progress"])
+    code, _, err = run_cli(["train", "--resume", str(tmp_path / "split"), "--device", "cpu",
+                            "--no-progress"])
     assert code == 0, err
     one, split = (json.loads((tmp_path / d / "train.json").read_text())["model"]
                   for d in ("one", "split"))

@@ -32,6 +32,12 @@ TINY = ["--task", "selective-copy", "--train-len", "6", "--copy-tokens", "2", "-
         "--seed", "2", "--device", "cpu", "--no-progress"]
 
 
+# The device is a job's choice, not the run's (``RUN_CONTROL``): a resumed job without
+# ``--device`` would take a GPU where there is one, and a GPU's sums are not bit-equal to the
+# CPU's the run began on.
+ON_CPU = ["--device", "cpu"]
+
+
 def cli(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -94,15 +100,15 @@ def test_jobs_resumed_equal_one_run(framework, tmp_path):
     assert state["models"]["0"]["step"] == 5
     assert len(list((tmp_path / "split" / "checkpoint").glob("model0-step*"))) == 1
     if framework == "torch":
-        code, out, _ = cli(["train", "--resume", str(tmp_path / "split"), "--stop-after", "6",
+        code, out, _ = cli(["train", "--resume", str(tmp_path / "split"), *ON_CPU, "--stop-after", "6",
                             "--no-progress"])
         assert code == 0 and "stopped signed at step 3 of 8" in out
-    code, out, err = cli(["train", "--resume", str(tmp_path / "split"), "--no-progress"])
+    code, out, err = cli(["train", "--resume", str(tmp_path / "split"), *ON_CPU, "--no-progress"])
     assert code == 0, err
     assert "per sequence" in out
     assert_same_run(tmp_path / "one", tmp_path / "split")
     # Resuming a finished run trains nothing and reports the same.
-    assert cli(["train", "--resume", str(tmp_path / "split"), "--no-progress"])[0] == 0
+    assert cli(["train", "--resume", str(tmp_path / "split"), *ON_CPU, "--no-progress"])[0] == 0
     assert_same_run(tmp_path / "one", tmp_path / "split")
 
 
@@ -116,7 +122,7 @@ def test_max_minutes_stops_the_job_and_the_rest_follows(tmp_path):
     state = json.loads(path.read_text())
     del state["config"]["mixer_expansion"]
     path.write_text(json.dumps(state))
-    assert cli(["train", "--resume", str(tmp_path / "split"), "--no-progress"])[0] == 0
+    assert cli(["train", "--resume", str(tmp_path / "split"), *ON_CPU, "--no-progress"])[0] == 0
     assert_same_run(tmp_path / "one", tmp_path / "split")
 
 
@@ -126,7 +132,7 @@ def test_resume_with_more_steps_extends_a_constant_schedule_run(tmp_path):
     argv = ["train", *TINY, "--mixer", "log", "--lr-schedule", "constant"]
     assert cli([*argv, "--steps", "12", "--out", str(tmp_path / "one")])[0] == 0
     assert cli([*argv, "--steps", "6", "--out", str(tmp_path / "split")])[0] == 0
-    code, _, err = cli(["train", "--resume", str(tmp_path / "split"), "--steps", "12",
+    code, _, err = cli(["train", "--resume", str(tmp_path / "split"), *ON_CPU, "--steps", "12",
                         "--no-progress"])
     assert code == 0, err
     assert_same_run(tmp_path / "one", tmp_path / "split")
