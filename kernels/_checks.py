@@ -58,6 +58,17 @@ def shape_is(x: Any, name: str, expected: Sequence[int], shape: str) -> None:
         )
 
 
+def shape_in(x: Any, allowed: Sequence[Sequence[int]]) -> bool:
+    """Whether ``x.shape`` is one of ``allowed``. Compared tuple by tuple: ``torch.compile``
+    traces ``==`` on symbolic sizes (``dynamic=True``) into a guard, while ``in`` over a list
+    found no match for them."""
+    shape = tuple(x.shape)
+    for candidate in allowed:
+        if shape == tuple(candidate):
+            return True
+    return False
+
+
 def nonempty_time(x: Any, name: str) -> None:
     """``x`` (time on dim 1) must have at least one step."""
     if x.shape[1] < 1:

@@ -19,6 +19,8 @@ import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from mingru_kernels._checks import shape_in
+
 __all__ = [
     "DECAY_KWARGS",
     "DECAY_MODES",
@@ -232,7 +234,7 @@ def check_cell_shapes(k: Any, n_gates: int, initial_state: Any = None,
     D = S // n_gates
     if initial_state is not None and tuple(initial_state.shape) != (B, D):
         raise _shape_error("initial_state", initial_state, f"(B, D) = {(B, D)}", op="mingru_cell")
-    if log_gamma is not None and tuple(log_gamma.shape) not in ((B, T, D), (B, T, 1)):
+    if log_gamma is not None and not shape_in(log_gamma, ((B, T, D), (B, T, 1))):
         raise _shape_error("log_gamma", log_gamma, f"(B, T, D) = {(B, T, D)} or (B, T, 1)",
                            op="mingru_cell")
     return D

@@ -19,6 +19,7 @@ from mingru import _validate
 from mingru._eager.mingru_cell import g as g
 from mingru._eager.mingru_cell import log_g as log_g
 from mingru._packing import check_cu_seqlens
+from mingru_kernels._checks import shape_in
 from mingru_kernels._spec import DECAY_MODES as DECAY_MODES
 from mingru_kernels._spec import MAX_GAP, check_decay, inverse_softplus
 
@@ -104,7 +105,7 @@ class TimeDecay(nn.Module):
             shape_txt = f"(B,) or (B, 1) = ({batch},)"
         if not isinstance(delta_t, torch.Tensor):
             raise TypeError(f"delta_t must be a torch.Tensor of shape {shape_txt}")
-        if tuple(delta_t.shape) not in shapes:
+        if not shape_in(delta_t, shapes):
             raise ValueError(f"delta_t must have shape {shape_txt}; got {tuple(delta_t.shape)}")
         # Sanitize in at least fp32: the 1e10 cap would overflow fp16.
         work = torch.promote_types(like.dtype, torch.float32)

@@ -30,6 +30,7 @@ from mingru_jax._eager.mingru_cell import g as g
 from mingru_jax._eager.mingru_cell import log_g as log_g
 from mingru_jax._packed_sharding import row_length
 from mingru_jax._packing import check_cu_seqlens
+from mingru_kernels._checks import shape_in
 from mingru_kernels._spec import DECAY_MODES as DECAY_MODES
 from mingru_kernels._spec import MAX_GAP, check_decay, check_packed_state, inverse_softplus
 from mingru_kernels._spec import check_size as check_size
@@ -199,7 +200,7 @@ class TimeDecay(nnx.Module):
             shape_txt = f"(B,) or (B, 1) = ({batch},)"
         if not hasattr(delta_t, "shape") or not hasattr(delta_t, "dtype"):
             raise TypeError(f"delta_t must be a jax.Array of shape {shape_txt}")
-        if tuple(delta_t.shape) not in shapes:
+        if not shape_in(delta_t, shapes):
             raise ValueError(f"delta_t must have shape {shape_txt}; got {tuple(delta_t.shape)}")
         # Sanitize in at least fp32: the 1e10 cap would overflow fp16.
         work = jnp.promote_types(dtype, jnp.float32)

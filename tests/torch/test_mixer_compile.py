@@ -83,6 +83,18 @@ def test_mixer_compiles_fullgraph_onto_its_kernels(name):
     _assert_close(got, want, 1e-4)
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_mixer_compiles_with_symbolic_sizes(name):
+    """``torch.compile(dynamic=True)``: the shape checks of ``delta_t`` (either of its two
+    shapes) trace on symbolic sizes, and one graph serves a second batch and length."""
+    m = _mixer(name)
+    compiled = torch.compile(m, fullgraph=True, dynamic=True, backend="eager")
+    x, dt = _inputs(3)
+    with mingru.use_backend("eager"):
+        for x, dt in [(x, dt), (x[:1, :7], dt[:1, :7, None])]:
+            torch.testing.assert_close(compiled(x, delta_t=dt), m(x, delta_t=dt))
+
+
 @pytest.mark.interpreter
 @pytest.mark.parametrize("mode", ["", "triton"], ids=["unset", "triton"])
 def test_mode_from_the_environment_traces_without_a_break(mode, monkeypatch, name="log"):
