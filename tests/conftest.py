@@ -111,14 +111,16 @@ def _append_line(path: str, *fields: object) -> None:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """With ``MINGRU_TEST_DURATION_LOG=FILE`` (``scripts/gpu_check.sh`` sets it), a line per
-    test as it finishes: seconds since the session started, the test's seconds, outcome and
-    id, tab-separated. Unlike ``--durations`` it survives a run stopped at a time limit,
+    test as it finishes: seconds since the session started, the test's seconds, the worker
+    that ran it (``gw3``; ``main`` without xdist), outcome and id, tab-separated (the compile
+    log's column order). Unlike ``--durations`` it survives a run stopped at a time limit,
     which is when knowing what took the time matters. Written by the controller only."""
     if _DURATION_LOG is None or os.environ.get("PYTEST_XDIST_WORKER"):
         return
     if report.when != "call" and not report.failed:  # a failed setup or teardown counts
         return
-    _append_line(_DURATION_LOG, f"{report.duration:.2f}", report.outcome, report.nodeid)
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
+    _append_line(_DURATION_LOG, f"{report.duration:.2f}", worker, report.outcome, report.nodeid)
 
 
 _COMPILE_LOG = os.environ.get("MINGRU_TEST_COMPILE_LOG")

@@ -10,6 +10,9 @@ optimisation turned down: compile time is the cost of these tiny programs) pass 
 block that needs more says so on its first line:
 
 * ``# needs a CUDA GPU``: marked ``gpu`` (skipped without a CUDA device, by ``conftest``).
+* On a GPU machine the blocks that reach no GPU (PyTorch on CPU tensors: no ``cuda`` and no
+  JAX, whose default device is the GPU there) are skipped: the CPU suite runs them as they
+  would run here, and the GPU suite's time goes to what only a GPU can check.
 * ``# run with: torchrun --nproc-per-node N FILE``: run under ``torch.distributed.run`` with
   ``N`` local processes (``--standalone``: a free rendezvous port, so parallel test workers
   never collide). On a CPU the block picks the ``gloo`` backend itself; a few gloo processes
@@ -34,6 +37,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+
+from tests.conftest import cuda_device_present
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [
@@ -130,8 +135,15 @@ def _cases() -> list:
                 marks.append(pytest.mark.skip(reason=f"needs {', '.join(missing)}"))
             if first == GPU_LINE:
                 marks.append(pytest.mark.gpu)
+            elif cuda_device_present() and _host_only(block.source):
+                marks.append(pytest.mark.skip(reason="reaches no GPU: run by the CPU suite"))
             cases.append(pytest.param(block, id=f"{block.page}:{block.line}", marks=marks))
     return cases
+
+
+def _host_only(source: str) -> bool:
+    """Whether a block can only run on the host: PyTorch on CPU tensors, no JAX."""
+    return "cuda" not in source and "jax" not in source
 
 
 def _command(block: Block, path: Path) -> list[str]:
