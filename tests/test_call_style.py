@@ -36,6 +36,7 @@ backward formulas call them through parameters), so no rule names them.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -89,19 +90,26 @@ def _walk(node: ast.AST) -> Iterator[ast.AST]:
         yield from _walk(child)
 
 
+@functools.cache
 def _trees() -> dict[Path, ast.Module]:
+    """Every package source, parsed once per process, when a test first asks (not at
+    collection, where every test worker would pay it)."""
     return {path: ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
             for path in _files()}
 
 
-TREES = _trees()
+
+class _Definitions(NamedTuple):
+    names: set[str]
+    variadic: set[str]
 
 
-def _definitions() -> tuple[set[str], set[str]]:
+@functools.cache
+def _definitions() -> _Definitions:
     """The names of every function, method and class the packages define (Triton kernels
     excluded), and those of them that are variadic: every definition takes ``*args``."""
     names, fixed = set(), set()
-    for tree in TREES.values():
+    for tree in _trees().values():
         for node in _walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 names.add(node.name)
@@ -110,10 +118,8 @@ def _definitions() -> tuple[set[str], set[str]]:
             elif isinstance(node, ast.ClassDef):
                 names.add(node.name)
                 fixed.add(node.name)
-    return names, names - fixed
+    return _Definitions(names, names - fixed)
 
-
-DEFINED, VARIADIC = _definitions()
 
 
 def _third_party_names(tree: ast.Module) -> set[str]:
@@ -166,7 +172,7 @@ def _short_name(call: ast.Call) -> str | None:
 def _called_name(call: ast.Call, third_party: set[str]) -> str | None:
     """The first-party name ``call`` calls, or ``None``."""
     name = _short_name(call)
-    if name is None or name not in DEFINED:
+    if name is None or name not in _definitions().names:
         return None
     root = call.func.id if isinstance(call.func, ast.Name) else _root(call.func.value)
     return None if root in third_party else name
@@ -183,14 +189,14 @@ def _too_positional(call: ast.Call, third_party: set[str], wrapped: set[str]) ->
     """The first-party name ``call`` calls with more than :data:`MAX_POSITIONAL` positional
     arguments, unless the rules above let it."""
     name = _called_name(call, third_party)
-    if name is None or name in VARIADIC or name in wrapped:
+    if name is None or name in _definitions().variadic or name in wrapped:
         return None
     return name if len(call.args) > MAX_POSITIONAL else None
 
 
 def _violations() -> list[Call]:
     found = []
-    for path, tree in TREES.items():
+    for path, tree in _trees().items():
         relative = path.relative_to(ROOT).as_posix()
         if relative in EXEMPT_FILES:
             continue
@@ -209,8 +215,8 @@ def _violations() -> list[Call]:
 
 def test_the_scan_sees_the_packages():
     """The walk reads every package and knows its definitions (guards against an empty scan)."""
-    assert len(TREES) > 100
-    assert {"MinGRU", "parallel_scan_log", "linear_recurrence"} <= DEFINED
+    assert len(_trees()) > 100
+    assert {"MinGRU", "parallel_scan_log", "linear_recurrence"} <= _definitions().names
 
 
 def test_the_checks_catch_bad_calls():
@@ -233,8 +239,8 @@ def test_the_checks_catch_bad_calls():
     assert _positional_bools(calls[1]) == []
     assert _too_positional(calls[2], third_party, wrapped) == "MinGRU"
     assert _too_positional(calls[3], third_party, wrapped) is None
-    assert "project" in VARIADIC and _too_positional(calls[4], third_party, wrapped) is None
-    assert "_op" in DEFINED and _too_positional(calls[5], third_party, wrapped) is None
+    assert "project" in _definitions().variadic and _too_positional(calls[4], third_party, wrapped) is None
+    assert "_op" in _definitions().names and _too_positional(calls[5], third_party, wrapped) is None
 
 
 def test_calls_pass_flags_and_trailing_arguments_by_keyword():
@@ -253,7 +259,7 @@ def _positional_launches(tree: ast.Module, relative: str) -> list[Call]:
 
 
 def _launch_trees() -> dict[str, ast.Module]:
-    return {relative: tree for path, tree in TREES.items()
+    return {relative: tree for path, tree in _trees().items()
             if (relative := path.relative_to(ROOT).as_posix()).startswith(KEYWORD_LAUNCHES)}
 
 

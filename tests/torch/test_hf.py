@@ -6,24 +6,36 @@ staying optional."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+from safetensors import safe_open
 
-pytest.importorskip("transformers")
-
-from safetensors import safe_open  # noqa: E402
-from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
-
-from mingru import MinGRULM  # noqa: E402
-from mingru.hf import MinGRUConfig, MinGRUForCausalLM  # noqa: E402 (registers the Auto classes)
-from tests.torch._lm_cases import MIXER_KWARGS, VOCAB, make_model, tokens  # noqa: E402
+from mingru import MinGRULM
+from tests.torch._lm_cases import MIXER_KWARGS, VOCAB, make_model, tokens
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                                reason="needs transformers (the [hf] extra)")
+
+
+@pytest.fixture(scope="module")
+def hf() -> SimpleNamespace:
+    """transformers' Auto classes and ``mingru.hf``'s (importing it registers them). Imported
+    here, not at collection: ``mingru.hf`` imports transformers' model classes, seconds that
+    every test worker would pay before its first test."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from mingru.hf import MinGRUConfig, MinGRUForCausalLM
+
+    return SimpleNamespace(AutoConfig=AutoConfig, AutoModelForCausalLM=AutoModelForCausalLM,
+                           MinGRUConfig=MinGRUConfig, MinGRUForCausalLM=MinGRUForCausalLM)
 
 
 def _stored_names(folder: Path) -> set[str]:
@@ -39,8 +51,8 @@ def _mixed_model(tie_embeddings: bool) -> MinGRULM:
                     mixer_kwargs={name: MIXER_KWARGS[name] for name in mixers})
 
 
-def test_config_round_trip(tmp_path):
-    config = MinGRUConfig(vocab_size=VOCAB, d_model=16, n_layers=2, mixer=["log", "delta"],
+def test_config_round_trip(hf, tmp_path):
+    config = hf.MinGRUConfig(vocab_size=VOCAB, d_model=16, n_layers=2, mixer=["log", "delta"],
                           mixer_kwargs={"delta": {"n_heads": 2}}, tie_embeddings=False,
                           bos_token_id=1)
     assert (config.hidden_size, config.num_hidden_layers, config.tie_word_embeddings) == (
@@ -48,9 +60,9 @@ def test_config_round_trip(tmp_path):
     config.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["model_type"] == "mingru" and saved["format_version"] == 1
-    again = AutoConfig.from_pretrained(tmp_path)
-    assert type(again) is MinGRUConfig and again.bos_token_id == 1
-    assert again.lm_config == config.lm_config == MinGRUConfig.from_lm_config(
+    again = hf.AutoConfig.from_pretrained(tmp_path)
+    assert type(again) is hf.MinGRUConfig and again.bos_token_id == 1
+    assert again.lm_config == config.lm_config == hf.MinGRUConfig.from_lm_config(
         config.lm_config).lm_config
     assert again.lm_config.mixer == ("log", "delta")
 
@@ -60,20 +72,20 @@ def test_config_round_trip(tmp_path):
     (dict(vocab_size=0), "vocab_size"),
     (dict(format_version=99), "format_version"),
 ])
-def test_config_is_validated(bad, match):
+def test_config_is_validated(hf, bad, match):
     with pytest.raises(ValueError, match=match):
-        MinGRUConfig(**{"vocab_size": VOCAB, "d_model": 16, "n_layers": 1, **bad})
+        hf.MinGRUConfig(**{"vocab_size": VOCAB, "d_model": 16, "n_layers": 1, **bad})
 
 
 @pytest.mark.parametrize("tie_embeddings", [True, False])
-def test_checkpoints_load_both_ways_with_equal_logits(tmp_path, tie_embeddings):
+def test_checkpoints_load_both_ways_with_equal_logits(hf, tmp_path, tie_embeddings):
     model = _mixed_model(tie_embeddings)
     ids = tokens(2, 9)
     with torch.no_grad():
         expected, _ = model(ids)
     model.save_pretrained(tmp_path / "mingru")
-    hf_model = AutoModelForCausalLM.from_pretrained(tmp_path / "mingru")
-    assert type(hf_model) is MinGRUForCausalLM
+    hf_model = hf.AutoModelForCausalLM.from_pretrained(tmp_path / "mingru")
+    assert type(hf_model) is hf.MinGRUForCausalLM
     assert (hf_model.head.weight is hf_model.embedding.weight) == tie_embeddings
     with torch.no_grad():
         assert torch.equal(hf_model(ids).logits, expected)
@@ -87,7 +99,7 @@ def test_checkpoints_load_both_ways_with_equal_logits(tmp_path, tie_embeddings):
         assert torch.equal(again(ids)[0], expected)
 
 
-def test_loading_is_strict(tmp_path):
+def test_loading_is_strict(hf, tmp_path):
     from safetensors.torch import load_file, save_file
 
     make_model("log", learnable_h0=True).save_pretrained(tmp_path)
@@ -95,12 +107,12 @@ def test_loading_is_strict(tmp_path):
     del tensors["stack.blocks.1.mixer.h0"]
     save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ValueError, match=r"missing \['stack.blocks.1.mixer.h0'\]"):
-        AutoModelForCausalLM.from_pretrained(tmp_path)
+        hf.AutoModelForCausalLM.from_pretrained(tmp_path)
 
 
-def test_state_is_the_cache_and_labels_give_the_shifted_loss():
+def test_state_is_the_cache_and_labels_give_the_shifted_loss(hf):
     model = make_model("givens")
-    hf_model = MinGRUForCausalLM(MinGRUConfig.from_lm_config(model.config))
+    hf_model = hf.MinGRUForCausalLM(hf.MinGRUConfig.from_lm_config(model.config))
     hf_model.load_state_dict(model.state_dict())
     ids = tokens(3, 11)
     whole = hf_model(ids, labels=ids)
@@ -125,9 +137,9 @@ def test_state_is_the_cache_and_labels_give_the_shifted_loss():
 
 
 @pytest.mark.parametrize("mixer", ["log", "delta"])
-def test_generate_greedy_equals_mingru_generate_one_token_per_step(mixer):
+def test_generate_greedy_equals_mingru_generate_one_token_per_step(hf, mixer):
     model = make_model(mixer)
-    hf_model = MinGRUForCausalLM(MinGRUConfig.from_lm_config(model.config))
+    hf_model = hf.MinGRUForCausalLM(hf.MinGRUConfig.from_lm_config(model.config))
     hf_model.load_state_dict(model.state_dict())
     lengths: list[int] = []
     hf_model.register_forward_pre_hook(
@@ -142,8 +154,8 @@ def test_generate_greedy_equals_mingru_generate_one_token_per_step(mixer):
     assert torch.equal(sampled, got)
 
 
-def test_padding_is_refused():
-    hf_model = MinGRUForCausalLM(MinGRUConfig(vocab_size=VOCAB, d_model=16, n_layers=1))
+def test_padding_is_refused(hf):
+    hf_model = hf.MinGRUForCausalLM(hf.MinGRUConfig(vocab_size=VOCAB, d_model=16, n_layers=1))
     prompt = tokens(2, 5)
     left_padded = torch.ones_like(prompt)
     left_padded[1, :2] = 0

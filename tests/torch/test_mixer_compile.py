@@ -91,8 +91,8 @@ def test_mixer_compiles_with_symbolic_sizes(name):
     compiled = torch.compile(m, fullgraph=True, dynamic=True, backend="eager")
     x, dt = _inputs(3)
     with mingru.use_backend("eager"):
-        for x, dt in [(x, dt), (x[:1, :7], dt[:1, :7, None])]:
-            torch.testing.assert_close(compiled(x, delta_t=dt), m(x, delta_t=dt))
+        for inputs, delta_t in [(x, dt), (x[:1, :7], dt[:1, :7, None])]:
+            torch.testing.assert_close(compiled(inputs, delta_t=delta_t), m(inputs, delta_t=delta_t))
 
 
 @pytest.mark.interpreter
