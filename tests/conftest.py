@@ -4,7 +4,8 @@ runs without torch installed).
 * Without a CUDA device, kernel tests run through Triton's interpreter: ``TRITON_INTERPRET=1``
   must be set before anything imports triton (kernels bind their mode at decoration time).
   The device is asked of the CUDA driver itself, not of a framework.
-* ``gpu``-marked tests are skipped without a CUDA device. With one, long tests run first
+* ``gpu``-marked tests are skipped without a CUDA device; ``host``-marked ones (they reach
+  no GPU: CPU tensors, gloo ranks) with one. With one, long tests run first
   (``slow``-marked, then ``gpu``-marked; spread over the workers' first tests under
   ``pytest-xdist --dist worksteal``): see :func:`_long_tests_first`.
 * Through Triton's interpreter, every address a kernel loads, stores or updates atomically is
@@ -91,6 +92,11 @@ if cuda_device_present():
 @pytest.hookimpl(trylast=True)  # after ``-m`` / ``-k`` deselect: the blocks are of what runs
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if cuda_device_present():
+        # The GPU suite's time goes to what only a GPU can check; the CPU suite runs these.
+        skip_host = pytest.mark.skip(reason="reaches no GPU: the CPU suite runs it")
+        for item in items:
+            if "host" in item.keywords:
+                item.add_marker(skip_host)
         items[:] = _long_tests_first(items, _worksteal_workers(config))
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")

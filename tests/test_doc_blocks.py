@@ -10,9 +10,9 @@ optimisation turned down: compile time is the cost of these tiny programs) pass 
 block that needs more says so on its first line:
 
 * ``# needs a CUDA GPU``: marked ``gpu`` (skipped without a CUDA device, by ``conftest``).
-* On a GPU machine the blocks that reach no GPU (PyTorch on CPU tensors: no ``cuda`` and no
-  JAX, whose default device is the GPU there) are skipped: the CPU suite runs them as they
-  would run here, and the GPU suite's time goes to what only a GPU can check.
+* Blocks that reach no GPU (PyTorch on CPU tensors: no ``cuda`` and no JAX, whose default
+  device is the GPU there) are marked ``host``: skipped on a GPU machine, where they would
+  run as the CPU suite runs them.
 * ``# run with: torchrun --nproc-per-node N FILE``: run under ``torch.distributed.run`` with
   ``N`` local processes (``--standalone``: a free rendezvous port, so parallel test workers
   never collide). On a CPU the block picks the ``gloo`` backend itself; a few gloo processes
@@ -37,8 +37,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-
-from tests.conftest import cuda_device_present
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [
@@ -135,8 +133,8 @@ def _cases() -> list:
                 marks.append(pytest.mark.skip(reason=f"needs {', '.join(missing)}"))
             if first == GPU_LINE:
                 marks.append(pytest.mark.gpu)
-            elif cuda_device_present() and _host_only(block.source):
-                marks.append(pytest.mark.skip(reason="reaches no GPU: run by the CPU suite"))
+            elif _host_only(block.source):
+                marks.append(pytest.mark.host)
             cases.append(pytest.param(block, id=f"{block.page}:{block.line}", marks=marks))
     return cases
 

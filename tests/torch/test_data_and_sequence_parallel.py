@@ -9,6 +9,7 @@ whole batch.
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -16,6 +17,8 @@ from torch import nn
 import mingru
 from tests.helpers import rel_err
 from tests.torch._distributed import rank_process, spawn
+
+pytestmark = pytest.mark.host  # gloo ranks on CPU tensors, on a GPU machine too
 
 DP, SP = 2, 2
 B, T, F = 4, 13, 6

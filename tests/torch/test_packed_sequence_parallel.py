@@ -18,6 +18,8 @@ import mingru
 from tests.helpers import rel_err
 from tests.torch._distributed import rank_process, spawn
 
+pytestmark = pytest.mark.host  # gloo ranks on CPU tensors, on a GPU machine too
+
 CU = [0, 4, 4, 5, 12, 23]
 N = len(CU) - 1
 # Of 4 ranks, rank 1 is one step, opening sequence 3 (at t = 5); rank 2 lies wholly inside it,

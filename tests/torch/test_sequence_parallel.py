@@ -18,6 +18,8 @@ from mingru_kernels._seam import interpreter_problem
 from tests.helpers import rel_err
 from tests.torch._distributed import rank_process, spawn
 
+pytestmark = pytest.mark.host  # gloo ranks on CPU tensors, on a GPU machine too
+
 SLICES = {2: (9, 14), 4: (3, 8, 1, 11)}  # lengths of the ranks' slices of T = 23
 
 
