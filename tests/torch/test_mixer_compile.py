@@ -86,13 +86,20 @@ def test_mixer_compiles_fullgraph_onto_its_kernels(name):
 @pytest.mark.parametrize("name", list(CASES))
 def test_mixer_compiles_with_symbolic_sizes(name):
     """``torch.compile(dynamic=True)``: the shape checks of ``delta_t`` (either of its two
-    shapes) trace on symbolic sizes, and one graph serves a second batch and length."""
+    shapes) trace on symbolic sizes, and one graph serves a second batch and length. Dynamo's
+    caches are reset before and after: the compiles of a worker's other tests count against
+    the same code objects' recompile limit."""
     m = _mixer(name)
-    compiled = torch.compile(m, fullgraph=True, dynamic=True, backend="eager")
     x, dt = _inputs(3)
-    with mingru.use_backend("eager"):
-        for inputs, delta_t in [(x, dt), (x[:1, :7], dt[:1, :7, None])]:
-            torch.testing.assert_close(compiled(inputs, delta_t=delta_t), m(inputs, delta_t=delta_t))
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(m, fullgraph=True, dynamic=True, backend="eager")
+        with mingru.use_backend("eager"):
+            for inputs, delta_t in [(x, dt), (x[:1, :7], dt[:1, :7, None])]:
+                torch.testing.assert_close(compiled(inputs, delta_t=delta_t),
+                                           m(inputs, delta_t=delta_t))
+    finally:
+        torch._dynamo.reset()
 
 
 @pytest.mark.interpreter
