@@ -20,7 +20,7 @@ runs without torch installed).
   as it happens (:func:`pytest_runtest_logreport`); with ``MINGRU_TEST_COMPILE_LOG=FILE``
   every Triton compile of either frontend, with the test that asked for it
   (:func:`_log_compiles`).
-* ``on_host`` (opt-in): JAX on XLA's CPU device, on a GPU machine too.
+* ``on_host`` (opt-in): JAX on XLA's CPU device; like ``host`` tests, skipped on a GPU machine.
 * Every test starts from ``torch.manual_seed(0)`` when torch is in use (already imported by
   the test's module); torch is never imported here. Without torch installed, the folders
   that need it are not collected.
@@ -95,7 +95,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # The GPU suite's time goes to what only a GPU can check; the CPU suite runs these.
         skip_host = pytest.mark.skip(reason="reaches no GPU: the CPU suite runs it")
         for item in items:
-            if "host" in item.keywords:
+            if "host" in item.keywords or "on_host" in getattr(item, "fixturenames", ()):
                 item.add_marker(skip_host)
         items[:] = _long_tests_first(items, _worksteal_workers(config))
         return
@@ -239,7 +239,8 @@ def _bounds_checked():
 
 @pytest.fixture
 def on_host():
-    """JAX arrays and computations on XLA's CPU device, on a GPU machine too.
+    """JAX arrays and computations on XLA's CPU device (skipped on a GPU machine, as ``host``
+    tests are: what they check depends on no device, and the CPU suite runs them).
 
     For the float64 checks of the eager twins' semantics (packing, chaining, ``vmap``,
     numerical gradients) and the CPU parity of the two frontends, which depend on no device:
