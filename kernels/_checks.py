@@ -14,9 +14,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any, NamedTuple, TypeVar
 
@@ -89,12 +90,30 @@ class OncePerCall:
     def __init__(self, name: str, *, no_nan: Callable[[Sequence[tuple[str, object]]], None],
                  tracing: Callable[[], bool] = lambda: False) -> None:
         self._checked: ContextVar[bool] = ContextVar(name, default=False)
+        self._trusted: ContextVar[bool] = ContextVar(f"{name}_trusted", default=False)
         self.no_nan = no_nan
         self._tracing = tracing
 
     def inside(self) -> bool:
         """Whether a :meth:`checked_call` whose states were checked is running."""
         return self._checked.get()
+
+    @contextlib.contextmanager
+    def trusted(self) -> Iterator[None]:
+        """A block whose calls take only states the library computed itself (a prefill's
+        chunks each take the state the previous chunk returned): no check reads their values,
+        neither the NaN check nor a frontend's own (the sign of a MinGRU state), which asks
+        :meth:`is_trusted`. Each such read is a host synchronisation per chunk and layer."""
+        checked, trusted = self._checked.set(True), self._trusted.set(True)
+        try:
+            yield
+        finally:
+            self._trusted.reset(trusted)
+            self._checked.reset(checked)
+
+    def is_trusted(self) -> bool:
+        """Whether a :meth:`trusted` block is running."""
+        return self._trusted.get()
 
     def check_states(self, states: Sequence[tuple[str, object]]) -> bool:
         """``no_nan(states)`` unless tracing or :meth:`inside` a checked call; returns whether

@@ -14,7 +14,7 @@ from mingru_kernels._checks import ArrayKind, OncePerCall, check_float, nonempty
 
 __all__ = [
     "FLOAT_DTYPES", "check_states", "checked_call", "checks_state", "float_tensor", "floating",
-    "no_nan", "nonempty_time", "same_kind", "shape_is",
+    "no_nan", "nonempty_time", "same_kind", "shape_is", "states_trusted", "trusted_states",
 ]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -73,3 +73,6 @@ _ONCE = OncePerCall("mingru_states_checked", no_nan=no_nan, tracing=torch.compil
 check_states = _ONCE.check_states
 checked_call = _ONCE.checked_call
 checks_state = _ONCE.checks_state
+# States the library computed itself (a prefill's chunks): no value check reads them.
+trusted_states = _ONCE.trusted
+states_trusted = _ONCE.is_trusted

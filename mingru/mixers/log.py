@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from mingru._sharding import check_group
+from mingru._validate import states_trusted
 from mingru.cells import _run_mingru_cell
 from mingru.mixers._common import (
     TimeDecay,
@@ -173,8 +174,9 @@ class MinGRU(nn.Module):
 def check_non_negative(h: torch.Tensor, name: str) -> None:
     """Reject negative or NaN MinGRU states (``h >= 0`` is False for NaN, so NaN cannot slip
     through). Skipped while torch.compile traces (a data-dependent branch would break the
-    graph); eager calls always check."""
-    if torch.compiler.is_compiling():
+    graph) and for states the library computed itself (:func:`mingru._validate.trusted_states`);
+    eager calls on a caller's state always check."""
+    if torch.compiler.is_compiling() or states_trusted():
         return
     if not bool((h >= 0).all()):
         n_nan = int(torch.isnan(h).sum())

@@ -46,6 +46,32 @@ def test_chunked_prefill_gives_the_same_tokens(mixer):
         assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
 
 
+@pytest.mark.parametrize("mixer", MIXERS)
+def test_a_chunked_prefill_reads_the_device_as_often_as_one_call(mixer, monkeypatch):
+    """Each chunk takes the state the previous one returned, which no check reads: a read is
+    a host synchronisation (per chunk and MinGRU layer before), which on a GPU idles it
+    while the next chunk's kernels are launched. After the prefill a caller's NaN state is
+    still refused."""
+    model = make_model(mixer)
+    prompt = tokens(2, 40)
+    reads = []
+    for name in ("__bool__", "item", "tolist"):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name,
+                            lambda self, *a, _original=original, _name=name, **k:
+                            reads.append(_name) or _original(self, *a, **k))
+    counts = []
+    for chunk in (40, 8, 1):
+        reads.clear()
+        model.generate(prompt, 1, temperature=0.0, prefill_chunk=chunk)
+        counts.append(len(reads))
+    monkeypatch.undo()
+    assert counts[0] == counts[1] == counts[2], counts
+    state = [torch.full_like(s, float("nan")) for s in model.init_state(2)]
+    with pytest.raises(ValueError, match="NaN"):
+        model.features(prompt, state)
+
+
 def test_prefill_is_chunked_and_the_head_sees_one_position(monkeypatch):
     model = make_model("log")
     seen_chunks, head_inputs = [], []
