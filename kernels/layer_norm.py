@@ -12,6 +12,8 @@ per direction. XLA fuses the norm and the cast by itself.
 Forward, one program per row of ``x (N, D)``: ``mean``, ``rstd = 1/sqrt(var + eps)`` (two
 passes over the row held in registers, so no cancellation), ``y = (x − mean)·rstd·w + b``
 stored in ``y``'s dtype; ``mean`` and ``rstd`` (float32, ``(N,)``) are kept for the backward.
+The residual variant (``add_layer_norm``, inference only) first adds a second row, stores that
+sum and normalises it: a decode step's residual add and the next norm in one launch.
 
 Backward, one program per group of rows: with ``x̂ = (x − mean)·rstd`` and ``g = dy·w``,
 ``dx = rstd·(g − x̂·mean(g·x̂) − mean(g))`` in ``x``'s dtype; the group's partial sums of
@@ -28,12 +30,8 @@ import triton.language as tl
 
 
 @triton.jit
-def layer_norm_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, D, eps,
-                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
-    ok = cols < D
-    x = tl.load(x_ptr + row * D + cols, mask=ok, other=0.0).to(tl.float32)
+def _normalized(x, cols, ok, w_ptr, b_ptr, D, eps, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    # (y, mean, rstd) of one float32 row held in registers.
     mean = tl.sum(x, axis=0) / D
     xc = tl.where(ok, x - mean, 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / D + eps)
@@ -42,9 +40,37 @@ def layer_norm_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, D, eps
         y = y * tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
     if HAS_B:
         y = y + tl.load(b_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    return y, mean, rstd
+
+
+@triton.jit
+def layer_norm_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, D, eps,
+                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    ok = cols < D
+    x = tl.load(x_ptr + row * D + cols, mask=ok, other=0.0).to(tl.float32)
+    y, mean, rstd = _normalized(x, cols, ok, w_ptr, b_ptr, D, eps, HAS_W, HAS_B)
     tl.store(y_ptr + row * D + cols, y.to(y_ptr.dtype.element_ty), mask=ok)
     tl.store(mean_ptr + row, mean)
     tl.store(rstd_ptr + row, rstd)
+
+
+@triton.jit
+def add_layer_norm_fwd_kernel(x_ptr, r_ptr, w_ptr, b_ptr, s_ptr, y_ptr, D, eps,
+                              HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    ok = cols < D
+    at = row * D + cols
+    total = (tl.load(x_ptr + at, mask=ok, other=0.0).to(tl.float32)
+             + tl.load(r_ptr + at, mask=ok, other=0.0).to(tl.float32))
+    # Normalise the sum as stored, as a separate add and norm would.
+    total = total.to(s_ptr.dtype.element_ty)
+    tl.store(s_ptr + at, total, mask=ok)
+    y, mean, rstd = _normalized(total.to(tl.float32), cols, ok, w_ptr, b_ptr, D, eps, HAS_W,
+                                HAS_B)
+    tl.store(y_ptr + at, y.to(y_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit

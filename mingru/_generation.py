@@ -4,7 +4,8 @@ captured CUDA graph per token.
 
 Both decoding paths run the same function per token (:func:`decode_step`: the model's step,
 then :func:`select_tokens`, then the end-of-sequence rule) on the same uniform numbers, drawn
-up front, so they give the same tokens. The step reads nothing back to the host; the host
+up front, and inside a :class:`~mingru._step_fusion.StepFusion` (the same kernels), so they
+give the same tokens. The step reads nothing back to the host; the host
 asks whether every row has ended only every :data:`DONE_CHECK_EVERY` tokens.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mingru._step_fusion import StepFusion
 from mingru._validate import trusted_states
 from mingru.dispatch import scan_mode
 from mingru_kernels._lm import Sampling, check_generate_args, default_prefill_chunk
@@ -84,8 +86,10 @@ def decode_step(
 class _DecodeGraph:
     """One captured :func:`decode_step` on static buffers, which it updates in place: a
     replay feeds ``token``, ``state`` and ``uniform`` and leaves the next token, state and
-    ``done`` in the same buffers. The graph reads the weights where they are: in-place
-    updates are seen; new weight tensors (``.to()``, a new dtype) need a new graph."""
+    ``done`` in the same buffers. It is captured inside a :class:`StepFusion` (the mixers'
+    projection weights joined once, the residual adds fused into the norms). The graph reads
+    the weights where they are, and :meth:`load` refreshes the joined copies: in-place updates
+    are seen; new weight tensors (``.to()``, a new dtype) need a new graph."""
 
     def __init__(self, model: nn.Module, token: torch.Tensor, state: list[torch.Tensor],
                  uniform: torch.Tensor | None, done: torch.Tensor | None,
@@ -96,7 +100,9 @@ class _DecodeGraph:
         self.uniform = None if uniform is None else uniform.clone()
         self.done = None if done is None else done.clone()
         self.weights = _weights_key(model)
-        self.graph = _capture(self.advance, token.device)
+        self.fusion = StepFusion()
+        with self.fusion:
+            self.graph = _capture(self.advance, token.device)
 
     def advance(self) -> None:
         """One token, from the buffers into the buffers (what the graph holds)."""
@@ -110,6 +116,7 @@ class _DecodeGraph:
 
     def load(self, token: torch.Tensor, state: list[torch.Tensor],
              done: torch.Tensor | None) -> None:
+        self.fusion.refresh()
         self.token.copy_(token)
         for buffer, value in zip(self.state, state, strict=True):
             buffer.copy_(value)
@@ -297,15 +304,18 @@ def _decode(model: nn.Module, prompt: torch.Tensor, out: torch.Tensor, sampling:
         runner = _decode_graph(model, token, state,
                                uniform=None if uniforms is None else uniforms[1], done=done,
                                sampling=sampling)
-    for i in range(1, steps):
-        if done is not None and i % DONE_CHECK_EVERY == 0 and bool(done.all()):
-            out[:, start + i:] = sampling.eos_token_id
-            return
-        uniform = None if uniforms is None else uniforms[i]
-        if runner is None:
-            token, state, done = decode_step(model, token, state, uniform=uniform, done=done,
-                                             sampling=sampling)
-        else:
-            runner.replay(uniform)
-            token, done = runner.token, runner.done
-        out[:, start + i] = token
+    # The plain steps run the captured step's kernels too (joined weights, fused norms):
+    # both paths give the same tokens.
+    with StepFusion():
+        for i in range(1, steps):
+            if done is not None and i % DONE_CHECK_EVERY == 0 and bool(done.all()):
+                out[:, start + i:] = sampling.eos_token_id
+                return
+            uniform = None if uniforms is None else uniforms[i]
+            if runner is None:
+                token, state, done = decode_step(model, token, state, uniform=uniform,
+                                                 done=done, sampling=sampling)
+            else:
+                runner.replay(uniform)
+                token, done = runner.token, runner.done
+            out[:, start + i] = token

@@ -73,6 +73,38 @@ def layer_norm(norm: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
     return launcher.run(x, weight=norm.weight, bias=norm.bias, eps=norm.eps, out_dtype=out_dtype)
 
 
+def add_layer_norm(norm: nn.LayerNorm, x: torch.Tensor,
+                   branch: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(s, layer_norm(norm, s))`` with ``s = x + branch`` (``s = x`` when ``branch`` is
+    ``None``): a residual add and the norm after it. One fused kernel where the norm takes the
+    Triton path and nothing needs a gradient, with ``x`` and ``branch`` of one shape and the
+    norm's dtype and autocast off (a captured decode step's case); else the add, then
+    :func:`layer_norm`.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> norm, x, branch = nn.LayerNorm(8), torch.randn(2, 8), torch.randn(2, 8)
+        >>> total, y = add_layer_norm(norm, x, branch)
+        >>> torch.equal(total, x + branch), torch.allclose(y, norm(x + branch))
+        (True, True)
+    """
+    if branch is None:
+        return x, layer_norm(norm, x)
+    if (not torch.compiler.is_compiling() and len(norm.normalized_shape) == 1
+            and x.shape == branch.shape and x.dtype == branch.dtype
+            and all(p.dtype == x.dtype for p in norm.parameters())
+            and not torch.is_autocast_enabled(x.device.type)
+            and not (torch.is_grad_enabled() and any(
+                t.requires_grad for t in (x, branch, *norm.parameters())))):
+        launcher = select("layer_norm", x, weight=norm.weight, bias=norm.bias, eps=norm.eps,
+                          out_dtype=None)
+        if launcher is not None:
+            return launcher.run_add(x, branch, norm.weight, bias=norm.bias, eps=norm.eps)
+    total = x + branch
+    return total, layer_norm(norm, total)
+
+
 class MinGRUBlock(nn.Module):
     """Pre-norm residual block: ``x + mixer(LN(x))``, then ``x + MLP(LN(x))``.
 
@@ -206,12 +238,33 @@ class MinGRUBlock(nn.Module):
         Checks shapes, dtypes and devices, never values: no host synchronisation, so the
         step can be captured in a CUDA graph or compiled with ``fullgraph=True``."""
         check_token(x_t, self.d_model, module=self)
-        u = self.norm1(x_t)
+        x, branch, state = self._step_residual(x_t, None, h_prev=h_prev, delta_t=delta_t)
+        return x + branch, state
+
+    def _step_residual(
+        self,
+        x_t: torch.Tensor,
+        branch: torch.Tensor | None,
+        *,
+        h_prev: torch.Tensor | None,
+        delta_t: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`step` on the input ``x_t + branch`` (``branch`` ``None``: ``x_t``), with its
+        output left unsummed as well: ``(x, branch, state)``, the output being ``x + branch``.
+        A stack passes each block's pair to the next, whose first norm then adds them (one
+        fused kernel in a captured decode step). No checks: :meth:`step` makes them."""
+        x, u = add_layer_norm(self.norm1, x_t, branch)
         if self.mixer_name == "delta":
             y, state = self.mixer.step(u, h_prev=h_prev, delta_t=delta_t)
         else:
             y = state = self.mixer.step(u, h_prev=h_prev, delta_t=delta_t)
-        return self._mixed(x_t, y), state
+        if self.out_proj is not None:
+            y = self.out_proj(y)
+        y = self.dropout(y)
+        if self.mlp is None:
+            return x, y, state
+        x, u = add_layer_norm(self.norm2, x, y)
+        return x, self.dropout(self.mlp(u)), state
 
     def extra_repr(self) -> str:
         widened = f", mixer_expansion={self.mixer_expansion}" if self.mixer_expansion > 1 else ""

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from mingru._validate import checked_call
-from mingru.block import MinGRUBlock
+from mingru.block import MinGRUBlock, add_layer_norm
 from mingru.mixers._common import check_sequence, check_token
 from mingru_kernels._spec import check_size, check_stack_state, layer_gaps, stack_layer_specs
 
@@ -158,9 +158,10 @@ class MinGRUStack(nn.Module):
         step can be captured in a CUDA graph or compiled with ``fullgraph=True``."""
         check_token(x_t, self.input_size, module=self)
         state = self._check_state(state)
-        h = self.in_proj(x_t)
+        h, branch = self.in_proj(x_t), None
         new_state: State = []
+        # Each block's residual add is left to the next norm (fused with it where it can be).
         for block, s, dt in zip(self.blocks, state, self._gaps(delta_t), strict=True):
-            h, s = block.step(h, s, dt)
+            h, branch, s = block._step_residual(h, branch, h_prev=s, delta_t=dt)
             new_state.append(s)
-        return self.norm(h), new_state
+        return add_layer_norm(self.norm, h, branch)[1], new_state

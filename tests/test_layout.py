@@ -51,7 +51,7 @@ LAYERS = {
     "mixers": 4, "block": 4, "stack": 4, "convert": 4,
     "scans": 3, "cells": 3, "_sharding": 3, "_packed_sharding": 3,
     "dispatch": 2,
-    "_launch": 1, "_eager": 1, "_validate": 1, "_packing": 1, "_compat": 1,
+    "_launch": 1, "_eager": 1, "_validate": 1, "_packing": 1, "_compat": 1, "_step_fusion": 1,
     "_platform": 1, "_vma": 1,
 }
 LAYER_NAMES = {5: "package/entry/lm", 4: "mixers/block/stack", 3: "scans", 2: "dispatch",

@@ -1,7 +1,8 @@
 """Triton launcher for the blocks' LayerNorm: the custom ops ``mingru::layer_norm_fwd`` and
-``mingru::layer_norm_bwd`` (kernels in :mod:`mingru_kernels.layer_norm`).
+``mingru::layer_norm_bwd`` (kernels in :mod:`mingru_kernels.layer_norm`), and the inference
+op ``mingru::add_layer_norm_fwd`` (a residual add and the norm after it, for decode steps).
 
-Called by :func:`mingru.block.layer_norm` outside ``torch.compile`` (inductor fuses a norm and
+Called by :func:`mingru.block.layer_norm` and :func:`mingru.block.add_layer_norm` outside ``torch.compile`` (inductor fuses a norm and
 its cast by itself); registered with ``torch.library`` all the same, like every launcher.
 Backward saves ``x``, the weight and each row's ``mean`` and ``rstd``.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from mingru import _step_fusion as step_fusion
 from mingru._compat import CachedKernels
 from mingru._launch import _elementwise as elementwise
 from mingru._launch._alloc import device_guard, new_tensor
@@ -19,7 +21,7 @@ from mingru_kernels.launch import layer_norm as meta
 
 kernels = CachedKernels(layer_norm_kernels)
 
-__all__ = ["INTERPRETER_SMS", "prefer_over_eager", "run", "unsupported_reason"]
+__all__ = ["INTERPRETER_SMS", "prefer_over_eager", "run", "run_add", "unsupported_reason"]
 
 INTERPRETER_SMS = 4
 """The SM count the backward plans its groups for on the host (Triton's interpreter): a few
@@ -36,8 +38,10 @@ def prefer_over_eager(x: torch.Tensor, *args, **kwargs) -> bool:
     """Whether ``auto`` should pick the kernels: for inputs of at least
     :data:`mingru_kernels.launch.layer_norm.AUTO_MIN_ELEMENTS` elements (``2^24``). Below
     that their extra host time (a Python forward and backward against PyTorch's C++ ones)
-    outweighs their GPU time saved. ``MINGRU_SCAN=triton`` runs them at every size."""
-    return meta.prefer_fused(x.numel())
+    outweighs their GPU time saved. ``MINGRU_SCAN=triton`` runs them at every size, and so
+    does a step inside :class:`mingru._step_fusion.StepFusion` (a captured decode step, where
+    host time is spent once, at capture, and each launch saved is GPU time per token)."""
+    return meta.prefer_fused(x.numel()) or step_fusion.active() is not None
 
 
 def run(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
@@ -45,6 +49,33 @@ def run(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
     """``LayerNorm(x)`` over the last axis in float32, as ``out_dtype``; differentiable in
     ``x``, ``weight`` and ``bias``."""
     return _entry(x, weight, bias, float(eps), out_dtype)[0]
+
+
+def run_add(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
+            bias: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(s, LayerNorm(s))`` with ``s = x + residual`` (same shape and dtype), in one launch;
+    both in ``x``'s dtype, the norm computed in float32 from ``s`` as stored. Inference only:
+    no gradient flows through it."""
+    if torch.compiler.is_compiling():
+        return add_layer_norm_fwd(x, residual, weight, bias=bias, eps=float(eps))
+    return _add_fwd_impl(x, residual, weight, bias=bias, eps=float(eps))
+
+
+def _add_fwd_impl(x, residual, weight, bias, eps):
+    D = x.shape[-1]
+    total = new_tensor(x.shape, x.dtype, x.device)
+    y = new_tensor(x.shape, x.dtype, x.device)
+    N = x.numel() // D if D else 0
+    if N:
+        cfg = meta.config(D)
+        x2 = x.contiguous().view(-1, D)
+        with device_guard(x):
+            kernels.add_layer_norm_fwd_kernel[(N,)](
+                x_ptr=x2, r_ptr=residual.contiguous().view(-1, D),
+                w_ptr=x2 if weight is None else weight, b_ptr=x2 if bias is None else bias,
+                s_ptr=total, y_ptr=y, D=D, eps=eps, HAS_W=weight is not None,
+                HAS_B=bias is not None, BLOCK=cfg["BLOCK"], num_warps=cfg["num_warps"])
+    return total, y
 
 
 def _fwd_impl(x, weight, bias, eps, out_dtype):
@@ -104,6 +135,19 @@ def _(x, weight, bias, eps, out_dtype):
     N = x.numel() // x.shape[-1] if x.shape[-1] else 0
     return (torch.empty_like(x, dtype=out_dtype, memory_format=torch.contiguous_format),
             x.new_empty((2, N), dtype=torch.float32))
+
+
+@torch.library.custom_op("mingru::add_layer_norm_fwd", mutates_args=())
+def add_layer_norm_fwd(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
+                       bias: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inference op: ``(x + residual, LayerNorm(x + residual))``."""
+    return _add_fwd_impl(x, residual, weight, bias=bias, eps=eps)
+
+
+@add_layer_norm_fwd.register_fake
+def _(x, residual, weight, bias, eps):
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            torch.empty_like(x, memory_format=torch.contiguous_format))
 
 
 @torch.library.custom_op("mingru::layer_norm_bwd", mutates_args=())

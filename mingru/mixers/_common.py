@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mingru import _step_fusion as step_fusion
 from mingru import _validate
 from mingru._eager.mingru_cell import g as g
 from mingru._eager.mingru_cell import log_g as log_g
@@ -29,10 +30,12 @@ def project(x: torch.Tensor, *layers: nn.Linear) -> torch.Tensor:
 
     The weights are concatenated at call time (a copy of the weights, not of activations),
     so the parameters, ``state_dict`` keys and initialisation stay those of the separate
-    layers, and a fused cell reads the result as one ``(B, T, n·D)`` tensor.
+    layers, and a fused cell reads the result as one ``(B, T, n·D)`` tensor. Inside a
+    :class:`mingru._step_fusion.StepFusion` (a decode step being captured) the concatenation
+    is made once and kept.
     """
-    weight = torch.cat([layer.weight for layer in layers])
-    bias = None if layers[0].bias is None else torch.cat([layer.bias for layer in layers])
+    fusion = step_fusion.active()
+    weight, bias = step_fusion.join(layers) if fusion is None else fusion.joined(layers)
     return F.linear(x, weight, bias)
 
 

@@ -1,7 +1,8 @@
 """The fused LayerNorm (op ``layer_norm``) against ``nn.LayerNorm`` in float64: outputs and the
 gradients of the input, weight and bias; odd widths and row counts; the autocast output dtype;
 the block on it equal to the block on PyTorch's norm; the custom ops' registration; a clear
-error past the widest row. Through the interpreter on CPU, compiled on the GPU in every dtype.
+error past the widest row. Its residual variant (``add_layer_norm``, a decode step's add and
+norm in one launch) against the sum and norm in float64, and where the block takes it. Through the interpreter on CPU, compiled on the GPU in every dtype.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from torch import nn
 
 import mingru
 from mingru._eager.layer_norm import layer_norm as layer_norm_eager
-from mingru.block import MinGRUBlock, layer_norm
+from mingru.block import MinGRUBlock, add_layer_norm, layer_norm
 from tests.helpers import rel_err
 from tests.kernels.cases import DEVICE
 
@@ -128,6 +129,10 @@ def test_custom_op_registration():
     from mingru_kernels.launch import layer_norm as meta
 
     assert launcher.prefer_over_eager(x) is False
+    from mingru._step_fusion import StepFusion
+
+    with StepFusion():  # a captured decode step spends no host time per launch
+        assert launcher.prefer_over_eager(x) is True
     assert launcher.prefer_over_eager(x.new_empty(()).expand(16384, 1024)) is True
     assert launcher.prefer_over_eager(x.new_empty(()).expand(8192, 1024)) is False
     assert meta.AUTO_MIN_ELEMENTS == 16384 * 1024
@@ -166,3 +171,60 @@ def test_block_compiles_fullgraph_with_pytorchs_norm():
     assert len(graphs) == 1 and "layer_norm_fwd" not in graphs[0]
     assert "mingru.mingru_cell_fwd" in graphs[0]
     assert rel_err(got, want) <= 1e-5
+
+
+def _check_add(D: int, N: int, weight: bool, bias: bool, dtype=torch.float32,
+               tol=2e-6) -> None:
+    norm = _norm(D, weight, bias).to(dtype)
+    g = torch.Generator().manual_seed(N * 5 + D)
+    x, branch = ((torch.randn(3, N, D, generator=g) * 2 + 1).to(DEVICE, dtype) for _ in "xb")
+    total64 = x.double() + branch.double()
+    want = _norm(D, weight, bias).double()(total64.to(dtype).double())  # of the stored sum
+    with mingru.use_backend("triton"), torch.no_grad():
+        total, y = add_layer_norm(norm, x, branch)
+    assert total.dtype == y.dtype == dtype
+    assert torch.equal(total, x + branch)  # one rounding of the float32 sum, as PyTorch's add
+    assert rel_err(y, want) <= tol
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize(("D", "N", "weight", "bias"), [
+    (500, 7, True, True), (16, 1, True, True), (64, 63, True, False), (37, 5, False, False),
+], ids=["D500", "one-row", "no-bias", "no-affine"])
+def test_add_variant_matches_float64(D, N, weight, bias):
+    _check_add(D, N, weight, bias)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("D", "N"), [(512, 64), (1000, 3)])
+def test_gpu_add_variant_matches_float64(dtype, D, N):
+    _check_add(D, N, True, True, dtype, tol=2e-6 if dtype == torch.float32 else 2e-2)
+
+
+@pytest.mark.interpreter
+def test_add_variant_only_without_gradients(monkeypatch):
+    """The fused add and norm has no backward: with a gradient to take, the add and the
+    differentiable norm run instead (the same values), and so on PyTorch's own path."""
+    from mingru._launch import layer_norm as launcher
+
+    calls = []
+    fused = launcher._add_fwd_impl
+    monkeypatch.setattr(launcher, "_add_fwd_impl", lambda *a, **k: calls.append(1) or fused(*a, **k))
+    norm = _norm(24)
+    x, branch = torch.randn(2, 5, 24, device=DEVICE), torch.randn(2, 5, 24, device=DEVICE)
+    with mingru.use_backend("triton"):
+        with torch.no_grad():
+            want_total, want = add_layer_norm(norm, x, branch)
+        assert len(calls) == 1
+        total, y = add_layer_norm(norm, x, branch)
+        y.sum().backward()
+    assert len(calls) == 1 and norm.weight.grad is not None
+    assert torch.equal(total, want_total) and rel_err(y, want) <= 2e-6
+    with mingru.use_backend("eager"), torch.no_grad():
+        assert rel_err(add_layer_norm(norm, x, branch)[1], want) <= 2e-6
+    assert len(calls) == 1
+    result = torch.library.opcheck(torch.ops.mingru.add_layer_norm_fwd.default,
+                                   (x, branch, norm.weight, norm.bias, 1e-5),
+                                   test_utils=("test_schema", "test_faketensor"))
+    assert set(result.values()) == {"SUCCESS"}, result
