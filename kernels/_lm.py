@@ -50,8 +50,9 @@ FORMAT_VERSION = 1
 # from an almost uniform next-token distribution.
 EMBEDDING_STD = 0.02
 # Tokens (batch × chunk) one prefill chunk processes by default: the chunk's activations, not
-# the prompt's length, bound the prefill's peak memory.
-PREFILL_TOKENS = 1 << 15
+# the prompt's length, bound the prefill's peak memory. At 2^16 (1024 tokens at batch 64) the
+# chunks keep the GPU busy: see docs/explanation/tuning.md § Decode step.
+PREFILL_TOKENS = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
