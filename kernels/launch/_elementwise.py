@@ -31,6 +31,9 @@ LOOKBACK = 3  # single pass: each program scans one tile-sized chunk, its carry-
 
 # Default tile: 64 steps × 32 channels (128-byte fp32 rows), 4 warps.
 BLOCK_T = 64
+# Sequences of at most this many steps (a decode step's T = 1) walk one tile of this height:
+# a 64-row tile would scan 64 times the rows there are.
+SHORT_BLOCK_T = 16
 BLOCK_D = 32
 BLOCK_N = 16  # chunk summaries per tile in the carry pass
 NUM_WARPS = 4
@@ -98,7 +101,8 @@ def plan(
     """Choose tile sizes and the strategy for a ``(B, T, D)`` elementwise scan.
 
     ``T`` only sets runtime values (chunk length and count), never a compile-time constant, so
-    every T of a shape class reuses one compiled kernel. An op's tuned tiles (the ``TILES`` of
+    every T of a shape class reuses one compiled kernel; sequences of at most
+    ``SHORT_BLOCK_T`` steps (a decode step) are the one exception: they walk a short tile. An op's tuned tiles (the ``TILES`` of
     its launch module) come as keywords: ``walk_tile``, ``(block_t, block_d, num_warps[,
     loop_stages])`` for a long walk (more than ``WALK_MAX_TILES`` default tiles);
     ``lookback_tile``, the tile of the single-pass ``lookback`` strategy, given only by ops
@@ -128,10 +132,12 @@ def plan(
         'walk'
         >>> plan(16, 1024, 64)["strategy"]   # 16 tiles: short enough to walk
         'walk'
+        >>> plan(64, 1, 512)["block_t"]   # a decode step: one short tile
+        16
     """
     if min(B, T, D) < 1:
         raise ValueError(f"plan needs B, T, D >= 1; got {(B, T, D)}")
-    bt = int(block_t or BLOCK_T)
+    bt = int(block_t or (SHORT_BLOCK_T if T <= SHORT_BLOCK_T else BLOCK_T))
     bd = int(block_d or min(BLOCK_D, max(4, next_pow2(D))))
     if bt & (bt - 1) or bd & (bd - 1):
         raise ValueError(f"block sizes must be powers of two; got block_t={bt}, block_d={bd}")

@@ -50,9 +50,11 @@ def test_plan_chooses_by_program_count_and_never_by_t():
     assert plan(16, 32, 64)["strategy"] == "walk"  # one tile: nothing to split
     compiled = {
         tuple(plan(2, T, 500)[k] for k in ("block_t", "block_d", "num_warps"))
-        for T in (1, 63, 64, 65, 1000, 65536, 100_003)
+        for T in (17, 63, 64, 65, 1000, 65536, 100_003)
     }
-    assert len(compiled) == 1  # T never reaches a compile-time constant
+    assert len(compiled) == 1  # T never reaches a compile-time constant...
+    short = {plan(2, T, 500)["block_t"] for T in (1, 2, 15, 16)}
+    assert short == {16}  # ...but for one short tile (a decode step's T = 1)
     for T in (1025, 5000, 100_003):
         cfg = plan(1, T, 64)
         assert cfg["chunk_len"] % cfg["block_t"] == 0
