@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import importlib.util
 import os
 import sys
@@ -145,7 +146,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def _log_compiles(path: str) -> None:
     """A line per Triton compile (a kernel's in-memory cache miss; a hit on the disk cache
     takes milliseconds): seconds since the session started, the compile's seconds, the
-    worker, the kernel and the test that launched it. On a GPU a test costs mostly its
+    worker, the kernel, the test that launched it and (PyTorch's launches) a hash of the
+    variant. On a GPU a test costs mostly its
     kernels' compiles, and two tests that compile the same kernel variant pay once: this
     says which parametrizations add variants. PyTorch's launches are seen through Triton's
     jit hooks (hooks set before are kept and called); the JAX frontend's, which compile
@@ -158,15 +160,21 @@ def _log_compiles(path: str) -> None:
     started = [0.0]
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
 
+    variant = [""]
+
     def on_miss(**kwargs):
         started[0] = time.monotonic()
+        # The specialisation (signature, constants): the same variant compiled by several
+        # workers shows as one hash on several lines.
+        variant[0] = hashlib.sha1(str(kwargs.get("key", "")).encode()).hexdigest()[:12]
         return before(**kwargs) if before else None
 
-    def write(start: float, kernel: str) -> None:
-        _append_line(path, f"{time.monotonic() - start:.2f}", worker, kernel, _running["test"])
+    def write(start: float, kernel: str, key: str = "") -> None:
+        _append_line(path, f"{time.monotonic() - start:.2f}", worker, kernel, _running["test"],
+                     key)
 
     def on_compiled(**kwargs):
-        write(started[0], kwargs["fn"].name)
+        write(started[0], kwargs["fn"].name, variant[0])
         return after(**kwargs) if after else None
 
     compile_ = triton.compile
