@@ -20,7 +20,7 @@ from torch import nn
 
 from mingru._validate import checks_state
 from mingru.dispatch import select
-from mingru.mixers._common import check_sequence, check_token
+from mingru.mixers._common import check_sequence, check_token, fused_linear
 from mingru_kernels._spec import (
     DECAY_KWARGS,
     block_mixer_kwargs,
@@ -264,7 +264,17 @@ class MinGRUBlock(nn.Module):
         if self.mlp is None:
             return x, y, state
         x, u = add_layer_norm(self.norm2, x, y)
-        return x, self.dropout(self.mlp(u)), state
+        return x, self.dropout(self._mlp_step(u)), state
+
+    def _mlp_step(self, u: torch.Tensor) -> torch.Tensor:
+        """``self.mlp(u)``; in a captured decode step its two GEMMs on the Triton kernels
+        where they serve (:func:`fused_linear`, the GELU in the first one's epilogue)."""
+        up, _, down = self.mlp
+        hidden = fused_linear(u, up.weight, up.bias, gelu=True)
+        if hidden is None:
+            return self.mlp(u)
+        out = fused_linear(hidden, down.weight, down.bias)
+        return down(hidden) if out is None else out
 
     def extra_repr(self) -> str:
         widened = f", mixer_expansion={self.mixer_expansion}" if self.mixer_expansion > 1 else ""

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from mingru import _generation, _validate
-from mingru.mixers._common import g
+from mingru.mixers._common import fused_linear, g
 from mingru.mixers.log import MinGRU
 from mingru.stack import MinGRUStack
 from mingru_kernels._lm import (
@@ -252,7 +252,8 @@ class MinGRULM(nn.Module):
         token = self._tokens(token, "token", 1, read_values=False)
         entries = self._check_state(state, token.shape[0])
         hidden, new_state = self.stack.step(self.embedding(token), entries)
-        return self.head(hidden), new_state
+        logits = fused_linear(hidden, self.head.weight, self.head.bias)
+        return (self.head(hidden) if logits is None else logits), new_state
 
     generate = _generation.generate
 

@@ -92,6 +92,12 @@ def _delta_inputs() -> ModuleType:
     return delta_inputs
 
 
+def _linear() -> ModuleType:
+    from mingru._launch import linear
+
+    return linear
+
+
 def _layer_norm() -> ModuleType:
     from mingru._launch import layer_norm
 
@@ -111,6 +117,7 @@ LAUNCHERS: dict[str, Callable[[], ModuleType]] = {
     "rotation_cell": _rotation_cell,
     "mingru_cell": _mingru_cell,
     "layer_norm": _layer_norm,
+    "linear": _linear,
 }
 
 REGISTRY = Registry("mingru", LAUNCHERS)

@@ -20,6 +20,7 @@ from mingru import _validate
 from mingru._eager.mingru_cell import g as g
 from mingru._eager.mingru_cell import log_g as log_g
 from mingru._packing import check_cu_seqlens
+from mingru.dispatch import select
 from mingru_kernels._checks import shape_in
 from mingru_kernels._spec import DECAY_MODES as DECAY_MODES
 from mingru_kernels._spec import MAX_GAP, check_decay, inverse_softplus
@@ -35,8 +36,33 @@ def project(x: torch.Tensor, *layers: nn.Linear) -> torch.Tensor:
     is made once and kept.
     """
     fusion = step_fusion.active()
-    weight, bias = step_fusion.join(layers) if fusion is None else fusion.joined(layers)
-    return F.linear(x, weight, bias)
+    if fusion is None:
+        return F.linear(x, *step_fusion.join(layers))
+    weight, bias = fusion.joined(layers)
+    fused = fused_linear(x, weight, bias)
+    return F.linear(x, weight, bias) if fused is None else fused
+
+
+def fused_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                 *, gelu: bool = False) -> torch.Tensor | None:
+    """``F.linear(x, weight, bias)`` (then GELU when ``gelu``) on the Triton kernels, or
+    ``None`` where they do not take it: they do only inside a
+    :class:`mingru._step_fusion.StepFusion` (a decode step being captured), with nothing to
+    differentiate, where dispatch picks them (``auto``: float32 at 16 to 128 rows, where
+    cuBLAS's float32 kernels leave most SMs idle). The caller then runs its own module, so
+    module hooks still see the plain calls.
+
+    Example:
+        >>> import torch
+        >>> fused_linear(torch.randn(3, 4), torch.randn(5, 4)) is None  # no StepFusion
+        True
+    """
+    if (step_fusion.active() is None or torch.compiler.is_compiling()
+            or (torch.is_grad_enabled() and any(
+                t is not None and t.requires_grad for t in (x, weight, bias)))):
+        return None
+    launcher = select("linear", x, weight, bias=bias, gelu=gelu)
+    return None if launcher is None else launcher.run(x, weight, bias, gelu=gelu)
 
 
 def sanitize_delta_t(delta_t: torch.Tensor, log1p_delta: bool) -> torch.Tensor:

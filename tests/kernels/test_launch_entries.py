@@ -70,7 +70,7 @@ def _loss(out):
 
 
 # Inference-only ops (no backward, no autograd.Function): their test compares the two ways in.
-_INFERENCE_ONLY = {"delta_rule_step"}  # tests/kernels/test_delta_rule_step.py
+_INFERENCE_ONLY = {"delta_rule_step", "linear"}  # tests/kernels/test_{delta_rule_step,linear}.py
 
 
 @pytest.mark.interpreter
