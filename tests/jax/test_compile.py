@@ -66,8 +66,9 @@ def _variants(run, *shapes, dtype=jnp.float32, **kwargs):
     return frozenset(seen)
 
 
-# (B, D) fixed, T across a shape class. Walk: T ≤ 4 tiles (and not 1; past that, ops with a
-# look-back split T); chunked / look-back: long T at small B·D. T values include multiples of 16 and odd ones.
+# (B, D) fixed, T across a shape class. Short: at most one 16-row tile (a decode step's class;
+# not 1); walk: past it, T ≤ 4 tiles (past that, ops with a look-back split T); chunked /
+# look-back: long T at small B·D. T values include multiples of 16 and odd ones.
 ELEMENTWISE = {
     "linear_scan": (ls_launcher.run, lambda B, T, D: [(B, T, D), (B, T, D)]),
     "linear_recurrence": (lr_launcher.run, lambda B, T, D: [(B, T, D), (B, T, D)]),
@@ -76,8 +77,8 @@ ELEMENTWISE = {
 
 
 @pytest.mark.parametrize("op", list(ELEMENTWISE))
-@pytest.mark.parametrize("Ts", [(2, 7, 64, 200, 256), (20000, 20001, 32768, 50000)],
-                         ids=["walk", "chunked"])
+@pytest.mark.parametrize("Ts", [(2, 7, 16), (17, 63, 64, 200, 256),
+                                (20000, 20001, 32768, 50000)], ids=["short", "walk", "chunked"])
 def test_elementwise_ops_compile_once_per_shape_class(op, Ts):
     run, shapes = ELEMENTWISE[op]
     first, *rest = (_variants(run, *shapes(2, T, 48)) for T in Ts)
