@@ -16,6 +16,7 @@ caller runs it before each series of replays (weights may have changed in betwee
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar, Token
 from types import TracebackType
 
 import torch
@@ -23,13 +24,17 @@ from torch import nn
 
 __all__ = ["StepFusion", "active", "join"]
 
-# The innermost entered StepFusion; a plain global so torch.compile can guard on it.
-_active: StepFusion | None = None
+# The innermost StepFusion entered in this context (thread, asyncio task): a decode in one
+# thread never changes what another thread's forward runs.
+_active: ContextVar[StepFusion | None] = ContextVar("mingru_step_fusion", default=None)
 
 
 def active() -> StepFusion | None:
-    """The :class:`StepFusion` entered now, or ``None``."""
-    return _active
+    """The :class:`StepFusion` entered now in this thread, or ``None`` (always ``None`` while
+    ``torch.compile`` traces, which cannot read a context variable)."""
+    if torch.compiler.is_compiling():
+        return None
+    return _active.get()
 
 
 def join(layers: Sequence[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -61,18 +66,15 @@ class StepFusion:
     def __init__(self) -> None:
         self._joined: dict[tuple[int, ...], tuple[tuple[nn.Linear, ...], torch.Tensor,
                                                   torch.Tensor | None]] = {}
-        self._outer: list[StepFusion | None] = []
+        self._tokens: list[Token] = []
 
     def __enter__(self) -> StepFusion:
-        global _active
-        self._outer.append(_active)
-        _active = self
+        self._tokens.append(_active.set(self))
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
-        global _active
-        _active = self._outer.pop()
+        _active.reset(self._tokens.pop())
 
     def joined(self, layers: Sequence[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The joined weight and bias of ``layers``: made on first use, then the same tensors

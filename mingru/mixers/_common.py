@@ -36,7 +36,9 @@ def project(x: torch.Tensor, *layers: nn.Linear) -> torch.Tensor:
     is made once and kept.
     """
     fusion = step_fusion.active()
-    if fusion is None:
+    if fusion is None or (torch.is_grad_enabled()
+                          and any(layer.weight.requires_grad for layer in layers)):
+        # (the joined copies carry no gradient)
         return F.linear(x, *step_fusion.join(layers))
     weight, bias = fusion.joined(layers)
     fused = fused_linear(x, weight, bias)

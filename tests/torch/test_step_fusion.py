@@ -71,3 +71,29 @@ def test_the_kernel_step_fuses_every_residual_add(mixer, monkeypatch):
     assert rel_err(got, want) <= 1e-5
     for a, b in zip(got_state, want_state, strict=True):
         assert rel_err(a, b) <= 1e-5
+
+
+def test_only_its_own_thread_and_no_gradient_see_it():
+    """A StepFusion entered in one thread changes nothing in another, and a call that needs
+    gradients inside one joins the weights afresh (the kept copies carry none)."""
+    import threading
+
+    model = make_model("log", n_layers=1)
+    token = torch.randint(0, VOCAB, (B,), generator=torch.Generator().manual_seed(6))
+    state = model.init_state(B)
+    seen = []
+    with StepFusion() as fusion:
+        thread = threading.Thread(target=lambda: seen.append(_fusion_active()))
+        thread.start()
+        thread.join()
+        logits, _ = model.step(token, state)
+        logits.sum().backward()
+    assert seen == [None] and not fusion._joined
+    assert all(p.grad is not None for p in model.stack.blocks[0].mixer.parameters()
+               if p.requires_grad and p.dim() == 2)
+
+
+def _fusion_active():
+    from mingru._step_fusion import active
+
+    return active()
