@@ -50,7 +50,7 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     """``F.linear(x, weight, bias)`` (then GELU when ``gelu``) on the Triton kernels, or
     ``None`` where they do not take it: they do only inside a
     :class:`mingru._step_fusion.StepFusion` (a decode step being captured), with nothing to
-    differentiate, where dispatch picks them (``auto``: float32 at 16 to 128 rows, where
+    differentiate, ``x`` in the weights' dtype and autocast off, where dispatch picks them (``auto``: float32 at 16 to 128 rows, where
     cuBLAS's float32 kernels leave most SMs idle). The caller then runs its own module, so
     module hooks still see the plain calls.
 
@@ -59,7 +59,8 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
         >>> fused_linear(torch.randn(3, 4), torch.randn(5, 4)) is None  # no StepFusion
         True
     """
-    if (step_fusion.active() is None or torch.compiler.is_compiling()
+    if (step_fusion.active() is None or x.dtype != weight.dtype
+            or torch.is_autocast_enabled(x.device.type)
             or (torch.is_grad_enabled() and any(
                 t is not None and t.requires_grad for t in (x, weight, bias)))):
         return None
