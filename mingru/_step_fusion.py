@@ -7,7 +7,9 @@ warm-up and capture; nothing runs Python at replay):
   the weights per layer and token, captured into the graph;
 * the blocks' residual adds and LayerNorms run as the fused Triton kernels at every size
   (``auto`` keeps PyTorch's norm below 2^24 elements for its smaller host time, which a replayed
-  graph does not spend).
+  graph does not spend);
+* float32 GEMMs of 16 to 128 rows (the projections, the MLPs and the head) run on the
+  ``linear`` Triton kernels (:func:`mingru.mixers._common.fused_linear`), GELU included.
 
 The joined weights are copies: :meth:`StepFusion.refresh` brings them up to date, and the
 caller runs it before each series of replays (weights may have changed in between).

@@ -183,16 +183,27 @@ class MinGRUBlock(nn.Module):
         decay = getattr(self.mixer, "decay", None)
         return bool(decay is not None and decay.enabled)
 
-    def _mixed(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The block's output from its input ``x`` and the mixer's output ``y``."""
+    def _residual_tail(self, x: torch.Tensor,
+                       y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """From the block's input ``x`` and the mixer's output ``y``: ``(x, branch)``, the
+        block's output being ``x + branch`` (a stack's step leaves that add to the next norm)."""
         if self.out_proj is not None:
             y = self.out_proj(y)
-        return self._feed_forward(x + self.dropout(y))
-
-    def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.dropout(y)
         if self.mlp is None:
-            return x
-        return x + self.dropout(self.mlp(layer_norm(self.norm2, x)))
+            return x, y
+        x, u = add_layer_norm(self.norm2, x, y)
+        return x, self.dropout(self._mlp_step(u))
+
+    def _mlp_step(self, u: torch.Tensor) -> torch.Tensor:
+        """``self.mlp(u)``; in a captured decode step its two GEMMs on the Triton kernels
+        where they serve (:func:`fused_linear`, the GELU in the first one's epilogue)."""
+        up, _, down = self.mlp
+        hidden = fused_linear(u, up.weight, up.bias, gelu=True)
+        if hidden is None:
+            return self.mlp(u)
+        out = fused_linear(hidden, down.weight, down.bias)
+        return down(hidden) if out is None else out
 
     @checks_state("h_0")
     def forward(
@@ -225,7 +236,8 @@ class MinGRUBlock(nn.Module):
         if sequence_group is not None:
             packed["sequence_group"] = sequence_group
         y, state = self.mixer(u, h_0=h_0, delta_t=delta_t, return_state=True, **packed)
-        return self._mixed(x, y), state
+        x, branch = self._residual_tail(x, y)
+        return x + branch, state
 
     def step(
         self,
@@ -258,23 +270,7 @@ class MinGRUBlock(nn.Module):
             y, state = self.mixer.step(u, h_prev=h_prev, delta_t=delta_t)
         else:
             y = state = self.mixer.step(u, h_prev=h_prev, delta_t=delta_t)
-        if self.out_proj is not None:
-            y = self.out_proj(y)
-        y = self.dropout(y)
-        if self.mlp is None:
-            return x, y, state
-        x, u = add_layer_norm(self.norm2, x, y)
-        return x, self.dropout(self._mlp_step(u)), state
-
-    def _mlp_step(self, u: torch.Tensor) -> torch.Tensor:
-        """``self.mlp(u)``; in a captured decode step its two GEMMs on the Triton kernels
-        where they serve (:func:`fused_linear`, the GELU in the first one's epilogue)."""
-        up, _, down = self.mlp
-        hidden = fused_linear(u, up.weight, up.bias, gelu=True)
-        if hidden is None:
-            return self.mlp(u)
-        out = fused_linear(hidden, down.weight, down.bias)
-        return down(hidden) if out is None else out
+        return *self._residual_tail(x, y), state
 
     def extra_repr(self) -> str:
         widened = f", mixer_expansion={self.mixer_expansion}" if self.mixer_expansion > 1 else ""

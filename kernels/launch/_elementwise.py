@@ -102,8 +102,8 @@ def plan(
 
     ``T`` only sets runtime values (chunk length and count), never a compile-time constant, so
     every T of a shape class reuses one compiled kernel; sequences of at most
-    ``SHORT_BLOCK_T`` steps (a decode step) are the one exception: they walk a short tile. An op's tuned tiles (the ``TILES`` of
-    its launch module) come as keywords: ``walk_tile``, ``(block_t, block_d, num_warps[,
+    ``SHORT_BLOCK_T`` steps (a decode step) are the one exception: they walk a short tile.
+    An op's tuned tiles (the ``TILES`` of its launch module) come as keywords: ``walk_tile``, ``(block_t, block_d, num_warps[,
     loop_stages])`` for a long walk (more than ``WALK_MAX_TILES`` default tiles);
     ``lookback_tile``, the tile of the single-pass ``lookback`` strategy, given only by ops
     whose kernels have that mode, which then replaces ``chunked``; ``narrow_walk_tile``, a walk

@@ -2,8 +2,9 @@
 ``mingru::layer_norm_bwd`` (kernels in :mod:`mingru_kernels.layer_norm`), and the inference
 op ``mingru::add_layer_norm_fwd`` (a residual add and the norm after it, for decode steps).
 
-Called by :func:`mingru.block.layer_norm` and :func:`mingru.block.add_layer_norm` outside ``torch.compile`` (inductor fuses a norm and
-its cast by itself); registered with ``torch.library`` all the same, like every launcher.
+Called by :func:`mingru.block.layer_norm` and :func:`mingru.block.add_layer_norm` outside
+``torch.compile`` (inductor fuses a norm and its cast by itself); registered with
+``torch.library`` all the same, like every launcher.
 Backward saves ``x``, the weight and each row's ``mean`` and ``rstd``.
 """
 

@@ -1,7 +1,7 @@
 """Triton launcher for a decode step's GEMMs (op ``linear``, kernels in
 :mod:`mingru_kernels.linear`): the inference-only custom op ``mingru::linear_fwd``.
 
-Called by :func:`mingru.mixers._common.step_linear` inside a captured decode step
+Called by :func:`mingru.mixers._common.fused_linear` inside a captured decode step
 (:class:`mingru._step_fusion.StepFusion`) only; registered with ``torch.library`` all the same,
 like every launcher. No backward: nothing that needs a gradient reaches it.
 """
@@ -63,9 +63,6 @@ def _fwd_impl(x, weight, bias, gelu):
     y = new_tensor((*x.shape[:-1], N), x.dtype, x.device)
     if M == 0 or N == 0:
         return y
-    if K == 0:
-        y = torch.zeros_like(y) if bias is None else bias.expand_as(y).clone()
-        return torch.nn.functional.gelu(y) if gelu else y
     n_sm = elementwise.sm_count(x) if x.is_cuda else INTERPRETER_SMS
     cfg = meta.config(M, N, K, n_sm=n_sm)
     partial = cfg["SPLIT"] > 1

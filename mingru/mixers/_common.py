@@ -50,9 +50,9 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     """``F.linear(x, weight, bias)`` (then GELU when ``gelu``) on the Triton kernels, or
     ``None`` where they do not take it: they do only inside a
     :class:`mingru._step_fusion.StepFusion` (a decode step being captured), with nothing to
-    differentiate, ``x`` in the weights' dtype and autocast off, where dispatch picks them (``auto``: float32 at 16 to 128 rows, where
-    cuBLAS's float32 kernels leave most SMs idle). The caller then runs its own module, so
-    module hooks still see the plain calls.
+    differentiate, ``x`` in the weights' dtype and autocast off, where dispatch picks them
+    (``auto``: float32 at 16 to 128 rows, where cuBLAS's float32 kernels leave most SMs idle).
+    The caller then runs its own module, so module hooks still see the plain calls.
 
     Example:
         >>> import torch
