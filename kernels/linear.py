@@ -1,6 +1,8 @@
 """Triton kernels for a decode step's GEMMs (op ``linear``): ``y = x Wᵀ + b``, optionally
 followed by GELU, for the few rows of a step (``x (M, K)``, ``W (N, K)``, ``M`` up to a few
-dozen), with float32 products in IEEE precision (``tl.dot(..., input_precision="ieee")``).
+dozen). Float32 products are split TF32 products on the tensor cores
+(``tl.dot(..., input_precision="tf32x3")``: each operand split into a TF32 high part and a
+TF32 remainder, three products summed), float32's accuracy to a few units in the last place.
 
 Framework-free (``triton`` only); the launcher is ``mingru._launch.linear``, the launch
 metadata :mod:`mingru_kernels.launch.linear`. Only the PyTorch frontend launches them, inside a
@@ -51,7 +53,7 @@ def linear_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, M, N, K, k_per_split
                     mask=row_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
         w = tl.load(w_ptr + cols.to(tl.int64)[None, :] * K + k[:, None],
                     mask=col_ok[None, :] & k_ok[:, None], other=0.0).to(tl.float32)
-        acc += tl.dot(x, w, input_precision="ieee")
+        acc += tl.dot(x, w, input_precision="tf32x3")
     at = rows.to(tl.int64)[:, None] * N + cols[None, :]
     ok = row_ok[:, None] & col_ok[None, :]
     if PARTIAL:
