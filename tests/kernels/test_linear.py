@@ -115,3 +115,13 @@ def test_a_captured_step_on_it_gives_the_plain_logits(mixer, monkeypatch):
                                            (100, 300, 37)])
 def test_gpu_matches_float64(dtype, M, N, K):
     _check(M, N, K, True, True, dtype, tol=1e-5 if dtype == torch.float32 else 1e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_split_sum_is_the_same_every_run():
+    """The last slice to arrive sums the slices in their order: a slice read before its
+    program stored it would change the result between runs (or poison it)."""
+    x, w, b = _inputs(64, 512, 2048, True)
+    launcher = _launcher()
+    first = launcher.run(x, w, b, gelu=False)
+    assert all(torch.equal(launcher.run(x, w, b, gelu=False), first) for _ in range(50))
