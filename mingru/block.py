@@ -91,12 +91,15 @@ def add_layer_norm(norm: nn.LayerNorm, x: torch.Tensor,
     """
     if branch is None:
         return x, layer_norm(norm, x)
+    # The norm's parameters read directly: a decode step runs this per norm, and the
+    # parameters() generator costs several times the attribute reads.
+    params = [p for p in (norm.weight, norm.bias) if p is not None]
     if (not torch.compiler.is_compiling() and len(norm.normalized_shape) == 1
             and x.shape == branch.shape and x.dtype == branch.dtype
-            and all(p.dtype == x.dtype for p in norm.parameters())
+            and all(p.dtype == x.dtype for p in params)
             and not torch.is_autocast_enabled(x.device.type)
             and not (torch.is_grad_enabled() and any(
-                t.requires_grad for t in (x, branch, *norm.parameters())))):
+                t.requires_grad for t in (x, branch, *params)))):
         launcher = select("layer_norm", x, weight=norm.weight, bias=norm.bias, eps=norm.eps,
                           out_dtype=None)
         if launcher is not None:

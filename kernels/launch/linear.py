@@ -17,7 +17,7 @@ from __future__ import annotations
 from mingru_kernels.launch._elementwise import next_pow2
 
 __all__ = ["BLOCK_K", "BLOCK_N", "MAX_ROWS", "MIN_K_PER_SPLIT", "MIN_ROWS", "PLAN_KEYS",
-           "PROGRAMS_PER_SM", "config", "grid", "prefer_fused", "sum_grid"]
+           "PROGRAMS_PER_SM", "config", "grid", "prefer_fused"]
 
 BLOCK_N = 32
 """Columns per program: with 64 rows a 64×32 float32 accumulator is 16 values a thread at
@@ -60,13 +60,9 @@ def config(M: int, N: int, K: int, *, n_sm: int) -> dict[str, int]:
 
 
 def grid(cfg: dict[str, int], M: int, N: int) -> tuple[int, int, int]:
-    """The GEMM's grid: ``(row blocks, column blocks, K slices)``."""
+    """The GEMM's grid: ``(row blocks, column blocks, K slices)``; the slices' sum (when
+    ``SPLIT > 1``) runs on its first two."""
     return (-(-M // cfg["BLOCK_M"]), -(-N // cfg["BLOCK_N"]), cfg["SPLIT"])
-
-
-def sum_grid(cfg: dict[str, int], M: int, N: int) -> tuple[int, int]:
-    """The slices' sum's grid (when ``SPLIT > 1``): ``(row blocks, column blocks)``."""
-    return (-(-M // cfg["BLOCK_M"]), -(-N // cfg["BLOCK_N"]))
 
 
 def prefer_fused(rows: int, *, float32: bool) -> bool:
