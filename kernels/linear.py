@@ -12,9 +12,12 @@ would take a fraction of their time (see ``docs/explanation/tuning.md`` § Decod
 
 ``linear_fwd_kernel``: one program per ``(row block, column block, K slice)``; the slices
 split the reduction over ``K`` so that a step's few rows still give every SM programs. With
-one slice it adds the bias, applies GELU and stores ``y`` in its dtype; with several each
-stores its float32 partial product and ``linear_sum_kernel`` adds the slices, the bias and
-GELU (``0.5·v·(1 + erf(v/√2))``, PyTorch's exact GELU).
+one slice it adds the bias, applies GELU (``0.5·v·(1 + erf(v/√2))``, PyTorch's exact GELU)
+and stores ``y`` in its dtype. With several, each stores its float32 partial product and
+counts itself in at its tile's counter (``count_ptr``, int32, zeroed before the launch); the
+program that arrives last adds the slices in their order (the same sum whatever order the
+programs ran in), then the bias and GELU. This saves a second launch per GEMM, which in a
+decode step costs more than the sum.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ def _epilogue(acc, cols, col_ok, b_ptr, HAS_BIAS: tl.constexpr, GELU: tl.constex
 
 
 @triton.jit
-def linear_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, M, N, K, k_per_split,
-                      HAS_BIAS: tl.constexpr, GELU: tl.constexpr, PARTIAL: tl.constexpr,
+def linear_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, count_ptr, M, N, K, k_per_split,
+                      HAS_BIAS: tl.constexpr, GELU: tl.constexpr, SPLIT: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -56,24 +59,19 @@ def linear_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, M, N, K, k_per_split
         acc += tl.dot(x, w, input_precision="tf32x3")
     at = rows.to(tl.int64)[:, None] * N + cols[None, :]
     ok = row_ok[:, None] & col_ok[None, :]
-    if PARTIAL:
+    if SPLIT > 1:
         tl.store(part_ptr + pid_k.to(tl.int64) * M * N + at, acc, mask=ok)
+        # Every thread's partial is stored before the one release that counts this slice in.
+        tl.debug_barrier()
+        tile = pid_m * tl.num_programs(1) + pid_n
+        arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT - 1:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+            for s in tl.static_range(SPLIT):
+                acc += tl.load(part_ptr + s * M * N + at, mask=ok, other=0.0,
+                               cache_modifier=".cg")
+            acc = _epilogue(acc, cols, col_ok, b_ptr, HAS_BIAS, GELU)
+            tl.store(y_ptr + at, acc.to(y_ptr.dtype.element_ty), mask=ok)
     else:
         acc = _epilogue(acc, cols, col_ok, b_ptr, HAS_BIAS, GELU)
         tl.store(y_ptr + at, acc.to(y_ptr.dtype.element_ty), mask=ok)
-
-
-@triton.jit
-def linear_sum_kernel(part_ptr, b_ptr, y_ptr, M, N, HAS_BIAS: tl.constexpr,
-                      GELU: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
-                      BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok, col_ok = rows < M, cols < N
-    at = rows.to(tl.int64)[:, None] * N + cols[None, :]
-    ok = row_ok[:, None] & col_ok[None, :]
-    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    for s in tl.static_range(SPLIT):
-        acc += tl.load(part_ptr + s * M * N + at, mask=ok, other=0.0)
-    acc = _epilogue(acc, cols, col_ok, b_ptr, HAS_BIAS, GELU)
-    tl.store(y_ptr + at, acc.to(y_ptr.dtype.element_ty), mask=ok)

@@ -65,21 +65,18 @@ def _fwd_impl(x, weight, bias, gelu):
         return y
     n_sm = elementwise.sm_count(x) if x.is_cuda else INTERPRETER_SMS
     cfg = meta.config(M, N, K, n_sm=n_sm)
-    partial = cfg["SPLIT"] > 1
-    parts = new_tensor((cfg["SPLIT"], M, N), torch.float32, x.device) if partial else y
-    b = x2 if bias is None else bias
     grid = meta.grid(cfg, M, N)
+    split = cfg["SPLIT"]
+    parts = new_tensor((split, M, N), torch.float32, x.device) if split > 1 else y
+    counts = (torch.zeros(grid[0] * grid[1], dtype=torch.int32, device=x.device)
+              if split > 1 else y)
+    b = x2 if bias is None else bias
     with device_guard(x):
         kernels.linear_fwd_kernel[grid](
-            x_ptr=x2, w_ptr=weight, b_ptr=b, y_ptr=y, part_ptr=parts, M=M, N=N, K=K,
-            k_per_split=cfg["k_per_split"], HAS_BIAS=bias is not None, GELU=gelu,
-            PARTIAL=partial, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+            x_ptr=x2, w_ptr=weight, b_ptr=b, y_ptr=y, part_ptr=parts, count_ptr=counts, M=M,
+            N=N, K=K, k_per_split=cfg["k_per_split"], HAS_BIAS=bias is not None, GELU=gelu,
+            SPLIT=split, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"])
-        if partial:
-            kernels.linear_sum_kernel[grid[:2]](
-                part_ptr=parts, b_ptr=b, y_ptr=y, M=M, N=N, HAS_BIAS=bias is not None,
-                GELU=gelu, SPLIT=cfg["SPLIT"], BLOCK_M=cfg["BLOCK_M"],
-                BLOCK_N=cfg["BLOCK_N"], num_warps=cfg["num_warps"])
     return y
 
 

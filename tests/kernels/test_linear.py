@@ -119,8 +119,8 @@ def test_gpu_matches_float64(dtype, M, N, K):
 
 @pytest.mark.gpu
 def test_gpu_split_sum_is_the_same_every_run():
-    """The split's slices are summed in their order: the same result every run (a slice read
-    before it was stored would change it)."""
+    """The last slice to arrive sums the slices in their order: a slice read before its
+    program stored it would change the result between runs (or poison it)."""
     x, w, b = _inputs(64, 512, 2048, True)
     launcher = _launcher()
     first = launcher.run(x, w, b, gelu=False)
