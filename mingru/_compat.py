@@ -29,6 +29,7 @@ unless its caller does.
 
 from __future__ import annotations
 
+import operator
 from types import ModuleType
 from typing import Any
 
@@ -61,12 +62,7 @@ _COMPILED_ATTRIBUTES = ("run", "function", "packed_metadata", "launch_metadata")
 _MAX_ENTRIES = 4096
 
 
-def _arg_key(arg: Any) -> Any:
-    if isinstance(arg, torch.Tensor):
-        return arg.dtype, not arg.data_ptr() & 15
-    if isinstance(arg, float):
-        return float
-    return arg
+_TENSOR = torch.Tensor
 
 
 def launch_key(device: int, values: tuple[Any, ...], *, constexprs: tuple[bool, ...],
@@ -74,8 +70,10 @@ def launch_key(device: int, values: tuple[Any, ...], *, constexprs: tuple[bool, 
     """The cache key of one launch: ``values`` are the kernel's arguments in signature order,
     ``constexprs`` flags the parameters keyed by value whatever their type, ``options`` the
     launch options (see the module docstring for what the key holds and why)."""
+    # One comprehension, no call per argument: the key is most of a repeat launch's host time.
     return (device, options,
-            *[value if constexpr else _arg_key(value)
+            *[(value.dtype, not value.data_ptr() & 15) if isinstance(value, _TENSOR)
+              else float if type(value) is float and not constexpr else value
               for value, constexpr in zip(values, constexprs, strict=True)])
 
 
@@ -84,7 +82,7 @@ class CachedLaunch:
     the hook is active (decided per launch), Triton's own path otherwise."""
 
     __slots__ = ("kernel", "_cache", "_names", "_name_set", "_constexprs", "_defaults",
-                 "_device", "_stream", "_hooks")
+                 "_device", "_stream", "_hooks", "_layouts")
 
     def __init__(self, kernel: Any, device: Any = None, stream: Any = None) -> None:
         """``device()`` and ``stream(device)`` give the current device and its raw stream
@@ -101,6 +99,9 @@ class CachedLaunch:
         self._name_set = frozenset(self._names)
         self._constexprs = tuple(bool(getattr(p, "is_constexpr", False)) for p in kernel.params)
         self._defaults = {p.name: p.default for p in kernel.params if p.has_default}
+        # How a call of one shape (the positional count and the keyword names, in order)
+        # binds; a launcher calls with one shape, so binding is a lookup and one C-level get.
+        self._layouts: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
         if device is None or stream is None:
             from triton.runtime.driver import driver
 
@@ -117,14 +118,28 @@ class CachedLaunch:
               ) -> tuple[tuple[Any, ...], tuple[tuple[str, Any], ...]] | None:
         """Every argument in signature order and the launch options; ``None`` when the call
         does not bind (Triton's own path then raises the error)."""
-        if len(args) > len(self._names):
-            return None
+        shape = (len(args), *kwargs)
         try:
-            values = (*args, *[kwargs[name] if name in kwargs else self._defaults[name]
-                               for name in self._names[len(args):]])
+            layout = self._layouts[shape]
         except KeyError:
+            layout = self._layouts[shape] = self._layout(len(args), kwargs)
+        if layout is None:
             return None
-        return values, tuple(item for item in kwargs.items() if item[0] not in self._name_set)
+        get_named, defaults, option_names = layout
+        named = get_named({**defaults, **kwargs} if defaults else kwargs)
+        return (*args, *named), tuple([(name, kwargs[name]) for name in option_names])
+
+    def _layout(self, n_args: int, kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+        """How calls of this shape bind: a getter of the parameters past the positional ones
+        (as a tuple), the defaults they need, and the launch options' names."""
+        rest = self._names[n_args:]
+        if n_args > len(self._names) or any(name not in kwargs and name not in self._defaults
+                                            for name in rest):
+            return None
+        defaults = {name: self._defaults[name] for name in rest if name not in kwargs}
+        get_named = (operator.itemgetter(*rest) if len(rest) > 1
+                     else (lambda values: (values[rest[0]],)) if rest else (lambda values: ()))
+        return get_named, defaults, tuple(name for name in kwargs if name not in self._name_set)
 
     def launch(self, grid: tuple[int, ...], args: tuple[Any, ...],
                kwargs: dict[str, Any]) -> None:
