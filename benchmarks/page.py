@@ -15,32 +15,46 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mingru_benchmarks import tables
 
-__all__ = ["fill", "main"]
+__all__ = ["fill", "fill_blocks", "main"]
 
 BLOCK = re.compile(r"^<!-- bench:(?P<name>[\w-]+) -->\n(?P<body>.*?)^<!-- /bench:(?P=name) -->$",
                    re.M | re.S)
 
 
-def fill(page: str, results: list[dict[str, Any]]) -> tuple[str, list[str]]:
-    """``(new page, names of the blocks left without data)``."""
+def fill_blocks(page: str, render: Callable[[str], list[str] | None]) -> tuple[str, list[str]]:
+    """Each block's body replaced by ``render(name)``'s lines; a block ``render`` gives
+    ``None`` is left as it is. Returns ``(new page, names of the blocks left)``."""
     missing: list[str] = []
 
     def replace(m: re.Match[str]) -> str:
         name = m["name"]
-        runs = [r for r in results if name in r.get("suites", ())]
-        if not runs:
+        body = render(name)
+        if body is None:
             missing.append(name)
             return m[0]
-        rows = [row for r in runs for row in r["rows"]]
-        body = [tables.stamp(runs), "", *tables.table(name, rows)]
         return f"<!-- bench:{name} -->\n" + "\n".join(body) + f"\n<!-- /bench:{name} -->"
 
     return BLOCK.sub(replace, page), missing
+
+
+def fill(page: str, results: list[dict[str, Any]]) -> tuple[str, list[str]]:
+    """``(new page, names of the blocks left without data)``: block ``NAME`` gets table
+    ``NAME`` of the results whose run included that suite."""
+
+    def render(name: str) -> list[str] | None:
+        runs = [r for r in results if name in r.get("suites", ())]
+        if not runs:
+            return None
+        rows = [row for r in runs for row in r["rows"]]
+        return [tables.stamp(runs), "", *tables.table(name, rows)]
+
+    return fill_blocks(page, render)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,10 @@ numbers sit beside ours.
   model against ours, time to a validation accuracy (:mod:`mingru_benchmarks.paper_copy`).
   Writes ``DIR/peer-selective-copy.json`` (or ``DIR/ours-selective-copy.json`` with
   ``--ours``) and prints the table of the runs in ``DIR``.
+* ``page PAGE --json DIR`` — fills the page's ``<!-- bench:paper-lm -->`` and
+  ``<!-- bench:paper-copy-peer -->`` blocks with the runs in ``DIR`` (GPU, versions, commit,
+  date and commands above each table), as :mod:`mingru_benchmarks.page` fills the results
+  page; a block without runs is left as it is.
 
 ``--precision fp32|bf16`` (as ``mingru train``'s) sets the forward's compute precision of
 whichever side runs; give both sides of a comparison the same. Every run is deterministic given
@@ -25,6 +29,7 @@ Example:
         --layers 12 --train-len 256 --max-minutes 10 --out runs/shakespeare
     $ python -m mingru_benchmarks.paper peer-selective-copy --out runs/copy
     $ python -m mingru_benchmarks.paper peer-selective-copy --ours --out runs/copy
+    $ python -m mingru_benchmarks.paper page docs/results/paper.md --json runs/shakespeare
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from typing import Any
 from mingru_benchmarks.run import environment
 from mingru_cli.config import PRECISIONS
 
-__all__ = ["build_parser", "copy_table", "lm_table", "main"]
+__all__ = ["build_parser", "copy_markdown", "copy_table", "lm_markdown", "lm_table", "main"]
 
 PROG = "python -m mingru_benchmarks.paper"
 LM_FILES = {"ours": "ours.json", "gpt2": "gpt.json"}
@@ -106,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     copy.add_argument("--eval-size", type=int, help="validation sequences (preset: 12800)")
     copy.add_argument("--warmup-steps", type=int, default=3,
                       help="untimed steps on a thrown-away copy first (default 3)")
+    page = sub.add_parser("page", help="fill a page's paper blocks from the runs' JSON")
+    page.add_argument("page", help="the markdown page, rewritten in place")
+    page.add_argument("--json", required=True, metavar="DIR",
+                      help="the folder the runs wrote (their --out)")
     return p
 
 
@@ -215,6 +224,61 @@ def run_copy_command(args: argparse.Namespace, command: str) -> dict[str, Any]:
     return result
 
 
+def run_page_command(args: argparse.Namespace, command: str) -> list[str]:
+    """``page``: fill ``args.page``'s paper blocks from the runs in ``args.json``; the names of
+    the blocks left without runs."""
+    from mingru_benchmarks import page, tables
+
+    folder, path = Path(args.json), Path(args.page)
+    if not folder.is_dir():
+        raise ValueError(f"--json {folder}: no such folder")
+    if not path.is_file():
+        raise ValueError(f"{path}: no such page")
+    blocks = {"paper-lm": (LM_FILES, lm_markdown), "paper-copy-peer": (COPY_FILES, copy_markdown)}
+
+    def render(name: str) -> list[str] | None:
+        if name not in blocks:
+            return None
+        files, table = blocks[name]
+        runs = _runs(folder, files)
+        return [tables.stamp(runs), "", *table(runs)] if runs else None
+
+    text, missing = page.fill_blocks(path.read_text(), render)
+    path.write_text(text)
+    if missing:
+        print(f"no runs for block(s): {', '.join(missing)}", file=sys.stderr)
+    return missing
+
+
+def lm_markdown(runs: list[dict[str, Any]]) -> list[str]:
+    """The language-model runs as a markdown table (the page's form of :func:`lm_table`)."""
+    lines = ["| model | parameters (all / non-embedding) | steps | training wall s | ms/step | "
+             "tokens/s | validation loss (nats/byte) | bits per byte | kept step | precision | "
+             "seed |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        p, config = r["params"], r["config"]
+        lines.append(f"| {r['model']} | {p['total']:,} / {p['non_embedding']:,} | {r['steps']:,} "
+                     f"| {r['train_seconds']:.1f} | {1e3 * r['step_seconds'] / max(1, r['steps']):.2f} "
+                     f"| {r['tokens_per_second']:,.0f} | {r['val_loss']:.4f} | {r['val_bpb']:.4f} "
+                     f"| {r['selected_step']} | {_precision(r)} | {config.get('seed')} |")
+    return lines
+
+
+def copy_markdown(runs: list[dict[str, Any]]) -> list[str]:
+    """The selective-copy runs as a markdown table (the page's form of :func:`copy_table`)."""
+    lines = ["| model | parameters | target | reached at step | s to target | with evaluation "
+             "| ms/step | best accuracy | precision | seed |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        at = r["step_at_target"]
+        lines.append(f"| {r['model']} | {r['params'][r['model']]['total']:,} "
+                     f"| {r['target_accuracy']:.3f} | {'—' if at is None else at} "
+                     f"| {_seconds(r['seconds_to_target'])} "
+                     f"| {_seconds(r['seconds_to_target_with_eval'])} "
+                     f"| {1e3 * r['seconds_per_step']:.2f} | {r['best_val_acc'] or 0:.4f} "
+                     f"| {_precision(r)} | {r['config'].get('seed')} |")
+    return lines
+
+
 def lm_table(runs: list[dict[str, Any]]) -> str:
     """The language-model runs side by side (plain text)."""
     lines = ["model   params (all / non-emb.)   steps  ms/step  tokens/s  val loss  val bpb  "
@@ -257,7 +321,8 @@ def _seconds(value: float | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the command; errors are one line on stderr (exit status 1)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"gpt": run_gpt_command, "peer-selective-copy": run_copy_command}
+    commands = {"gpt": run_gpt_command, "peer-selective-copy": run_copy_command,
+                "page": run_page_command}
     try:
         args = build_parser().parse_args(argv)
         commands[args.command](args, f"{PROG} {shlex.join(argv)}")

@@ -204,6 +204,21 @@ def test_gpt_command_ours_fills_the_budget_from_a_probe(tmp_path, capsys):
     header = next(i for i, line in enumerate(lines) if line.startswith("model   params"))
     rows = [line.split()[0] for line in lines[header + 1 : header + 3]]
     assert rows == ["gpt2", "mingru"]  # the table puts the runs in the folder side by side
+    # The page command puts the same two runs in the page's block, with the run's stamp.
+    page = tmp_path / "paper.md"
+    page.write_text("# p\n\n<!-- bench:paper-lm -->\nNot run yet.\n<!-- /bench:paper-lm -->\n\n"
+                    "<!-- bench:paper-copy-peer -->\nNot run yet.\n<!-- /bench:paper-copy-peer -->\n")
+    assert paper.main(["page", str(page), "--json", str(out)]) == 0
+    text = page.read_text()
+    block = text.split("<!-- bench:paper-lm -->")[1].split("<!-- /bench:paper-lm -->")[0]
+    assert f"commit `{gpt['environment']['commit']}`" in block and "--out" not in block
+    table = [line.split("|") for line in block.splitlines() if line.startswith("| ")]
+    assert [cells[1].strip() for cells in table[1:]] == ["mingru", "gpt2"]
+    assert table[1][7].strip() == f"{ours['val_loss']:.4f}"
+    assert table[2][7].strip() == f"{gpt['val_loss']:.4f}"
+    assert text.split("<!-- bench:paper-copy-peer -->")[1].startswith("\nNot run yet.")
+    assert "paper-copy-peer" in capsys.readouterr().err  # no copy runs: left, and said
+    assert paper.main(["page", str(page), "--json", str(tmp_path / "absent")]) == 1
 
 
 def _record_gpt_logits(monkeypatch) -> list[tuple[bool, torch.dtype]]:
