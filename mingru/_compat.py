@@ -73,7 +73,7 @@ def launch_key(device: int, values: tuple[Any, ...], *, constexprs: tuple[bool, 
     # One comprehension, no call per argument: the key is most of a repeat launch's host time.
     return (device, options,
             *[(value.dtype, not value.data_ptr() & 15) if isinstance(value, _TENSOR)
-              else float if type(value) is float and not constexpr else value
+              else float if not constexpr and isinstance(value, float) else value
               for value, constexpr in zip(values, constexprs, strict=True)])
 
 

@@ -60,8 +60,8 @@ def config(M: int, N: int, K: int, *, n_sm: int) -> dict[str, int]:
 
 
 def grid(cfg: dict[str, int], M: int, N: int) -> tuple[int, int, int]:
-    """The GEMM's grid: ``(row blocks, column blocks, K slices)``; the slices' sum (when
-    ``SPLIT > 1``) runs on its first two."""
+    """The GEMM's grid: ``(row blocks, column blocks, K slices)``; with several slices, each
+    ``(row block, column block)`` tile's last slice sums them (one counter per tile)."""
     return (-(-M // cfg["BLOCK_M"]), -(-N // cfg["BLOCK_N"]), cfg["SPLIT"])
 
 
