@@ -14,10 +14,11 @@ would take a fraction of their time (see ``docs/explanation/tuning.md`` § Decod
 split the reduction over ``K`` so that a step's few rows still give every SM programs. With
 one slice it adds the bias, applies GELU (``0.5·v·(1 + erf(v/√2))``, PyTorch's exact GELU)
 and stores ``y`` in its dtype. With several, each stores its float32 partial product and
-counts itself in at its tile's counter (``count_ptr``, int32, zeroed before the launch); the
+counts itself in at its tile's counter (``count_ptr``, int32, zero before the launch); the
 program that arrives last adds the slices in their order (the same sum whatever order the
-programs ran in), then the bias and GELU. This saves a second launch per GEMM, which in a
-decode step costs more than the sum.
+programs ran in), then the bias and GELU, and sets the counter back to zero. This saves a
+second launch per GEMM, which in a decode step costs more than the sum, and lets a captured
+step keep one counter buffer for all its GEMMs instead of zeroing one per GEMM.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ def linear_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, count_ptr, M, N, K, 
                                cache_modifier=".cg")
             acc = _epilogue(acc, cols, col_ok, b_ptr, HAS_BIAS, GELU)
             tl.store(y_ptr + at, acc.to(y_ptr.dtype.element_ty), mask=ok)
+            # Every slice of this tile has counted in: the next launch finds zero.
+            tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")
     else:
         acc = _epilogue(acc, cols, col_ok, b_ptr, HAS_BIAS, GELU)
         tl.store(y_ptr + at, acc.to(y_ptr.dtype.element_ty), mask=ok)

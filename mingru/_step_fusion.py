@@ -9,7 +9,9 @@ warm-up and capture; nothing runs Python at replay):
   (``auto`` keeps PyTorch's norm below 2^24 elements for its smaller host time, which a replayed
   graph does not spend);
 * float32 GEMMs of 16 to 128 rows (the projections, the MLPs and the head) run on the
-  ``linear`` Triton kernels (:func:`mingru.mixers._common.fused_linear`), GELU included.
+  ``linear`` Triton kernels (:func:`mingru.mixers._common.fused_linear`), GELU included;
+  their split reductions share one counter buffer per device (:meth:`StepFusion.counters`),
+  which the kernels leave at zero, where a plain call zeroes a fresh one per GEMM.
 
 The joined weights are copies: :meth:`StepFusion.refresh` brings them up to date, and the
 caller runs it before each series of replays (weights may have changed in between).
@@ -69,6 +71,7 @@ class StepFusion:
         self._joined: dict[tuple[int, ...], tuple[tuple[nn.Linear, ...], torch.Tensor,
                                                   torch.Tensor | None]] = {}
         self._tokens: list[Token] = []
+        self._counters: dict[torch.device, torch.Tensor] = {}
 
     def __enter__(self) -> StepFusion:
         self._tokens.append(_active.set(self))
@@ -89,6 +92,17 @@ class StepFusion:
                 entry = (tuple(layers), *join(layers))
             self._joined[key] = entry
         return entry[1], entry[2]
+
+    def counters(self, device: torch.device, size: int) -> torch.Tensor:
+        """At least ``size`` int32 zeros on ``device``, the same buffer at every call while it is
+        large enough. The ``linear`` kernels count their slices in it and leave it at zero, so
+        the GEMMs of a step (run one after another on one stream) can share it."""
+        buffer = self._counters.get(device)
+        if buffer is None or buffer.numel() < size:
+            # Made during the warm-up, which runs the captured shapes first.
+            buffer = torch.zeros(max(size, 1024), dtype=torch.int32, device=device)
+            self._counters[device] = buffer
+        return buffer
 
     def refresh(self) -> None:
         """Copy the layers' current weights into the joined tensors."""

@@ -68,8 +68,7 @@ def _fwd_impl(x, weight, bias, gelu):
     grid = meta.grid(cfg, M, N)
     split = cfg["SPLIT"]
     parts = new_tensor((split, M, N), torch.float32, x.device) if split > 1 else y
-    counts = (torch.zeros(grid[0] * grid[1], dtype=torch.int32, device=x.device)
-              if split > 1 else y)
+    counts = _counters(grid[0] * grid[1], x.device) if split > 1 else y
     b = x2 if bias is None else bias
     with device_guard(x):
         kernels.linear_fwd_kernel[grid](
@@ -78,6 +77,15 @@ def _fwd_impl(x, weight, bias, gelu):
             SPLIT=split, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"])
     return y
+
+
+def _counters(size: int, device: torch.device) -> torch.Tensor:
+    # A captured step's GEMMs share its buffer; elsewhere (direct calls, torch.compile) each
+    # call zeroes its own.
+    fusion = step_fusion.active()
+    if fusion is None:
+        return torch.zeros(size, dtype=torch.int32, device=device)
+    return fusion.counters(device, size)
 
 
 @torch.library.custom_op("mingru::linear_fwd", mutates_args=())

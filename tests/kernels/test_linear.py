@@ -6,6 +6,8 @@ compiled on the GPU in every dtype."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -109,6 +111,27 @@ def test_a_captured_step_on_it_gives_the_plain_logits(mixer, monkeypatch):
     assert rel_err(got, want) <= 1e-5
 
 
+@pytest.mark.interpreter
+def test_split_launches_share_the_step_counters_and_leave_them_at_zero():
+    """Inside a StepFusion the GEMMs count their slices in one buffer, so each must leave it
+    at zero for the next: a counter left behind would make the next GEMM's tiles never sum."""
+    from mingru_kernels.launch import linear as meta
+
+    launcher = _launcher()
+    shapes = [(64, 96, 512), (16, 40, 300), (64, 96, 512)]
+    assert all(meta.config(*shape, n_sm=launcher.INTERPRETER_SMS)["SPLIT"] > 1
+               for shape in shapes)
+    fusion = StepFusion()
+    with fusion:
+        for M, N, K in shapes:
+            x, w, b = _inputs(M, N, K, True)
+            want = linear_eager(x.double(), w.double(), b.double(), gelu=False)
+            assert rel_err(launcher.run(x, w, b, gelu=False), want) <= 1e-6
+        (counters,) = fusion._counters.values()
+        assert counters.numel() >= 1024 and not counters.any()
+        assert fusion.counters(torch.device(DEVICE), 8) is counters
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("M", "N", "K"), [(64, 2048, 512), (64, 512, 2048), (16, 1024, 512),
@@ -118,10 +141,13 @@ def test_gpu_matches_float64(dtype, M, N, K):
 
 
 @pytest.mark.gpu
-def test_gpu_split_sum_is_the_same_every_run():
+@pytest.mark.parametrize("shared", [False, True], ids=["own-counters", "step-counters"])
+def test_gpu_split_sum_is_the_same_every_run(shared):
     """The last slice to arrive sums the slices in their order: a slice read before its
-    program stored it would change the result between runs (or poison it)."""
+    program stored it would change the result between runs (or poison it), and a counter not
+    set back to zero would leave the step's next GEMM unsummed."""
     x, w, b = _inputs(64, 512, 2048, True)
     launcher = _launcher()
-    first = launcher.run(x, w, b, gelu=False)
-    assert all(torch.equal(launcher.run(x, w, b, gelu=False), first) for _ in range(50))
+    with StepFusion() if shared else contextlib.nullcontext():
+        first = launcher.run(x, w, b, gelu=False)
+        assert all(torch.equal(launcher.run(x, w, b, gelu=False), first) for _ in range(50))
