@@ -9,7 +9,7 @@ Example:
     >>> from mingru_kernels.launch import linear
     >>> cfg = linear.config(64, 512, 2048, n_sm=132)  # an MLP's down projection at batch 64
     >>> cfg["SPLIT"], cfg["k_per_split"], linear.grid(cfg, 64, 512)
-    (16, 128, (1, 16, 16))
+    (8, 256, (1, 16, 8))
 """
 
 from __future__ import annotations
@@ -23,15 +23,16 @@ BLOCK_N = 32
 """Columns per program: with 64 rows a 64×32 float32 accumulator is 16 values a thread at
 4 warps, and a d-512 model's narrowest GEMM (its 256-token head) still has 8 column blocks."""
 
-BLOCK_K = 32
-"""Reduction step: a 64×32 slice of ``x`` and a 32×32 slice of ``W`` per iteration."""
+BLOCK_K = 64
+"""Reduction step: a 64×64 slice of ``x`` and a 64×32 slice of ``W`` per iteration."""
 
-MIN_K_PER_SPLIT = 128
+MIN_K_PER_SPLIT = 64
 """The shortest slice of the reduction a program takes: shorter ones spend more on storing
 and re-reading their partial products than they save."""
 
-PROGRAMS_PER_SM = 2
-"""The grid the split aims at, per SM."""
+PROGRAMS_PER_SM = 1
+"""The grid the split aims at, per SM: one wave, since every slice past the first adds a
+partial product to store and read back."""
 
 MIN_ROWS = 16
 """Fewer rows than this stay on cuBLAS, whose GEMV kernels serve them well (batch-1 steps)."""

@@ -21,7 +21,7 @@ kernels = CachedKernels(linear_kernels)
 
 __all__ = ["INTERPRETER_SMS", "prefer_over_eager", "run", "unsupported_reason"]
 
-INTERPRETER_SMS = 4
+INTERPRETER_SMS = 8
 """The SM count the split plans for on the host (Triton's interpreter): small, so that tests
 at small shapes still split the reduction."""
 
