@@ -72,6 +72,7 @@ class StepFusion:
                                                   torch.Tensor | None]] = {}
         self._tokens: list[Token] = []
         self._counters: dict[torch.device, torch.Tensor] = {}
+        self._outgrown: list[torch.Tensor] = []
 
     def __enter__(self) -> StepFusion:
         self._tokens.append(_active.set(self))
@@ -99,7 +100,10 @@ class StepFusion:
         the GEMMs of a step (run one after another on one stream) can share it."""
         buffer = self._counters.get(device)
         if buffer is None or buffer.numel() < size:
-            # Made during the warm-up, which runs the captured shapes first.
+            # Made during the warm-up, which runs the captured shapes first. A buffer outgrown
+            # later stays alive: a graph captured on it keeps its address.
+            if buffer is not None:
+                self._outgrown.append(buffer)
             buffer = torch.zeros(max(size, 1024), dtype=torch.int32, device=device)
             self._counters[device] = buffer
         return buffer

@@ -130,6 +130,9 @@ def test_split_launches_share_the_step_counters_and_leave_them_at_zero():
         (counters,) = fusion._counters.values()
         assert counters.numel() >= 1024 and not counters.any()
         assert fusion.counters(counters.device, 8) is counters
+        larger = fusion.counters(counters.device, 4096)
+        assert larger.numel() == 4096 and not larger.any() and larger is not counters
+        assert fusion._outgrown == [counters]  # a graph captured on it may still read it
 
 
 @pytest.mark.gpu
