@@ -39,6 +39,7 @@ import dataclasses
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -250,63 +251,73 @@ def run_page_command(args: argparse.Namespace, command: str) -> list[str]:
     return missing
 
 
+Column = tuple[str, Callable[[dict[str, Any]], str]]
+
+LM_COLUMNS: tuple[Column, ...] = (
+    ("model", lambda r: r["model"]),
+    ("parameters (all / non-embedding)",
+     lambda r: f"{r['params']['total']:,} / {r['params']['non_embedding']:,}"),
+    ("steps", lambda r: f"{r['steps']:,}"),
+    ("training wall s", lambda r: f"{r['train_seconds']:.1f}"),
+    ("ms/step", lambda r: f"{1e3 * r['step_seconds'] / max(1, r['steps']):.2f}"),
+    ("tokens/s", lambda r: f"{r['tokens_per_second']:,.0f}"),
+    ("val loss (nats/byte)", lambda r: f"{r['val_loss']:.4f}"),
+    ("val bpb", lambda r: f"{r['val_bpb']:.4f}"),
+    ("kept step", lambda r: str(r["selected_step"])),
+    ("precision", lambda r: _precision(r)),
+    ("seed", lambda r: str(r["config"].get("seed"))),
+)
+"""The language-model table: a header and a cell per run (:func:`lm_table`, :func:`lm_markdown`)."""
+
+COPY_COLUMNS: tuple[Column, ...] = (
+    ("model", lambda r: r["model"]),
+    ("parameters", lambda r: f"{r['params'][r['model']]['total']:,}"),
+    ("target", lambda r: f"{r['target_accuracy']:.3f}"),
+    ("reached at step", lambda r: "—" if r["step_at_target"] is None else str(r["step_at_target"])),
+    ("s to target", lambda r: _seconds(r["seconds_to_target"])),
+    ("with evaluation", lambda r: _seconds(r["seconds_to_target_with_eval"])),
+    ("ms/step", lambda r: f"{1e3 * r['seconds_per_step']:.2f}"),
+    ("best accuracy", lambda r: f"{r['best_val_acc'] or 0:.4f}"),
+    ("precision", lambda r: _precision(r)),
+    ("seed", lambda r: str(r["config"].get("seed"))),
+)
+"""The selective-copy table; its headline is the training time to the target, evaluation
+excluded."""
+
+
+def _markdown(columns: tuple[Column, ...], runs: list[dict[str, Any]]) -> list[str]:
+    rows = [[cell(r) for _, cell in columns] for r in runs]
+    return ["| " + " | ".join(h for h, _ in columns) + " |", "|" + "---|" * len(columns),
+            *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+def _plain(columns: tuple[Column, ...], runs: list[dict[str, Any]]) -> str:
+    """Aligned columns: the first to the left, numbers to the right."""
+    table = [[h for h, _ in columns], *([cell(r) for _, cell in columns] for r in runs)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
+    return "\n".join("  ".join(text.ljust(w) if i == 0 else text.rjust(w)
+                               for i, (text, w) in enumerate(zip(row, widths, strict=True)))
+                     for row in table)
+
+
 def lm_markdown(runs: list[dict[str, Any]]) -> list[str]:
-    """The language-model runs as a markdown table (the page's form of :func:`lm_table`)."""
-    lines = ["| model | parameters (all / non-embedding) | steps | training wall s | ms/step | "
-             "tokens/s | validation loss (nats/byte) | bits per byte | kept step | precision | "
-             "seed |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in runs:
-        p, config = r["params"], r["config"]
-        lines.append(f"| {r['model']} | {p['total']:,} / {p['non_embedding']:,} | {r['steps']:,} "
-                     f"| {r['train_seconds']:.1f} | {1e3 * r['step_seconds'] / max(1, r['steps']):.2f} "
-                     f"| {r['tokens_per_second']:,.0f} | {r['val_loss']:.4f} | {r['val_bpb']:.4f} "
-                     f"| {r['selected_step']} | {_precision(r)} | {config.get('seed')} |")
-    return lines
+    """The language-model runs as the page's markdown table (:data:`LM_COLUMNS`)."""
+    return _markdown(LM_COLUMNS, runs)
 
 
 def copy_markdown(runs: list[dict[str, Any]]) -> list[str]:
-    """The selective-copy runs as a markdown table (the page's form of :func:`copy_table`)."""
-    lines = ["| model | parameters | target | reached at step | s to target | with evaluation "
-             "| ms/step | best accuracy | precision | seed |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in runs:
-        at = r["step_at_target"]
-        lines.append(f"| {r['model']} | {r['params'][r['model']]['total']:,} "
-                     f"| {r['target_accuracy']:.3f} | {'—' if at is None else at} "
-                     f"| {_seconds(r['seconds_to_target'])} "
-                     f"| {_seconds(r['seconds_to_target_with_eval'])} "
-                     f"| {1e3 * r['seconds_per_step']:.2f} | {r['best_val_acc'] or 0:.4f} "
-                     f"| {_precision(r)} | {r['config'].get('seed')} |")
-    return lines
+    """The selective-copy runs as the page's markdown table (:data:`COPY_COLUMNS`)."""
+    return _markdown(COPY_COLUMNS, runs)
 
 
 def lm_table(runs: list[dict[str, Any]]) -> str:
-    """The language-model runs side by side (plain text)."""
-    lines = ["model   params (all / non-emb.)   steps  ms/step  tokens/s  val loss  val bpb  "
-             "val bytes  precision"]
-    for r in runs:
-        p, per_step = r["params"], 1e3 * r["step_seconds"] / max(1, r["steps"])
-        lines.append(f"{r['model']:<7} {p['total']:>11,} / {p['non_embedding']:>10,}  "
-                     f"{r['steps']:>6}  {per_step:>7.2f}  {r['tokens_per_second']:>8,.0f}"
-                     f"  {r['val_loss']:>8.4f}  {r['val_bpb']:>7.4f}  {r['val_bytes']:>9}"
-                     f"  {_precision(r)}")
-    return "\n".join(lines)
+    """The language-model runs side by side, as printed after a run (:data:`LM_COLUMNS`)."""
+    return _plain(LM_COLUMNS, runs)
 
 
 def copy_table(runs: list[dict[str, Any]]) -> str:
-    """The selective-copy runs side by side (plain text): the headline is the training time
-    to the target, evaluation excluded."""
-    lines = ["model  params   target  reached at step  s to target  (with eval)  ms/step  "
-             "best acc  precision"]
-    for r in runs:
-        own = r["params"][r["model"]]["total"]
-        at = r["step_at_target"]
-        lines.append(f"{r['model']:<6} {own:>7,}  {r['target_accuracy']:>6.3f}  "
-                     f"{'-' if at is None else at:>15}  "
-                     f"{_seconds(r['seconds_to_target']):>11}  "
-                     f"{_seconds(r['seconds_to_target_with_eval']):>11}  "
-                     f"{1e3 * r['seconds_per_step']:>7.2f}  {r['best_val_acc'] or 0:>8.4f}"
-                     f"  {_precision(r)}")
-    return "\n".join(lines)
+    """The selective-copy runs side by side, as printed after a run (:data:`COPY_COLUMNS`)."""
+    return _plain(COPY_COLUMNS, runs)
 
 
 def _precision(run: dict[str, Any]) -> str:
@@ -315,7 +326,7 @@ def _precision(run: dict[str, Any]) -> str:
 
 
 def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+    return "—" if value is None else f"{value:.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -201,7 +201,7 @@ def test_gpt_command_ours_fills_the_budget_from_a_probe(tmp_path, capsys):
     gpt = json.loads((out / "gpt.json").read_text())
     assert ours["val_bytes"] == gpt["val_bytes"]  # both sides score the same bytes
     lines = printed.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("model   params"))
+    header = next(i for i, line in enumerate(lines) if line.startswith("model ") and "val bpb" in line)
     rows = [line.split()[0] for line in lines[header + 1 : header + 3]]
     assert rows == ["gpt2", "mingru"]  # the table puts the runs in the folder side by side
     # The page command puts the same two runs in the page's block, with the run's stamp.
@@ -249,7 +249,7 @@ def test_gpt_command_trains_and_scores_at_the_precision(tmp_path, capsys, monkey
     result = json.loads((tmp_path / "gpt.json").read_text())
     assert result["config"]["precision"] == precision and math.isfinite(result["val_loss"])
     row = next(line for line in printed.splitlines() if line.startswith("gpt2"))
-    assert row.split()[-1] == precision
+    assert row.split()[-2] == precision  # then the seed
 
 
 def test_both_sides_take_the_precision(tmp_path, capsys):
