@@ -11,7 +11,10 @@ numbers sit beside ours.
 * ``peer-selective-copy`` — lucidrains' ``minGRU-pytorch`` in the paper's selective-copying
   model against ours, time to a validation accuracy (:mod:`mingru_benchmarks.paper_copy`).
   Writes ``DIR/peer-selective-copy.json`` (or ``DIR/ours-selective-copy.json`` with
-  ``--ours``) and prints the table of the runs in ``DIR``.
+  ``--ours``) and prints the table of the runs in ``DIR``. The training state is saved in
+  ``DIR/peer-run`` (``DIR/ours-run``): ``--job-minutes M`` (or ``--stop-after N`` steps) ends
+  a job with it saved, and the same command with ``--resume`` goes on from there, its times
+  carried over, so a run longer than one job is split into several.
 * ``page PAGE --json DIR`` — fills the page's ``<!-- bench:paper-lm -->`` and
   ``<!-- bench:paper-copy-peer -->`` blocks with the runs in ``DIR`` (GPU, versions, commit,
   date and commands above each table), as :mod:`mingru_benchmarks.page` fills the results
@@ -27,7 +30,8 @@ Example:
         --heads 6 --train-len 256 --max-minutes 10 --out runs/shakespeare
     $ python -m mingru_benchmarks.paper gpt --ours --data input.txt --d-model 384 \\
         --layers 12 --train-len 256 --max-minutes 10 --out runs/shakespeare
-    $ python -m mingru_benchmarks.paper peer-selective-copy --out runs/copy
+    $ python -m mingru_benchmarks.paper peer-selective-copy --out runs/copy --job-minutes 9
+    $ python -m mingru_benchmarks.paper peer-selective-copy --out runs/copy --job-minutes 9 --resume
     $ python -m mingru_benchmarks.paper peer-selective-copy --ours --out runs/copy
     $ python -m mingru_benchmarks.paper page docs/results/paper.md --json runs/shakespeare
 """
@@ -39,6 +43,7 @@ import dataclasses
 import json
 import shlex
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -112,6 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
     copy.add_argument("--eval-size", type=int, help="validation sequences (preset: 12800)")
     copy.add_argument("--warmup-steps", type=int, default=3,
                       help="untimed steps on a thrown-away copy first (default 3)")
+    copy.add_argument("--job-minutes", type=float, metavar="M",
+                      help="end this job after M minutes of wall time, its training state saved "
+                           "in DIR/ours-run or DIR/peer-run; --resume goes on from there")
+    copy.add_argument("--stop-after", dest="job_steps", type=int, metavar="N",
+                      help="end this job after N steps, saved as with --job-minutes")
+    copy.add_argument("--resume", dest="resume_saved", action="store_true",
+                      help="continue this side's run saved in --out (the same flags; "
+                           "--max-minutes and --job-minutes may change)")
     page = sub.add_parser("page", help="fill a page's paper blocks from the runs' JSON")
     page.add_argument("page", help="the markdown page, rewritten in place")
     page.add_argument("--json", required=True, metavar="DIR",
@@ -121,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 _CONTROL = {"command", "out", "device", "max_minutes", "threads", "no_progress", "ours", "data",
             "heads", "params", "head_dim", "val_stride", "probe_steps", "mixer",
-            "target_accuracy", "warmup_steps"}
+            "target_accuracy", "warmup_steps", "job_minutes", "job_steps", "resume_saved"}
 
 
 # Configuration fields the selective-copy run does not read, left out of its JSON.
@@ -194,24 +207,34 @@ def run_copy_command(args: argparse.Namespace, command: str) -> dict[str, Any]:
     """``peer-selective-copy``: the peer's model (or ours) to ``--target-accuracy``."""
     from mingru_benchmarks import paper_copy
     from mingru_cli import train
+    from mingru_cli._checkpoint import RunCheckpoint
     from mingru_cli._train_common import build_task
     from mingru_cli.config import preset_config
 
+    started = time.monotonic()  # --job-minutes counts from here
     fields = _fields(args)
     if not args.ours:
         paper_copy.peer_module()  # a missing package fails before any work
     if not 0 < args.target_accuracy <= 1:
         raise ValueError(f"--target-accuracy must be in (0, 1]; got {args.target_accuracy}")
-    cfg = preset_config("paper-selective-copy", **fields)
+    side = "ours" if args.ours else "peer"
+    saved = str(Path(args.out) / f"{side}-run")
+    cfg = preset_config("paper-selective-copy", **fields, out=saved,
+                        resume=saved if args.resume_saved else None, max_minutes=args.job_minutes,
+                        stop_after=args.job_steps)
     cfg = dataclasses.replace(cfg, val_len=cfg.train_len, eval_lens=[cfg.train_len]).resolved()
     with train.session(cfg):
+        checkpoint = RunCheckpoint(cfg, started)  # a resumed run's flags are checked here
         task = build_task(cfg)
         counts = paper_copy.parameter_counts(cfg, task)
         val = paper_copy.validation_set(task, cfg)
         record = paper_copy.time_to_target(cfg, task, val, ours=args.ours,
                                            target=args.target_accuracy,
                                            max_minutes=args.max_minutes,
-                                           warmup=args.warmup_steps)
+                                           warmup=args.warmup_steps, checkpoint=checkpoint)
+    if record["paused_at_step"] is not None:
+        print(f"paused {side} at step {record['paused_at_step']} (saved in {saved}); continue "
+              "with the same command and --resume")
     config = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _NOT_FOR_COPY}
     result = {"model": "ours" if args.ours else "peer", "params": counts,
               "max_minutes": args.max_minutes, "warmup_steps": args.warmup_steps, **record,
@@ -274,6 +297,8 @@ COPY_COLUMNS: tuple[Column, ...] = (
     ("parameters", lambda r: f"{r['params'][r['model']]['total']:,}"),
     ("target", lambda r: f"{r['target_accuracy']:.3f}"),
     ("reached at step", lambda r: "—" if r["step_at_target"] is None else str(r["step_at_target"])),
+    ("trained steps / s", lambda r: f"{r['steps']:,} / {r['train_seconds']:.0f}"
+                                    + (" (paused)" if r.get("paused_at_step") is not None else "")),
     ("s to target", lambda r: _seconds(r["seconds_to_target"])),
     ("with evaluation", lambda r: _seconds(r["seconds_to_target_with_eval"])),
     ("ms/step", lambda r: f"{1e3 * r['seconds_per_step']:.2f}"),

@@ -21,20 +21,21 @@ timed); then the clock runs from the first step. The headline, ``seconds_to_targ
 time spent training (the steps, data included, as ``mingru train``'s ``step_seconds``) until the
 first evaluation point at or above the target; ``seconds_to_target_with_eval`` adds the
 evaluations up to and including that one. Both are measured at evaluation points only, so
-their resolution is ``--eval-every`` steps, the same for both sides.
+their resolution is ``--eval-every`` steps, the same for both sides. A run split into jobs
+(``--job-minutes``, ``--resume``) adds up its jobs' times; each job warms up again, untimed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-import time
 from typing import Any
 
 import torch
 from torch import nn
 
 from mingru_benchmarks.paper_lm import count_parameters
+from mingru_cli._checkpoint import RunCheckpoint, TrainingPaused
 from mingru_cli._train_common import Accuracy, eval_sets
 from mingru_cli.config import TrainConfig, stack_arguments
 from mingru_cli.tasks import Batch, SelectiveCopyTask
@@ -125,17 +126,19 @@ def validation_set(task: SelectiveCopyTask, cfg: TrainConfig) -> Batch:
     return val
 
 
-class _Stop(Exception):
-    """The run reached its target or its time budget at an evaluation point."""
-
-
 def time_to_target(cfg: TrainConfig, task: SelectiveCopyTask, val: Batch, *, ours: bool,
-                   target: float, max_minutes: float | None, warmup: int) -> dict[str, Any]:
+                   target: float, max_minutes: float | None, warmup: int,
+                   checkpoint: RunCheckpoint | None = None) -> dict[str, Any]:
     """Train the model of ``cfg`` (resolved; inside :func:`mingru_cli.train.session`) until its
     token accuracy on ``val`` is at least ``target`` at an evaluation point, its training time
     passes ``max_minutes`` (checked at evaluation points) or ``cfg.steps`` are done. Returns
     the record: the curve (step, accuracies, training and wall seconds at each point), whether
-    and when the target was reached, the seconds per step."""
+    and when the target was reached, the seconds per step.
+
+    With ``checkpoint`` (this side's :class:`~mingru_cli._checkpoint.RunCheckpoint`, whose
+    budget is the job's), the run starts where the saved one stands, its times carried over;
+    when the job's budget is spent, the state is saved and the record says where it paused
+    (``paused_at_step``), with the curve so far."""
     if warmup > 0:
         spare = build_model(cfg, task, ours=ours)
         warm = dataclasses.replace(cfg, steps=warmup, eval_every=warmup, progress=False)
@@ -146,47 +149,39 @@ def time_to_target(cfg: TrainConfig, task: SelectiveCopyTask, val: Batch, *, our
                        cfg.device, chunk=cfg.eval_batch_size, precision=cfg.precision)
         del spare
     model = build_model(cfg, task, ours=ours)
-    curve: list[dict[str, Any]] = []
-    clock = {"start": 0.0, "eval": 0.0}
-    reached: list[bool] = []  # set once, at the point that reaches the target
-    assert cfg.eval_every is not None and cfg.steps is not None
+    spec = "ours" if ours else "peer"
 
     def evaluate(batch: Batch) -> Accuracy:
-        began = time.perf_counter()
-        accuracy = torch_accuracy(model, batch, cfg.device, chunk=cfg.eval_batch_size,
-                                  precision=cfg.precision)
-        ended = time.perf_counter()
-        trained = began - clock["start"] - clock["eval"]
-        clock["eval"] += ended - began
-        curve.append({"step": min((len(curve) + 1) * cfg.eval_every, cfg.steps),
-                      "val_acc": round(accuracy.token, 5),
-                      "val_seq_acc": round(accuracy.sequence, 5),
-                      "train_seconds": round(trained, 4),
-                      "wall_seconds": round(ended - clock["start"], 4)})
-        if accuracy.token >= target:
-            reached.append(True)
-            raise _Stop
-        if max_minutes is not None and trained >= 60 * max_minutes:
-            raise _Stop
-        return accuracy
+        return torch_accuracy(model, batch, cfg.device, chunk=cfg.eval_batch_size,
+                              precision=cfg.precision)
 
-    clock["start"] = time.perf_counter()
+    def stop_when(point: dict[str, Any]) -> bool:
+        return point["val_acc"] >= target or (max_minutes is not None
+                                              and point["train_seconds"] >= 60 * max_minutes)
+
+    slot = None if checkpoint is None else checkpoint.slot(0, spec)
     try:
-        fit_model(model, model, "ours" if ours else "peer", task=task, cfg=cfg, val=val,
-                  evaluate=evaluate)
-    except _Stop:
-        pass
-    last = curve[-1] if curve else {"step": 0, "train_seconds": 0.0, "wall_seconds": 0.0}
+        run = fit_model(model, model, spec, task=task, cfg=cfg, val=val, evaluate=evaluate,
+                        slot=slot, timed=True, stop_when=stop_when)
+        curve, paused = run["curve"], None
+        steps = curve[-1]["step"] if curve else 0
+        train_seconds, eval_seconds = run["step_seconds"], run["eval_seconds"]
+    except TrainingPaused as stop:
+        assert slot is not None and slot.entry is not None
+        loop = slot.entry["loop"]
+        curve, paused, steps = loop["curve"], stop.step, stop.step
+        train_seconds, eval_seconds = loop["step_seconds"], loop["eval_seconds"]
+    at = next((p for p in curve if p["val_acc"] >= target), None)
     return {
-        "target_accuracy": target, "reached": bool(reached),
-        "step_at_target": last["step"] if reached else None,
-        "seconds_to_target": last["train_seconds"] if reached else None,
-        "seconds_to_target_with_eval": last["wall_seconds"] if reached else None,
-        "steps": last["step"], "train_seconds": last["train_seconds"],
-        "eval_seconds": round(clock["eval"], 4),
-        "seconds_per_step": round(last["train_seconds"] / max(1, last["step"]), 6),
+        "target_accuracy": target, "reached": at is not None,
+        "step_at_target": None if at is None else at["step"],
+        "seconds_to_target": None if at is None else at["train_seconds"],
+        "seconds_to_target_with_eval": None if at is None else at["wall_seconds"],
+        "steps": steps, "train_seconds": round(train_seconds, 4),
+        "eval_seconds": round(eval_seconds, 4),
+        "seconds_per_step": round(train_seconds / max(1, steps), 6),
         "best_val_acc": max((p["val_acc"] for p in curve), default=None),
-        "curve": curve,
+        "paused_at_step": paused, "curve": curve,
     }
 
 

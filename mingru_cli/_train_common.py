@@ -238,7 +238,9 @@ def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
              restore: Callable[[Any], Any],
              on_eval: Callable[[float], dict[str, float]] | None = None,
              select_lowest: str | None = None,
-             slot: ModelSlot | None = None, files: StateFiles | None = None) -> dict[str, Any]:
+             slot: ModelSlot | None = None, files: StateFiles | None = None,
+             timed: bool = False,
+             stop_when: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
     """The framework-neutral loop: schedule, progress bar, validation-based checkpoint choice.
 
     ``step_fn(batch, lr) -> (loss, accuracy)`` trains one step; ``evaluate(val)`` scores the
@@ -253,7 +255,10 @@ def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
     (this model's place in the run's checkpoint) and ``files`` (the training path's tensor
     file), the loop starts where the saved state stands, saves it every ``cfg.save_every``
     steps and after the last, and raises :class:`TrainingPaused` once saved when the job's
-    budget is spent. Returns the model's record (``curve``, ``selected_step``, ...).
+    budget is spent. With ``timed``, each point also holds ``train_seconds`` (the training
+    steps' time up to it, across resumed jobs) and ``wall_seconds`` (that plus the evaluations,
+    its own included); ``stop_when(point)`` returning true ends the training at that point.
+    Returns the model's record (``curve``, ``selected_step``, ...).
     """
     assert cfg.eval_every is not None and cfg.steps is not None
     loop, best = slot.load(files) if slot is not None and files is not None else (LoopState(), None)
@@ -298,10 +303,16 @@ def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
                 score = -point[select_lowest]
             if score is not None and (loop.best_step < 0 or score >= loop.best_val):
                 loop.best_val, loop.best_step, best = score, loop.step, snapshot()
-            loop.curve.append(point)
             loop.eval_seconds += time.perf_counter() - evaluated
+            if timed:
+                point.update(train_seconds=round(loop.step_seconds, 4),
+                             wall_seconds=round(loop.step_seconds + loop.eval_seconds, 4))
+            loop.curve.append(point)
             shown = {k: f"{v:.3f}" for k, v in point.items() if k.startswith("val_")}
             bar.set_postfix(loss=f"{loop.loss_avg:.3f}", acc=f"{loop.acc_avg:.3f}", **shown)
+            if stop_when is not None and stop_when(point):
+                bar.update(1)
+                break
         if slot is not None:
             slot.budget.take()
             if cfg.save_every and loop.step % cfg.save_every == 0:

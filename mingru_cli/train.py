@@ -256,8 +256,11 @@ def fit_model(model: nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor
               *, task: Task, cfg: TrainConfig, val: Batch | None,
               evaluate: Callable[[Batch], Accuracy],
               on_eval: Callable[[float], dict[str, float]] | None = None,
-              select_lowest: str | None = None, slot: ModelSlot | None = None) -> dict[str, Any]:
-    """AdamW on ``model`` through :func:`fit_loop`; ``logits_of(tokens)`` is its output.
+              select_lowest: str | None = None, slot: ModelSlot | None = None,
+              timed: bool = False,
+              stop_when: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
+    """AdamW on ``model`` through :func:`fit_loop` (``slot``, ``timed``, ``stop_when`` as
+    there); ``logits_of(tokens)`` is its output.
     Each step averages the gradients of ``cfg.grad_accum`` micro-batches (each one's loss is
     the mean over its scored positions), then clips their norm to ``cfg.grad_clip``. The
     forward runs at ``cfg.precision`` (:func:`autocast`), the loss in float32 from the
@@ -297,7 +300,7 @@ def fit_model(model: nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor
     record = fit_loop(spec, task, cfg, val=val, step_fn=step_fn, evaluate=evaluate,
                       snapshot=snapshot, restore=model.load_state_dict, on_eval=on_eval,
                       select_lowest=select_lowest, slot=slot,
-                      files=_TorchState(model, opt, cfg.device))
+                      files=_TorchState(model, opt, cfg.device), timed=timed, stop_when=stop_when)
     record["parameters"] = sum(p.numel() for p in model.parameters())
     return record
 

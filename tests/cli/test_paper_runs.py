@@ -381,6 +381,27 @@ def test_peer_selective_copy_stops_at_its_target(tmp_path, capsys, ours):
     assert result["seconds_to_target"] == result["curve"][0]["train_seconds"]
 
 
+@pytest.mark.parametrize("ours", [pytest.param(False, marks=needs_peer), True])
+def test_peer_selective_copy_resumes_to_the_same_run(tmp_path, capsys, ours):
+    side = ["--ours"] if ours else []
+    whole = _copy_run(capsys, tmp_path / "whole", "--steps", "6", *side)
+    paused = _copy_run(capsys, tmp_path / "jobs", "--steps", "6", "--stop-after", "3", *side)
+    assert paused["paused_at_step"] == 3 == paused["steps"]
+    assert [p["step"] for p in paused["curve"]] == [2] and not paused["reached"]
+    resumed = _copy_run(capsys, tmp_path / "jobs", "--steps", "6", "--resume", *side)
+    assert resumed["paused_at_step"] is None and resumed["steps"] == 6
+    # the same steps on the same data: the same accuracies, the first job's point kept as it was
+    assert [(p["step"], p["val_acc"]) for p in resumed["curve"]] == [
+        (p["step"], p["val_acc"]) for p in whole["curve"]]
+    assert resumed["curve"][0] == paused["curve"][0]
+    times = [p["train_seconds"] for p in resumed["curve"]]
+    assert 0 < times[0] < times[-1] <= resumed["train_seconds"]  # the clock carried over
+    with pytest.raises(ValueError, match="--lr"):  # a resumed run keeps its configuration
+        paper.run_copy_command(paper.build_parser().parse_args(
+            ["peer-selective-copy", *TINY_COPY, "--steps", "6", "--resume", "--lr", "0.1",
+             "--out", str(tmp_path / "jobs"), *side]), "test")
+
+
 def test_ours_through_the_peer_loop_is_mingru_train(tmp_path, capsys):
     from mingru_cli.cli import main as mingru
 
