@@ -15,10 +15,10 @@ numbers sit beside ours.
   ``DIR/peer-run`` (``DIR/ours-run``): ``--job-minutes M`` (or ``--stop-after N`` steps) ends
   a job with it saved, and the same command with ``--resume`` goes on from there, its times
   carried over, so a run longer than one job is split into several.
-* ``page PAGE --json DIR`` — fills the page's ``<!-- bench:paper-lm -->`` and
-  ``<!-- bench:paper-copy-peer -->`` blocks with the runs in ``DIR`` (GPU, versions, commit,
-  date and commands above each table), as :mod:`mingru_benchmarks.page` fills the results
-  page; a block without runs is left as it is.
+* ``page PAGE --json DIR`` — fills the page's ``<!-- bench:paper-lm -->``,
+  ``<!-- bench:paper-lm-sample -->`` (our model's sample) and ``<!-- bench:paper-copy-peer -->``
+  blocks with the runs in ``DIR`` (GPU, versions, commit, date and commands above each), as
+  :mod:`mingru_benchmarks.page` fills the results page; a block without runs is left as it is.
 
 ``--precision fp32|bf16`` (as ``mingru train``'s) sets the forward's compute precision of
 whichever side runs; give both sides of a comparison the same. Every run is deterministic given
@@ -51,7 +51,8 @@ from typing import Any
 from mingru_benchmarks.run import environment
 from mingru_cli.config import PRECISIONS
 
-__all__ = ["build_parser", "copy_markdown", "copy_table", "lm_markdown", "lm_table", "main"]
+__all__ = ["build_parser", "copy_markdown", "copy_table", "lm_markdown", "lm_sample", "lm_table",
+           "main"]
 
 PROG = "python -m mingru_benchmarks.paper"
 LM_FILES = {"ours": "ours.json", "gpt2": "gpt.json"}
@@ -105,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     gpt.add_argument("--probe-steps", type=int, default=50,
                      help="timed steps of the probe that sets --steps from --max-minutes")
     gpt.add_argument("--mixer", help="--ours: mixer spec (default log)")
+    gpt.add_argument("--sample-tokens", type=int, default=500,
+                     help="--ours: bytes generated from the kept weights at the end (default 500)")
     gpt.add_argument("--lr-schedule", dest="schedule", choices=("cosine", "constant"))
     gpt.add_argument("--clip-norm", dest="grad_clip", type=float)
     gpt.add_argument("--val-fraction", type=float)
@@ -258,14 +261,17 @@ def run_page_command(args: argparse.Namespace, command: str) -> list[str]:
         raise ValueError(f"--json {folder}: no such folder")
     if not path.is_file():
         raise ValueError(f"{path}: no such page")
-    blocks = {"paper-lm": (LM_FILES, lm_markdown), "paper-copy-peer": (COPY_FILES, copy_markdown)}
+    blocks = {"paper-lm": (LM_FILES, lm_markdown),
+              "paper-lm-sample": ({"ours": LM_FILES["ours"]}, lm_sample),
+              "paper-copy-peer": (COPY_FILES, copy_markdown)}
 
     def render(name: str) -> list[str] | None:
         if name not in blocks:
             return None
-        files, table = blocks[name]
+        files, content = blocks[name]
         runs = _runs(folder, files)
-        return [tables.stamp(runs), "", *table(runs)] if runs else None
+        lines = content(runs) if runs else []
+        return [tables.stamp(runs), "", *lines] if lines else None
 
     text, missing = page.fill_blocks(path.read_text(), render)
     path.write_text(text)
@@ -333,6 +339,20 @@ def lm_markdown(runs: list[dict[str, Any]]) -> list[str]:
 def copy_markdown(runs: list[dict[str, Any]]) -> list[str]:
     """The selective-copy runs as the page's markdown table (:data:`COPY_COLUMNS`)."""
     return _markdown(COPY_COLUMNS, runs)
+
+
+def lm_sample(runs: list[dict[str, Any]]) -> list[str]:
+    """Our language model's sample as the page shows it: the prompt (from the validation
+    split) and what the kept weights generated after it, in one text block; none when no run
+    holds a sample."""
+    sample = next((r["sample"] for r in runs if r.get("sample")), None)
+    if sample is None:
+        return []
+    settings = ", ".join(f"{k} {sample[k]}" for k in ("temperature", "top_p", "top_k", "seed")
+                         if sample.get(k) is not None)
+    return [f"Prompt: the first {len(sample['prompt'])} characters of the validation split; "
+            f"then {len(sample['text'])} generated ({settings}).", "", "```text",
+            sample["prompt"] + sample["text"], "```"]
 
 
 def lm_table(runs: list[dict[str, Any]]) -> str:

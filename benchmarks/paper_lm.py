@@ -284,7 +284,8 @@ def run_ours(cfg: TrainConfig, *, minutes: float | None, probe: int,
              command: str | None) -> dict[str, Any]:
     """``mingru train --task lm`` on ``cfg`` (its ``out`` gets the usual files), after a
     :func:`probe_steps` of its own step when ``minutes`` is given; the summary in
-    :func:`run_gpt`'s form (parameters counted on the saved model)."""
+    :func:`run_gpt`'s form (parameters counted on the saved model), with the sample generated
+    at the end (``sample``: prompt, text, sampling settings)."""
     from mingru_cli import runner, train
 
     budget = None
@@ -310,7 +311,7 @@ def run_ours(cfg: TrainConfig, *, minutes: float | None, probe: int,
                                                  if k in TrainConfig.__dataclass_fields__}),
                         record, count_parameters(model), final_loss=record["final"]["val_loss"],
                         validation=validation, split=result["split"], budget=budget)
-    return {**summary, "out": str(Path(cfg.out))}
+    return {**summary, "sample": result["sample"], "out": str(Path(cfg.out))}
 
 
 def summarize(name: str, cfg: TrainConfig, record: dict[str, Any], params: dict[str, int], *,

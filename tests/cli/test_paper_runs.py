@@ -189,9 +189,11 @@ def test_gpt_command_ours_fills_the_budget_from_a_probe(tmp_path, capsys):
     _run(capsys, "gpt", "--data", str(tmp_path / "text.txt"), "--heads", "2", "--steps", "2",
          *TINY_LM, "--out", str(out))
     printed = _run(capsys, "gpt", "--ours", "--data", str(tmp_path / "text.txt"),
-                   "--max-minutes", "0.002", "--probe-steps", "2", *TINY_LM, "--out", str(out))
+                   "--max-minutes", "0.002", "--probe-steps", "2", "--sample-tokens", "30",
+                   *TINY_LM, "--out", str(out))
     ours = json.loads((out / "ours.json").read_text())
     train = json.loads((out / "ours" / "train.json").read_text())
+    assert ours["sample"] == train["sample"] and 0 < len(ours["sample"]["text"]) <= 30
     assert ours["model"] == "mingru" and ours["steps"] == ours["budget"]["steps"] >= 1
     assert train["config"]["steps"] == ours["steps"]
     assert ours["budget"]["seconds_per_step"] > 0 and ours["budget"]["probe_steps"] == 2
@@ -207,6 +209,7 @@ def test_gpt_command_ours_fills_the_budget_from_a_probe(tmp_path, capsys):
     # The page command puts the same two runs in the page's block, with the run's stamp.
     page = tmp_path / "paper.md"
     page.write_text("# p\n\n<!-- bench:paper-lm -->\nNot run yet.\n<!-- /bench:paper-lm -->\n\n"
+                    "<!-- bench:paper-lm-sample -->\nNot run yet.\n<!-- /bench:paper-lm-sample -->\n\n"
                     "<!-- bench:paper-copy-peer -->\nNot run yet.\n<!-- /bench:paper-copy-peer -->\n")
     assert paper.main(["page", str(page), "--json", str(out)]) == 0
     text = page.read_text()
@@ -216,6 +219,9 @@ def test_gpt_command_ours_fills_the_budget_from_a_probe(tmp_path, capsys):
     assert [cells[1].strip() for cells in table[1:]] == ["mingru", "gpt2"]
     assert table[1][7].strip() == f"{ours['val_loss']:.4f}"
     assert table[2][7].strip() == f"{gpt['val_loss']:.4f}"
+    sample = text.split("<!-- bench:paper-lm-sample -->")[1].split("<!-- /bench:paper-lm-sample")[0]
+    assert "```text\n" + ours["sample"]["prompt"] + ours["sample"]["text"] + "\n```" in sample
+    assert "--ours" in sample and "gpt --data" not in sample  # only our run's command
     assert text.split("<!-- bench:paper-copy-peer -->")[1].startswith("\nNot run yet.")
     assert "paper-copy-peer" in capsys.readouterr().err  # no copy runs: left, and said
     assert paper.main(["page", str(page), "--json", str(tmp_path / "absent")]) == 1
