@@ -60,6 +60,31 @@ def test_sample_places_the_targets_in_order_among_filler():
         make_task("selective-copy", n_copy=2, vocab_size=2)
 
 
+@pytest.mark.parametrize("size, population", [(2, 5), (3, 5), (16, 4096), (4, 4)])
+def test_uniform_subsets_are_sorted_distinct_and_uniform(size, population):
+    """Both ways of drawing (redrawn repeats where ``size² ≤ population``, else the smallest of
+    uniform keys): every row sorted and distinct, every subset about equally frequent."""
+    from itertools import combinations
+
+    from mingru_cli.tasks import uniform_subsets
+
+    rows = 20_000
+    picked = uniform_subsets(rows, size, population, np.random.default_rng(3))
+    assert picked.shape == (rows, size) and picked.dtype == np.int64
+    assert (np.diff(picked, axis=1) > 0).all() and picked.min() >= 0 and picked.max() < population
+    if population <= 5:  # every subset seen, each within 10 % of its share (≥ 4.5 sd)
+        counts: dict[tuple[int, ...], int] = {}
+        for row in map(tuple, picked.tolist()):
+            counts[row] = counts.get(row, 0) + 1
+        subsets = list(combinations(range(population), size))
+        assert set(counts) == set(subsets)
+        expected = rows / len(subsets)
+        assert all(abs(n - expected) < 0.1 * expected for n in counts.values())
+    else:  # each position equally likely: size / population of the rows hold it
+        share = np.bincount(picked.ravel(), minlength=population) / rows
+        assert abs(share.mean() - size / population) < 1e-12 and share.max() < 2 * size / population
+
+
 def test_score_counts_tokens_and_whole_sequences():
     labels = np.array([[1, 2, X], [3, 4, X], [X, X, X], [5, X, 6]])
     rows = np.repeat(np.arange(4)[:, None], 3, axis=1)  # the tokens say which row they are
