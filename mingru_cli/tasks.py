@@ -194,7 +194,7 @@ class MQARTask(Task):
         return Batch(tokens, labels, labels >= 0)
 
 
-def uniform_subsets(rows: int, size: int, population: int,
+def uniform_subsets(rows: int, size: int, population: int, *,
                     rng: np.random.Generator) -> np.ndarray:
     """``(rows, size)`` int64: each row a uniformly drawn ``size``-subset of
     ``range(population)``, sorted.
@@ -207,7 +207,7 @@ def uniform_subsets(rows: int, size: int, population: int,
 
     Example:
         >>> import numpy as np
-        >>> uniform_subsets(2, 3, 100, np.random.default_rng(0)).shape
+        >>> uniform_subsets(2, 3, 100, rng=np.random.default_rng(0)).shape
         (2, 3)
     """
     if size * size > population:
@@ -303,7 +303,7 @@ class SelectiveCopyTask(Task):
     def sample(self, batch: int, length: int, rng: np.random.Generator) -> Batch:
         self.check_length(length)
         tokens = rng.integers(1, self.vocab_size - 1, (batch, self.n_copy), dtype=np.int64)
-        return selective_copy_layout(tokens, uniform_subsets(batch, self.n_copy, length, rng),
+        return selective_copy_layout(tokens, uniform_subsets(batch, self.n_copy, length, rng=rng),
                                      length=length, vocab_size=self.vocab_size)
 
 

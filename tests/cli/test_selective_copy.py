@@ -69,7 +69,7 @@ def test_uniform_subsets_are_sorted_distinct_and_uniform(size, population):
     from mingru_cli.tasks import uniform_subsets
 
     rows = 20_000
-    picked = uniform_subsets(rows, size, population, np.random.default_rng(3))
+    picked = uniform_subsets(rows, size, population, rng=np.random.default_rng(3))
     assert picked.shape == (rows, size) and picked.dtype == np.int64
     assert (np.diff(picked, axis=1) > 0).all() and picked.min() >= 0 and picked.max() < population
     if population <= 5:  # every subset seen, each within 10 % of its share (≥ 4.5 sd)
