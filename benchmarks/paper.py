@@ -220,6 +220,8 @@ def run_copy_command(args: argparse.Namespace, command: str) -> dict[str, Any]:
         paper_copy.peer_module()  # a missing package fails before any work
     if not 0 < args.target_accuracy <= 1:
         raise ValueError(f"--target-accuracy must be in (0, 1]; got {args.target_accuracy}")
+    if args.job_minutes is not None and not 0 < args.job_minutes < float("inf"):
+        raise ValueError(f"--job-minutes must be a finite number > 0; got {args.job_minutes}")
     side = "ours" if args.ours else "peer"
     saved = str(Path(args.out) / f"{side}-run")
     cfg = preset_config("paper-selective-copy", **fields, out=saved,

@@ -402,6 +402,9 @@ def test_peer_selective_copy_resumes_to_the_same_run(tmp_path, capsys, ours):
     assert resumed["curve"][0] == paused["curve"][0]
     times = [p["train_seconds"] for p in resumed["curve"]]
     assert 0 < times[0] < times[-1] <= resumed["train_seconds"]  # the clock carried over
+    assert paper.main(["peer-selective-copy", *TINY_COPY, "--job-minutes", "0", "--out",
+                       str(tmp_path / "bad"), *side]) == 1
+    assert "--job-minutes must be" in capsys.readouterr().err
     with pytest.raises(ValueError, match="--lr"):  # a resumed run keeps its configuration
         paper.run_copy_command(paper.build_parser().parse_args(
             ["peer-selective-copy", *TINY_COPY, "--steps", "6", "--resume", "--lr", "0.1",
