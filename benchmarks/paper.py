@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import shlex
 import sys
 import time
@@ -352,9 +353,14 @@ def lm_sample(runs: list[dict[str, Any]]) -> list[str]:
         return []
     settings = ", ".join(f"{k} {sample[k]}" for k in ("temperature", "top_p", "top_k", "seed")
                          if sample.get(k) is not None)
+    # Control characters (a generated carriage return, say) would not survive the page: each
+    # shows as U+FFFD, as bytes that are not UTF-8 already do.
+    shown = "".join(c if c.isprintable() or c in "\n\t" else "\ufffd"
+                    for c in sample["prompt"] + sample["text"])
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", shown)), default=0))
     return [f"Prompt: the first {len(sample['prompt'])} characters of the validation split; "
-            f"then {len(sample['text'])} generated ({settings}).", "", "```text",
-            sample["prompt"] + sample["text"], "```"]
+            f"then {len(sample['text'])} generated ({settings}; characters that are not "
+            "printable text shown as \ufffd).", "", f"{fence}text", shown, fence]
 
 
 def lm_table(runs: list[dict[str, Any]]) -> str:

@@ -220,11 +220,24 @@ def test_gpt_command_ours_fills_the_budget_from_a_probe(tmp_path, capsys):
     assert table[1][7].strip() == f"{ours['val_loss']:.4f}"
     assert table[2][7].strip() == f"{gpt['val_loss']:.4f}"
     sample = text.split("<!-- bench:paper-lm-sample -->")[1].split("<!-- /bench:paper-lm-sample")[0]
-    assert "```text\n" + ours["sample"]["prompt"] + ours["sample"]["text"] + "\n```" in sample
+    generated = "".join(c if c.isprintable() or c in "\n\t" else "\ufffd"
+                        for c in ours["sample"]["prompt"] + ours["sample"]["text"])
+    assert "text\n" + generated + "\n```" in sample
     assert "--ours" in sample and "gpt --data" not in sample  # only our run's command
     assert text.split("<!-- bench:paper-copy-peer -->")[1].startswith("\nNot run yet.")
     assert "paper-copy-peer" in capsys.readouterr().err  # no copy runs: left, and said
     assert paper.main(["page", str(page), "--json", str(tmp_path / "absent")]) == 1
+
+
+def test_the_page_shows_a_sample_as_printable_text_in_one_block():
+    sample = {"prompt": "To be", "text": ", or\r not ```x``` \x05\nto be", "temperature": 0.8,
+              "top_p": 0.95, "seed": 0}
+    lines = paper.lm_sample([{"model": "gpt2"}, {"model": "mingru", "sample": sample}])
+    fence = lines[-1]
+    assert fence == "````" and lines[-3] == fence + "text"  # longer than any run of backticks
+    assert lines[-2] == "To be, or\ufffd not ```x``` \ufffd\nto be"
+    assert "5 characters" in lines[0] and "temperature 0.8" in lines[0]
+    assert paper.lm_sample([{"model": "gpt2"}]) == []  # no sample: the block is left as it is
 
 
 def _record_gpt_logits(monkeypatch) -> list[tuple[bool, torch.dtype]]:
