@@ -39,11 +39,10 @@ def gpu_runs() -> dict[str, list[str]]:
     """The GPU ladder: ``{run name: mingru train arguments}``."""
     lengths = ["--device", "cuda", "--train-len", "256", "--val-len", "256",
                "--eval-lens", "256,1024,4096"]
-    every = [flag for mixer in ("log", "signed", "rotation", "givens", "delta")
-             for flag in ("--mixer", mixer)]
+    mixers = ("log", "signed", "rotation", "givens", "delta")
+    every = [flag for mixer in mixers for flag in ("--mixer", mixer)]
     # Recall needs two layers: MinGRU first (it carries the key to the value), then the memory.
-    recall = [flag for mixer in ("log", "signed", "rotation", "givens", "delta")
-              for flag in ("--mixer", f"log,{mixer}")]
+    recall = [flag for mixer in mixers for flag in ("--mixer", f"log,{mixer}")]
     runs: dict[str, list[str]] = {}
     for seed in ("0", "1", "2"):
         common = [*lengths, "--seed", seed]

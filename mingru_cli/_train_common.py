@@ -271,6 +271,7 @@ def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
         loop.seconds, loop.data = seconds_before + time.perf_counter() - start, stream.state
         slot.save(loop, best, files)
 
+    stop = False
     for step in range(loop.step, cfg.steps):
         if slot is not None and slot.budget.spent():
             save()
@@ -310,15 +311,15 @@ def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
             loop.curve.append(point)
             shown = {k: f"{v:.3f}" for k, v in point.items() if k.startswith("val_")}
             bar.set_postfix(loss=f"{loop.loss_avg:.3f}", acc=f"{loop.acc_avg:.3f}", **shown)
-            if stop_when is not None and stop_when(point):
-                bar.update(1)
-                break
+            stop = stop_when is not None and stop_when(point)
         if slot is not None:
             slot.budget.take()
             if cfg.save_every and loop.step % cfg.save_every == 0:
                 save()
                 saved_step = loop.step
         bar.update(1)
+        if stop:
+            break
     bar.close()
     if slot is not None and saved_step != loop.step:
         save()

@@ -213,11 +213,11 @@ def uniform_subsets(rows: int, size: int, population: int, *,
     if size * size > population:
         keys = rng.random((rows, population))
         return np.sort(np.argpartition(keys, size - 1, axis=1)[:, :size], axis=1)
-    picked = np.sort(rng.integers(0, population, (rows, size)), axis=1)
-    repeats = (np.diff(picked, axis=1) == 0).any(axis=1)
-    while repeats.any():
-        picked[repeats] = np.sort(rng.integers(0, population, (int(repeats.sum()), size)), axis=1)
-        repeats = (np.diff(picked, axis=1) == 0).any(axis=1)
+    picked = np.empty((rows, size), dtype=np.int64)
+    redraw = np.ones(rows, dtype=bool)
+    while redraw.any():
+        picked[redraw] = np.sort(rng.integers(0, population, (int(redraw.sum()), size)), axis=1)
+        redraw = (np.diff(picked, axis=1) == 0).any(axis=1)
     return picked
 
 
