@@ -32,6 +32,9 @@ def table(path: str) -> str:
                  + " |")
     lines.append("| checkpoint step | " + " | ".join(str(m["selected_step"]) for m in models)
                  + " |")
+    if cfg.get("curriculum"):  # the length each model's curriculum reached (from --curriculum)
+        lines.append("| longest train length | "
+                     + " | ".join(str(m["curve"][-1]["train_len"]) for m in models) + " |")
     return "\n".join(lines)
 
 

@@ -72,6 +72,7 @@ class LoopState:
     loss_sum: float = 0.0  # the batch losses since the last evaluation point, and their count
     loss_steps: int = 0
     data: dict[str, Any] | None = None  # numpy's bit_generator.state of the training data
+    train_len: int | None = None  # the curriculum's current length (None: no curriculum yet)
 
 
 class JobBudget:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mingru_cli.config import (
+    CURRICULUM_ACCURACY,
     MIXER_NAMES,
     PRECISIONS,
     PRESETS,
@@ -133,6 +134,10 @@ def add_train_parser(sub: argparse._SubParsersAction, func: Callable[..., int]) 
     p.add_argument("--train-len", "--seq-len", dest="train_len", type=int,
                    help="training sequence length (--task lm: window of bytes; --task "
                         "selective-copy: the data positions before the queries; default 64)")
+    p.add_argument("--curriculum", type=int, metavar="START",
+                   help="train at START tokens a sequence first, doubling the length up to "
+                        "--train-len each time the running training accuracy reaches "
+                        f"{CURRICULUM_ACCURACY} (default: --train-len from the start)")
     p.add_argument("--eval-lens", type=_int_list,
                    help="comma-separated evaluation lengths (default 64,256,1024)")
     p.add_argument("--val-len", type=int,

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from mingru_cli._checkpoint import LoopState, ModelSlot, StateFiles, TrainingPaused
-from mingru_cli.config import TrainConfig
+from mingru_cli.config import CURRICULUM_ACCURACY, TrainConfig
 from mingru_cli.tasks import Batch, ByteText, Task, make_task
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "lm_metrics",
     "lm_val_chunk",
     "lr_at",
+    "next_length",
     "score",
     "split_batch",
 ]
@@ -65,10 +66,15 @@ def build_task(cfg: TrainConfig) -> Task:
         assert cfg.data is not None
         return ByteText.from_file(cfg.data, cfg.val_fraction, cfg.train_len)
     if cfg.task == "mqar":
-        return make_task("mqar", n_pairs=cfg.mqar_pairs, n_keys=cfg.mqar_keys, n_values=cfg.mqar_values)
-    if cfg.task == "selective-copy":
-        return make_task(cfg.task, n_copy=cfg.copy_tokens, vocab_size=cfg.copy_vocab)
-    return make_task(cfg.task)
+        task = make_task("mqar", n_pairs=cfg.mqar_pairs, n_keys=cfg.mqar_keys, n_values=cfg.mqar_values)
+    elif cfg.task == "selective-copy":
+        task = make_task(cfg.task, n_copy=cfg.copy_tokens, vocab_size=cfg.copy_vocab)
+    else:
+        task = make_task(cfg.task)
+    if cfg.curriculum is not None and cfg.curriculum < task.min_length:
+        raise ValueError(f"--curriculum must be ≥ {task.min_length}, the shortest sequence of "
+                         f"task {cfg.task!r} as configured; got {cfg.curriculum}")
+    return task
 
 
 def eval_sets(task: Task, cfg: TrainConfig) -> tuple[dict[int, Batch], Batch | None]:
@@ -85,9 +91,10 @@ def eval_sets(task: Task, cfg: TrainConfig) -> tuple[dict[int, Batch], Batch | N
 
 
 class TrainStream:
-    """The training batches of a run: ``batch_size`` sequences of ``train_len`` per step, from
-    one generator seeded by ``cfg.seed``; :attr:`state` is where it stands (JSON-able), and a
-    stream made with that state goes on with the same batches."""
+    """The training batches of a run: ``batch_size`` sequences per step, of ``train_len`` unless
+    ``next`` is given another length, from one generator seeded by ``cfg.seed``; :attr:`state`
+    is where it stands (JSON-able), and a stream made with that state goes on with the same
+    batches."""
 
     def __init__(self, task: Task, cfg: TrainConfig, state: dict[str, Any] | None = None) -> None:
         self.task, self.cfg = task, cfg
@@ -99,8 +106,24 @@ class TrainStream:
     def state(self) -> dict[str, Any]:
         return self.generator.bit_generator.state
 
-    def next(self) -> Batch:
-        return self.task.sample(self.cfg.batch_size, self.cfg.train_len, self.generator)
+    def next(self, length: int | None = None) -> Batch:
+        length = self.cfg.train_len if length is None else length
+        return self.task.sample(self.cfg.batch_size, length, self.generator)
+
+
+def next_length(length: int, accuracy: float, cfg: TrainConfig) -> int:
+    """The curriculum's training length after a step at ``length`` whose running training
+    accuracy is ``accuracy``: doubled (capped at ``cfg.train_len``) once it reaches
+    :data:`CURRICULUM_ACCURACY`, else unchanged.
+
+    Example:
+        >>> cfg = TrainConfig(task="s5", train_len=256, curriculum=4)
+        >>> next_length(4, 0.995, cfg), next_length(4, 0.9, cfg), next_length(200, 1.0, cfg)
+        (8, 4, 256)
+    """
+    if length < cfg.train_len and accuracy >= CURRICULUM_ACCURACY:
+        return min(2 * length, cfg.train_len)
+    return length
 
 
 def split_batch(batch: Batch, parts: int) -> list[Batch]:
@@ -263,6 +286,8 @@ def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
     assert cfg.eval_every is not None and cfg.steps is not None
     loop, best = slot.load(files) if slot is not None and files is not None else (LoopState(), None)
     stream = TrainStream(task, cfg, loop.data)
+    if loop.train_len is None:
+        loop.train_len = cfg.curriculum or cfg.train_len
     bar = _progress(cfg.steps, f"{cfg.task}/{spec}", cfg.progress, initial=loop.step)
     start, seconds_before, saved_step = time.perf_counter(), loop.seconds, loop.step
 
@@ -278,13 +303,14 @@ def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
             bar.close()
             raise TrainingPaused(spec, step, cfg.steps)
         stepped = time.perf_counter()
-        loss, acc = step_fn(stream.next(), lr_at(step, cfg.steps, cfg.lr, warmup=cfg.warmup,
+        loss, acc = step_fn(stream.next(loop.train_len), lr_at(step, cfg.steps, cfg.lr, warmup=cfg.warmup,
                                                  schedule=cfg.schedule))
         loop.step_seconds += time.perf_counter() - stepped
         loop.loss_avg = loss if loop.loss_avg is None else 0.9 * loop.loss_avg + 0.1 * loss
         loop.acc_avg = acc if loop.acc_avg is None else 0.9 * loop.acc_avg + 0.1 * acc
         loop.loss_sum, loop.loss_steps = loop.loss_sum + loss, loop.loss_steps + 1
         loop.step = step + 1
+        length_trained, loop.train_len = loop.train_len, next_length(loop.train_len, loop.acc_avg, cfg)
         if loop.step % cfg.eval_every == 0 or loop.step == cfg.steps:
             evaluated = time.perf_counter()
             if on_eval is None:
@@ -293,6 +319,8 @@ def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
             else:
                 point = {"step": loop.step, **on_eval(loop.loss_sum / loop.loss_steps)}
             loop.loss_sum, loop.loss_steps = 0.0, 0
+            if cfg.curriculum is not None:
+                point["train_len"] = length_trained
             score = None
             if val is not None:
                 v = evaluate(val)

@@ -49,6 +49,13 @@ SCHEDULES = ("cosine", "constant")
 # logits, the optimizer in float32 on float32 weights.
 PRECISIONS = ("fp32", "bf16")
 
+# --curriculum START: training starts at START tokens a sequence and the length doubles (capped
+# at --train-len) each time the running average of the training accuracy reaches this. One
+# DeltaProduct layer learns S5 at T = 4 within 2,000 steps, but not from T = 16 up, where most
+# positions are long products whose labels look random until the group is learned
+# (docs/explanation/scan-math.md, "What the transition buys").
+CURRICULUM_ACCURACY = 0.99
+
 # --task lm scores this many validation bytes at each evaluation point (an evenly spread part
 # of a larger split; mingru_cli.tasks.ByteText.validation), and the whole split at the end.
 # The default model reads them in about 1 s on one CPU thread, about 35 of its training steps
@@ -131,6 +138,7 @@ class TrainConfig:
     dropout: float = 0.0
     learnable_h0: bool = False
     train_len: int = 64
+    curriculum: int | None = None  # start at this length, doubling up to train_len (see below)
     eval_lens: list[int] = field(default_factory=lambda: [64, 256, 1024])
     val_len: int | None = 128
     eval_every: int | None = None  # None → max(10, steps // 20)
@@ -220,7 +228,8 @@ def check_precision(precision: str) -> None:
 
 
 def _check_training(cfg: TrainConfig) -> None:
-    """The optimisation flags: precision, schedule, dropout, clipping, accumulation."""
+    """The optimisation flags: precision, schedule, dropout, clipping, curriculum,
+    accumulation."""
     check_precision(cfg.precision)
     if cfg.schedule not in SCHEDULES:
         raise ValueError(f"--lr-schedule must be one of {', '.join(SCHEDULES)}; got {cfg.schedule!r}")
@@ -228,6 +237,13 @@ def _check_training(cfg: TrainConfig) -> None:
         raise ValueError(f"--dropout must be in [0, 1); got {cfg.dropout!r}")
     if not (cfg.grad_clip >= 0 and math.isfinite(cfg.grad_clip)):
         raise ValueError(f"--clip-norm must be a finite number ≥ 0 (0: off); got {cfg.grad_clip!r}")
+    if cfg.curriculum is not None:
+        if not isinstance(cfg.curriculum, int) or not 1 <= cfg.curriculum <= cfg.train_len:
+            raise ValueError(f"--curriculum must be an int in [1, --train-len {cfg.train_len}]; "
+                             f"got {cfg.curriculum!r}")
+        if cfg.task == "lm":
+            raise ValueError("--curriculum: --task lm trains on windows of --train-len; leave "
+                             "--curriculum out")
     if cfg.batch_size % cfg.grad_accum:
         raise ValueError(f"--grad-accum {cfg.grad_accum} must divide --batch-size "
                          f"{cfg.batch_size} (each micro-batch is batch-size / grad-accum)")

@@ -67,8 +67,10 @@ def format_table(result: dict[str, Any]) -> str:
     models = result["models"]
     names = [m["mixer"] for m in models]
     width = max(8, *(len(n) for n in names))
-    lines = [f"task {result['task_description']}, trained at T={result['config']['train_len']}, "
-             f"seed {result['config']['seed']}, precision {result['config']['precision']}, "
+    config, start = result["config"], result["config"].get("curriculum")
+    curriculum = f" (a curriculum from T={start})" if start else ""
+    lines = [f"task {result['task_description']}, trained at T={config['train_len']}{curriculum}, "
+             f"seed {config['seed']}, precision {config['precision']}, "
              f"chance {result['chance']:.3f}"]
     header = "length".rjust(7) + " | " + " | ".join(n.rjust(width) for n in names)
     lines += [header, "-" * len(header)]
@@ -86,8 +88,9 @@ def format_table(result: dict[str, Any]) -> str:
         sel = f"step {m['selected_step']}"
         if "val_acc" in m:
             sel += f" (val@{result['config']['val_len']} {m['val_acc']:.3f})"
+        reached = f", trained up to T={m['curve'][-1]['train_len']}" if start and m["curve"] else ""
         extra.append(f"  {m['mixer']}: {m['parameters']} params, {m['train_seconds']:.1f}s, "
-                     f"checkpoint {sel}")
+                     f"checkpoint {sel}{reached}")
     return "\n".join(lines + extra)
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from mingru_benchmarks import ladder
-from mingru_cli.cli import main
+from mingru_cli._train_args import train_config
+from mingru_cli.cli import build_parser, main
 
 
 class StandIn:
@@ -87,6 +88,10 @@ def test_the_gpu_ladder_trains_every_mixer_at_256_and_scores_to_4096():
         assert arguments[arguments.index("--train-len") + 1] == "256"
         assert arguments[arguments.index("--eval-lens") + 1] == "256,1024,4096"
         assert arguments.count("--mixer") == 5
+        config = train_config(build_parser().parse_args(["train", *arguments])).resolved()
+        if config.task == "s5":  # the factors S5 needs in one layer, and a length curriculum
+            assert config.mixer_kwargs == {"givens": {"rounds": 8}, "delta": {"nh": 4}}
+            assert config.curriculum == 4 and config.train_len == 256
 
 
 def test_a_real_run_paused_and_resumed_ends_as_one_run(tmp_path):
