@@ -281,7 +281,9 @@ def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
     budget is spent. With ``timed``, each point also holds ``train_seconds`` (the training
     steps' time up to it, across resumed jobs) and ``wall_seconds`` (that plus the evaluations,
     its own included); ``stop_when(point)`` returning true ends the training at that point.
-    Returns the model's record (``curve``, ``selected_step``, ...).
+    With ``cfg.curriculum``, the batches start at that length and :func:`next_length` sets
+    each next one from the running accuracy; each point then holds ``train_len``, the length of
+    the step that ended at it. Returns the model's record (``curve``, ``selected_step``, ...).
     """
     assert cfg.eval_every is not None and cfg.steps is not None
     loop, best = slot.load(files) if slot is not None and files is not None else (LoopState(), None)
@@ -303,8 +305,8 @@ def fit_loop(spec: str, task: Task, cfg: TrainConfig, *, val: Batch | None,
             bar.close()
             raise TrainingPaused(spec, step, cfg.steps)
         stepped = time.perf_counter()
-        loss, acc = step_fn(stream.next(loop.train_len), lr_at(step, cfg.steps, cfg.lr, warmup=cfg.warmup,
-                                                 schedule=cfg.schedule))
+        lr = lr_at(step, cfg.steps, cfg.lr, warmup=cfg.warmup, schedule=cfg.schedule)
+        loss, acc = step_fn(stream.next(loop.train_len), lr)
         loop.step_seconds += time.perf_counter() - stepped
         loop.loss_avg = loss if loop.loss_avg is None else 0.9 * loop.loss_avg + 0.1 * loss
         loop.acc_avg = acc if loop.acc_avg is None else 0.9 * loop.acc_avg + 0.1 * acc

@@ -138,7 +138,7 @@ class TrainConfig:
     dropout: float = 0.0
     learnable_h0: bool = False
     train_len: int = 64
-    curriculum: int | None = None  # start at this length, doubling up to train_len (see below)
+    curriculum: int | None = None  # start at this length, doubling up to train_len (CURRICULUM_ACCURACY)
     eval_lens: list[int] = field(default_factory=lambda: [64, 256, 1024])
     val_len: int | None = 128
     eval_every: int | None = None  # None → max(10, steps // 20)
