@@ -91,10 +91,9 @@ def eval_sets(task: Task, cfg: TrainConfig) -> tuple[dict[int, Batch], Batch | N
 
 
 class TrainStream:
-    """The training batches of a run: ``batch_size`` sequences per step, of ``train_len`` unless
-    ``next`` is given another length, from one generator seeded by ``cfg.seed``; :attr:`state`
-    is where it stands (JSON-able), and a stream made with that state goes on with the same
-    batches."""
+    """The training batches of a run: ``batch_size`` sequences of the length asked for per
+    step, from one generator seeded by ``cfg.seed``; :attr:`state` is where it stands
+    (JSON-able), and a stream made with that state goes on with the same batches."""
 
     def __init__(self, task: Task, cfg: TrainConfig, state: dict[str, Any] | None = None) -> None:
         self.task, self.cfg = task, cfg
@@ -106,8 +105,7 @@ class TrainStream:
     def state(self) -> dict[str, Any]:
         return self.generator.bit_generator.state
 
-    def next(self, length: int | None = None) -> Batch:
-        length = self.cfg.train_len if length is None else length
+    def next(self, length: int) -> Batch:
         return self.task.sample(self.cfg.batch_size, length, self.generator)
 
 

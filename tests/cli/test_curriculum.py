@@ -41,7 +41,7 @@ def test_batches_follow_the_curriculum_and_the_curve_records_it(tmp_path, always
     lengths = []
     sample = _train_common.TrainStream.next
 
-    def spy(self, length=None):
+    def spy(self, length):
         batch = sample(self, length)
         lengths.append(batch.tokens.shape[1])
         return batch
